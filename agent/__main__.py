@@ -1,0 +1,3 @@
+from nodecheck.cli import main
+
+main()

@@ -1,0 +1,196 @@
+"""host -> probes -> facts -> merged Report (GPUs, NICs, links, path specs); rules add findings."""
+
+from __future__ import annotations
+
+import time
+
+from nodecheck import specs
+from nodecheck.model import Cpu, Gpu, Link, PathSpec, ProbeOutcome, Report
+from nodecheck.probes import ProbeResult, run_probes
+from nodecheck.probes.lstopo import LstopoFacts
+from nodecheck.probes.nics import Nic, NicFacts
+from nodecheck.probes.nvml import NvmlFacts
+from nodecheck.probes.topo import GpuTopology, link_class, link_distance, nvlink_count
+
+BUSY_UTILIZATION = 10  # % GPU utilization above which a low PCIe generation is not power saving
+
+
+def build_report(host, config=None) -> Report:
+    from nodecheck.advice import binding_advice
+    from nodecheck.rules import evaluate
+
+    started = time.time()
+    results = run_probes(host)
+    report = merge(results, _identity(host), host.label, started)
+    report.paths = path_specs(report, config)
+    report.findings = evaluate(report, results, config)
+    report.advice = binding_advice(report)
+    return report
+
+
+def _identity(host) -> dict:
+    try:
+        return host.identity()
+    except Exception as error:  # identity is decoration: never lose the report over it
+        return {"error": str(error)}
+
+
+def _facts(results: dict[str, ProbeResult], name: str):
+    result = results.get(name)
+    return result.facts if result and result.ok else None
+
+
+def merge(results: dict[str, ProbeResult], identity: dict, source: str, started: float) -> Report:
+    topo: GpuTopology | None = _facts(results, "nvidia_smi_topo")
+    nvml: NvmlFacts | None = _facts(results, "nvml")
+    hw: LstopoFacts | None = _facts(results, "lstopo")
+    net: NicFacts | None = _facts(results, "nics")
+    node = {k: identity.get(k) for k in ("hostname", "kernel", "machine", "nodecheck_version")}
+    node["driver_version"] = nvml.driver_version if nvml else None
+    gpus = _gpus(topo, nvml, hw)
+    nics = _nics(topo, net)
+    links = [Link(l.a, l.b, l.type, link_class(l.type)) for l in topo.links] if topo else []
+    for gpu in gpus:
+        gpu.nearest_nics = _nearest_nics(gpu.index, links)
+    return Report(
+        generated_at=started, source=source, node=node,
+        probes=[ProbeOutcome(r.name, r.ok, r.no_data, round(r.duration, 4), r.error) for r in results.values()],
+        cpu=_cpu(hw), gpus=gpus, gpus_absent_reason=None if gpus else _why_no_gpus(results),
+        nics=nics, links=links, paths=[],
+    )
+
+
+def _cpu(hw: LstopoFacts | None) -> Cpu | None:
+    if hw is None:
+        return None
+    numa = [{"node": node, "cpus": cpus} for node, cpus in sorted(hw.numa.items())]
+    return Cpu(hw.packages, hw.numa_nodes, hw.cores, hw.pus, numa, hw.cpu_model)
+
+
+def _why_no_gpus(results: dict[str, ProbeResult]) -> str:
+    reasons = [f"{name}: {results[name].error}" for name in ("nvml", "nvidia_smi_topo")
+               if name in results and results[name].error]
+    return "; ".join(reasons) or "no NVIDIA GPU reported by NVML or nvidia-smi"
+
+
+def normalize_pci(bus_id: str | None) -> str | None:
+    """NVML '00000000:07:00.0' and sysfs/hwloc '0000:07:00.0' -> '0000:07:00.0'."""
+    if not bus_id or bus_id.count(":") != 2:
+        return None
+    domain, rest = bus_id.lower().split(":", 1)
+    return f"{domain[-4:]:0>4}:{rest}"
+
+
+def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | None) -> list[Gpu]:
+    indices = sorted({g.index for g in (nvml.gpus if nvml else [])} | {g.index for g in (topo.gpus if topo else [])})
+    by_topo = {g.index: g for g in topo.gpus} if topo else {}
+    by_nvml = {g.index: g for g in nvml.gpus} if nvml else {}
+    hw_numa = {normalize_pci(g.pci_busid): g.numa_nodes for g in hw.gpus if g.pci_busid} if hw else {}
+    gpus = []
+    for index in indices:
+        gpu, t, n = Gpu(index), by_topo.get(index), by_nvml.get(index)
+        if n:
+            gpu.name, gpu.uuid, gpu.pci_bus_id = n.name, n.uuid, n.pci_bus_id
+            gpu.pcie = {k: getattr(n, f"pcie_{k}") for k in ("gen_current", "gen_max", "gen_gpu_max", "width_current", "width_max")}
+            gpu.utilization_percent = n.utilization_gpu
+            gpu.nvlinks = [{"link": link, "active": active, "version": version} for link, active, version in n.nvlinks]
+            gpu.ecc_enabled, gpu.remapped_rows_pending, gpu.remapped_rows_failed = n.ecc_enabled, n.remapped_rows_pending, n.remapped_rows_failed
+            gpu.cpu_affinity = n.cpu_affinity
+            gpu.gpu_numa_id = n.numa_node
+        if t:
+            gpu.cpu_affinity = t.cpu_affinity or gpu.cpu_affinity  # nvidia-smi's view wins: it is what people compare with
+            gpu.numa_node = t.numa_affinity[0] if len(t.numa_affinity) == 1 else None
+            gpu.gpu_numa_id = t.gpu_numa_id if t.gpu_numa_id is not None else gpu.gpu_numa_id
+        located = hw_numa.get(normalize_pci(gpu.pci_bus_id))
+        if gpu.numa_node is None and located and len(located) == 1:
+            gpu.numa_node = located[0]
+        gpus.append(gpu)
+    return gpus
+
+
+def _nics(topo: GpuTopology | None, net: NicFacts | None) -> list[Nic]:
+    nics = [n for n in net.nics if n.kind != "loopback"] if net else []
+    known = {n.name for n in nics} | {n.rdma_device for n in nics if n.rdma_device}
+    for device, ports in (net.rdma_devices.items() if net else []):
+        if device not in known:  # an RDMA device without a netdev (or whose netdev is elsewhere)
+            nics.append(Nic(device, "infiniband", False, _port_state(ports), None, None, None,
+                            net.rdma_pci.get(device), None, None, rdma_device=device, ib_ports=ports))
+            known.add(device)
+    for name in topo.nics if topo else []:
+        if name not in known:  # seen by nvidia-smi only (a topo-only snapshot, or sysfs unreadable)
+            nics.append(Nic(name, "unknown", False, None, None, None, None, None, None, None,
+                            rdma_device=None if name.startswith("NIC") else name))
+    return nics
+
+
+def _port_state(ports) -> str | None:
+    states = {p.state for p in ports}
+    return "up" if "ACTIVE" in states else ("down" if states else None)
+
+
+def _nearest_nics(gpu: int, links: list[Link]) -> list[str]:
+    to_nics = [(link_distance(l.type), l.b) for l in links if l.a == gpu and isinstance(l.b, str)]
+    if not to_nics:
+        return []
+    best = min(d for d, _ in to_nics)
+    return [name for d, name in to_nics if d == best]
+
+
+def host_link_spec(gpu: Gpu) -> PathSpec:
+    path = f"gpu{gpu.index}:host"
+    pcie = gpu.pcie or {}
+    gen_max, width = pcie.get("gen_max"), pcie.get("width_current")
+    if gen_max is None or width is None:
+        return PathSpec(path, "pcie", None, "PCIe generation/width unknown (NVML did not report them)")
+    busy = (gpu.utilization_percent or 0) >= BUSY_UTILIZATION
+    gen = min(pcie.get("gen_current") or gen_max, gen_max) if busy else gen_max
+    width = min(width, pcie.get("width_max") or width)
+    spec = specs.pcie(gen, width)
+    if spec is None:
+        return PathSpec(path, "pcie", None, f"no spec for PCIe gen {gen} x{width}")
+    note = "" if busy else " (idle: the link trains up to its max generation under load)"
+    return PathSpec(path, "pcie", spec.bytes_per_second, spec.basis + note, spec.source)
+
+
+def pair_spec(a: Gpu, b: Gpu, link_type: str, host_specs: dict[int, PathSpec]) -> PathSpec:
+    path = f"gpu{a.index}:gpu{b.index}"
+    links = nvlink_count(link_type)
+    if links is not None:
+        versions = [l["version"] for g in (a, b) for l in g.nvlinks if l["active"] and l["version"]]
+        if not versions:
+            return PathSpec(path, "nvlink", None, f"{link_type}: NVLink version unknown (NVML reports no active link version)")
+        spec = specs.nvlink(min(versions), links)
+        return PathSpec(path, "nvlink", spec.bytes_per_second, spec.basis, spec.source) if spec else \
+            PathSpec(path, "nvlink", None, f"no spec for NVLink version {min(versions)}")
+    slower = min((host_specs[a.index], host_specs[b.index]), key=lambda s: s.bytes_per_second or 0)
+    if slower.bytes_per_second is None:
+        return PathSpec(path, "pcie", None, f"{link_type} ({link_class(link_type)}): PCIe link of the GPUs unknown")
+    return PathSpec(path, "pcie", slower.bytes_per_second,
+                    f"{link_type} ({link_class(link_type)}), slower GPU's link: {slower.basis}", slower.source)
+
+
+def nic_spec(nic: Nic, expected_mbps: int | None) -> PathSpec:
+    expected = expected_mbps * 1e6 / 8 if expected_mbps else None
+    active = [p for p in nic.ib_ports if p.state == "ACTIVE" and p.rate]
+    if active:
+        spec = specs.infiniband(active[0].rate)
+        kind = "infiniband" if (active[0].link_layer or "").lower() == "infiniband" else "ethernet"
+    else:
+        spec, kind = specs.ethernet(nic.speed_mbps), "ethernet"
+    if spec is None:
+        return PathSpec(f"nic:{nic.name}", kind, None, "link speed unknown (not reported, or the link is down)",
+                        expected_bytes_per_second=expected)
+    return PathSpec(f"nic:{nic.name}", kind, spec.bytes_per_second, spec.basis, spec.source, expected)
+
+
+def path_specs(report: Report, config=None) -> list[PathSpec]:
+    host_specs = {g.index: host_link_spec(g) for g in report.gpus}
+    by_index = {g.index: g for g in report.gpus}
+    paths = list(host_specs.values())
+    for link in report.links:
+        if isinstance(link.a, int) and isinstance(link.b, int) and link.a in by_index and link.b in by_index:
+            paths.append(pair_spec(by_index[link.a], by_index[link.b], link.type, host_specs))
+    for nic in report.nics:
+        expected = config.nic_speed_mbps(nic) if config else None
+        paths.append(nic_spec(nic, expected))
+    return paths

@@ -1,0 +1,138 @@
+"""The command line: `nodecheck inspect`, `nodecheck snapshot`, `nodecheck config init`.
+
+Exit codes: 0 healthy, 1 a finding at or above the failing severity, 2 usage or config error.
+Only this module turns a NodecheckError into a message and an exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from nodecheck import __version__
+from nodecheck.errors import ConfigError, NodecheckError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="What a GPU node is, and whether it performs to spec.")
+config_app = typer.Typer(no_args_is_help=True, help="Expectations file (TOML).")
+app.add_typer(config_app, name="config")
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+_FROM = typer.Option(None, "--from", help="Replay a snapshot (directory or .tar.gz) instead of this machine.")
+_CONFIG = typer.Option(None, "--config", "-c", help="Expectations file (default /etc/nodecheck/config.toml if present).")
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> None:
+    typer.echo(f"nodecheck: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _report(source: Optional[Path], config_path: Optional[Path]):
+    from nodecheck import config as config_module
+    from nodecheck.build import build_report
+    from nodecheck.host import LiveHost
+    from nodecheck.snapshot import open_snapshot
+
+    config = config_module.load(config_path)
+    if source is None:
+        return build_report(LiveHost(), config), config
+    with tempfile.TemporaryDirectory(prefix="nodecheck-snapshot-") as workdir:
+        return build_report(open_snapshot(source, Path(workdir)), config), config
+
+
+@app.command()
+def inspect(
+    source: Optional[Path] = _FROM,
+    as_json: bool = typer.Option(False, "--json", help="Print the Report as JSON (docs/report-schema.md)."),
+    config_path: Optional[Path] = _CONFIG,
+) -> None:
+    """Report GPUs, links, NUMA locality, NICs, path specs, findings and binding advice."""
+    from nodecheck.model import SEVERITIES
+
+    try:
+        report, config = _report(source, config_path)
+    except NodecheckError as error:
+        _fail(str(error))
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        from nodecheck.render import render
+
+        render(report)
+    worst = report.worst_severity()
+    failing = worst is not None and SEVERITIES.index(worst) >= SEVERITIES.index(config.fail_severity)
+    raise typer.Exit(EXIT_FINDINGS if failing else EXIT_OK)
+
+
+@app.command()
+def snapshot(
+    out: Path = typer.Argument(..., help="Directory to create, or a path ending in .tar.gz."),
+    config_path: Optional[Path] = _CONFIG,
+) -> None:
+    """Record every raw source the probes read (for `inspect --from` and support tickets)."""
+    from nodecheck import config as config_module
+    from nodecheck.build import build_report
+    from nodecheck.host import LiveHost
+    from nodecheck.snapshot import RecordingHost
+
+    if out.exists() and (out.is_file() or any(out.iterdir())):
+        _fail(f"{out} already exists and is not empty")
+    try:
+        recorder = RecordingHost(LiveHost())
+        report = build_report(recorder, config_module.load(config_path))
+        recorder.write(out)
+    except (NodecheckError, OSError) as error:
+        _fail(str(error))
+    failed = [p.name for p in report.probes if not p.ok]
+    typer.echo(f"snapshot written to {out} ({len(recorder.sources)} sources"
+               + (f"; without data from: {', '.join(failed)}" if failed else "") + ")")
+
+
+@config_app.command("init")
+def config_init(
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of standard output."),
+    source: Optional[Path] = _FROM,
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
+) -> None:
+    """Write this node's facts as a starting config (run it on a known-good node)."""
+    from nodecheck.config import generate
+
+    try:
+        report, _ = _report(source, None)
+    except NodecheckError as error:
+        _fail(str(error))
+    text = generate(report)
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    if output.exists() and not force:
+        _fail(f"{output} exists; use --force to overwrite")
+    try:
+        output.write_text(text)
+    except OSError as error:
+        _fail(f"cannot write {output}: {error.strerror or error}")
+    typer.echo(f"config written to {output}")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"nodecheck {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version.")) -> None:
+    pass
+
+
+def main() -> None:
+    try:
+        app()
+    except ConfigError as error:  # raised outside a command body (should not happen, but never a traceback)
+        typer.echo(f"nodecheck: {error}", err=True)
+        sys.exit(EXIT_USAGE)

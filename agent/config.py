@@ -1,0 +1,156 @@
+"""Expectations of a node, from one TOML file. Every wrong key or value is a ConfigError that
+names the file, the key and what was expected. `generate()` writes a known-good node's facts as a
+starting config (like NHC's genconf), so a fleet is checked against its own golden node."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodecheck.errors import ConfigError
+from nodecheck.model import SEVERITIES, Report
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+DEFAULT_PATH = Path("/etc/nodecheck/config.toml")
+_LINK_TYPE = re.compile(r"^(PIX|PXB|PHB|NODE|SYS|SOC|NV\d{1,3})$")
+_PAIR = re.compile(r"^gpu(\d+)-gpu(\d+)$")
+_NIC_STATES = ("up", "down", "any")
+
+
+@dataclass
+class NicExpectation:
+    speed_mbps: int | None = None
+    state: str = "up"
+
+
+@dataclass
+class Config:
+    path: str | None = None
+    gpu_count: int | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    nvlinks_per_gpu: int | None = None
+    links: dict[tuple[int, int], str] = field(default_factory=dict)
+    nics: dict[str, NicExpectation] = field(default_factory=dict)
+    bandwidth_ratio: float = 0.8
+    fail_severity: str = "error"
+
+    def nic_expectation(self, nic) -> NicExpectation | None:
+        return self.nics.get(nic.name) or (self.nics.get(nic.rdma_device) if nic.rdma_device else None)
+
+    def nic_speed_mbps(self, nic) -> int | None:
+        expectation = self.nic_expectation(nic)
+        return expectation.speed_mbps if expectation else None
+
+
+def load(path: Path | None) -> Config:
+    """Load `path`; with None, the default file when it exists, else no expectations."""
+    if path is None:
+        if not DEFAULT_PATH.is_file():
+            return Config()
+        path = DEFAULT_PATH
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read config ({error.strerror or error})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML ({error})") from None
+    return parse(data, str(path))
+
+
+def parse(data: dict, source: str) -> Config:
+    config = Config(path=source)
+    _known(data, ("gpus", "links", "nics", "thresholds"), "", source)
+    gpus = _table(data, "gpus", source)
+    _known(gpus, ("count", "pcie_gen", "pcie_width", "nvlinks_per_gpu"), "gpus.", source)
+    config.gpu_count = _int(gpus, "count", source, "gpus.", 0, 1024)
+    config.pcie_gen = _int(gpus, "pcie_gen", source, "gpus.", 1, 7)
+    config.pcie_width = _int(gpus, "pcie_width", source, "gpus.", 1, 32)
+    config.nvlinks_per_gpu = _int(gpus, "nvlinks_per_gpu", source, "gpus.", 0, 64)
+    for key, value in _table(data, "links", source).items():
+        pair = _PAIR.match(key)
+        if not pair or pair[1] == pair[2]:
+            raise ConfigError(f"{source}: key 'links.{key}': expected a GPU pair like \"gpu0-gpu1\"")
+        if not isinstance(value, str) or not _LINK_TYPE.match(value):
+            raise ConfigError(f"{source}: key 'links.{key}': expected a link type (NV#, PIX, PXB, PHB, NODE, SYS), got {value!r}")
+        config.links[tuple(sorted((int(pair[1]), int(pair[2]))))] = value
+    for name, table in _table(data, "nics", source).items():
+        config.nics[name] = _nic(name, table, source)
+    thresholds = _table(data, "thresholds", source)
+    _known(thresholds, ("bandwidth_ratio", "fail_severity"), "thresholds.", source)
+    ratio = thresholds.get("bandwidth_ratio", config.bandwidth_ratio)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
+        raise ConfigError(f"{source}: key 'thresholds.bandwidth_ratio': expected a number in (0, 1], got {ratio!r}")
+    config.bandwidth_ratio = float(ratio)
+    config.fail_severity = thresholds.get("fail_severity", config.fail_severity)
+    if config.fail_severity not in SEVERITIES:
+        raise ConfigError(f"{source}: key 'thresholds.fail_severity': expected one of {', '.join(SEVERITIES)}, got {config.fail_severity!r}")
+    return config
+
+
+def _known(table: dict, keys: tuple[str, ...], prefix: str, source: str) -> None:
+    for key in table:
+        if key not in keys:
+            raise ConfigError(f"{source}: unknown key '{prefix}{key}' (expected one of: {', '.join(keys)})")
+
+
+def _table(data: dict, key: str, source: str) -> dict:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: key '{key}': expected a table ([{key}]), got {value!r}")
+    return value
+
+
+def _int(table: dict, key: str, source: str, prefix: str, low: int, high: int) -> int | None:
+    value = table.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"{source}: key '{prefix}{key}': expected a whole number from {low} to {high}, got {value!r}")
+    return value
+
+
+def _nic(name: str, table, source: str) -> NicExpectation:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: key 'nics.{name}': expected a table ([nics.{name}]), got {table!r}")
+    _known(table, ("speed_mbps", "state"), f"nics.{name}.", source)
+    state = table.get("state", "up")
+    if state not in _NIC_STATES:
+        raise ConfigError(f"{source}: key 'nics.{name}.state': expected one of {', '.join(_NIC_STATES)}, got {state!r}")
+    return NicExpectation(_int(table, "speed_mbps", source, f"nics.{name}.", 1, 10_000_000), state)
+
+
+def generate(report: Report) -> str:
+    """A starting config holding this node's facts: GPU count, PCIe, NVLinks, link types, NIC speeds."""
+    lines = [f"# nodecheck expectations, generated from {report.node.get('hostname') or 'this node'}.",
+             "# Review, then install as /etc/nodecheck/config.toml on every node of this kind.", "", "[gpus]",
+             f"count = {len(report.gpus)}"]
+    pcie = [g.pcie for g in report.gpus if g.pcie]
+    if pcie and all(p.get("gen_max") for p in pcie):
+        lines.append(f"pcie_gen = {min(p['gen_max'] for p in pcie)}")
+    if pcie and all(p.get("width_max") for p in pcie):
+        lines.append(f"pcie_width = {min(p['width_max'] for p in pcie)}")
+    active = [sum(1 for l in g.nvlinks if l["active"]) for g in report.gpus]
+    if active and min(active) > 0:
+        lines.append(f"nvlinks_per_gpu = {min(active)}")
+    gpu_links = [l for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)]
+    if gpu_links:
+        lines += ["", "[links]"] + [f'"gpu{l.a}-gpu{l.b}" = "{l.type}"' for l in gpu_links]
+    for nic in report.nics:
+        speed = _nic_mbps(report, nic)
+        if nic.state == "up" and not nic.virtual and speed:
+            lines += ["", f'[nics."{nic.name}"]', f"speed_mbps = {speed}", 'state = "up"']
+    lines += ["", "[thresholds]", "bandwidth_ratio = 0.8", 'fail_severity = "error"', ""]
+    return "\n".join(lines)
+
+
+def _nic_mbps(report: Report, nic) -> int | None:
+    spec = next((p for p in report.paths if p.path == f"nic:{nic.name}"), None)
+    return round(spec.bytes_per_second * 8 / 1e6) if spec and spec.bytes_per_second else None

@@ -1,0 +1,21 @@
+"""The one domain error type of nodecheck, and the few refinements callers act on."""
+
+
+class NodecheckError(Exception):
+    """Anything nodecheck reports as a clear message instead of a traceback."""
+
+
+class ParseError(NodecheckError):
+    """Text handed to a parser is not what that parser reads (garbled, truncated, another tool)."""
+
+
+class NoData(NodecheckError):
+    """The source a probe reads is absent (binary not installed, no driver, not in the snapshot)."""
+
+
+class ProbeFailed(NodecheckError):
+    """The source exists but reading it failed (timeout, non-zero exit, driver error)."""
+
+
+class ConfigError(NodecheckError):
+    """A config file is missing, unreadable or holds a wrong key or value."""

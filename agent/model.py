@@ -1,0 +1,104 @@
+"""The Report: the one object every face (CLI, exporter, prolog) reads. Its JSON form is
+documented in docs/report-schema.md; bump SCHEMA_VERSION on any incompatible change."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from nodecheck.probes.nics import Nic
+
+SCHEMA_VERSION = 1
+SEVERITIES = ("info", "warning", "error", "critical")
+
+
+@dataclass
+class Gpu:
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    cpu_affinity: str = ""  # Linux cpulist; "" when not reported
+    numa_node: int | None = None  # the CPU-side NUMA node closest to the GPU
+    gpu_numa_id: int | None = None  # the GPU's own memory NUMA node (coherent platforms only)
+    pcie: dict | None = None  # gen_current, gen_max, gen_gpu_max, width_current, width_max
+    utilization_percent: int | None = None
+    nvlinks: list[dict] = field(default_factory=list)  # {link, active, version}
+    ecc_enabled: bool | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failed: bool | None = None
+    nearest_nics: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Link:
+    a: int | str  # GPU index or NIC name
+    b: int | str
+    type: str  # as nvidia-smi prints it: NV18, PIX, SYS ...
+    path_class: str  # nvlink, pcie-host-bridge, socket-interconnect ...
+
+
+@dataclass
+class PathSpec:
+    """Theoretical unidirectional rate of one path; None with the reason when it cannot be derived."""
+
+    path: str  # gpu0:host, gpu0:gpu1, nic:eth0
+    kind: str  # pcie, nvlink, ethernet, infiniband
+    bytes_per_second: float | None
+    basis: str
+    source: str | None = None
+    expected_bytes_per_second: float | None = None  # from config, when it states one
+
+
+@dataclass
+class Finding:
+    kind: str  # gpu_count_low, pcie_downtrained, nvlink_inactive, ...
+    severity: str  # one of SEVERITIES
+    subject: str  # gpu0, gpu0-gpu1, eth0, node
+    measured: object
+    expected: object
+    message: str  # one line a person can act on
+
+
+@dataclass
+class Cpu:
+    packages: int
+    numa_nodes: int
+    cores: int
+    pus: int
+    numa: list[dict] = field(default_factory=list)  # {node, cpus}
+    model: str | None = None
+
+
+@dataclass
+class ProbeOutcome:
+    name: str
+    ok: bool
+    no_data: bool
+    duration_seconds: float
+    error: str | None
+
+
+@dataclass
+class Report:
+    generated_at: float
+    source: str
+    node: dict
+    probes: list[ProbeOutcome]
+    cpu: Cpu | None
+    gpus: list[Gpu]
+    gpus_absent_reason: str | None
+    nics: list[Nic]
+    links: list[Link]
+    paths: list[PathSpec]
+    findings: list[Finding] = field(default_factory=list)
+    advice: list[dict] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["schema"] = "nodecheck.report"
+        return data
+
+    def worst_severity(self) -> str | None:
+        ranks = [SEVERITIES.index(f.severity) for f in self.findings]
+        return SEVERITIES[max(ranks)] if ranks else None

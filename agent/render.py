@@ -1,0 +1,113 @@
+"""Human output of a Report with rich: identity, probes, GPUs, link matrix, NICs, findings, advice."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from nodecheck.model import Report
+from nodecheck.units import format_bits, format_rate
+
+_SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "error": "red", "critical": "bold red"}
+
+
+def _unknown(value) -> str:
+    return "unknown" if value is None or value == "" else str(value)
+
+
+def render(report: Report, console: Console | None = None) -> None:
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # piped or captured: do not squeeze the tables into 80 columns
+            console = Console(width=160)
+    node = report.node
+    console.print(f"[bold]nodecheck[/bold] {node.get('hostname') or '?'}  kernel {_unknown(node.get('kernel'))}  "
+                  f"driver {_unknown(node.get('driver_version'))}  [dim]({report.source})[/dim]")
+    console.print("probes: " + "  ".join(
+        f"{p.name} [{'green' if p.ok else 'dim' if p.no_data else 'red'}]"
+        f"{'ok' if p.ok else 'no data' if p.no_data else 'FAILED'}[/] {p.duration_seconds * 1000:.0f} ms"
+        for p in report.probes))
+    if report.cpu:
+        c = report.cpu
+        numa = ", ".join(f"node{n['node']}: {n['cpus']}" for n in c.numa)
+        console.print(f"CPU: {c.packages} package(s), {c.numa_nodes} NUMA node(s) ({numa}), {c.cores} cores, {c.pus} PUs"
+                      + (f"  [dim]{c.model}[/dim]" if c.model else ""))
+    _gpus(console, report)
+    _matrix(console, report)
+    _nics(console, report)
+    _findings(console, report)
+    _advice(console, report)
+
+
+def _gpus(console: Console, report: Report) -> None:
+    if not report.gpus:
+        console.print(f"[yellow]No GPUs:[/yellow] {report.gpus_absent_reason}")
+        return
+    specs = {p.path: p for p in report.paths}
+    table = Table(title="GPUs", title_justify="left")
+    for column in ("GPU", "model", "PCIe now / max", "host link spec", "NVLinks", "NUMA", "CPU affinity", "nearest NICs"):
+        table.add_column(column)
+    for g in report.gpus:
+        p = g.pcie or {}
+        pcie = (f"gen{_unknown(p.get('gen_current'))} x{_unknown(p.get('width_current'))} / "
+                f"gen{_unknown(p.get('gen_max'))} x{_unknown(p.get('width_max'))}") if g.pcie else "unknown"
+        active = sum(1 for l in g.nvlinks if l["active"])
+        nvlinks = f"{active}/{len(g.nvlinks)} up" if g.nvlinks else "-"
+        table.add_row(str(g.index), _unknown(g.name), pcie, format_rate(specs[f"gpu{g.index}:host"].bytes_per_second),
+                      nvlinks, _unknown(g.numa_node), _unknown(g.cpu_affinity), ", ".join(g.nearest_nics) or "-")
+    console.print(table)
+
+
+def _matrix(console: Console, report: Report) -> None:
+    if len(report.gpus) < 2 and not any(isinstance(l.b, str) for l in report.links):
+        return
+    cells = {}
+    for link in report.links:
+        cells[(link.a, link.b)] = cells[(link.b, link.a)] = link.type
+    devices = [g.index for g in report.gpus] + sorted({l.b for l in report.links if isinstance(l.b, str)})
+    table = Table(title="Links (nvidia-smi topo -m)", title_justify="left")
+    table.add_column("")
+    for device in devices:
+        table.add_column(f"GPU{device}" if isinstance(device, int) else device)
+    for a in (g.index for g in report.gpus):
+        table.add_row(f"GPU{a}", *("X" if a == b else cells.get((a, b), "?") for b in devices))
+    console.print(table)
+
+
+def _nics(console: Console, report: Report) -> None:
+    shown = [n for n in report.nics if not n.virtual or n.addresses]
+    if not shown:
+        return
+    specs = {p.path: p for p in report.paths}
+    table = Table(title="NICs", title_justify="left")
+    for column in ("NIC", "kind", "state", "speed", "spec", "MTU", "NUMA", "driver", "PCI", "addresses"):
+        table.add_column(column)
+    for n in shown:
+        spec = specs.get(f"nic:{n.name}")
+        name = f"{n.name} ({n.rdma_device})" if n.rdma_device and n.rdma_device != n.name else n.name
+        speed = f"{n.speed_mbps} Mb/s" if n.speed_mbps else "unknown"
+        addresses = " ".join(f"{a['address']}/{a['prefixlen']}" for a in n.addresses if a["family"] == "inet")
+        table.add_row(name, n.kind, _unknown(n.state), speed, format_bits(spec.bytes_per_second if spec else None),
+                      _unknown(n.mtu), _unknown(n.numa_node), _unknown(n.driver), _unknown(n.pci_address), addresses or "-")
+    console.print(table)
+
+
+def _findings(console: Console, report: Report) -> None:
+    if not report.findings:
+        console.print("[green]No findings.[/green]")
+        return
+    table = Table(title="Findings", title_justify="left")
+    for column in ("severity", "subject", "measured", "expected", "what to do"):
+        table.add_column(column)
+    for f in report.findings:
+        style = _SEVERITY_STYLE.get(f.severity, "")
+        table.add_row(f"[{style}]{f.severity}[/]", f.subject, str(f.measured), str(f.expected), f.message)
+    console.print(table)
+
+
+def _advice(console: Console, report: Report) -> None:
+    if not report.advice:
+        return
+    console.print("[bold]Binding advice[/bold] (one process per GPU):")
+    for entry in report.advice:
+        console.print(f"  gpu{entry['gpu']}: " + "  ".join(entry["lines"]), soft_wrap=True, highlight=False)

@@ -1,0 +1,140 @@
+"""Static rules: facts (+ expectations from config) -> findings. Pure: no I/O.
+
+PCIe downtraining is decided on the link WIDTH. An idle GPU drops its PCIe generation to save
+power (an H100 idles at gen 1 on a gen 5 link), so a low current generation is only reported when
+the GPU is busy (utilization >= BUSY_UTILIZATION); otherwise the bandwidth test confirms it.
+"""
+
+from __future__ import annotations
+
+from nodecheck.build import BUSY_UTILIZATION
+from nodecheck.config import Config
+from nodecheck.model import Finding, Report
+from nodecheck.probes import ProbeResult
+from nodecheck.probes.topo import link_family
+from nodecheck.units import format_bits
+
+
+def evaluate(report: Report, results: dict[str, ProbeResult], config: Config | None) -> list[Finding]:
+    config = config or Config()
+    findings: list[Finding] = []
+    findings += _probe_failures(results)
+    findings += _gpu_count(report, config)
+    for gpu in report.gpus:
+        findings += _pcie(gpu, config)
+        findings += _nvlinks(gpu, config)
+    findings += _links(report, config)
+    findings += _nics(report, config)
+    findings += _far_nics(report)
+    return findings
+
+
+def _probe_failures(results: dict[str, ProbeResult]) -> list[Finding]:
+    return [Finding("probe_failed", "warning", f"probe:{r.name}", "failed", "ok",
+                    f"probe {r.name} failed: {r.error}") for r in results.values() if not r.ok and not r.no_data]
+
+
+def _gpu_count(report: Report, config: Config) -> list[Finding]:
+    if config.gpu_count is None or len(report.gpus) >= config.gpu_count:
+        return []
+    why = f" ({report.gpus_absent_reason})" if report.gpus_absent_reason else ""
+    return [Finding("gpu_count_low", "error", "node", len(report.gpus), config.gpu_count,
+                    f"{len(report.gpus)} GPUs visible, {config.gpu_count} expected{why}: check `nvidia-smi -L`, "
+                    "dmesg for Xid/fallen-off-the-bus errors, and reseat or replace the missing GPU")]
+
+
+def _pcie(gpu, config: Config) -> list[Finding]:
+    pcie = gpu.pcie or {}
+    subject, findings = f"gpu{gpu.index}", []
+    width, width_max = pcie.get("width_current"), pcie.get("width_max")
+    expected_width = config.pcie_width or width_max
+    if width and expected_width and width < expected_width:
+        findings.append(Finding("pcie_downtrained", "error", subject, f"x{width}", f"x{expected_width}",
+                                f"{subject} PCIe x{width} < x{expected_width}: reseat the GPU or its riser, check the slot"))
+    gen, gen_max = pcie.get("gen_current"), pcie.get("gen_max")
+    if config.pcie_gen and gen_max and gen_max < config.pcie_gen:
+        findings.append(Finding("pcie_downtrained", "error", subject, f"gen{gen_max}", f"gen{config.pcie_gen}",
+                                f"{subject} PCIe link can reach gen {gen_max} only, gen {config.pcie_gen} expected: "
+                                "check BIOS PCIe speed settings and the riser"))
+    busy = (gpu.utilization_percent or 0) >= BUSY_UTILIZATION
+    if busy and gen and gen_max and gen < gen_max:
+        findings.append(Finding("pcie_downtrained", "warning", subject, f"gen{gen}", f"gen{gen_max}",
+                                f"{subject} PCIe gen {gen} < gen {gen_max} while {gpu.utilization_percent}% busy: "
+                                "confirm with `nodecheck bench --tests h2d`"))
+    return findings
+
+
+def _nvlinks(gpu, config: Config) -> list[Finding]:
+    subject = f"gpu{gpu.index}"
+    inactive = [l["link"] for l in gpu.nvlinks if not l["active"]]
+    active = len(gpu.nvlinks) - len(inactive)
+    findings = []
+    if inactive:
+        findings.append(Finding("nvlink_inactive", "error", subject, active, len(gpu.nvlinks),
+                                f"{subject} NVLink link(s) {', '.join(map(str, inactive))} inactive: "
+                                "check `nvidia-smi nvlink -s`, fabric manager, and the NVSwitch tray"))
+    if config.nvlinks_per_gpu and gpu.pcie is not None and active < config.nvlinks_per_gpu:
+        findings.append(Finding("nvlink_count_low", "error", subject, active, config.nvlinks_per_gpu,
+                                f"{subject} has {active} active NVLinks, {config.nvlinks_per_gpu} expected"))
+    return findings
+
+
+def _links(report: Report, config: Config) -> list[Finding]:
+    seen = {tuple(sorted((l.a, l.b))): l.type for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)}
+    findings = []
+    for (a, b), expected in sorted(config.links.items()):
+        measured = seen.get((a, b))
+        if measured is None or measured == expected:
+            continue  # a GPU missing altogether is gpu_count_low's finding
+        severity = "error" if link_family(expected) == "NV" or measured == "SYS" else "warning"
+        findings.append(Finding("gpu_link_changed", severity, f"gpu{a}-gpu{b}", measured, expected,
+                                f"gpu{a}-gpu{b} linked by {measured}, {expected} expected: "
+                                + ("NVLink down? check `nvidia-smi nvlink -s`" if link_family(expected) == "NV"
+                                   else "the GPUs sit on a different PCIe path than on the golden node")))
+    return findings
+
+
+def _nics(report: Report, config: Config) -> list[Finding]:
+    findings = []
+    specs = {p.path: p for p in report.paths}
+    present = {n.name for n in report.nics} | {n.rdma_device for n in report.nics if n.rdma_device}
+    for name, expectation in sorted(config.nics.items()):
+        if name not in present:
+            findings.append(Finding("nic_missing", "error", name, "absent", "present",
+                                    f"{name} expected but not found: check the driver (`ip link`, `ibstat`) and the card"))
+    for nic in report.nics:
+        expectation = config.nic_expectation(nic)
+        if expectation is None:
+            continue
+        if expectation.state != "any" and nic.state != expectation.state:
+            findings.append(Finding("nic_down", "error", nic.name, nic.state or "unknown", expectation.state,
+                                    f"{nic.name} is {nic.state or 'in an unknown state'}, {expectation.state} expected: "
+                                    "check the cable, the switch port and `ip link`"))
+            continue
+        spec = specs.get(f"nic:{nic.name}")
+        if expectation.speed_mbps and spec:
+            findings += _nic_speed(nic.name, spec, expectation.speed_mbps)
+    return findings
+
+
+def _nic_speed(name: str, spec, expected_mbps: int) -> list[Finding]:
+    expected = expected_mbps * 1e6 / 8
+    if spec.bytes_per_second is None:
+        return [Finding("nic_speed_unknown", "warning", name, "unknown", format_bits(expected),
+                        f"{name} does not report its speed, {format_bits(expected)} expected")]
+    if spec.bytes_per_second < expected * 0.999:
+        return [Finding("nic_slow", "error", name, format_bits(spec.bytes_per_second), format_bits(expected),
+                        f"{name} negotiated {format_bits(spec.bytes_per_second)} < {format_bits(expected)}: "
+                        "check the cable/transceiver and the switch port (`ethtool`, `ibstat`)")]
+    return []
+
+
+def _far_nics(report: Report) -> list[Finding]:
+    findings = []
+    for gpu in report.gpus:
+        types = [l.type for l in report.links if l.a == gpu.index and isinstance(l.b, str) and l.b in gpu.nearest_nics]
+        if types and all(link_family(t) in ("SYS", "SOC") for t in types):
+            findings.append(Finding("nic_far_from_gpu", "warning", f"gpu{gpu.index}", "SYS", "NODE or closer",
+                                    f"gpu{gpu.index}'s nearest NIC ({', '.join(gpu.nearest_nics)}) is across the socket "
+                                    "interconnect: GPUDirect RDMA traffic crosses sockets"))
+    return findings

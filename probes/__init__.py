@@ -1,0 +1,95 @@
+"""The probe registry: each probe reads one kind of fact through a Host and parses it.
+
+run_probes() is the one place with a broad `except`: whatever a probe does (raise, hang, return
+garbage), the others still run and the outcome is recorded, never raised.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from nodecheck.errors import NoData, NodecheckError
+
+
+@dataclass
+class ProbeResult:
+    name: str
+    ok: bool
+    no_data: bool
+    duration: float
+    facts: object | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Probe:
+    name: str
+    collect: Callable[[object, float], object]  # (host, timeout) -> facts
+    timeout: float
+
+
+def _topo(host, timeout: float):
+    from nodecheck.probes import topo
+
+    return topo.parse_topo_matrix(host.command(topo.SOURCE, topo.ARGV, timeout))
+
+
+def _lstopo(host, timeout: float):
+    from nodecheck.probes import lstopo
+
+    return lstopo.parse_lstopo_xml(host.command(lstopo.SOURCE, lstopo.ARGV, timeout))
+
+
+def _nvml(host, timeout: float):
+    from nodecheck.probes import nvml
+
+    return nvml.parse_nvml(host.nvml(timeout))
+
+
+def _nics(host, timeout: float):
+    from nodecheck.probes import nics
+
+    return nics.collect(host)
+
+
+PROBES: list[Probe] = [
+    Probe("nvidia_smi_topo", _topo, 15.0),
+    Probe("nvml", _nvml, 15.0),
+    Probe("lstopo", _lstopo, 15.0),
+    Probe("nics", _nics, 10.0),
+]
+
+
+def run_probe(probe: Probe, host) -> ProbeResult:
+    started = time.monotonic()
+    try:
+        facts = probe.collect(host, probe.timeout)
+    except NoData as error:
+        return ProbeResult(probe.name, False, True, time.monotonic() - started, None, str(error))
+    except NodecheckError as error:
+        return ProbeResult(probe.name, False, False, time.monotonic() - started, None, str(error))
+    except Exception as error:  # a probe bug must not take the agent down: record it instead
+        return ProbeResult(probe.name, False, False, time.monotonic() - started, None,
+                           f"internal error: {type(error).__name__}: {error}")
+    return ProbeResult(probe.name, True, False, time.monotonic() - started, facts, None)
+
+
+def run_probes(host, probes: list[Probe] | None = None, grace: float = 2.0) -> dict[str, ProbeResult]:
+    """Run every probe concurrently (they mostly wait on subprocesses and files); each has a deadline."""
+    probes = PROBES if probes is None else probes
+    results: dict[str, ProbeResult] = {}
+    threads = []
+    for probe in probes:
+        thread = threading.Thread(target=lambda p=probe: results.__setitem__(p.name, run_probe(p, host)),
+                                  name=f"probe-{probe.name}", daemon=True)
+        thread.start()
+        threads.append((probe, thread, time.monotonic()))
+    for probe, thread, started in threads:
+        thread.join(max(0.0, started + probe.timeout + grace - time.monotonic()))
+        if probe.name not in results:
+            results[probe.name] = ProbeResult(probe.name, False, False, time.monotonic() - started, None,
+                                              f"timed out after {probe.timeout + grace:g} s")
+    return {probe.name: results[probe.name] for probe in probes}

@@ -1,0 +1,181 @@
+"""NICs from sysfs: name, state, speed, MTU, driver, PCI address, NUMA node, addresses (psutil),
+IPv4 routes (/proc/net/route), and InfiniBand/RoCE ports from /sys/class/infiniband.
+
+Placeholders the kernel uses for "not known" (speed -1 or 4294967295, numa_node -1) become None,
+never a number. The reader goes through a Host; parse_* functions take the raw values only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+import struct
+from dataclasses import dataclass, field
+
+from nodecheck.errors import NoData, ParseError
+
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_NET_FILES = ("operstate", "speed", "mtu", "duplex", "address", "carrier", "type")
+_IB_PORT_FILES = ("rate", "state", "phys_state", "link_layer")
+_ARPHRD = {"1": "ethernet", "32": "infiniband", "772": "loopback"}
+
+
+@dataclass
+class IbPort:
+    device: str  # mlx5_0
+    port: int
+    state: str | None  # ACTIVE, DOWN, INIT ...
+    phys_state: str | None  # LinkUp, Disabled, Polling ...
+    rate: str | None  # as sysfs prints it: "400 Gb/sec (4X NDR)"
+    link_layer: str | None  # InfiniBand or Ethernet (RoCE)
+
+
+@dataclass
+class Nic:
+    name: str
+    kind: str  # ethernet, infiniband, loopback, other
+    virtual: bool  # no PCI device behind it (bridge, veth, lo ...)
+    state: str | None
+    speed_mbps: int | None
+    mtu: int | None
+    driver: str | None
+    pci_address: str | None
+    numa_node: int | None
+    mac: str | None
+    addresses: list[dict] = field(default_factory=list)
+    rdma_device: str | None = None  # mlx5_0 when this netdev belongs to an RDMA device
+    ib_ports: list[IbPort] = field(default_factory=list)
+
+
+@dataclass
+class Route:
+    iface: str
+    destination: str  # CIDR
+    gateway: str | None
+
+
+@dataclass
+class NicFacts:
+    nics: list[Nic]
+    rdma_devices: dict[str, list[IbPort]]  # every RDMA device, with or without a netdev
+    rdma_pci: dict[str, str]  # RDMA device -> PCI address
+    routes: list[Route]
+
+
+def collect(host) -> NicFacts:
+    names = host.list_dir("/sys/class/net")
+    if not names:  # a live Linux host always has lo: this is a snapshot without sysfs
+        raise NoData("no /sys/class/net to read")
+    netdevs = {name: read_netdev(host, name) for name in names}
+    rdma = {name: read_rdma_device(host, name) for name in host.list_dir("/sys/class/infiniband")}
+    return parse_nics(netdevs, rdma, host.addresses(), host.read_text("/proc/net/route"))
+
+
+def read_netdev(host, name: str) -> dict:
+    base = f"/sys/class/net/{name}"
+    raw = {key: host.read_text(f"{base}/{key}") for key in _NET_FILES}
+    raw["link"] = host.read_link(base)
+    driver = host.read_link(f"{base}/device/driver")
+    raw["driver"] = driver.rsplit("/", 1)[-1] if driver else None
+    pci = pci_address_from_path(raw["link"] or "")
+    raw["numa_node"] = host.read_text(f"/sys/bus/pci/devices/{pci}/numa_node") if pci else None
+    return raw
+
+
+def read_rdma_device(host, name: str) -> dict:
+    base = f"/sys/class/infiniband/{name}"
+    ports = {port: {key: host.read_text(f"{base}/ports/{port}/{key}") for key in _IB_PORT_FILES}
+             for port in host.list_dir(f"{base}/ports")}
+    return {"device": host.read_link(f"{base}/device"), "ports": ports, "netdevs": host.list_dir(f"{base}/device/net")}
+
+
+def pci_address_from_path(path: str) -> str | None:
+    """The last PCI address in a sysfs path ('../../devices/pci0000:00/0000:00:03.0/virtio2/net/eth0')."""
+    found = [part for part in path.split("/") if _PCI_ADDRESS.match(part)]
+    return found[-1] if found else None
+
+
+def parse_nics(netdevs: dict[str, dict], rdma: dict[str, dict], addresses: dict, route_text: str | None) -> NicFacts:
+    rdma_ports = {name: _ib_ports(name, raw.get("ports") or {}) for name, raw in rdma.items()}
+    owner = {netdev: name for name, raw in rdma.items() for netdev in raw.get("netdevs") or []}
+    nics = []
+    for name in sorted(netdevs):
+        nic = _nic(name, netdevs[name], addresses.get(name, []))
+        nic.rdma_device = owner.get(name)
+        nic.ib_ports = rdma_ports.get(nic.rdma_device, []) if nic.rdma_device else []
+        nics.append(nic)
+    rdma_pci = {name: pci for name, raw in rdma.items() if (pci := pci_address_from_path(raw.get("device") or ""))}
+    return NicFacts(nics, rdma_ports, rdma_pci, parse_proc_route(route_text) if route_text else [])
+
+
+def _nic(name: str, raw: dict, addresses: list[dict]) -> Nic:
+    link = raw.get("link") or ""
+    pci = pci_address_from_path(link)
+    return Nic(
+        name=name,
+        kind=_ARPHRD.get(_clean(raw.get("type")) or "", "other"),
+        virtual="/virtual/" in link or pci is None,
+        state=_clean(raw.get("operstate")),
+        speed_mbps=_positive_int(raw.get("speed"), placeholder=(4294967295, 65535)),
+        mtu=_positive_int(raw.get("mtu")),
+        driver=raw.get("driver"),
+        pci_address=pci,
+        numa_node=_non_negative_int(raw.get("numa_node")),
+        mac=_clean(raw.get("address")),
+        addresses=[a for a in addresses if _valid_address(a)],
+    )
+
+
+def _ib_ports(device: str, ports: dict[str, dict]) -> list[IbPort]:
+    out = []
+    for port, raw in sorted(ports.items(), key=lambda item: int(item[0]) if item[0].isdigit() else 0):
+        if not port.isdigit():
+            continue
+        out.append(IbPort(device, int(port), _after_colon(raw.get("state")), _after_colon(raw.get("phys_state")),
+                          _clean(raw.get("rate")), _clean(raw.get("link_layer"))))
+    return out
+
+
+def parse_proc_route(text: str) -> list[Route]:
+    """/proc/net/route: hex little-endian IPv4 destination, gateway and mask per line."""
+    routes = []
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 8:
+            continue
+        try:
+            dest, gateway, mask = (socket.inet_ntoa(struct.pack("<I", int(f, 16))) for f in (fields[1], fields[2], fields[7]))
+            prefix = ipaddress.IPv4Network(f"0.0.0.0/{mask}").prefixlen
+        except (ValueError, struct.error):
+            raise ParseError(f"/proc/net/route: unreadable line {line[:80]!r}") from None
+        routes.append(Route(fields[0], f"{dest}/{prefix}", None if gateway == "0.0.0.0" else gateway))
+    return routes
+
+
+def _clean(text: str | None) -> str | None:
+    value = (text or "").strip()
+    return value or None
+
+
+def _after_colon(text: str | None) -> str | None:
+    """sysfs IB states read '4: ACTIVE', '5: LinkUp'."""
+    value = _clean(text)
+    return value.split(":", 1)[1].strip() if value and ":" in value else value
+
+
+def _positive_int(text: str | None, placeholder: tuple[int, ...] = ()) -> int | None:
+    value = _clean(text)
+    if value is None or not value.lstrip("-").isdigit():
+        return None
+    number = int(value)
+    return number if number > 0 and number not in placeholder else None
+
+
+def _non_negative_int(text: str | None) -> int | None:
+    value = _clean(text)
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _valid_address(entry) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get("address"), str) and isinstance(entry.get("prefixlen"), int)

@@ -1,0 +1,198 @@
+"""NVML (nvidia-ml-py, imported as pynvml): per GPU identity, PCIe link state, NVLink state,
+NUMA node, ECC and remapped rows, driver version.
+
+dump_nvml() is the thin reader: it asks NVML and returns plain JSON-able values, each either the
+value or {"error": "..."}; a snapshot stores exactly this. parse_nvml() turns it into facts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from nodecheck.errors import NoData, ParseError, ProbeFailed
+from nodecheck.units import format_cpulist, mask_words_to_cpus
+
+SOURCE = "nvml.json"
+
+# NVML error class names that mean "there is no NVIDIA GPU stack here", not "it is broken".
+_ABSENT = ("LibraryNotFound", "DriverNotLoaded", "NoPermission")
+
+
+def dump_nvml() -> dict:
+    try:
+        import pynvml
+    except ImportError:
+        raise NoData("nvidia-ml-py (pynvml) is not installed") from None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as error:
+        if any(name in type(error).__name__ for name in _ABSENT):
+            raise NoData(f"no NVIDIA driver: {error}") from None
+        raise ProbeFailed(f"NVML initialisation failed: {error}") from None
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        return {
+            "driver_version": _ask(pynvml, pynvml.nvmlSystemGetDriverVersion),
+            "cuda_driver_version": _ask(pynvml, pynvml.nvmlSystemGetCudaDriverVersion),
+            "gpus": [_dump_gpu(pynvml, index) for index in range(count)],
+        }
+    except pynvml.NVMLError as error:
+        raise ProbeFailed(f"NVML: {error}") from None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
+def _ask(pynvml, fn, *args):
+    try:
+        value = fn(*args)
+    except pynvml.NVMLError as error:
+        return {"error": str(error)}
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return value
+
+
+def _dump_gpu(pynvml, index: int) -> dict:
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    pci = _ask(pynvml, pynvml.nvmlDeviceGetPciInfo, handle)
+    words = max(1, ((os.cpu_count() or 64) + 63) // 64)
+    utilization = _ask(pynvml, pynvml.nvmlDeviceGetUtilizationRates, handle)
+    return {
+        "index": index,
+        "name": _ask(pynvml, pynvml.nvmlDeviceGetName, handle),
+        "uuid": _ask(pynvml, pynvml.nvmlDeviceGetUUID, handle),
+        "pci_bus_id": pci if isinstance(pci, dict) else _text(pci.busId),
+        "pcie_gen_current": _ask(pynvml, pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+        "pcie_gen_max": _ask(pynvml, pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
+        "pcie_gen_gpu_max": _ask(pynvml, pynvml.nvmlDeviceGetGpuMaxPcieLinkGeneration, handle),
+        "pcie_width_current": _ask(pynvml, pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+        "pcie_width_max": _ask(pynvml, pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
+        "pcie_speed_mts": _ask(pynvml, pynvml.nvmlDeviceGetPcieSpeed, handle),
+        "utilization_gpu": utilization if isinstance(utilization, dict) else utilization.gpu,
+        "numa_node": _ask(pynvml, pynvml.nvmlDeviceGetNumaNodeId, handle),
+        "ecc_mode": _ask(pynvml, pynvml.nvmlDeviceGetEccMode, handle),
+        "remapped_rows": _ask(pynvml, pynvml.nvmlDeviceGetRemappedRows, handle),
+        "cpu_affinity_words": _ask(pynvml, pynvml.nvmlDeviceGetCpuAffinity, handle, words),
+        "nvlinks": _dump_nvlinks(pynvml, handle),
+    }
+
+
+def _dump_nvlinks(pynvml, handle) -> list[dict]:
+    links = []
+    for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+        state = _ask(pynvml, pynvml.nvmlDeviceGetNvLinkState, handle, link)
+        if isinstance(state, dict):  # NotSupported / InvalidArgument: no such link on this GPU
+            if link == 0:
+                links.append({"link": 0, "state": state})
+            break
+        version = _ask(pynvml, pynvml.nvmlDeviceGetNvLinkVersion, handle, link)
+        links.append({"link": link, "state": state, "version": version})
+    return links
+
+
+def _text(value) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass
+class NvmlGpu:
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    pcie_gen_current: int | None = None
+    pcie_gen_max: int | None = None  # max for this GPU in this slot
+    pcie_gen_gpu_max: int | None = None  # the GPU's own max
+    pcie_width_current: int | None = None
+    pcie_width_max: int | None = None
+    utilization_gpu: int | None = None
+    numa_node: int | None = None
+    ecc_enabled: bool | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failed: bool | None = None
+    cpu_affinity: str = ""
+    nvlinks: list[tuple[int, bool, int | None]] = field(default_factory=list)  # (link, active, version)
+    errors: dict[str, str] = field(default_factory=dict)  # field -> NVML's reason
+
+
+@dataclass
+class NvmlFacts:
+    driver_version: str | None
+    cuda_driver_version: int | None
+    gpus: list[NvmlGpu]
+
+
+def parse_nvml(dump: object) -> NvmlFacts:
+    """Validate and convert a dump_nvml() document. Raises ParseError on a malformed one."""
+    if not isinstance(dump, dict) or not isinstance(dump.get("gpus"), list):
+        raise ParseError("NVML dump: expected an object with a 'gpus' list")
+    gpus = []
+    for position, raw in enumerate(dump["gpus"]):
+        if not isinstance(raw, dict):
+            raise ParseError(f"NVML dump: gpus[{position}] is not an object")
+        gpus.append(_parse_gpu(position, raw))
+    driver = dump.get("driver_version")
+    cuda = dump.get("cuda_driver_version")
+    return NvmlFacts(driver if isinstance(driver, str) else None, cuda if _is_int(cuda) else None, gpus)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
+    gpu = NvmlGpu(index=raw.get("index", position) if _is_int(raw.get("index")) else position)
+    for name in ("name", "uuid", "pci_bus_id"):
+        setattr(gpu, name, _field(gpu, raw, name, str))
+    for name in ("pcie_gen_current", "pcie_gen_max", "pcie_gen_gpu_max", "pcie_width_current",
+                 "pcie_width_max", "utilization_gpu"):
+        value = _field(gpu, raw, name, int)
+        setattr(gpu, name, value if value is None or value >= 0 else None)
+    numa = _field(gpu, raw, "numa_node", int)
+    gpu.numa_node = numa if numa is not None and numa >= 0 else None
+    ecc = _field(gpu, raw, "ecc_mode", list)
+    gpu.ecc_enabled = bool(ecc[0]) if ecc and _is_int(ecc[0]) else None
+    rows = _field(gpu, raw, "remapped_rows", list)
+    if rows and len(rows) >= 4 and all(_is_int(v) for v in rows[:4]):
+        gpu.remapped_rows_pending, gpu.remapped_rows_failed = bool(rows[2]), bool(rows[3])
+    words = _field(gpu, raw, "cpu_affinity_words", list)
+    if words and all(_is_int(w) and w >= 0 for w in words):
+        gpu.cpu_affinity = format_cpulist(mask_words_to_cpus(words))
+    gpu.nvlinks = _parse_nvlinks(gpu, raw.get("nvlinks"))
+    return gpu
+
+
+def _field(gpu: NvmlGpu, raw: dict, name: str, kind: type):
+    value = raw.get(name)
+    if isinstance(value, dict) and "error" in value:
+        gpu.errors[name] = str(value["error"])
+        return None
+    if value is None:
+        return None
+    if kind is int and not _is_int(value) or kind is not int and not isinstance(value, kind):
+        raise ParseError(f"NVML dump: gpu {gpu.index} {name} is {value!r}, expected {kind.__name__}")
+    return value
+
+
+def _parse_nvlinks(gpu: NvmlGpu, raw) -> list[tuple[int, bool, int | None]]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ParseError(f"NVML dump: gpu {gpu.index} nvlinks is not a list")
+    links = []
+    for entry in raw:
+        if not isinstance(entry, dict) or not _is_int(entry.get("link")):
+            raise ParseError(f"NVML dump: gpu {gpu.index} has a malformed nvlink entry {entry!r:.60}")
+        state = entry.get("state")
+        if isinstance(state, dict):
+            gpu.errors["nvlink"] = str(state.get("error"))
+            continue
+        if not _is_int(state):
+            raise ParseError(f"NVML dump: gpu {gpu.index} link {entry['link']} state is {state!r}")
+        version = entry.get("version")
+        links.append((entry["link"], state == 1, version if _is_int(version) else None))
+    return links
