@@ -53,6 +53,8 @@ def _ask(pynvml, fn, *args):
         return {"error": str(error)}
     if isinstance(value, bytes):
         return value.decode(errors="replace")
+    if isinstance(value, tuple) or hasattr(value, "_length_"):  # _length_: a ctypes array
+        return list(value)  # remapped rows come as a tuple, the CPU affinity as a ctypes array
     return value
 
 

@@ -1,0 +1,81 @@
+"""lstopo XML parser on published hwloc XML (answer key), on this machine's real lstopo, and on garbage."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from conftest import H100, PUBLIC, answer_key, need
+from nodecheck.errors import ParseError
+from nodecheck.host import LiveHost
+from nodecheck.probes.lstopo import ARGV, parse_lstopo_xml
+from nodecheck.units import parse_cpulist
+
+KEY = answer_key("lstopo") if (PUBLIC / "lstopo" / "EXPECTED.json").exists() else {}
+
+
+@pytest.mark.parametrize("name", sorted(KEY) or ["(captures absent)"])
+def test_public_xml_matches_answer_key(name):
+    expected = KEY.get(name) or pytest.skip("../shared/captures/public/lstopo is absent")
+    facts = parse_lstopo_xml(need(PUBLIC / "lstopo" / name).read_text())
+    assert (facts.packages, facts.numa_nodes, facts.cores, facts.pus) == (
+        expected["packages"], expected["numa_nodes"], expected["cores"], expected["pus"])
+    assert [(g.pci_busid, g.osdevs, g.numa_nodes) for g in facts.gpus] == [
+        (g["pci_busid"], g["osdevs"], g["numa_nodes"]) for g in expected["gpus"]]
+    assert [g.model for g in facts.gpus] == [g.get("model") for g in expected["gpus"]]
+    assert [(n.name, n.kind, n.pci_busid, n.numa_nodes) for n in facts.nics] == [
+        (n["name"], n["kind"], n["pci_busid"], n["numa_nodes"]) for n in expected["nics"]]
+    assert (facts.dmi_product, facts.cpu_model) == (expected["dmi_product"], expected["cpu_model"])
+
+
+def test_h100_vm_gpu_is_an_opencl_coprocessor():
+    facts = parse_lstopo_xml(need(H100 / "lstopo.xml").read_text())
+    assert (facts.packages, facts.numa_nodes, facts.cores, facts.pus) == (1, 1, 16, 16)
+    assert facts.numa == {0: "0-15"}
+    assert [(g.osdevs, g.model) for g in facts.gpus] == [(["opencl1d0 (OpenCL)"], "NVIDIA H100 80GB HBM3")]
+    assert [(n.name, n.pci_busid) for n in facts.nics] == [("eth0", "0000:00:03.0")]
+
+
+def test_real_lstopo_on_this_machine():
+    if shutil.which(ARGV[0]) is None:
+        pytest.skip("hwloc's lstopo-no-graphics is not installed (apt install hwloc-nox)")
+    facts = parse_lstopo_xml(LiveHost().command("lstopo.xml", ARGV, timeout=30))
+    assert facts.pus == len(os.sched_getaffinity(0)) or facts.pus == os.cpu_count()
+    nodes = sorted(p.name for p in Path("/sys/devices/system/node").glob("node[0-9]*"))
+    assert facts.numa_nodes == max(1, len(nodes))
+    for node in nodes:  # the NUMA node cpulists agree with the kernel's
+        kernel = parse_cpulist(Path(f"/sys/devices/system/node/{node}/cpulist").read_text())
+        assert parse_cpulist(facts.numa[int(node[4:])]) == kernel
+    physical = {p.name for p in Path("/sys/class/net").iterdir() if (p / "device").exists()}
+    assert physical <= {n.name for n in facts.nics}
+
+
+@pytest.mark.parametrize("text", ["", "not xml", "<html><body>502</body></html>", "<topology/>",
+                                  '<topology version="2.0"><object type="Machine"/></topology>'])
+def test_refuses_what_is_not_a_topology(text):
+    with pytest.raises(ParseError):
+        parse_lstopo_xml(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_fuzz_only_parse_errors_escape(text):
+    try:
+        parse_lstopo_xml(text)
+    except ParseError:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(['<topology version="2.0">', '<topology version="3.0">', "</topology>",
+                                 '<object type="Machine" nodeset="0x1">', '<object type="PU" cpuset="0x1">',
+                                 '<object type="NUMANode" os_index="0" cpuset="0xzz">', '<object type="OSDev" osdev_type="2" name="e">',
+                                 '<object type="PCIDev" pci_busid="0000:01:00.0">', "</object>", '<info name="CPUModel"/>']),
+                max_size=30))
+def test_fuzz_xml_shaped_noise(parts):
+    try:
+        parse_lstopo_xml("".join(parts))
+    except ParseError:
+        pass

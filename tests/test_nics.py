@@ -1,0 +1,161 @@
+"""NIC probe: the real sysfs reader on trees built from captured values, and on real interfaces in
+network namespaces (veth, bridge, 198.18.0.0/15) that the test creates and removes."""
+
+import json
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import sysfs_trees
+from conftest import H100, PUBLIC, need, nodecheck, requires_root
+from nodecheck.build import nic_spec
+from nodecheck.host import LiveHost
+from nodecheck.probes.nics import collect, parse_proc_route, pci_address_from_path
+
+
+class TreeHost(LiveHost):
+    """The live reader on a directory tree; addresses come from the capture, not this machine."""
+
+    def addresses(self):
+        return {}
+
+
+def test_h100_vm_sysfs_placeholders_become_unknown(tmp_path):
+    sysfs_trees.net_tree_from_capture(tmp_path, need(H100 / "sysfs.txt").read_text())
+    sysfs_trees.write(tmp_path / "sys/bus/pci/devices/0000:00:03.0/numa_node", "-1")
+    facts = collect(TreeHost(tmp_path))
+    nics = {n.name: n for n in facts.nics}
+    eth0 = nics["eth0"]
+    assert (eth0.state, eth0.speed_mbps, eth0.mtu, eth0.numa_node) == ("up", None, 1400, None)  # speed -1, numa -1
+    assert (eth0.pci_address, eth0.virtual, eth0.mac) == ("0000:00:03.0", False, "02:fc:00:00:00:01")
+    assert nics["ifb0"].virtual and nics["ifb0"].speed_mbps is None  # 'Invalid argument' on read
+    spec = nic_spec(eth0, expected_mbps=None)
+    assert spec.bytes_per_second is None and "unknown" in spec.basis
+
+
+@pytest.mark.parametrize("capture", ["ibstat-h100-node-ib-ndr-3-ports-down.txt",
+                                     "ibstat-h100-node-12ca-roce400g-plus-100g-all-active.txt"])
+def test_infiniband_ports_from_sysfs(tmp_path, capture):
+    ports = sysfs_trees.ib_tree_from_ibstat(tmp_path, need(PUBLIC / "ib" / capture).read_text())
+    sysfs_trees.write(tmp_path / "sys/class/net/lo/operstate", "unknown")
+    facts = collect(TreeHost(tmp_path))
+    read = {(p.device, p.port): p for ps in facts.rdma_devices.values() for p in ps}
+    assert len(read) == len(ports)
+    for p in ports:
+        got = read[(p["ca"], p["port"])]
+        assert got.state == sysfs_trees._IB_STATES[p["State"]].split(": ")[1]
+        assert got.link_layer == p["Link layer"] and got.rate.startswith(p["Rate"] + " Gb/sec")
+    assert facts.rdma_pci["mlx5_0"].startswith("0000:")
+
+
+def test_report_lists_rdma_devices_with_their_rate(tmp_path):
+    sysfs_trees.ib_tree_from_ibstat(tmp_path, need(PUBLIC / "ib" / "ibstat-h100-node-ib-ndr-3-ports-down.txt").read_text())
+    sysfs_trees.write(tmp_path / "sys/class/net/lo/operstate", "unknown")
+    from nodecheck.build import merge, path_specs
+    from nodecheck.probes import Probe, run_probes
+
+    results = run_probes(TreeHost(tmp_path), [Probe("nics", lambda host, t: collect(host), 5)])
+    report = merge(results, {}, "test", 0)
+    specs = {p.path: p for p in path_specs(report)}
+    assert specs["nic:mlx5_0"].bytes_per_second == 400e9 / 8 and specs["nic:mlx5_0"].kind == "infiniband"
+    assert specs["nic:mlx5_1"].bytes_per_second == 100e9 / 8 and specs["nic:mlx5_1"].kind == "ethernet"  # RoCE
+    assert specs["nic:mlx5_2"].bytes_per_second is None  # Down/Disabled: no negotiated rate to trust
+    assert {n.name: n.state for n in report.nics}["mlx5_2"] == "down"
+
+
+def test_pci_address_and_routes():
+    assert pci_address_from_path("../../devices/pci0000:00/0000:00:03.0/virtio2/net/eth0") == "0000:00:03.0"
+    assert pci_address_from_path("../../devices/virtual/net/lo") is None
+    routes = parse_proc_route("Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+                              "eth0\t00000000\t010012C6\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"
+                              "eth0\t000012C6\t00000000\t0001\t0\t0\t0\t0000FEFF\t0\t0\t0\n")
+    assert [(r.iface, r.destination, r.gateway) for r in routes] == [
+        ("eth0", "0.0.0.0/0", "198.18.0.1"), ("eth0", "198.18.0.0/15", None)]
+
+
+# --- real interfaces in network namespaces -------------------------------------------------------
+
+def ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, timeout=10, capture_output=True)
+
+
+@pytest.fixture
+def netns():
+    """Two namespaces: 'node' holds veth n0 (198.18.7.2/24, MTU 9000) and a down veth; 'peer' bridges
+    the other end of n0 on br0 (198.18.7.1/24)."""
+    requires_root()
+    tag = uuid.uuid4().hex[:6]
+    node, peer = f"nc-node-{tag}", f"nc-peer-{tag}"
+    try:
+        ip("netns", "add", node)
+        ip("netns", "add", peer)
+        ip("link", "add", f"n0-{tag}", "netns", node, "type", "veth", "peer", "name", f"p0-{tag}", "netns", peer)
+        ip("link", "add", f"d0-{tag}", "netns", node, "type", "veth", "peer", "name", f"d1-{tag}", "netns", peer)
+        ip("-n", peer, "link", "add", "br0", "type", "bridge")
+        ip("-n", peer, "link", "set", f"p0-{tag}", "master", "br0")
+        ip("-n", peer, "addr", "add", "198.18.7.1/24", "dev", "br0")
+        for link in ("br0", f"p0-{tag}", "lo"):
+            ip("-n", peer, "link", "set", link, "up")
+        ip("-n", node, "link", "set", f"n0-{tag}", "mtu", "9000")
+        ip("-n", node, "addr", "add", "198.18.7.2/24", "dev", f"n0-{tag}")
+        ip("-n", node, "link", "set", f"n0-{tag}", "up")
+        ip("-n", node, "link", "set", f"d0-{tag}", "up")  # its peer stays down: no carrier
+        ip("-n", node, "link", "set", "lo", "up")
+        wait_until_up(node, f"n0-{tag}")
+        yield {"node": node, "peer": peer, "up": f"n0-{tag}", "down": f"d0-{tag}"}
+    except subprocess.CalledProcessError as error:
+        pytest.skip(f"cannot build network namespaces here: {error.stderr.decode().strip()}")
+    finally:
+        for ns in (node, peer):
+            subprocess.run(["ip", "netns", "del", ns], timeout=10, capture_output=True)
+
+
+def wait_until_up(ns: str, link: str, seconds: float = 5.0) -> None:
+    """The kernel reports a fresh veth 'down' for a moment after both ends are set up."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        shown = subprocess.run(["ip", "-n", ns, "-j", "link", "show", "dev", link], capture_output=True, text=True, timeout=5)
+        if json.loads(shown.stdout or "[{}]")[0].get("operstate") == "UP":
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{link} in {ns} did not come up within {seconds} s")
+
+
+def inspect_in(ns: str, *args: str):
+    return nodecheck("inspect", "--json", *args) if ns is None else subprocess.run(
+        ["ip", "netns", "exec", ns, *nodecheck_argv(), "inspect", "--json", *args],
+        capture_output=True, text=True, timeout=60)
+
+
+def nodecheck_argv():
+    import sys
+    return [sys.executable, "-m", "nodecheck"]
+
+
+def test_real_veth_and_bridge_in_namespaces(netns, tmp_path):
+    result = inspect_in(netns["node"])
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    nics = {n["name"]: n for n in report["nics"]}
+    up = nics[netns["up"]]
+    assert (up["state"], up["speed_mbps"], up["mtu"], up["virtual"]) == ("up", 10000, 9000, True)
+    assert {"family": "inet", "address": "198.18.7.2", "prefixlen": 24} in up["addresses"]
+    assert nics[netns["down"]]["state"] == "down"  # its peer is down: no carrier
+    spec = next(p for p in report["paths"] if p["path"] == f"nic:{netns['up']}")
+    assert spec["bytes_per_second"] == 10000e6 / 8
+
+    peer = json.loads(inspect_in(netns["peer"]).stdout)
+    assert {"family": "inet", "address": "198.18.7.1", "prefixlen": 24} in {n["name"]: n for n in peer["nics"]}["br0"]["addresses"]
+
+
+def test_config_expectations_on_real_nics(netns, tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text(f'[nics."{netns["up"]}"]\nspeed_mbps = 25000\n\n[nics."{netns["down"]}"]\nstate = "up"\n\n'
+                      '[nics.ib0]\nspeed_mbps = 200000\n')
+    result = inspect_in(netns["node"], "--config", str(config))
+    assert result.returncode == 1, result.stderr
+    findings = {(f["kind"], f["subject"]) for f in json.loads(result.stdout)["findings"]}
+    assert findings == {("nic_slow", netns["up"]), ("nic_down", netns["down"]), ("nic_missing", "ib0")}

@@ -1,0 +1,84 @@
+"""NVML reader and parser. No GPU here: the reader runs against a pynvml stand-in that replays the
+values NVML gave on a real H100 node (../shared/captures/h100-pcie-vm/nvml.json)."""
+
+import json
+import sys
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from conftest import H100, need
+from fakes import fake_pynvml
+from nodecheck.errors import NoData, ParseError, ProbeFailed
+from nodecheck.probes.nvml import dump_nvml, parse_nvml
+
+
+def captured() -> list[dict]:
+    return [json.loads(line) for line in need(H100 / "nvml.json").read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def replay(monkeypatch):
+    def install(gpus, **kwargs):
+        monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.replaying(gpus, **kwargs))
+        return dump_nvml()
+    return install
+
+
+def test_h100_values_through_reader_and_parser(replay):
+    dump = replay(captured())
+    json.dumps(dump)  # a snapshot stores it as JSON
+    facts = parse_nvml(dump)
+    assert facts.driver_version == "580.159.04"
+    (gpu,) = facts.gpus
+    assert (gpu.name, gpu.pci_bus_id) == ("NVIDIA H100 80GB HBM3", "00000000:00:06.0")
+    assert (gpu.pcie_gen_current, gpu.pcie_gen_max, gpu.pcie_gen_gpu_max) == (5, 5, 5)
+    assert (gpu.pcie_width_current, gpu.pcie_width_max) == (16, 16)
+    assert gpu.numa_node is None and "numa_node" in gpu.errors  # NotSupported on that VM: unknown, not 0
+    assert gpu.nvlinks == [] and gpu.errors["nvlink"] == "Not Supported"
+    assert gpu.cpu_affinity == "0-15"
+    assert (gpu.ecc_enabled, gpu.remapped_rows_pending, gpu.remapped_rows_failed) == (True, False, False)
+
+
+def test_nvlinks_state_and_version(replay):
+    gpu = dict(captured()[0], nvlink=[[0, 1, 4], [1, 1, 4], [2, 0, 4]])
+    (parsed,) = parse_nvml(replay([gpu])).gpus
+    assert parsed.nvlinks == [(0, True, 4), (1, True, 4), (2, False, 4)]
+
+
+def test_no_driver_is_no_data(replay):
+    with pytest.raises(NoData, match="no NVIDIA driver"):
+        replay([], fail_init=fake_pynvml.NVMLError_LibraryNotFound("NVML Shared Library Not Found"))
+
+
+def test_broken_driver_is_a_failure(replay):
+    with pytest.raises(ProbeFailed, match="NVML initialisation failed"):
+        replay([], fail_init=fake_pynvml.NVMLError("Unknown Error"))
+
+
+@pytest.mark.parametrize("dump", [None, [], {"gpus": "x"}, {"gpus": [1]}, {"gpus": [{"pcie_gen_current": "five"}]},
+                                  {"gpus": [{"nvlinks": [{"link": "a"}]}]}, {"gpus": [{"nvlinks": {}}]}])
+def test_malformed_dumps_are_refused(dump):
+    with pytest.raises(ParseError):
+        parse_nvml(dump)
+
+
+def test_placeholders_are_unknown_not_numbers():
+    (gpu,) = parse_nvml({"gpus": [{"numa_node": -1, "pcie_width_current": -1}]}).gpus
+    assert gpu.numa_node is None and gpu.pcie_width_current is None
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+                           max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.fixed_dictionaries({"gpus": st.lists(st.dictionaries(
+    st.sampled_from(["index", "name", "pcie_gen_current", "numa_node", "ecc_mode", "remapped_rows",
+                     "cpu_affinity_words", "nvlinks", "utilization_gpu"]), json_values, max_size=6), max_size=3)}))
+def test_fuzz_only_parse_errors_escape(dump):
+    try:
+        parse_nvml(dump)
+    except ParseError:
+        pass

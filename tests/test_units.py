@@ -1,0 +1,37 @@
+from hypothesis import given, strategies as st
+import pytest
+
+from nodecheck.units import format_bits, format_cpulist, format_rate, hwloc_bitmap_to_set, mask_words_to_cpus, parse_cpulist
+
+
+def test_cpulist_forms():
+    assert parse_cpulist("0-3,8") == [0, 1, 2, 3, 8]
+    assert format_cpulist([8, 0, 1, 2, 3]) == "0-3,8"
+    assert format_cpulist([]) == ""
+    with pytest.raises(ValueError):
+        parse_cpulist("3-1")
+    with pytest.raises(ValueError):
+        parse_cpulist("zero")
+
+
+@given(st.sets(st.integers(min_value=0, max_value=512)))
+def test_cpulist_round_trip(cpus):
+    assert parse_cpulist(format_cpulist(cpus)) == sorted(cpus)
+
+
+def test_nvml_affinity_mask():
+    # the H100 capture: cpuaff [65535, 0, 0, 0] is CPUs 0-15
+    assert format_cpulist(mask_words_to_cpus([65535, 0, 0, 0])) == "0-15"
+    assert mask_words_to_cpus([0, 1]) == [64]
+
+
+def test_hwloc_bitmaps():
+    assert hwloc_bitmap_to_set("0x0000ffff") == set(range(16))
+    assert hwloc_bitmap_to_set("0x00000001,0x00000000") == {32}
+    assert hwloc_bitmap_to_set("0x1,,0x0") == {64}  # an empty word still takes its 32 bits
+
+
+def test_rates_in_people_units():
+    assert format_rate(63.0e9) == "63.0 GB/s"
+    assert format_bits(12.5e9) == "100 Gbit/s"
+    assert format_rate(None) == "unknown"
