@@ -59,19 +59,20 @@ def _gpus(console: Console, report: Report) -> None:
 
 
 def _matrix(console: Console, report: Report) -> None:
+    """Plain aligned text, laid out like nvidia-smi's own matrix (and much cheaper than a rich Table)."""
     if len(report.gpus) < 2 and not any(isinstance(l.b, str) for l in report.links):
         return
     cells = {}
     for link in report.links:
         cells[(link.a, link.b)] = cells[(link.b, link.a)] = link.type
     devices = [g.index for g in report.gpus] + sorted({l.b for l in report.links if isinstance(l.b, str)})
-    table = Table(title="Links (nvidia-smi topo -m)", title_justify="left")
-    table.add_column("")
-    for device in devices:
-        table.add_column(f"GPU{device}" if isinstance(device, int) else device)
+    names = [f"GPU{d}" if isinstance(d, int) else d for d in devices]
+    width = max(len(n) for n in names) + 2
+    lines = ["".ljust(width) + "".join(n.ljust(width) for n in names)]
     for a in (g.index for g in report.gpus):
-        table.add_row(f"GPU{a}", *("X" if a == b else cells.get((a, b), "?") for b in devices))
-    console.print(table)
+        lines.append(f"GPU{a}".ljust(width) + "".join(("X" if a == b else cells.get((a, b), "?")).ljust(width) for b in devices))
+    console.print("[italic]Links (nvidia-smi topo -m)[/italic]")
+    console.print("\n".join(line.rstrip() for line in lines), highlight=False, markup=False, soft_wrap=True)
 
 
 def _nics(console: Console, report: Report) -> None:

@@ -7,6 +7,14 @@ import re
 _CPULIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 
 
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+def to_int(text: str | None) -> int | None:
+    """'42' -> 42, '-1' -> -1; None for anything else (str.isdigit() accepts '²', which int() refuses)."""
+    return int(text) if text is not None and _INTEGER.fullmatch(text) else None
+
+
 def is_cpulist(text: str) -> bool:
     return bool(_CPULIST.match(text))
 

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 from nodecheck.errors import ParseError
-from nodecheck.units import format_cpulist, hwloc_bitmap_to_set
+from nodecheck.units import format_cpulist, hwloc_bitmap_to_set, to_int
 
 SOURCE = "lstopo.xml"
 ARGV = ["lstopo-no-graphics", "--of", "xml"]
@@ -57,7 +57,7 @@ def parse_lstopo_xml(text: str) -> LstopoFacts:
         raise ParseError(f"lstopo XML is not well-formed: {error}") from None
     if root.tag != "topology":
         raise ParseError(f"not an hwloc topology: root element is <{root.tag}>")
-    bitmask = root.get("version", "").split(".")[0].isdigit() and int(root.get("version").split(".")[0]) >= 3
+    bitmask = (to_int(root.get("version", "").split(".")[0]) or 0) >= 3
     machine = root.find("object")
     if machine is None:
         raise ParseError("hwloc topology holds no object")
@@ -78,8 +78,8 @@ def _walk(node: ET.Element, ancestors: list[ET.Element], counts: dict, facts: Ls
     kind = node.get("type", "")
     if kind in counts:
         counts[kind] += 1
-    if kind == "NUMANode" and node.get("os_index", "").isdigit():
-        facts.numa[int(node.get("os_index"))] = _cpulist(node.get("cpuset", ""))
+    if kind == "NUMANode" and (index := to_int(node.get("os_index"))) is not None:
+        facts.numa[index] = _cpulist(node.get("cpuset", ""))
     if kind == "Package" and facts.cpu_model is None:
         facts.cpu_model = _info(node, "CPUModel")
     if kind == "OSDev":
@@ -91,9 +91,9 @@ def _walk(node: ET.Element, ancestors: list[ET.Element], counts: dict, facts: Ls
 
 
 def _osdev_kind(raw: str, bitmask: bool) -> str | None:
-    if not raw.isdigit():
+    value = to_int(raw)
+    if value is None:
         return None
-    value = int(raw)
     if not bitmask:
         return _ENUM.get(value)
     return next((name for bit, name in _BITS if value & bit), None)

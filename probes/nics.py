@@ -14,6 +14,7 @@ import struct
 from dataclasses import dataclass, field
 
 from nodecheck.errors import NoData, ParseError
+from nodecheck.units import to_int
 
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _NET_FILES = ("operstate", "speed", "mtu", "duplex", "address", "carrier", "type")
@@ -129,10 +130,8 @@ def _nic(name: str, raw: dict, addresses: list[dict]) -> Nic:
 
 def _ib_ports(device: str, ports: dict[str, dict]) -> list[IbPort]:
     out = []
-    for port, raw in sorted(ports.items(), key=lambda item: int(item[0]) if item[0].isdigit() else 0):
-        if not port.isdigit():
-            continue
-        out.append(IbPort(device, int(port), _after_colon(raw.get("state")), _after_colon(raw.get("phys_state")),
+    for number, raw in sorted((to_int(port), raw) for port, raw in ports.items() if to_int(port) is not None):
+        out.append(IbPort(device, number, _after_colon(raw.get("state")), _after_colon(raw.get("phys_state")),
                           _clean(raw.get("rate")), _clean(raw.get("link_layer"))))
     return out
 
@@ -165,16 +164,13 @@ def _after_colon(text: str | None) -> str | None:
 
 
 def _positive_int(text: str | None, placeholder: tuple[int, ...] = ()) -> int | None:
-    value = _clean(text)
-    if value is None or not value.lstrip("-").isdigit():
-        return None
-    number = int(value)
-    return number if number > 0 and number not in placeholder else None
+    number = to_int(_clean(text))
+    return number if number is not None and number > 0 and number not in placeholder else None
 
 
 def _non_negative_int(text: str | None) -> int | None:
-    value = _clean(text)
-    return int(value) if value is not None and value.isdigit() else None
+    number = to_int(_clean(text))
+    return number if number is not None and number >= 0 else None
 
 
 def _valid_address(entry) -> bool:

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from nodecheck.errors import ParseError
-from nodecheck.units import is_cpulist, parse_cpulist
+from nodecheck.units import is_cpulist, parse_cpulist, to_int
 
 SOURCE = "nvidia-smi-topo-m.txt"
 ARGV = ["nvidia-smi", "topo", "-m"]
@@ -190,9 +190,9 @@ def _topo_gpu(column: str, values: list[str], trailing: list[str]) -> TopoGpu:
         gpu.numa_affinity = parse_cpulist(numa)
     numa_id = cells.get("GPU NUMA ID", "")
     if numa_id not in ("", "N/A"):
-        if not numa_id.isdigit():
+        gpu.gpu_numa_id = to_int(numa_id)
+        if gpu.gpu_numa_id is None or gpu.gpu_numa_id < 0:
             raise ParseError(f"nvidia-smi topo -m: {column} GPU NUMA ID {numa_id[:30]!r} is not a number")
-        gpu.gpu_numa_id = int(numa_id)
     return gpu
 
 

@@ -41,3 +41,43 @@ def requires_root() -> None:
         pytest.skip("needs root (network namespaces)")
     if shutil.which("ip") is None:
         pytest.skip("needs iproute2 (`ip`)")
+
+
+def h100_nvml_records() -> list[dict]:
+    """NVML values captured on the real H100 node, one record per GPU."""
+    return [json.loads(line) for line in need(H100 / "nvml.json").read_text().splitlines() if line.strip()]
+
+
+def make_snapshot(root: Path, topo: str | None = None, nvml_gpus: list[dict] | None = None) -> Path:
+    """A snapshot directory as `nodecheck snapshot` writes it, holding only the sources given
+    (topo: a file name under captures/public/topo).
+    nvml.json is produced by the real dump_nvml() reading the replaying pynvml stand-in."""
+    root.mkdir(parents=True, exist_ok=True)
+    if topo is not None:
+        (root / "nvidia-smi-topo-m.txt").write_text(need(PUBLIC / "topo" / topo).read_text())
+    if nvml_gpus is not None:
+        from fakes import fake_pynvml
+        from nodecheck.probes.nvml import dump_nvml
+
+        saved = sys.modules.get("pynvml")
+        sys.modules["pynvml"] = fake_pynvml.replaying(nvml_gpus)
+        try:
+            (root / "nvml.json").write_text(json.dumps(dump_nvml()))
+        finally:
+            if saved is None:
+                sys.modules.pop("pynvml", None)
+            else:
+                sys.modules["pynvml"] = saved
+    return root
+
+
+def hgx_nvml(links_per_gpu: int = 18, version: int = 4, inactive: dict | None = None) -> list[dict]:
+    """Eight H100 records for an NV18 HGX board: the captured H100 values with NVLinks as such a board reports
+    them (state 1, version 4); `inactive` = {gpu: [links]} marks links down, as a fault would."""
+    base = h100_nvml_records()[0]
+    gpus = []
+    for i in range(8):
+        down = set((inactive or {}).get(i, []))
+        gpus.append(dict(base, uuid=f"GPU-hgx-{i}", pci=f"00000000:{0x18 + i * 0x10:02x}:00.0",
+                         nvlink=[[link, 0 if link in down else 1, version] for link in range(links_per_gpu)]))
+    return gpus

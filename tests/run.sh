@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh Debian/Ubuntu machine: installs what the tests need, then runs them.
+# As root it installs the apt packages (hwloc's lstopo, iproute2 for network namespaces); otherwise
+# the tests that need them skip and say why. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(hwloc-nox iproute2)
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}" >/dev/null
+else
+  echo "tests/run.sh: not root (or no apt-get): not installing ${APT_PACKAGES[*]}; tests needing them will skip" >&2
+fi
+
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+exec .venv/bin/python -m pytest -ra "$@"

@@ -1,0 +1,123 @@
+"""The CLI as an operator runs it: snapshot -> inspect --from round trips, JSON schema, exit codes."""
+
+import json
+import shutil
+import tarfile
+
+import pytest
+
+from conftest import H100, REPO, hgx_nvml, make_snapshot, need, nodecheck
+
+STABLE = ("cpu", "gpus", "nics", "links", "paths", "findings", "advice")
+
+
+def inspect_json(*args):
+    result = nodecheck("inspect", "--json", *args)
+    assert result.returncode in (0, 1), result.stderr
+    return json.loads(result.stdout)
+
+
+def test_live_inspect_on_a_node_without_nvidia_driver():
+    result = nodecheck("inspect")
+    assert result.returncode == 0, result.stderr
+    assert "No GPUs:" in result.stdout and "nvidia-smi" in result.stdout
+    report = inspect_json()
+    assert report["gpus"] == [] and "nvidia-smi" in report["gpus_absent_reason"]
+    probes = {p["name"]: p for p in report["probes"]}
+    assert probes["nics"]["ok"] and any(n["addresses"] for n in report["nics"])
+    if shutil.which("lstopo-no-graphics"):
+        assert probes["lstopo"]["ok"] and report["cpu"]["pus"] >= 1
+
+
+def test_json_schema_documented_keys(tmp_path):
+    snap = make_snapshot(tmp_path / "s", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
+    report = inspect_json("--from", str(snap))
+    assert (report["schema"], report["schema_version"]) == ("nodecheck.report", 1)
+    gpu = report["gpus"][0]
+    assert (gpu["index"], gpu["cpu_affinity"], gpu["numa_node"], gpu["nearest_nics"]) == (0, "0-47,96-143", 0, ["mlx5_0"])
+    assert {"a": 0, "b": 1, "type": "NV18", "path_class": "nvlink"} in report["links"]
+    assert {"a": 0, "b": "mlx5_0", "type": "PIX", "path_class": "pcie-single-bridge"} in report["links"]
+    assert [n["name"] for n in report["nics"]] == [f"mlx5_{i}" for i in range(8)]
+    assert {p["name"]: (p["ok"], p["no_data"]) for p in report["probes"]} == {
+        "nvidia_smi_topo": (True, False), "nvml": (True, False), "lstopo": (False, True), "nics": (False, True)}
+    assert report["cpu"] is None  # lstopo did not run on that snapshot
+    assert report["advice"][4]["lines"][1:] == ["numactl --cpunodebind=1 --membind=1 <command>", "NCCL_IB_HCA=mlx5_4"]
+    doc = (REPO / "docs" / "report-schema.md").read_text()
+    for key in report:
+        assert f"`{key}`" in doc, f"top-level key {key} is not documented in docs/report-schema.md"
+
+
+def test_topo_only_directory_gives_gpus_links_nics_affinity(tmp_path):
+    snap = tmp_path / "topo-only"
+    snap.mkdir()
+    shutil.copy(need(H100 / "nvidia-smi-topo-m.txt"), snap / "nvidia-smi-topo-m.txt")
+    report = inspect_json("--from", str(snap))
+    assert [(g["index"], g["cpu_affinity"], g["numa_node"]) for g in report["gpus"]] == [(0, "0-15", 0)]
+    assert {p["name"]: p["no_data"] for p in report["probes"] if not p["ok"]} == {"nvml": True, "lstopo": True, "nics": True}
+    assert report["findings"] == []
+
+
+def test_snapshot_round_trip_directory_and_tarball(tmp_path):
+    for out in (tmp_path / "snap", tmp_path / "snap.tar.gz"):
+        result = nodecheck("snapshot", str(out))
+        assert result.returncode == 0, result.stderr
+        live, replayed = inspect_json(), inspect_json("--from", str(out))
+        for key in STABLE:
+            assert replayed[key] == live[key], key
+        assert replayed["gpus_absent_reason"].replace(" (replayed from snapshot)", "") == live["gpus_absent_reason"]
+        assert replayed["node"]["hostname"] == live["node"]["hostname"]
+    assert (tmp_path / "snap" / "fs" / "sys" / "class" / "net").is_dir()
+    sources = json.loads((tmp_path / "snap" / "sources.json").read_text())
+    assert sources["nvidia-smi-topo-m.txt"]["outcome"] == "no_data"  # no driver here: replayed as such
+    replayed = inspect_json("--from", str(tmp_path / "snap"))
+    topo = {p["name"]: p for p in replayed["probes"]}["nvidia_smi_topo"]
+    assert "not found on PATH (replayed from snapshot)" in topo["error"]
+    with tarfile.open(tmp_path / "snap.tar.gz") as tar:
+        assert all(not m.issym() for m in tar.getmembers())
+
+
+def test_snapshot_refuses_to_overwrite(tmp_path):
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "x").write_text("x")
+    result = nodecheck("snapshot", str(tmp_path / "used"))
+    assert result.returncode == 2 and "already exists" in result.stderr
+
+
+@pytest.mark.parametrize("setup,message", [
+    (lambda p: p / "absent", "does not exist"),
+    (lambda p: [(p / "bad.tar.gz").write_bytes(b"\x1f\x8bnot really"), p / "bad.tar.gz"][1], "cannot read it as a tarball"),
+])
+def test_bad_snapshot_paths_exit_2(tmp_path, setup, message):
+    result = nodecheck("inspect", "--from", str(setup(tmp_path)))
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_exit_codes_follow_findings_and_config(tmp_path):
+    snap = make_snapshot(tmp_path / "s", topo="1x-h100-pcie-kvm-vm-1nic.txt")
+    assert nodecheck("inspect", "--from", str(snap)).returncode == 0
+    config = tmp_path / "c.toml"
+    config.write_text("[gpus]\ncount = 8\n")
+    failing = nodecheck("inspect", "--from", str(snap), "--config", str(config))
+    assert failing.returncode == 1 and "1 GPUs visible, 8 expected" in failing.stdout
+    config.write_text("[gpus]\ncount = 8\n[thresholds]\nfail_severity = \"critical\"\n")
+    assert nodecheck("inspect", "--from", str(snap), "--config", str(config)).returncode == 0
+    config.write_text("[gpus]\ncout = 8\n")
+    broken = nodecheck("inspect", "--from", str(snap), "--config", str(config))
+    assert broken.returncode == 2 and str(config) in broken.stderr and "'gpus.cout'" in broken.stderr
+    assert nodecheck("inspect", "--no-such-flag").returncode == 2
+
+
+def test_config_init_writes_a_golden_config(tmp_path):
+    snap = make_snapshot(tmp_path / "s", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
+    out = tmp_path / "golden.toml"
+    assert nodecheck("config", "init", "--from", str(snap), "--output", str(out)).returncode == 0
+    assert "count = 8" in out.read_text() and '"gpu6-gpu7" = "NV18"' in out.read_text()
+    again = nodecheck("config", "init", "--from", str(snap), "--output", str(out))
+    assert again.returncode == 2 and "--force" in again.stderr
+    assert nodecheck("inspect", "--from", str(snap), "--config", str(out)).returncode == 0
+
+
+def test_inspect_never_imports_torch(tmp_path):
+    result = nodecheck("inspect", "--json", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert "nodecheck.cli" in imported and not any(m.split(".")[0] == "torch" for m in imported)

@@ -1,0 +1,80 @@
+"""Config: every wrong key or value names the file, the key and what was expected; generated configs load back."""
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from conftest import hgx_nvml, make_snapshot
+from nodecheck.build import build_report
+from nodecheck.config import generate, load, parse
+from nodecheck.errors import ConfigError
+from nodecheck.snapshot import SnapshotHost
+
+
+def write(tmp_path, text):
+    path = tmp_path / "nodecheck.toml"
+    path.write_text(text)
+    return path
+
+
+def test_valid_config(tmp_path):
+    config = load(write(tmp_path, '[gpus]\ncount = 8\npcie_gen = 5\npcie_width = 16\nnvlinks_per_gpu = 18\n'
+                                  '[links]\n"gpu1-gpu0" = "NV18"\n[nics.eth0]\nspeed_mbps = 100000\n'
+                                  '[thresholds]\nbandwidth_ratio = 0.75\nfail_severity = "warning"\n'))
+    assert (config.gpu_count, config.pcie_gen, config.pcie_width, config.nvlinks_per_gpu) == (8, 5, 16, 18)
+    assert config.links == {(0, 1): "NV18"} and config.nics["eth0"].speed_mbps == 100000
+    assert (config.bandwidth_ratio, config.fail_severity) == (0.75, "warning")
+
+
+@pytest.mark.parametrize("text,key,hint", [
+    ("[gpus]\ncuont = 8\n", "gpus.cuont", "expected one of: count"),
+    ("[gpus]\ncount = 'eight'\n", "gpus.count", "whole number"),
+    ("[gpus]\ncount = true\n", "gpus.count", "whole number"),
+    ("[gpus]\npcie_gen = 9\n", "gpus.pcie_gen", "from 1 to 7"),
+    ("[links]\n\"gpu0-gpu0\" = \"NV4\"\n", "links.gpu0-gpu0", "GPU pair"),
+    ("[links]\n\"gpu0-gpu1\" = \"fast\"\n", "links.gpu0-gpu1", "link type"),
+    ("[nics.eth0]\nspeed = 100\n", "nics.eth0.speed", "speed_mbps"),
+    ("[nics.eth0]\nstate = \"sideways\"\n", "nics.eth0.state", "up, down, any"),
+    ("nics = 3\n", "nics", "table"),
+    ("[thresholds]\nbandwidth_ratio = 80\n", "thresholds.bandwidth_ratio", "(0, 1]"),
+    ("[thresholds]\nfail_severity = \"fatal\"\n", "thresholds.fail_severity", "info, warning, error, critical"),
+    ("[gpu]\ncount = 8\n", "gpu", "expected one of: gpus"),
+])
+def test_errors_name_file_key_and_expectation(tmp_path, text, key, hint):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as error:
+        load(path)
+    message = str(error.value)
+    assert str(path) in message and f"'{key}'" in message and hint in message
+
+
+def test_unreadable_and_invalid_files(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load(tmp_path / "absent.toml")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load(write(tmp_path, "[gpus\ncount = 8"))
+
+
+def test_generated_config_loads_back_and_passes_on_its_golden_node(tmp_path):
+    snap = SnapshotHost(make_snapshot(tmp_path / "snap", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml()))
+    text = generate(build_report(snap))
+    config = load(write(tmp_path, text))
+    assert (config.gpu_count, config.pcie_gen, config.pcie_width, config.nvlinks_per_gpu) == (8, 5, 16, 18)
+    assert len(config.links) == 28 and set(config.links.values()) == {"NV18"}
+    assert build_report(snap, config).findings == []
+    degraded = SnapshotHost(make_snapshot(tmp_path / "bad", topo="hgx-h100-8gpu-8nic-sglang30401.txt",
+                                          nvml_gpus=hgx_nvml(inactive={0: [0]})))
+    assert {f.kind for f in build_report(degraded, config).findings} == {"nvlink_inactive", "nvlink_count_low"}
+
+
+toml_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
+                           max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["gpus", "links", "nics", "thresholds", "other"]), toml_values, max_size=4))
+def test_fuzz_only_config_errors_escape(data):
+    try:
+        parse(data, "fuzz.toml")
+    except ConfigError as error:
+        assert str(error).startswith("fuzz.toml: ")

@@ -1,0 +1,107 @@
+"""Bad input and faults: a hung or failing nvidia-smi, a hung NVML, a probe that raises. Each is a
+clear, recorded failure; nothing raises out of the probe runner and nothing is left running."""
+
+import os
+import stat
+import sys
+import time
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from fakes import fake_pynvml
+from nodecheck.errors import NoData, ParseError, ProbeFailed
+from nodecheck.host import LiveHost, call_with_timeout, run_command
+from nodecheck.probes import PROBES, Probe, run_probes
+from nodecheck.probes.nics import parse_nics, parse_proc_route
+
+
+def fake_binary(tmp_path, name, body):
+    path = tmp_path / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def test_hung_command_is_killed_with_its_children(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    hung = fake_binary(tmp_path, "nvidia-smi", f"sleep 30 & echo $! > {pidfile}; wait")
+    started = time.monotonic()
+    with pytest.raises(ProbeFailed, match="did not finish within 0.5 s and was killed"):
+        run_command([hung, "topo", "-m"], timeout=0.5)
+    assert time.monotonic() - started < 5
+    time.sleep(0.1)
+    assert not alive(int(pidfile.read_text()))  # the grandchild went with the process group
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie (in a container PID 1 may never reap the orphan)."""
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_failing_and_missing_commands(tmp_path):
+    failing = fake_binary(tmp_path, "nvidia-smi", 'echo "Failed to initialize NVML: Driver/library version mismatch" >&2; exit 18')
+    with pytest.raises(ProbeFailed, match="exited with 18: Failed to initialize NVML"):
+        run_command([failing], timeout=5)
+    with pytest.raises(NoData, match="not found on PATH"):
+        run_command(["nodecheck-no-such-binary"], timeout=5)
+
+
+def test_garbage_from_nvidia_smi_is_a_failed_probe_not_invented_gpus(tmp_path, monkeypatch):
+    fake_binary(tmp_path, "nvidia-smi", "head -c 300 /dev/urandom")
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    (result,) = run_probes(LiveHost(), [p for p in PROBES if p.name == "nvidia_smi_topo"]).values()
+    assert not result.ok and not result.no_data and "not `nvidia-smi topo -m` output" in result.error
+
+
+def test_hung_nvml_does_not_hold_the_agent(monkeypatch):
+    module = fake_pynvml.replaying([])
+    module.nvmlInit = lambda: time.sleep(30)
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    started = time.monotonic()
+    with pytest.raises(ProbeFailed, match="NVML did not answer within 0.3 s"):
+        LiveHost().nvml(timeout=0.3)
+    assert time.monotonic() - started < 2
+
+
+def test_runner_records_raising_and_hanging_probes():
+    def boom(host, timeout):
+        raise KeyError("bug")
+
+    probes = [Probe("boom", boom, 1), Probe("hang", lambda h, t: time.sleep(30), 0.2),
+              Probe("fine", lambda h, t: "facts", 1)]
+    started = time.monotonic()
+    results = run_probes(None, probes, grace=0.1)
+    assert time.monotonic() - started < 3
+    assert results["boom"].error == "internal error: KeyError: 'bug'" and not results["boom"].ok
+    assert results["hang"].error.startswith("timed out after") and not results["hang"].ok
+    assert results["fine"].ok and results["fine"].facts == "facts"
+
+
+text_or_none = st.none() | st.text(max_size=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=8), st.dictionaries(st.sampled_from(
+    ["link", "operstate", "speed", "mtu", "type", "driver", "numa_node", "address"]), text_or_none), max_size=4),
+    st.dictionaries(st.text(max_size=8), st.fixed_dictionaries({"device": text_or_none, "netdevs": st.lists(st.text(max_size=8), max_size=2),
+                    "ports": st.dictionaries(st.text(max_size=3), st.dictionaries(st.sampled_from(["rate", "state", "link_layer"]), text_or_none))}), max_size=3),
+    st.one_of(st.none(), st.text()))
+def test_fuzz_nic_parsers(netdevs, rdma, routes):
+    try:
+        parse_nics(netdevs, rdma, {}, routes)
+    except ParseError:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_fuzz_proc_route(text):
+    try:
+        parse_proc_route(text)
+    except ParseError:
+        pass

@@ -1,0 +1,45 @@
+"""On a real NVIDIA node only (marker `gpu`): NVML and `nvidia-smi topo -m` for real, and a snapshot
+taken there replayed through `inspect --from`. They skip elsewhere, saying why."""
+
+import json
+import shutil
+
+import pytest
+
+from conftest import nodecheck
+from nodecheck.errors import NoData
+from nodecheck.host import LiveHost
+from nodecheck.probes.nvml import dump_nvml, parse_nvml
+from nodecheck.probes.topo import ARGV, parse_topo_matrix
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def nvml_facts():
+    try:
+        return parse_nvml(dump_nvml())
+    except NoData as error:
+        pytest.skip(f"no NVIDIA GPU here: {error}")
+
+
+def test_real_nvml(nvml_facts):
+    assert nvml_facts.gpus and nvml_facts.driver_version
+    for gpu in nvml_facts.gpus:
+        assert gpu.name and gpu.uuid.startswith("GPU-") and gpu.pci_bus_id
+        assert gpu.pcie_gen_max and gpu.pcie_width_max and gpu.pcie_width_current <= gpu.pcie_width_max
+
+
+def test_real_topo_matches_nvml(nvml_facts):
+    if shutil.which("nvidia-smi") is None:
+        pytest.skip("nvidia-smi is not installed")
+    topo = parse_topo_matrix(LiveHost().command("nvidia-smi-topo-m.txt", ARGV, timeout=30))
+    assert [g.index for g in topo.gpus] == [g.index for g in nvml_facts.gpus]
+
+
+def test_snapshot_taken_on_gpu_node_replays(nvml_facts, tmp_path):
+    assert nodecheck("snapshot", str(tmp_path / "gpu.tar.gz")).returncode == 0
+    live = json.loads(nodecheck("inspect", "--json").stdout)
+    replayed = json.loads(nodecheck("inspect", "--json", "--from", str(tmp_path / "gpu.tar.gz")).stdout)
+    assert replayed["gpus"] == live["gpus"] and replayed["links"] == live["links"]
+    assert all(p["bytes_per_second"] for p in replayed["paths"] if p["path"].endswith(":host"))

@@ -1,0 +1,108 @@
+"""Findings from facts: snapshots of real captures, with faults injected where a test needs one."""
+
+import pytest
+
+from conftest import h100_nvml_records, hgx_nvml, make_snapshot
+from nodecheck.build import build_report
+from nodecheck.config import Config, NicExpectation
+from nodecheck.snapshot import SnapshotHost
+
+
+def report_of(tmp_path, config=None, **sources):
+    return build_report(SnapshotHost(make_snapshot(tmp_path / "snap", **sources)), config)
+
+
+def kinds(report):
+    return {(f.kind, f.subject, f.severity) for f in report.findings}
+
+
+def h100(**changes):
+    return [dict(h100_nvml_records()[0], **changes)]
+
+
+def test_healthy_h100_has_no_findings_and_spec_63(tmp_path):
+    report = report_of(tmp_path, topo="1x-h100-pcie-kvm-vm-1nic.txt", nvml_gpus=h100())
+    assert report.findings == []
+    host = next(p for p in report.paths if p.path == "gpu0:host")
+    assert host.bytes_per_second == pytest.approx(63.0e9, rel=1e-3) and "PCIe 5.0 x16" in host.basis
+
+
+def test_idle_gpu_at_gen1_is_power_saving_not_a_finding(tmp_path):
+    report = report_of(tmp_path, topo="1x-h100-pcie-kvm-vm-1nic.txt", nvml_gpus=h100(gen=1, util=0))
+    assert not [f for f in report.findings if f.kind == "pcie_downtrained"]
+    host = next(p for p in report.paths if p.path == "gpu0:host")
+    assert "PCIe 5.0" in host.basis and "idle" in host.basis
+
+
+def test_busy_gpu_at_gen1_is_a_warning(tmp_path):
+    report = report_of(tmp_path, nvml_gpus=h100(gen=1, util=95))
+    assert ("pcie_downtrained", "gpu0", "warning") in kinds(report)
+    assert next(p for p in report.paths if p.path == "gpu0:host").bytes_per_second == pytest.approx(4.0e9)
+
+
+def test_width_downtraining_is_an_error_with_the_figure(tmp_path):
+    report = report_of(tmp_path, nvml_gpus=h100(width=8))
+    (finding,) = [f for f in report.findings if f.kind == "pcie_downtrained"]
+    assert (finding.severity, finding.measured, finding.expected) == ("error", "x8", "x16")
+    assert finding.message.startswith("gpu0 PCIe x8 < x16")
+    assert report.worst_severity() == "error"
+
+
+def test_gpu_count_below_expected_says_why(tmp_path):
+    report = report_of(tmp_path, config=Config(gpu_count=8), topo="1x-h100-pcie-kvm-vm-1nic.txt")
+    (finding,) = [f for f in report.findings if f.kind == "gpu_count_low"]
+    assert (finding.measured, finding.expected, finding.severity) == (1, 8, "error")
+    empty = report_of(tmp_path / "none", config=Config(gpu_count=1))
+    assert "not in the snapshot" in [f for f in empty.findings if f.kind == "gpu_count_low"][0].message
+
+
+def test_nvlink_inactive_and_pair_spec(tmp_path):
+    report = report_of(tmp_path, config=Config(nvlinks_per_gpu=18), topo="hgx-h100-8gpu-8nic-sglang30401.txt",
+                       nvml_gpus=hgx_nvml(inactive={3: [5, 6]}))
+    assert ("nvlink_inactive", "gpu3", "error") in kinds(report)
+    assert ("nvlink_count_low", "gpu3", "error") in kinds(report)
+    assert not [f for f in report.findings if f.subject == "gpu2"]
+    pair = next(p for p in report.paths if p.path == "gpu0:gpu1")
+    assert pair.bytes_per_second == 450e9 and "NVLink 4 x18" in pair.basis
+
+
+def test_nvlink_spec_unknown_without_nvml(tmp_path):
+    report = report_of(tmp_path, topo="hgx-h100-8gpu-8nic-sglang30401.txt")
+    pair = next(p for p in report.paths if p.path == "gpu0:gpu1")
+    assert pair.bytes_per_second is None and "version unknown" in pair.basis
+
+
+def test_pcie_pair_spec_is_the_slower_gpu(tmp_path):
+    nvml = h100() + [dict(h100_nvml_records()[0], width=8, pci="00000000:00:07.0")]
+    report = report_of(tmp_path, topo="2gpu-pcie-phb-numa-na-mlengineering.txt", nvml_gpus=nvml)
+    pair = next(p for p in report.paths if p.path == "gpu0:gpu1")
+    assert pair.bytes_per_second == pytest.approx(31.5e9, rel=1e-3) and pair.basis.startswith("PHB")
+
+
+def test_nearest_nic_across_sockets(tmp_path):
+    report = report_of(tmp_path, topo="4x-a30-nvlink-bridge-pairs-1nic-xeon6342.txt")
+    far = {f.subject for f in report.findings if f.kind == "nic_far_from_gpu"}
+    assert far == {"gpu0", "gpu1"}  # GPU2 (PXB) and GPU3 (PIX) sit next to mlx5_0
+
+
+def test_link_type_changed_from_golden(tmp_path):
+    config = Config(links={(0, 1): "NV18", (0, 2): "NV18"})
+    report = report_of(tmp_path, config=config, topo="8gpu-pcie-all-sys-2socket-tabs.txt")
+    changed = [f for f in report.findings if f.kind == "gpu_link_changed"]
+    assert [(f.subject, f.measured, f.expected, f.severity) for f in changed] == [
+        ("gpu0-gpu1", "SYS", "NV18", "error"), ("gpu0-gpu2", "SYS", "NV18", "error")]
+
+
+def test_probe_failure_is_a_finding(tmp_path):
+    snap = make_snapshot(tmp_path / "snap")
+    (snap / "nvidia-smi-topo-m.txt").write_text("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n")
+    report = build_report(SnapshotHost(snap))
+    outcome = {p.name: p for p in report.probes}["nvidia_smi_topo"]
+    assert not outcome.ok and not outcome.no_data and "no header line" in outcome.error
+    assert ("probe_failed", "probe:nvidia_smi_topo", "warning") in kinds(report)
+
+
+def test_expected_nic_from_topo_only(tmp_path):
+    config = Config(nics={"mlx5_0": NicExpectation(speed_mbps=400000)})
+    report = report_of(tmp_path, config=config, topo="1x-h100-pcie-kvm-vm-1nic.txt")
+    assert ("nic_down", "mlx5_0", "error") in kinds(report)  # state unknown from topo alone: not "up"
