@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 from nodecheck import specs
+from nodecheck.errors import NodecheckError
 from nodecheck.model import Cpu, Gpu, Link, PathSpec, ProbeOutcome, Report
 from nodecheck.probes import ProbeResult, run_probes
 from nodecheck.probes.lstopo import LstopoFacts
@@ -28,11 +30,18 @@ def build_report(host, config=None) -> Report:
     return report
 
 
+_DRIVER = re.compile(r"Kernel Module(?: for \S+)?\s+([0-9][0-9.]+)")
+
+
 def _identity(host) -> dict:
     try:
-        return host.identity()
-    except Exception as error:  # identity is decoration: never lose the report over it
-        return {"error": str(error)}
+        identity = dict(host.identity())
+    except NodecheckError as error:  # identity is decoration: never lose the report over it
+        identity = {"error": str(error)}
+    # The loaded kernel module's version, readable even when NVML's library is missing.
+    driver = _DRIVER.search(host.read_text("/proc/driver/nvidia/version") or "")
+    identity["kernel_module_version"] = driver[1] if driver else None
+    return identity
 
 
 def _facts(results: dict[str, ProbeResult], name: str):
@@ -46,9 +55,9 @@ def merge(results: dict[str, ProbeResult], identity: dict, source: str, started:
     hw: LstopoFacts | None = _facts(results, "lstopo")
     net: NicFacts | None = _facts(results, "nics")
     node = {k: identity.get(k) for k in ("hostname", "kernel", "machine", "nodecheck_version")}
-    node["driver_version"] = nvml.driver_version if nvml else None
+    node["driver_version"] = (nvml.driver_version if nvml else None) or identity.get("kernel_module_version")
     gpus = _gpus(topo, nvml, hw)
-    nics = _nics(topo, net)
+    nics = _nics(topo, net, hw)
     links = [Link(l.a, l.b, l.type, link_class(l.type)) for l in topo.links] if topo else []
     for gpu in gpus:
         gpu.nearest_nics = _nearest_nics(gpu.index, links)
@@ -108,8 +117,12 @@ def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | No
     return gpus
 
 
-def _nics(topo: GpuTopology | None, net: NicFacts | None) -> list[Nic]:
+def _nics(topo: GpuTopology | None, net: NicFacts | None, hw: LstopoFacts | None) -> list[Nic]:
     nics = [n for n in net.nics if n.kind != "loopback"] if net else []
+    located = {d.name: d.numa_nodes for d in hw.nics} if hw else {}
+    for nic in nics:  # sysfs says -1 in many VMs; hwloc still knows which node the device hangs under
+        if nic.numa_node is None and len(located.get(nic.name, [])) == 1:
+            nic.numa_node = located[nic.name][0]
     known = {n.name for n in nics} | {n.rdma_device for n in nics if n.rdma_device}
     for device, ports in (net.rdma_devices.items() if net else []):
         if device not in known:  # an RDMA device without a netdev (or whose netdev is elsewhere)

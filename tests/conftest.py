@@ -81,3 +81,23 @@ def hgx_nvml(links_per_gpu: int = 18, version: int = 4, inactive: dict | None = 
         gpus.append(dict(base, uuid=f"GPU-hgx-{i}", pci=f"00000000:{0x18 + i * 0x10:02x}:00.0",
                          nvlink=[[link, 0 if link in down else 1, version] for link in range(links_per_gpu)]))
     return gpus
+
+
+def h100_node_snapshot(root: Path) -> Path:
+    """The real H100 node as a snapshot, assembled from its captured sources: nvidia-smi topo -m,
+    lstopo XML, NVML values (through the real reader) and the /sys/class/net files."""
+    import sysfs_trees
+
+    make_snapshot(root, nvml_gpus=h100_nvml_records())
+    (root / "nvidia-smi-topo-m.txt").write_text(need(H100 / "nvidia-smi-topo-m.txt").read_text())
+    (root / "lstopo.xml").write_text(need(H100 / "lstopo.xml").read_text())
+    sysfs_trees.net_tree_from_capture(root / "fs", need(H100 / "sysfs.txt").read_text())
+    links = {}
+    for entry in (root / "fs" / "sys" / "class" / "net").iterdir():
+        # a snapshot keeps files at the path they were read from, and symlink targets in fs-links.json
+        links[f"/sys/class/net/{entry.name}"] = os.readlink(entry)
+        target = entry.resolve()
+        entry.unlink()
+        shutil.copytree(target, entry)
+    (root / "fs-links.json").write_text(json.dumps(links))
+    return root
