@@ -5,7 +5,7 @@ import re
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import H100, PUBLIC, answer_key, need
+from conftest import H100, PUBLIC, SHARED, answer_key, need
 from nodecheck.errors import ParseError
 from nodecheck.probes.topo import link_class, parse_topo_matrix
 
@@ -119,3 +119,70 @@ def test_fuzz_table_shaped_noise(tokens):
     except ParseError:
         return
     assert topo.gpus, "a parsed table always has GPUs"
+
+
+def seed_tables() -> list[str]:
+    """The `nvidia-smi topo -m` tables printed in seed 002 (blocks starting at a tab-indented GPU0 header)."""
+    seed = need(SHARED / "seeds" / "002_ed3703dc5121dde3.txt").read_text().splitlines()
+    tables = []
+    for i, line in enumerate(seed):
+        if line.startswith("\tGPU0"):
+            block = [line]
+            for row in seed[i + 1 :]:
+                if not row.startswith("GPU"):
+                    break
+                block.append(row)
+            tables.append("\n".join(block) + "\n")
+    return tables
+
+
+def test_seed_002_examples():
+    parsed = [parse_topo_matrix(t) for t in seed_tables()]
+    assert [(len(t.gpus), t.links[0].type, t.gpus[0].cpu_affinity, t.gpus[-1].numa_affinity) for t in parsed] == [
+        (2, "NV2", "0-23", []), (2, "PHB", "0-11", []), (8, "NV12", "0-23", [1]), (8, "NV18", "0-51", [1])]
+
+
+LINKS = st.sampled_from(["NV1", "NV2", "NV4", "NV12", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS"])
+
+
+@st.composite
+def topo_tables(draw):
+    """A table as nvidia-smi prints it: 1-16 GPUs, 0-18 NICs, tabs or spaces, legend or not."""
+    gpus, nics = draw(st.integers(1, 16)), draw(st.integers(0, 18))
+    devices = [f"GPU{i}" for i in range(gpus)] + [f"NIC{i}" for i in range(nics)]
+    cell = {}
+    for i, a in enumerate(devices):
+        for b in devices[i + 1 :]:
+            cell[(a, b)] = cell[(b, a)] = draw(LINKS) if a.startswith("GPU") and b.startswith("GPU") else draw(LINKS.filter(lambda t: not t.startswith("NV")))
+    affinity = [draw(st.sampled_from(["0-23,48-71", "24-47", "0", "N/A"])) for _ in range(gpus)]
+    sep = draw(st.sampled_from(["\t", "    ", " \t"]))
+    legend = draw(st.booleans())
+    lines = [sep + sep.join(devices + ["CPU Affinity", "NUMA Affinity"])]
+    for i, a in enumerate(devices):
+        row = [a] + [" X " if a == b else cell[(a, b)] for b in devices]
+        if a.startswith("GPU"):
+            row += [affinity[i], "0"]
+        lines.append(sep.join(row))
+    lines += ["", "Legend:", "", "  X    = Self"]
+    if legend and nics:
+        lines += ["", "NIC Legend:", ""] + [f"  NIC{i}: mlx5_{i}" for i in range(nics)]
+    return "\n".join(lines) + "\n", gpus, nics, cell, affinity, legend
+
+
+@settings(max_examples=150, deadline=None)
+@given(topo_tables())
+def test_round_trip_1_to_16_gpus_0_to_18_nics(table):
+    text, gpus, nics, cell, affinity, legend = table
+    topo = parse_topo_matrix(text)
+    name = (lambda i: f"mlx5_{i}") if legend and nics else (lambda i: f"NIC{i}")
+    assert len(topo.gpus) == gpus and topo.nics == [name(i) for i in range(nics)]
+    assert [g.cpu_affinity for g in topo.gpus] == ["" if a == "N/A" else a for a in affinity]
+    got = {(l.a, l.b): l.type for l in topo.links}
+    assert len(got) == gpus * (gpus - 1) // 2 + gpus * nics
+    for (a, b), link in cell.items():
+        if not a.startswith("GPU"):
+            continue
+        if b.startswith("NIC"):
+            assert got[(int(a[3:]), name(int(b[3:])))] == link
+        elif int(b[3:]) > int(a[3:]):
+            assert got[(int(a[3:]), int(b[3:]))] == link
