@@ -119,6 +119,31 @@ def config_init(
     typer.echo(f"config written to {output}")
 
 
+@app.command()
+def bench(
+    nccl_log: Path = typer.Option(..., "--nccl-log", help="Read a saved nccl-tests log (text or -J JSON) and report every row."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Bandwidth results. Today: read a saved nccl-tests log; the live tests (h2d, d2h, p2p,
+    all-reduce) are being built (issue 3)."""
+    from dataclasses import asdict
+
+    from nodecheck.bench.nccl_tests import parse_nccl_log
+
+    try:
+        log = parse_nccl_log(nccl_log.read_text(errors="replace"))
+    except OSError as error:
+        _fail(f"cannot read {nccl_log}: {error.strerror or error}")
+    except NodecheckError as error:
+        _fail(f"{nccl_log}: {error}")
+    if as_json:
+        typer.echo(json.dumps({"nccl_log": asdict(log)}, indent=2))
+    else:
+        from nodecheck.render import render_nccl_log
+
+        render_nccl_log(log, str(nccl_log))
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"nodecheck {__version__}")

@@ -15,11 +15,13 @@ def _unknown(value) -> str:
     return "unknown" if value is None or value == "" else str(value)
 
 
+def _console() -> Console:
+    console = Console()
+    return console if console.is_terminal else Console(width=160)  # piped: do not squeeze tables into 80 columns
+
+
 def render(report: Report, console: Console | None = None) -> None:
-    if console is None:
-        console = Console()
-        if not console.is_terminal:  # piped or captured: do not squeeze the tables into 80 columns
-            console = Console(width=160)
+    console = console or _console()
     node = report.node
     console.print(f"[bold]nodecheck[/bold] {node.get('hostname') or '?'}  kernel {_unknown(node.get('kernel'))}  "
                   f"driver {_unknown(node.get('driver_version'))}  [dim]({report.source})[/dim]")
@@ -112,3 +114,24 @@ def _advice(console: Console, report: Report) -> None:
     console.print("[bold]Binding advice[/bold] (one process per GPU):")
     for entry in report.advice:
         console.print(f"  gpu{entry['gpu']}: " + "  ".join(entry["lines"]), soft_wrap=True, highlight=False)
+
+
+def render_nccl_log(log, name: str, console: Console | None = None) -> None:
+    console = console or _console()
+    what = log.collective or "nccl-tests"
+    console.print(f"[bold]{what}[/bold] from {name} ({log.format}; {len(log.rows)} rows"
+                  + (f", {log.ngpus} GPU(s) per thread" if log.ngpus else "") + ")")
+    table = Table(title_justify="left")
+    for column in ("size (B)", "count", "type", "redop", "oop time (us)", "oop algbw (GB/s)", "oop busbw (GB/s)",
+                   "ip time (us)", "ip algbw (GB/s)", "ip busbw (GB/s)"):
+        table.add_column(column, justify="right")
+    for row in log.rows:
+        cells = []
+        for timing in (row.out_of_place, row.in_place):
+            cells += [f"{timing.time_us:g}", f"{timing.algbw_gbytes:.2f}", f"{timing.busbw_gbytes:.2f}"] if timing else ["-"] * 3
+        table.add_row(str(row.size_bytes), str(row.count), row.dtype, row.redop or "-", *cells)
+    console.print(table)
+    avg = "not in the log" if log.avg_busbw_gbytes is None else f"{log.avg_busbw_gbytes:g} GB/s"
+    console.print(f"Avg bus bandwidth: {avg}")
+    for issue in log.issues:
+        console.print(f"[yellow]could not read[/yellow] {issue}", highlight=False)

@@ -1,0 +1,184 @@
+"""nccl-tests results (all_reduce_perf, all_gather_perf, alltoall_perf, ...): the text table, with
+or without mpirun (`[1,0]<stdout>:`) or srun (`0: `) line prefixes, and the `-J` JSON report.
+
+A row is size, count, type, [redop], [root], then for out-of-place and in-place each: time (us),
+algbw, busbw (GB/s) and #wrong (or N/A). alltoall leaves redop blank and old versions have no
+root, so a row is read from both ends, never by column position. Lines that cannot be read are
+listed in `issues`; whatever could be read is kept (a truncated log still gives its rows).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from nodecheck.errors import ParseError
+
+_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: )")
+_ROW_START = re.compile(r"^\s*(\d+)\s+(\d+)\s+([A-Za-z_][A-Za-z0-9_]*)\b(.*)$")
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
+_COLLECTIVE = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
+_CONFIG = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+_DEVICE = re.compile(r"^#\s+Rank\s+(\d+)\b.*?\bon\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s+(.+)$")
+
+
+@dataclass
+class Timing:
+    time_us: float
+    algbw_gbytes: float  # GB/s, 10^9 bytes
+    busbw_gbytes: float
+    wrong: float | None  # None when the run did not validate (N/A)
+
+
+@dataclass
+class Row:
+    size_bytes: int
+    count: int
+    dtype: str
+    redop: str | None
+    root: int | None
+    out_of_place: Timing | None
+    in_place: Timing | None
+
+
+@dataclass
+class NcclLog:
+    format: str  # text or json
+    collective: str | None
+    nthreads: int | None
+    ngpus: int | None
+    devices: list[str]  # "rank 0 host device 0: NVIDIA H100 80GB HBM3"
+    rows: list[Row]
+    avg_busbw_gbytes: float | None
+    issues: list[str] = field(default_factory=list)  # what could not be read, with line numbers
+
+
+def parse_nccl_log(text: str) -> NcclLog:
+    """Parse either form. Raises ParseError when nothing at all could be read."""
+    if text.lstrip().startswith("{"):
+        return _parse_json(text)
+    log = NcclLog("text", None, None, None, [], [], None)
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = _PREFIX.sub("", raw.rstrip("\r"), count=1)
+        if line.lstrip().startswith("#"):
+            _header_line(log, line.strip())
+        elif start := _ROW_START.match(line):
+            row, note = _row(start)
+            if row is None:
+                log.issues.append(f"line {number}: unreadable result row: {line.strip()[:100]!r}")
+                continue
+            log.rows.append(row)
+            if note:
+                log.issues.append(f"line {number}: {note}")
+    if not log.rows and log.avg_busbw_gbytes is None:
+        raise ParseError("no nccl-tests result rows and no 'Avg bus bandwidth' line: is this an nccl-tests log?")
+    return log
+
+
+def _header_line(log: NcclLog, line: str) -> None:
+    if match := _AVG.match(line):
+        log.avg_busbw_gbytes = _float(match[1])
+    elif match := _COLLECTIVE.match(line):
+        log.collective = match[1]
+    elif match := _CONFIG.match(line):
+        log.nthreads, log.ngpus = int(match[1]), int(match[2])
+    elif match := _DEVICE.match(line):
+        log.devices.append(f"rank {match[1]} {match[2]} device {match[3]}: {match[4].strip()}")
+
+
+def _row(start: re.Match) -> tuple[Row | None, str | None]:
+    """A result row, or None; and a note when the row was read only in part."""
+    size, count, dtype, tail = int(start[1]), int(start[2]), start[3], start[4]
+    tokens = tail.split()
+    for groups in (2, 1):
+        if len(tokens) < 4 * groups:
+            continue
+        middle, body = tokens[: len(tokens) - 4 * groups], tokens[len(tokens) - 4 * groups :]
+        timings = [_timing(body[i : i + 4]) for i in range(0, 4 * groups, 4)]
+        if len(middle) <= 2 and all(timings):
+            break
+    else:
+        return None, None
+    redop = next((t for t in middle if not _is_number(t)), None)
+    root = next((int(t) for t in middle if re.fullmatch(r"-?\d+", t)), None)
+    if groups == 2:
+        return Row(size, count, dtype, redop, root, *timings), None
+    # One group: nccl-tests pads a skipped out-of-place part with spaces (trace replay runs in-place
+    # only); without that gap the line was cut after its out-of-place part.
+    if re.search(r"\S {20,}\S", tail):
+        return Row(size, count, dtype, redop, root, None, timings[0]), None
+    return Row(size, count, dtype, redop, root, timings[0], None), "in-place columns missing (truncated?)"
+
+
+def _timing(cells: list[str]) -> Timing | None:
+    time_us, algbw, busbw = (_float(c) for c in cells[:3])
+    wrong = None if cells[3] == "N/A" else _float(cells[3])
+    if None in (time_us, algbw, busbw) or (wrong is None and cells[3] != "N/A"):
+        return None
+    return Timing(time_us, algbw, busbw, wrong)
+
+
+def _is_number(text: str) -> bool:
+    return _float(text) is not None
+
+
+def _float(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def _parse_json(text: str) -> NcclLog:
+    """The `-J FILE` report (nccl-tests JSON version 2): config, results[], average_bus_bandwidth."""
+    try:
+        doc = json.loads(text)
+    except ValueError as error:
+        raise ParseError(f"nccl-tests JSON report is not valid JSON (truncated?): {error}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise ParseError("nccl-tests JSON report has no 'results' list")
+    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    log = NcclLog("json", None, _int(config.get("nthreads")), _int(config.get("ngpus")), [], [], None)
+    for device in config.get("devices") or []:
+        if isinstance(device, dict):
+            log.devices.append(f"rank {device.get('rank')} {device.get('hostname')} device {device.get('device')}: "
+                               f"{device.get('device_info')}")
+    for position, result in enumerate(doc["results"]):
+        row = _json_row(result)
+        if row is None:
+            log.issues.append(f"results[{position}]: unreadable result {str(result)[:100]!r}")
+        else:
+            log.rows.append(row)
+            log.collective = log.collective or (result.get("experiment_name") or None)
+    average = doc.get("average_bus_bandwidth")
+    if isinstance(average, dict) and isinstance(average.get("bandwidth"), (int, float)):
+        log.avg_busbw_gbytes = float(average["bandwidth"])
+    return log
+
+
+def _json_row(result) -> Row | None:
+    if not isinstance(result, dict) or _int(result.get("size")) is None:
+        return None
+    timings = [_json_timing(result.get(key)) for key in ("out_of_place", "in_place")]
+    if timings == [None, None]:
+        return None
+    root = str(result.get("root", "")).strip()
+    return Row(result["size"], _int(result.get("count")) or 0, str(result.get("type")), result.get("redop") or None,
+               int(root) if re.fullmatch(r"-?\d+", root) else None, *timings)
+
+
+def _json_timing(body) -> Timing | None:
+    if not isinstance(body, dict):
+        return None
+    values = [body.get(k) for k in ("alg_bw", "bus_bw")]
+    time_us = body.get("time", body.get("cpu_time"))
+    if not all(isinstance(v, (int, float)) for v in [time_us, *values]):
+        return None
+    wrong = body.get("nwrong")
+    return Timing(float(time_us), float(values[0]), float(values[1]), float(wrong) if isinstance(wrong, (int, float)) else None)
+
+
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
