@@ -121,11 +121,51 @@ def config_init(
 
 @app.command()
 def bench(
-    nccl_log: Path = typer.Option(..., "--nccl-log", help="Read a saved nccl-tests log (text or -J JSON) and report every row."),
+    tests: str = typer.Option("allreduce", "--tests", help="Comma-separated: allreduce (across the nodes of a torchrun/srun job)."),
+    full: bool = typer.Option(False, "--full", help="Payload sweep instead of one saturating payload (--quick, the default)."),
+    quick: bool = typer.Option(False, "--quick", help="One payload past saturation (default)."),
+    timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds before a test is killed and recorded as failed."),
+    nccl_log: Optional[Path] = typer.Option(None, "--nccl-log", help="Only read a saved nccl-tests log (text or -J JSON) and report every row."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    config_path: Optional[Path] = _CONFIG,
 ) -> None:
-    """Bandwidth results. Today: read a saved nccl-tests log; the live tests (h2d, d2h, p2p,
-    all-reduce) are being built (issue 3)."""
+    """Measure bandwidth and compare it with the spec of its path (below thresholds.bandwidth_ratio is a finding).
+    Host<->device, GPU p2p and in-node NCCL all-reduce are being built (issue 3)."""
+    if nccl_log is not None:
+        _read_nccl_log(nccl_log, as_json)
+        return
+    if full and quick:
+        _fail("--quick and --full exclude each other")
+    unknown = sorted(set(t.strip() for t in tests.split(",")) - {"allreduce"})
+    if unknown:
+        _fail(f"unknown or not yet available test(s): {', '.join(unknown)} (available: allreduce)")
+    import os
+
+    from nodecheck.bench.distributed import distributed_env, run_allreduce
+    from nodecheck.model import SEVERITIES
+    from nodecheck.rules import measurement_findings
+
+    try:
+        env = distributed_env(dict(os.environ))
+        if env is None:
+            _fail("allreduce across nodes needs a torchrun or srun launch (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
+        report, config = _report(None, config_path)
+    except NodecheckError as error:
+        _fail(str(error))
+    measurement = run_allreduce(report, config, env, "full" if full else "quick", timeout, dict(os.environ))
+    report.measurements.append(measurement)
+    report.findings += measurement_findings(report.measurements, config.bandwidth_ratio)
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        from nodecheck.render import render_measurements
+
+        render_measurements(report)
+    worst = report.worst_severity()
+    raise typer.Exit(EXIT_FINDINGS if worst and SEVERITIES.index(worst) >= SEVERITIES.index(config.fail_severity) else EXIT_OK)
+
+
+def _read_nccl_log(nccl_log: Path, as_json: bool) -> None:
     from dataclasses import asdict
 
     from nodecheck.bench.nccl_tests import parse_nccl_log

@@ -61,9 +61,11 @@ def call_with_timeout(fn: Callable[[], T], timeout: float, what: str) -> T:
     return box["value"]
 
 
-def run_command(argv: list[str], timeout: float) -> str:
-    """Run argv (never through a shell) with a hard timeout that kills its whole process group."""
-    env = dict(os.environ, LC_ALL="C")
+def run_command(argv: list[str], timeout: float, env: dict[str, str] | None = None, what: str | None = None) -> str:
+    """Run argv (never through a shell) with a hard timeout that kills its whole process group.
+    `what` names the command in messages (default: the command line)."""
+    what = what or " ".join(argv)
+    env = dict(os.environ if env is None else env, LC_ALL="C")
     try:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -77,12 +79,12 @@ def run_command(argv: list[str], timeout: float) -> str:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        raise ProbeFailed(f"{' '.join(argv)} did not finish within {timeout:g} s and was killed") from None
+        raise ProbeFailed(f"{what} did not finish within {timeout:g} s and was killed") from None
     stdout = out.decode("utf-8", errors="replace")
     if proc.returncode != 0:
         detail = (err.decode("utf-8", errors="replace").strip() or stdout.strip()).splitlines()
         reason = detail[-1][:200] if detail else "no output"
-        raise ProbeFailed(f"{' '.join(argv)} exited with {proc.returncode}: {reason}")
+        raise ProbeFailed(f"{what} exited with {proc.returncode}: {reason}")
     return stdout
 
 

@@ -60,6 +60,23 @@ class Finding:
 
 
 @dataclass
+class Measurement:
+    """One bandwidth test on one path, compared with that path's theoretical unidirectional spec."""
+
+    path: str  # allreduce:3-ranks, gpu0:host ...
+    test: str  # allreduce, h2d, d2h, p2p
+    ok: bool  # False: the test failed (error says why); no figure
+    bytes_per_second: float | None  # busbw for collectives
+    spec_bytes_per_second: float | None
+    ratio: float | None  # measured / spec
+    payload_bytes: int | None
+    method: str  # how it was measured
+    direction: str  # unidirectional, bidirectional, busbw
+    details: dict = field(default_factory=dict)  # sweep rows, per-node figures ...
+    error: str | None = None
+
+
+@dataclass
 class Cpu:
     packages: int
     numa_nodes: int
@@ -92,6 +109,7 @@ class Report:
     paths: list[PathSpec]
     findings: list[Finding] = field(default_factory=list)
     advice: list[dict] = field(default_factory=list)
+    measurements: list[Measurement] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:

@@ -135,3 +135,17 @@ def render_nccl_log(log, name: str, console: Console | None = None) -> None:
     console.print(f"Avg bus bandwidth: {avg}")
     for issue in log.issues:
         console.print(f"[yellow]could not read[/yellow] {issue}", highlight=False)
+
+
+def render_measurements(report: Report, console: Console | None = None) -> None:
+    console = console or _console()
+    table = Table(title="Bandwidth", title_justify="left")
+    for column in ("path", "test", "payload", "measured", "spec", "ratio", "method / error"):
+        table.add_column(column)
+    for m in report.measurements:
+        ratio = f"{m.ratio:.2f}" if m.ratio is not None else "-"
+        payload = f"{m.payload_bytes / (1 << 20):g} MiB" if m.payload_bytes else "-"
+        table.add_row(m.path, m.test, payload, format_bits(m.bytes_per_second) if m.ok else "[red]FAILED[/red]",
+                      format_bits(m.spec_bytes_per_second), ratio, m.method if m.ok else str(m.error))
+    console.print(table)
+    _findings(console, report)

@@ -138,3 +138,37 @@ def _far_nics(report: Report) -> list[Finding]:
                                     f"gpu{gpu.index}'s nearest NIC ({', '.join(gpu.nearest_nics)}) is across the socket "
                                     "interconnect: GPUDirect RDMA traffic crosses sockets"))
     return findings
+
+
+def measurement_findings(measurements, threshold: float) -> list[Finding]:
+    """Bandwidth below `threshold` x spec, and tests that failed, each naming its path (and the slow node)."""
+    findings = []
+    for m in measurements:
+        if not m.ok:
+            findings.append(Finding("bench_failed", "error", m.path, "failed", "completed", f"{m.path}: {m.error}"))
+        elif m.ratio is not None and m.ratio < threshold:
+            suspects = _slow_nodes(m, threshold)
+            where = "; slow: " + ", ".join(f"{name} at {ratio:.2f} of spec" for name, ratio in suspects) if suspects else ""
+            findings.append(Finding(
+                "bandwidth_below_spec", "error", suspects[0][0] if suspects else m.path, f"{m.ratio:.2f}", f">= {threshold:g}",
+                f"{m.path} {m.test} {format_bits(m.bytes_per_second)} = {m.ratio:.2f} of spec "
+                f"{format_bits(m.spec_bytes_per_second)}{where}: check that node's cable, switch port and NIC speed"))
+    return findings
+
+
+def _slow_nodes(m, threshold: float) -> list[tuple[str, float]]:
+    """From the exchanges with rank 0: peers whose link is slow; if every peer is, rank 0's node is."""
+    nodes = {n["rank"]: n for n in m.details.get("nodes", [])}
+    pairs = m.details.get("pairs_with_rank0", {})
+    if not pairs or not m.spec_bytes_per_second:
+        return []
+    ratios = {int(peer): min(rates.values()) / m.spec_bytes_per_second for peer, rates in pairs.items() if rates}
+
+    def name(rank: int) -> str:
+        node = nodes.get(rank, {})
+        return f"{node.get('node', f'rank{rank}')} ({node.get('address') or 'rank ' + str(rank)})"
+
+    slow = sorted((ratio, rank) for rank, ratio in ratios.items() if ratio < threshold)
+    if slow and len(slow) == len(ratios) and len(ratios) > 1:
+        return [(name(0), max(ratios.values()))]
+    return [(name(rank), ratio) for ratio, rank in slow]

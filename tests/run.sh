@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian/Ubuntu machine: installs what the tests need, then runs them.
-# As root it installs the apt packages (hwloc's lstopo, iproute2 for network namespaces); otherwise
+# As root it installs the apt packages (hwloc's lstopo; iproute2 and util-linux for network namespaces); otherwise
 # the tests that need them skip and say why. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(hwloc-nox iproute2)
+APT_PACKAGES=(hwloc-nox iproute2 util-linux)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
@@ -15,5 +15,7 @@ else
 fi
 
 python3 -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+# torch CPU 2.13.0 first (a local wheel on the CI machine): asked for as a range, pip would fetch a CUDA build
+.venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0 numpy
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,bench]'
 exec .venv/bin/python -m pytest -ra "$@"

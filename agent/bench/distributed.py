@@ -1,0 +1,132 @@
+"""All-reduce across nodes: the same entry point on every node, launched by torchrun or srun.
+
+The runner never imports torch: it starts one worker process (nodecheck.bench.worker) with the job's
+torch.distributed environment and a hard time limit that kills the worker's process group, so a rank
+that never joins or a hung collective becomes a failed measurement that names the path, never a hang.
+The spec is the slowest NIC on the path: each node's traffic NIC at its expected speed from config,
+else its negotiated speed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from importlib.util import find_spec
+from pathlib import Path
+
+from nodecheck.errors import NodecheckError
+from nodecheck.host import run_command
+from nodecheck.model import Measurement, Report
+
+MiB = 1 << 20
+LEVELS = {
+    "quick": {"sizes": [32 * MiB], "warmup": 1, "iters": 3},
+    "full": {"sizes": [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB], "warmup": 2, "iters": 5},
+}
+METHOD = "torch.distributed {backend} all_reduce of float32, slowest rank's time; busbw = algbw x 2(n-1)/n"
+
+
+@dataclass
+class DistEnv:
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+
+
+def distributed_env(environ: dict[str, str]) -> DistEnv | None:
+    """torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or srun's SLURM_PROCID/SLURM_NTASKS (+ MASTER_ADDR)."""
+    rank = environ.get("RANK", environ.get("SLURM_PROCID"))
+    world = environ.get("WORLD_SIZE", environ.get("SLURM_NTASKS"))
+    if rank is None or world is None:
+        return None
+    if not rank.isascii() or not rank.isdigit() or not world.isascii() or not world.isdigit() or int(rank) >= int(world):
+        raise NodecheckError(f"rank {rank!r} of world size {world!r}: expected whole numbers with rank < world size")
+    master = environ.get("MASTER_ADDR")
+    if not master:
+        raise NodecheckError("MASTER_ADDR is not set: export the address of rank 0's node (under srun: the first "
+                             "host of SLURM_JOB_NODELIST)")
+    port = environ.get("MASTER_PORT", "29500")
+    if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise NodecheckError(f"MASTER_PORT {port!r} is not a TCP port")
+    return DistEnv(int(rank), int(world), master, int(port))
+
+
+def traffic_nic(report: Report, env: DistEnv, environ: dict[str, str]):
+    """The NIC named by GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, else the one whose subnet holds MASTER_ADDR."""
+    named = (environ.get("GLOO_SOCKET_IFNAME") or environ.get("NCCL_SOCKET_IFNAME") or "").split(",")[0]
+    if named:
+        nic = next((n for n in report.nics if n.name == named), None)
+        if nic is None:
+            raise NodecheckError(f"NIC {named!r} (from GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME) does not exist on this node")
+        return nic
+    try:
+        master = ipaddress.ip_address(env.master_addr)
+    except ValueError:
+        return None  # a host name: resolving it is the proximity check's job (issue 5)
+    for nic in report.nics:
+        for entry in nic.addresses:
+            if master in ipaddress.ip_network(f"{entry['address']}/{entry['prefixlen']}", strict=False):
+                return nic
+    return None
+
+
+def _spec(report: Report, nic, config) -> float | None:
+    expected = config.nic_speed_mbps(nic) if config and nic else None
+    if expected:
+        return expected * 1e6 / 8
+    path = next((p for p in report.paths if nic and p.path == f"nic:{nic.name}"), None)
+    return path.bytes_per_second if path else None
+
+
+def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: float, environ: dict[str, str]) -> Measurement:
+    path = f"allreduce:{env.world_size}-ranks"
+    plan = LEVELS[level]
+    if find_spec("torch") is None:
+        return _failed(path, "torch is not installed: pip install 'nodecheck[bench]'")
+    try:
+        nic = traffic_nic(report, env, environ)
+    except NodecheckError as error:
+        return _failed(path, str(error))
+    spec = _spec(report, nic, config)
+    address = next((a["address"] for a in (nic.addresses if nic else []) if a["family"] == "inet"), None)
+    child_env = dict(environ, MASTER_ADDR=env.master_addr, MASTER_PORT=str(env.master_port),
+                     RANK=str(env.rank), WORLD_SIZE=str(env.world_size))
+    if nic is not None:
+        child_env.setdefault("GLOO_SOCKET_IFNAME", nic.name)  # else gloo may advertise 127.0.0.1
+    with tempfile.TemporaryDirectory(prefix="nodecheck-bench-") as tmp:
+        out = Path(tmp) / "allreduce.json"
+        argv = [sys.executable, "-m", "nodecheck.bench.worker", "--backend", "gloo",
+                "--sizes", ",".join(str(s) for s in plan["sizes"]), "--warmup", str(plan["warmup"]),
+                "--iters", str(plan["iters"]), "--timeout", str(timeout), "--out", str(out),
+                "--threshold", str(config.bandwidth_ratio if config else 0.8),
+                "--node", report.node.get("hostname") or "?", "--nic", nic.name if nic else "",
+                "--address", address or "", "--nic-spec", str(spec or 0)]
+        try:
+            run_command(argv, timeout + 15, env=child_env, what="the worker")  # its own timeout goes first
+            result = json.loads(out.read_text())
+        except NodecheckError as error:
+            return _failed(path, f"all-reduce over {env.world_size} ranks via {env.master_addr}:{env.master_port} failed: {error}")
+        except (OSError, ValueError) as error:
+            return _failed(path, f"all-reduce worker left no readable result: {error}")
+    return _measurement(path, result)
+
+
+def _measurement(path: str, result: dict) -> Measurement:
+    rows = result["rows"]
+    largest = max(rows, key=lambda r: r["size_bytes"])
+    spec = result.get("spec_bytes_per_second")
+    return Measurement(
+        path=path, test="allreduce", ok=True, bytes_per_second=largest["busbw"], spec_bytes_per_second=spec,
+        ratio=largest["busbw"] / spec if spec else None, payload_bytes=largest["size_bytes"],
+        method=METHOD.format(backend=result.get("backend", "gloo")), direction="busbw",
+        details={"rows": rows, "nodes": result["nodes"], "pairs_with_rank0": result.get("pairs_with_rank0", {})},
+    )
+
+
+def _failed(path: str, error: str) -> Measurement:
+    return Measurement(path, "allreduce", False, None, None, None, None, METHOD.format(backend="gloo"), "busbw", error=error)

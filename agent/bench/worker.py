@@ -1,0 +1,105 @@
+"""One rank of the all-reduce test, in its own process (the only place torch is imported).
+
+Launched by nodecheck's bench runner with the torch.distributed environment (RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT) of the job. Every rank writes the gathered results of all ranks as JSON to
+--out, so each node can report what it saw; rank 0's copy is the cluster's.
+
+busbw = algbw x 2(n-1)/n, the nccl-tests convention (seed 002): it is comparable to one link's rate
+whatever the number of ranks. When busbw falls below the threshold, each node exchanges a buffer with
+rank 0 in turn, both directions, to name the node whose link is slow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import sys
+import time
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m nodecheck.bench.worker")
+    parser.add_argument("--backend", default="gloo")
+    parser.add_argument("--sizes", required=True, help="payload sizes in bytes, comma-separated")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=60)
+    parser.add_argument("--threshold", type=float, default=0.8)
+    parser.add_argument("--node", default=socket.gethostname())
+    parser.add_argument("--nic", default=None)
+    parser.add_argument("--address", default=None)
+    parser.add_argument("--nic-spec", type=float, default=0.0, help="this node's NIC rate, bytes/s (0: unknown)")
+    parser.add_argument("--out", required=True)
+    return parser.parse_args(argv)
+
+
+def _time_allreduce(dist, torch, size: int, warmup: int, iters: int) -> float:
+    """Seconds per all-reduce of `size` bytes, the slowest rank's view (every rank gets the same number)."""
+    x = torch.ones(max(1, size // 4), dtype=torch.float32)
+    for _ in range(warmup):
+        dist.all_reduce(x)
+    dist.barrier()
+    started = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(x)
+    dist.barrier()
+    elapsed = torch.tensor([(time.perf_counter() - started) / iters], dtype=torch.float64)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    return float(elapsed.item())
+
+
+def _hub_exchange(dist, torch, rank: int, world: int, size: int) -> dict[int, dict[str, float]]:
+    """Each node in turn sends `size` bytes to rank 0 and receives as many back; timed at the receiver."""
+    buffer = torch.ones(max(1, size // 4), dtype=torch.float32)
+    seen: dict[int, dict[str, float]] = {}
+    for peer in range(1, world):
+        for direction, (sender, receiver) in (("to_rank0", (peer, 0)), ("from_rank0", (0, peer))):
+            dist.barrier()
+            if rank == sender:
+                dist.send(buffer, dst=receiver)
+            elif rank == receiver:
+                started = time.perf_counter()
+                dist.recv(buffer, src=sender)
+                seen.setdefault(peer, {})[direction] = buffer.numel() * 4 / (time.perf_counter() - started)
+    return seen
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(sys.argv[1:] if argv is None else argv)
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    me = {"rank": rank, "node": args.node, "nic": args.nic, "address": args.address,
+          "nic_spec_bytes_per_second": args.nic_spec or None, "pid": os.getpid()}
+    nodes: list = [None] * world
+    dist.all_gather_object(nodes, me)
+    specs = [n["nic_spec_bytes_per_second"] for n in nodes]
+    spec = min(specs) if all(specs) else None
+    factor = 2 * (world - 1) / world
+    rows = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        seconds = _time_allreduce(dist, torch, size, args.warmup, args.iters)
+        rows.append({"size_bytes": size, "seconds": seconds, "algbw": size / seconds, "busbw": size / seconds * factor})
+    diagnosis = {}
+    if spec and rows and rows[-1]["busbw"] < args.threshold * spec and world > 1:
+        exchanged = _hub_exchange(dist, torch, rank, world, rows[-1]["size_bytes"])
+        gathered: list = [None] * world
+        dist.all_gather_object(gathered, exchanged)
+        for part in gathered:  # rank 0 timed what it received, each peer what it received
+            for peer, rates in part.items():
+                diagnosis.setdefault(str(peer), {}).update(rates)
+    result = {"world_size": world, "backend": args.backend, "nodes": nodes, "spec_bytes_per_second": spec,
+              "rows": rows, "pairs_with_rank0": diagnosis, "rank": rank}
+    dist.destroy_process_group()
+    with open(args.out, "w") as out:
+        json.dump(result, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""A real gloo all-reduce across "nodes" in network namespaces, links shaped with tc (root, torch)."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import requires_root
+from netns_cluster import Cluster
+
+pytest.importorskip("torch", reason="needs torch (pip install 'nodecheck[bench]')")
+
+
+def launch(cluster: Cluster, ranks: list[int], world: int, config: str, port: int, timeout: float = 60) -> list[subprocess.Popen]:
+    """One `nodecheck bench` per node, as torchrun would start it (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)."""
+    procs = []
+    for rank in ranks:
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR=cluster.addresses[0], MASTER_PORT=str(port))
+        # each node gets its own host name (UTS namespace) so findings can name it
+        argv = ["ip", "netns", "exec", cluster.nodes[rank], "unshare", "--uts", "sh", "-c", 'hostname "$0"; exec "$@"',
+                f"node{rank}", sys.executable, "-m", "nodecheck", "bench", "--tests", "allreduce", "--quick", "--json",
+                "--config", config, "--timeout", str(timeout)]
+        procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      start_new_session=True))
+    return procs
+
+
+def finish(procs: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, dict, str]]:
+    results = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        results.append((proc.returncode, json.loads(out) if out.strip().startswith("{") else {}, err))
+    return results
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    requires_root()
+    with Cluster(3) as built:
+        for i in range(3):
+            built.shape(i, "2gbit")
+        config = tmp_path / "node.toml"
+        config.write_text("[nics.eth0]\nspeed_mbps = 2000\n")  # veth reports 10000 whatever tc does
+        built.config = str(config)
+        yield built
+
+
+def allreduce_of(report: dict) -> dict:
+    (m,) = [m for m in report["measurements"] if m["test"] == "allreduce"]
+    return m
+
+
+def test_healthy_then_one_slow_node(cluster):
+    port = random.randint(30000, 39999)
+    results = finish(launch(cluster, [0, 1, 2], 3, cluster.config, port))
+    for code, report, err in results:
+        assert code == 0, err
+    m = allreduce_of(results[0][1])
+    assert m["ok"] and m["spec_bytes_per_second"] == 2000e6 / 8 and m["payload_bytes"] == 32 << 20
+    assert m["ratio"] >= 0.9, f"busbw {m['bytes_per_second'] * 8 / 1e9:.2f} Gbit/s on 2 Gbit/s links"
+    assert [f for f in results[0][1]["findings"] if f["kind"] == "bandwidth_below_spec"] == []
+    assert {n["node"] for n in m["details"]["nodes"]} == {"node0", "node1", "node2"}
+
+    cluster.shape(2, "1gbit")
+    results = finish(launch(cluster, [0, 1, 2], 3, cluster.config, port + 1))
+    code, report, err = results[0]
+    assert code == 1, err
+    m = allreduce_of(report)
+    assert 0.35 <= m["ratio"] <= 0.6
+    (finding,) = [f for f in report["findings"] if f["kind"] == "bandwidth_below_spec"]
+    assert finding["subject"] == "node2 (198.18.0.3)"
+    assert "slow: node2 (198.18.0.3) at 0." in finding["message"]
+
+
+def test_rank_that_never_joins_is_a_failed_test(cluster):
+    port = random.randint(40000, 49999)
+    results = finish(launch(cluster, [0, 1], 3, cluster.config, port, timeout=5), timeout=60)
+    for code, report, err in results:
+        assert code == 1, err
+        m = allreduce_of(report)
+        assert not m["ok"] and "all-reduce over 3 ranks via 198.18.0.1" in m["error"]
+        assert ("bench_failed", "allreduce:3-ranks") in {(f["kind"], f["subject"]) for f in report["findings"]}
+    assert workers_left("--timeout 5.0") == []
+
+
+def workers_left(marker: str) -> list[int]:
+    """Live (not zombie) nodecheck bench workers whose command line holds `marker`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+            state = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if "nodecheck.bench.worker" in cmdline and marker in cmdline and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+def test_port_already_taken(cluster):
+    port = random.randint(50000, 59999)
+    holder = subprocess.Popen(["ip", "netns", "exec", cluster.nodes[0], sys.executable, "-c",
+                               f"import socket,time; s=socket.socket(); s.bind(('0.0.0.0',{port})); s.listen(); time.sleep(60)"],
+                              start_new_session=True)
+    try:
+        time.sleep(1.0)
+        code, report, err = finish(launch(cluster, [0], 1, cluster.config, port, timeout=10), timeout=60)[0]
+        assert code == 1, err
+        m = allreduce_of(report)
+        assert not m["ok"] and "failed" in m["error"]
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
