@@ -121,39 +121,48 @@ def config_init(
 
 @app.command()
 def bench(
-    tests: str = typer.Option("allreduce", "--tests", help="Comma-separated: allreduce (across the nodes of a torchrun/srun job)."),
-    full: bool = typer.Option(False, "--full", help="Payload sweep instead of one saturating payload (--quick, the default)."),
-    quick: bool = typer.Option(False, "--quick", help="One payload past saturation (default)."),
+    tests: Optional[str] = typer.Option(None, "--tests", help="Comma-separated from h2d,d2h,p2p,allreduce (default: all that apply here)."),
+    full: bool = typer.Option(False, "--full", help="Payload sweep (and pageable host memory) instead of one saturating payload."),
+    quick: bool = typer.Option(False, "--quick", help="One payload past saturation (the default)."),
     timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds before a test is killed and recorded as failed."),
     nccl_log: Optional[Path] = typer.Option(None, "--nccl-log", help="Only read a saved nccl-tests log (text or -J JSON) and report every row."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the Report with its measurements as JSON."),
     config_path: Optional[Path] = _CONFIG,
 ) -> None:
-    """Measure bandwidth and compare it with the spec of its path (below thresholds.bandwidth_ratio is a finding).
-    Host<->device, GPU p2p and in-node NCCL all-reduce are being built (issue 3)."""
+    """Measure bandwidth and compare it with the spec of its path; below thresholds.bandwidth_ratio is a finding.
+    Under torchrun or srun, `allreduce` runs across the job's nodes (NCCL on GPUs, gloo on CPUs)."""
     if nccl_log is not None:
         _read_nccl_log(nccl_log, as_json)
         return
     if full and quick:
         _fail("--quick and --full exclude each other")
-    unknown = sorted(set(t.strip() for t in tests.split(",")) - {"allreduce"})
-    if unknown:
-        _fail(f"unknown or not yet available test(s): {', '.join(unknown)} (available: allreduce)")
     import os
 
-    from nodecheck.bench.distributed import distributed_env, run_allreduce
+    from nodecheck.bench import plan
+    from nodecheck.bench.distributed import distributed_env
     from nodecheck.model import SEVERITIES
     from nodecheck.rules import measurement_findings
 
     try:
         env = distributed_env(dict(os.environ))
-        if env is None:
-            _fail("allreduce across nodes needs a torchrun or srun launch (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
         report, config = _report(None, config_path)
     except NodecheckError as error:
         _fail(str(error))
-    measurement = run_allreduce(report, config, env, "full" if full else "quick", timeout, dict(os.environ))
-    report.measurements.append(measurement)
+    chosen = [t.strip() for t in tests.split(",") if t.strip()] if tests else plan.applicable(report, env is not None)
+    unknown = sorted(set(chosen) - set(plan.TESTS))
+    if unknown:
+        _fail(f"unknown test(s): {', '.join(unknown)} (known: {', '.join(plan.TESTS)})")
+    if not chosen:
+        _fail("no test applies here: no GPU, and not launched by torchrun/srun (RANK, WORLD_SIZE, MASTER_ADDR) "
+              "for an all-reduce across nodes")
+    level = "full" if full else "quick"
+    if as_json:
+        report.measurements = plan.run(report, config, chosen, level, timeout, dict(os.environ), env)
+    else:
+        from rich.console import Console
+
+        with Console(stderr=True).status(f"nodecheck bench: {', '.join(chosen)} ({level})"):
+            report.measurements = plan.run(report, config, chosen, level, timeout, dict(os.environ), env)
     report.findings += measurement_findings(report.measurements, config.bandwidth_ratio)
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2))

@@ -145,7 +145,7 @@ def measurement_findings(measurements, threshold: float) -> list[Finding]:
     findings = []
     for m in measurements:
         if not m.ok:
-            findings.append(Finding("bench_failed", "error", m.path, "failed", "completed", f"{m.path}: {m.error}"))
+            findings.append(Finding("bench_failed", "error", m.path, "failed", "completed", f"{m.test} on {m.path}: {m.error}"))
         elif m.ratio is not None and m.ratio < threshold:
             suspects = _slow_nodes(m, threshold)
             where = "; slow: " + ", ".join(f"{name} at {ratio:.2f} of spec" for name, ratio in suspects) if suspects else ""

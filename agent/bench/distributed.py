@@ -15,7 +15,6 @@ import os
 import sys
 import tempfile
 from dataclasses import dataclass
-from importlib.util import find_spec
 from pathlib import Path
 
 from nodecheck.errors import NodecheckError
@@ -86,12 +85,11 @@ def _spec(report: Report, nic, config) -> float | None:
 def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: float, environ: dict[str, str]) -> Measurement:
     path = f"allreduce:{env.world_size}-ranks"
     plan = LEVELS[level]
-    if find_spec("torch") is None:
-        return _failed(path, "torch is not installed: pip install 'nodecheck[bench]'")
+    backend = "nccl" if report.gpus else "gloo"  # NCCL on GPU nodes (one GPU per rank: LOCAL_RANK)
     try:
         nic = traffic_nic(report, env, environ)
     except NodecheckError as error:
-        return _failed(path, str(error))
+        return _failed(path, backend, str(error))
     spec = _spec(report, nic, config)
     address = next((a["address"] for a in (nic.addresses if nic else []) if a["family"] == "inet"), None)
     child_env = dict(environ, MASTER_ADDR=env.master_addr, MASTER_PORT=str(env.master_port),
@@ -100,7 +98,7 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
         child_env.setdefault("GLOO_SOCKET_IFNAME", nic.name)  # else gloo may advertise 127.0.0.1
     with tempfile.TemporaryDirectory(prefix="nodecheck-bench-") as tmp:
         out = Path(tmp) / "allreduce.json"
-        argv = [sys.executable, "-m", "nodecheck.bench.worker", "--backend", "gloo",
+        argv = [sys.executable, "-m", "nodecheck.bench.worker", "--backend", backend,
                 "--sizes", ",".join(str(s) for s in plan["sizes"]), "--warmup", str(plan["warmup"]),
                 "--iters", str(plan["iters"]), "--timeout", str(timeout), "--out", str(out),
                 "--threshold", str(config.bandwidth_ratio if config else 0.8),
@@ -110,9 +108,9 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
             run_command(argv, timeout + 15, env=child_env, what="the worker")  # its own timeout goes first
             result = json.loads(out.read_text())
         except NodecheckError as error:
-            return _failed(path, f"all-reduce over {env.world_size} ranks via {env.master_addr}:{env.master_port} failed: {error}")
+            return _failed(path, backend, f"all-reduce over {env.world_size} ranks via {env.master_addr}:{env.master_port} failed: {error}")
         except (OSError, ValueError) as error:
-            return _failed(path, f"all-reduce worker left no readable result: {error}")
+            return _failed(path, backend, f"all-reduce worker left no readable result: {error}")
     return _measurement(path, result)
 
 
@@ -128,5 +126,5 @@ def _measurement(path: str, result: dict) -> Measurement:
     )
 
 
-def _failed(path: str, error: str) -> Measurement:
-    return Measurement(path, "allreduce", False, None, None, None, None, METHOD.format(backend="gloo"), "busbw", error=error)
+def _failed(path: str, backend: str, error: str) -> Measurement:
+    return Measurement(path, "allreduce", False, None, None, None, None, METHOD.format(backend=backend), "busbw", error=error)

@@ -22,7 +22,8 @@ import time
 
 def _args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m nodecheck.bench.worker")
-    parser.add_argument("--backend", default="gloo")
+    parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
+    parser.add_argument("--spec", type=float, default=0.0, help="the path's spec in bytes/s when it is not per-node NICs (in-node)")
     parser.add_argument("--sizes", required=True, help="payload sizes in bytes, comma-separated")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--iters", type=int, default=3)
@@ -36,24 +37,31 @@ def _args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _time_allreduce(dist, torch, size: int, warmup: int, iters: int) -> float:
+def _sync(torch, device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time_allreduce(dist, torch, device, size: int, warmup: int, iters: int) -> float:
     """Seconds per all-reduce of `size` bytes, the slowest rank's view (every rank gets the same number)."""
-    x = torch.ones(max(1, size // 4), dtype=torch.float32)
+    x = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
     for _ in range(warmup):
         dist.all_reduce(x)
+    _sync(torch, device)
     dist.barrier()
     started = time.perf_counter()
     for _ in range(iters):
         dist.all_reduce(x)
+    _sync(torch, device)  # NCCL returns before the GPU is done
     dist.barrier()
-    elapsed = torch.tensor([(time.perf_counter() - started) / iters], dtype=torch.float64)
+    elapsed = torch.tensor([(time.perf_counter() - started) / iters], dtype=torch.float64, device=device)
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     return float(elapsed.item())
 
 
-def _hub_exchange(dist, torch, rank: int, world: int, size: int) -> dict[int, dict[str, float]]:
+def _hub_exchange(dist, torch, device, rank: int, world: int, size: int) -> dict[int, dict[str, float]]:
     """Each node in turn sends `size` bytes to rank 0 and receives as many back; timed at the receiver."""
-    buffer = torch.ones(max(1, size // 4), dtype=torch.float32)
+    buffer = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
     seen: dict[int, dict[str, float]] = {}
     for peer in range(1, world):
         for direction, (sender, receiver) in (("to_rank0", (peer, 0)), ("from_rank0", (0, peer))):
@@ -63,6 +71,7 @@ def _hub_exchange(dist, torch, rank: int, world: int, size: int) -> dict[int, di
             elif rank == receiver:
                 started = time.perf_counter()
                 dist.recv(buffer, src=sender)
+                _sync(torch, device)
                 seen.setdefault(peer, {})[direction] = buffer.numel() * 4 / (time.perf_counter() - started)
     return seen
 
@@ -72,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
+    device = torch.device("cpu")
+    if args.backend == "nccl":  # one GPU per process: the launcher's LOCAL_RANK
+        device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
+        torch.cuda.set_device(device)
     dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     me = {"rank": rank, "node": args.node, "nic": args.nic, "address": args.address,
@@ -79,15 +92,15 @@ def main(argv: list[str] | None = None) -> int:
     nodes: list = [None] * world
     dist.all_gather_object(nodes, me)
     specs = [n["nic_spec_bytes_per_second"] for n in nodes]
-    spec = min(specs) if all(specs) else None
+    spec = args.spec or (min(specs) if all(specs) else None)
     factor = 2 * (world - 1) / world
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
-        seconds = _time_allreduce(dist, torch, size, args.warmup, args.iters)
+        seconds = _time_allreduce(dist, torch, device, size, args.warmup, args.iters)
         rows.append({"size_bytes": size, "seconds": seconds, "algbw": size / seconds, "busbw": size / seconds * factor})
     diagnosis = {}
     if spec and rows and rows[-1]["busbw"] < args.threshold * spec and world > 1:
-        exchanged = _hub_exchange(dist, torch, rank, world, rows[-1]["size_bytes"])
+        exchanged = _hub_exchange(dist, torch, device, rank, world, rows[-1]["size_bytes"])
         gathered: list = [None] * world
         dist.all_gather_object(gathered, exchanged)
         for part in gathered:  # rank 0 timed what it received, each peer what it received

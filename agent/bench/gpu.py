@@ -1,0 +1,135 @@
+"""Host<->device, GPU p2p and the all-reduce inside one node, each in worker processes with a hard
+time limit (nodecheck.bench.gpu_worker, nodecheck.bench.worker with NCCL). Never imports torch."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from nodecheck.errors import NodecheckError
+from nodecheck.host import run_command
+from nodecheck.model import Measurement, Report
+
+MiB = 1 << 20
+COPY_LEVELS = {
+    "quick": {"sizes": [256 * MiB], "warmup": 2, "repeats": 5, "pageable": False},
+    "full": {"sizes": [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB], "warmup": 3, "repeats": 10, "pageable": True},
+}
+COPY_METHOD = "torch copy_ with {memory} host memory, CUDA events, median of {repeats} after {warmup} warm-ups"
+P2P_METHOD = "torch copy_ between devices, wall clock between device synchronisations, {repeats} repeats"
+NCCL_METHOD = "torch.distributed nccl all_reduce of float32, one process per GPU; busbw = algbw x 2(n-1)/n"
+NVLS_NOTE = ("NCCL's NVLS/SHARP algorithms reduce inside the switch, so busbw can exceed the link rate "
+             "(nccl-tests issues #153, #312): above spec is not a fault")
+
+
+def _spec(report: Report, path: str) -> float | None:
+    found = next((p for p in report.paths if p.path == path), None)
+    return found.bytes_per_second if found else None
+
+
+def _failed(path: str, test: str, method: str, error: str) -> Measurement:
+    return Measurement(path, test, False, None, None, None, None, method, "unidirectional", error=error)
+
+
+def _measure(path, test, rate, spec, payload, method, direction, details) -> Measurement:
+    return Measurement(path, test, True, rate, spec, rate / spec if spec else None, payload, method, direction, details)
+
+
+def _worker(argv: list[str], timeout: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="nodecheck-gpu-") as tmp:
+        out = Path(tmp) / "result.json"
+        run_command([sys.executable, "-m", "nodecheck.bench.gpu_worker", *argv, "--out", str(out)], timeout, what="the GPU worker")
+        return json.loads(out.read_text())
+
+
+def copy_tests(report: Report, tests: set[str], level: str, timeout: float) -> list[Measurement]:
+    plan = COPY_LEVELS[level]
+    wanted = [t for t in ("h2d", "d2h") if t in tests]
+    out = []
+    for gpu in report.gpus:
+        path = f"gpu{gpu.index}:host"
+        method = COPY_METHOD.format(memory="pinned", **plan)
+        argv = ["copy", "--device", str(gpu.index), "--cpus", gpu.cpu_affinity, "--sizes", ",".join(map(str, plan["sizes"])),
+                "--warmup", str(plan["warmup"]), "--repeats", str(plan["repeats"])] + (["--pageable"] if plan["pageable"] else [])
+        try:
+            result = _worker(argv, timeout)
+        except (NodecheckError, OSError, ValueError) as error:
+            out += [_failed(path, t, method, f"{t} on gpu{gpu.index} failed: {error}") for t in wanted]
+            continue
+        pinned = [r for r in result["rows"] if r["memory"] == "pinned"]
+        largest = max(pinned, key=lambda r: r["size_bytes"])
+        details = {"rows": result["rows"], "cpus": result["cpus"], "numa_node": gpu.numa_node}
+        for test in wanted:
+            out.append(_measure(path, test, largest[test], _spec(report, path), largest["size_bytes"], method, "unidirectional", details))
+    return out
+
+
+def p2p_tests(report: Report, level: str, timeout: float) -> list[Measurement]:
+    plan = COPY_LEVELS[level]
+    method = P2P_METHOD.format(**plan)
+    try:
+        result = _worker(["p2p", "--sizes", str(max(plan["sizes"])), "--warmup", str(plan["warmup"]),
+                          "--repeats", str(plan["repeats"])], timeout)
+    except (NodecheckError, OSError, ValueError) as error:
+        return [_failed("gpus:p2p", "p2p", method, f"GPU p2p copies failed: {error}")]
+    out = []
+    for pair in result["pairs"]:
+        a, b = pair["src"], pair["dst"]
+        spec = _spec(report, f"gpu{min(a, b)}:gpu{max(a, b)}")
+        details = {"p2p_access": pair["p2p_access"]}
+        out.append(_measure(f"gpu{a}->gpu{b}", "p2p", pair["unidirectional"], spec, result["size_bytes"], method,
+                            "unidirectional", details))
+        # both directions at once: compared with twice the one-way spec (duplex), labelled as such
+        out.append(_measure(f"gpu{a}<->gpu{b}", "p2p", pair["bidirectional"], 2 * spec if spec else None,
+                            result["size_bytes"], method, "bidirectional", details))
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str, str]) -> Measurement:
+    from nodecheck.bench.distributed import LEVELS, _measurement
+
+    world = len(report.gpus)
+    path = f"allreduce:node-{world}-gpus"
+    pair_specs = [p.bytes_per_second for p in report.paths if p.path.count(":gpu") == 1 and p.path.startswith("gpu")]
+    spec = min(pair_specs) if pair_specs and all(pair_specs) else None
+    plan = LEVELS[level]
+    port = _free_port()
+    errors: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="nodecheck-nccl-") as tmp:
+        def rank(r: int) -> None:
+            env = dict(environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            argv = [sys.executable, "-m", "nodecheck.bench.worker", "--backend", "nccl", "--sizes", ",".join(map(str, plan["sizes"])),
+                    "--warmup", str(plan["warmup"]), "--iters", str(plan["iters"]), "--timeout", str(timeout),
+                    "--spec", str(spec or 0), "--node", report.node.get("hostname") or "?", "--out", f"{tmp}/rank{r}.json"]
+            try:
+                run_command(argv, timeout + 15, env=env, what=f"NCCL rank {r}")
+            except NodecheckError as error:
+                errors.append(str(error))
+
+        threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(world)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout + 30)
+        try:
+            result = json.loads(Path(f"{tmp}/rank0.json").read_text())
+        except (OSError, ValueError):
+            result = None
+    if errors or result is None:
+        return Measurement(path, "allreduce", False, None, None, None, None, NCCL_METHOD, "busbw",
+                           error=f"NCCL all-reduce over {world} GPUs failed: " + ("; ".join(errors) or "no result"))
+    measurement = _measurement(path, result)
+    measurement.method = NCCL_METHOD
+    if measurement.ratio and measurement.ratio > 1:
+        measurement.details["note"] = NVLS_NOTE
+    return measurement

@@ -1,0 +1,50 @@
+"""Which bandwidth tests apply to this node, and running them into Report measurements."""
+
+from __future__ import annotations
+
+from importlib.util import find_spec
+
+from nodecheck.model import Measurement, Report
+
+TESTS = ("h2d", "d2h", "p2p", "allreduce")
+
+
+def applicable(report: Report, distributed: bool) -> list[str]:
+    tests = ["h2d", "d2h"] if report.gpus else []
+    if len(report.gpus) >= 2:
+        tests.append("p2p")
+    if distributed or len(report.gpus) >= 2:
+        tests.append("allreduce")
+    return tests
+
+
+def run(report: Report, config, tests: list[str], level: str, timeout: float, environ: dict[str, str], env) -> list[Measurement]:
+    """Run `tests`; each failure becomes a failed Measurement that says why, never an exception.
+    `allreduce` runs across the nodes of the job when launched by torchrun/srun (env), else in the node."""
+    from nodecheck.bench import distributed, gpu
+
+    if find_spec("torch") is None:
+        return [_failed("bench", t, "torch is not installed: pip install 'nodecheck[bench]'") for t in tests]
+    wanted = set(tests)
+    in_node = wanted & {"h2d", "d2h", "p2p"} | ({"allreduce"} if "allreduce" in wanted and env is None else set())
+    out: list[Measurement] = []
+    if in_node and not report.gpus:
+        reason = report.gpus_absent_reason or "no NVIDIA GPU found"
+        out += [_failed("gpus", t, f"no GPU to test: {reason}") for t in sorted(in_node)]
+    else:
+        if wanted & {"h2d", "d2h"}:
+            out += gpu.copy_tests(report, wanted, level, timeout)
+        for test in sorted(in_node & {"p2p", "allreduce"}):
+            if len(report.gpus) < 2:  # NCCL refuses two ranks on one GPU, and p2p needs a peer
+                out.append(_failed("gpus", test, f"{test} inside the node needs at least two GPUs (found {len(report.gpus)})"))
+            elif test == "p2p":
+                out += gpu.p2p_tests(report, level, timeout)
+            else:
+                out.append(gpu.node_allreduce(report, level, timeout, environ))
+    if env is not None and "allreduce" in wanted:
+        out.append(distributed.run_allreduce(report, config, env, level, timeout, environ))
+    return out
+
+
+def _failed(path: str, test: str, error: str) -> Measurement:
+    return Measurement(path, test, False, None, None, None, None, "-", "-", error=error)

@@ -1,0 +1,66 @@
+"""On a GPU node: nodecheck's host<->device test against a plain reference in the same run
+(a PyTorch pinned 1 GiB copy timed with CUDA events, as in ../shared/captures/h100-pcie-vm), the
+payload-size table, and the wall time of each direction. Goal: nodecheck >= 0.98x the reference,
+each direction <= 1 s. Run: .venv/bin/python benchmarks/bench_h2d.py [--device 0]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GiB = 1 << 30
+
+
+def reference(device: int) -> dict[str, float]:
+    import torch
+
+    host = torch.empty(GiB, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(GiB, dtype=torch.uint8, device=f"cuda:{device}")
+    out = {}
+    for name, (dst, src) in {"h2d": (dev, host), "d2h": (host, dev)}.items():
+        for _ in range(3):
+            dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(10):
+            dst.copy_(src, non_blocking=True)
+        end.record()
+        end.synchronize()
+        out[name] = 10 * GiB / (start.elapsed_time(end) / 1e3)
+    return out
+
+
+def nodecheck_copy(device: int, sizes: list[int], pageable: bool) -> tuple[dict, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [sys.executable, "-m", "nodecheck.bench.gpu_worker", "copy", "--device", str(device),
+                "--sizes", ",".join(map(str, sizes)), "--out", f"{tmp}/r.json"] + (["--pageable"] if pageable else [])
+        started = time.perf_counter()
+        subprocess.run(argv, check=True, timeout=300)
+        return json.loads(Path(f"{tmp}/r.json").read_text()), time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--device", type=int, default=0)
+    args = parser.parse_args()
+    ref = reference(args.device)
+    quick, quick_wall = nodecheck_copy(args.device, [256 << 20], pageable=False)
+    sweep, _ = nodecheck_copy(args.device, [1 << 20, 16 << 20, 256 << 20, GiB], pageable=True)
+    print(f"reference (pinned 1 GiB, events, 10 copies after 3): h2d {ref['h2d'] / 1e9:.1f} GB/s  d2h {ref['d2h'] / 1e9:.1f} GB/s")
+    row = quick["rows"][0]
+    for d in ("h2d", "d2h"):
+        print(f"nodecheck --quick {d}: {row[d] / 1e9:.1f} GB/s = {row[d] / ref[d]:.3f} x reference")
+    print(f"nodecheck --quick worker wall time, both directions incl. torch import and CUDA init: {quick_wall:.2f} s")
+    print(f"\n{'size':>10} {'memory':>9} {'h2d GB/s':>9} {'d2h GB/s':>9}")
+    for r in sweep["rows"]:
+        print(f"{r['size_bytes'] >> 20:>7} MiB {r['memory']:>9} {r['h2d'] / 1e9:9.1f} {r['d2h'] / 1e9:9.1f}")
+
+
+if __name__ == "__main__":
+    main()
