@@ -121,7 +121,7 @@ def config_init(
 
 @app.command()
 def bench(
-    tests: Optional[str] = typer.Option(None, "--tests", help="Comma-separated from h2d,d2h,p2p,allreduce (default: all that apply here)."),
+    tests: Optional[str] = typer.Option(None, "--tests", help="Comma-separated from h2d,d2h,p2p,allreduce,nccl_tests (default: all that apply here)."),
     full: bool = typer.Option(False, "--full", help="Payload sweep (and pageable host memory) instead of one saturating payload."),
     quick: bool = typer.Option(False, "--quick", help="One payload past saturation (the default)."),
     timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds before a test is killed and recorded as failed."),
@@ -148,7 +148,10 @@ def bench(
         report, config = _report(None, config_path)
     except NodecheckError as error:
         _fail(str(error))
-    chosen = [t.strip() for t in tests.split(",") if t.strip()] if tests else plan.applicable(report, env is not None)
+    from nodecheck.bench.nccl_binary import find_binary
+
+    installed = find_binary(config, dict(os.environ)) is not None
+    chosen = [t.strip() for t in tests.split(",") if t.strip()] if tests else plan.applicable(report, env is not None, installed)
     unknown = sorted(set(chosen) - set(plan.TESTS))
     if unknown:
         _fail(f"unknown test(s): {', '.join(unknown)} (known: {', '.join(plan.TESTS)})")
@@ -163,7 +166,7 @@ def bench(
 
         with Console(stderr=True).status(f"nodecheck bench: {', '.join(chosen)} ({level})"):
             report.measurements = plan.run(report, config, chosen, level, timeout, dict(os.environ), env)
-    report.findings += measurement_findings(report.measurements, config.bandwidth_ratio)
+    report.findings += measurement_findings(report.measurements, config)
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2))
     else:

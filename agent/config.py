@@ -20,6 +20,7 @@ DEFAULT_PATH = Path("/etc/nodecheck/config.toml")
 _LINK_TYPE = re.compile(r"^(PIX|PXB|PHB|NODE|SYS|SOC|NV\d{1,3})$")
 _PAIR = re.compile(r"^gpu(\d+)-gpu(\d+)$")
 _NIC_STATES = ("up", "down", "any")
+BENCH_TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests")
 
 
 @dataclass
@@ -38,7 +39,12 @@ class Config:
     links: dict[tuple[int, int], str] = field(default_factory=dict)
     nics: dict[str, NicExpectation] = field(default_factory=dict)
     bandwidth_ratio: float = 0.8
+    test_ratios: dict[str, float] = field(default_factory=dict)  # per bandwidth test, overrides bandwidth_ratio
     fail_severity: str = "error"
+    nccl_tests: str | None = None  # path of all_reduce_perf when it is not on PATH
+
+    def ratio_for(self, test: str) -> float:
+        return self.test_ratios.get(test, self.bandwidth_ratio)
 
     def nic_expectation(self, nic) -> NicExpectation | None:
         return self.nics.get(nic.name) or (self.nics.get(nic.rdma_device) if nic.rdma_device else None)
@@ -67,7 +73,7 @@ def load(path: Path | None) -> Config:
 
 def parse(data: dict, source: str) -> Config:
     config = Config(path=source)
-    _known(data, ("gpus", "links", "nics", "thresholds"), "", source)
+    _known(data, ("gpus", "links", "nics", "thresholds", "bench"), "", source)
     gpus = _table(data, "gpus", source)
     _known(gpus, ("count", "pcie_gen", "pcie_width", "nvlinks_per_gpu"), "gpus.", source)
     config.gpu_count = _int(gpus, "count", source, "gpus.", 0, 1024)
@@ -84,11 +90,16 @@ def parse(data: dict, source: str) -> Config:
     for name, table in _table(data, "nics", source).items():
         config.nics[name] = _nic(name, table, source)
     thresholds = _table(data, "thresholds", source)
-    _known(thresholds, ("bandwidth_ratio", "fail_severity"), "thresholds.", source)
-    ratio = thresholds.get("bandwidth_ratio", config.bandwidth_ratio)
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
-        raise ConfigError(f"{source}: key 'thresholds.bandwidth_ratio': expected a number in (0, 1], got {ratio!r}")
-    config.bandwidth_ratio = float(ratio)
+    _known(thresholds, ("bandwidth_ratio", "fail_severity", "tests"), "thresholds.", source)
+    config.bandwidth_ratio = _ratio(thresholds.get("bandwidth_ratio", config.bandwidth_ratio), "thresholds.bandwidth_ratio", source)
+    per_test = _table(thresholds, "tests", source, "thresholds.")
+    _known(per_test, BENCH_TESTS, "thresholds.tests.", source)
+    config.test_ratios = {test: _ratio(value, f"thresholds.tests.{test}", source) for test, value in per_test.items()}
+    bench = _table(data, "bench", source)
+    _known(bench, ("nccl_tests",), "bench.", source)
+    if "nccl_tests" in bench and not (isinstance(bench["nccl_tests"], str) and bench["nccl_tests"]):
+        raise ConfigError(f"{source}: key 'bench.nccl_tests': expected the path of all_reduce_perf, got {bench['nccl_tests']!r}")
+    config.nccl_tests = bench.get("nccl_tests")
     config.fail_severity = thresholds.get("fail_severity", config.fail_severity)
     if config.fail_severity not in SEVERITIES:
         raise ConfigError(f"{source}: key 'thresholds.fail_severity': expected one of {', '.join(SEVERITIES)}, got {config.fail_severity!r}")
@@ -101,11 +112,17 @@ def _known(table: dict, keys: tuple[str, ...], prefix: str, source: str) -> None
             raise ConfigError(f"{source}: unknown key '{prefix}{key}' (expected one of: {', '.join(keys)})")
 
 
-def _table(data: dict, key: str, source: str) -> dict:
+def _table(data: dict, key: str, source: str, prefix: str = "") -> dict:
     value = data.get(key, {})
     if not isinstance(value, dict):
-        raise ConfigError(f"{source}: key '{key}': expected a table ([{key}]), got {value!r}")
+        raise ConfigError(f"{source}: key '{prefix}{key}': expected a table ([{prefix}{key}]), got {value!r}")
     return value
+
+
+def _ratio(value, key: str, source: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ConfigError(f"{source}: key '{key}': expected a number in (0, 1], got {value!r}")
+    return float(value)
 
 
 def _int(table: dict, key: str, source: str, prefix: str, low: int, high: int) -> int | None:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import requires_root
+from conftest import nodecheck as nodecheck_cli, requires_root
 from netns_cluster import Cluster
 
 pytest.importorskip("torch", reason="needs torch (pip install 'nodecheck[bench]')")
@@ -113,10 +113,25 @@ def test_port_already_taken(cluster):
                               start_new_session=True)
     try:
         time.sleep(1.0)
-        code, report, err = finish(launch(cluster, [0], 1, cluster.config, port, timeout=10), timeout=60)[0]
+        code, report, err = finish(launch(cluster, [0], 2, cluster.config, port, timeout=10), timeout=60)[0]
         assert code == 1, err
         m = allreduce_of(report)
-        assert not m["ok"] and "failed" in m["error"]
+        assert not m["ok"] and "all-reduce over 2 ranks via 198.18.0.1" in m["error"] and "EADDRINUSE" in m["error"]
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()
+
+
+def test_launch_mistakes_are_named_without_a_cluster(tmp_path):
+    """No namespaces needed: bad launch environments fail fast with the reason."""
+    base = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}
+    missing = nodecheck_cli("bench", "--tests", "allreduce", "--json", env=dict(base, GLOO_SOCKET_IFNAME="nope0"))
+    assert missing.returncode == 1
+    (m,) = json.loads(missing.stdout)["measurements"]
+    assert not m["ok"] and "NIC 'nope0'" in m["error"] and "does not exist" in m["error"]
+    alone = nodecheck_cli("bench", "--tests", "allreduce", "--json", env=dict(base, WORLD_SIZE="1"))
+    assert "needs at least 2 ranks" in json.loads(alone.stdout)["measurements"][0]["error"]
+    no_master = nodecheck_cli("bench", "--tests", "allreduce", env={"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": ""})
+    assert no_master.returncode == 2 and "MASTER_ADDR is not set" in no_master.stderr
+    bad_rank = nodecheck_cli("bench", "--tests", "allreduce", env=dict(base, RANK="5"))
+    assert bad_rank.returncode == 2 and "rank '5' of world size '2'" in bad_rank.stderr

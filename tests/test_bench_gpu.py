@@ -29,7 +29,7 @@ def test_missing_cuda_is_a_named_failure(h100_report):
         ("gpu0:host", "h2d", False), ("gpu0:host", "d2h", False), ("gpus", "p2p", False)]
     assert "CUDA is not available to torch" in measurements[0].error and "h2d on gpu0 failed" in measurements[0].error
     assert "needs at least two GPUs (found 1)" in measurements[2].error
-    findings = measurement_findings(measurements, 0.8)
+    findings = measurement_findings(measurements, Config())
     assert {(f.kind, f.subject) for f in findings} == {("bench_failed", "gpu0:host"), ("bench_failed", "gpus")}
 
 
@@ -87,3 +87,33 @@ def test_real_p2p_and_node_allreduce(live_gpus):
         pytest.skip("needs two GPUs")
     for m in plan.run(live_gpus, Config(), ["p2p", "allreduce"], "quick", 300, {}, None):
         assert m.ok, m.error
+
+
+def test_nccl_tests_binary_on_an_8x_a100_node(tmp_path):
+    """all_reduce_perf stands in by printing what the real one printed on an 8x A100 node (superbench log);
+    the node's facts are that node's kind: 8 A100 with NV12 (NVLink 3) between every pair -> 300 GB/s spec."""
+    from conftest import PUBLIC, hgx_nvml, make_snapshot, need
+
+    capture = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_in = bin_dir / "all_reduce_perf"
+    stand_in.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/args\ncat {capture}\n')
+    stand_in.chmod(0o755)
+    snap = make_snapshot(tmp_path / "a100", topo="aws-p4d-24xlarge-8x-a100-nv12.txt", nvml_gpus=hgx_nvml(12, version=3))
+    report = build_report(SnapshotHost(snap))
+    environ = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    assert plan.applicable(report, False, nccl_tests_installed=True)[-1] == "nccl_tests"
+    (m,) = plan.run(report, Config(), ["nccl_tests"], "quick", 30, environ, None)
+    assert m.ok and (tmp_path / "args").read_text().split() == ["-b", "32M", "-e", "256M", "-f", "2", "-g", "8"]
+    assert (m.bytes_per_second, m.spec_bytes_per_second, m.payload_bytes) == (235.26e9, 300e9, 8589934592)
+    assert m.ratio == pytest.approx(0.784, abs=0.001)  # seed 002: ~80% of the unidirectional 300 GB/s is normal
+    (finding,) = measurement_findings([m], Config())
+    assert finding.kind == "bandwidth_below_spec" and "0.78 of spec" in finding.message
+    assert measurement_findings([m], Config(test_ratios={"nccl_tests": 0.75})) == []
+
+    stand_in.write_text("#!/bin/sh\nsleep 30\n")
+    (hung,) = plan.run(report, Config(), ["nccl_tests"], "quick", 1, environ, None)
+    assert not hung.ok and "all_reduce_perf did not finish within 1 s and was killed" in hung.error
+    (absent,) = plan.run(report, Config(), ["nccl_tests"], "quick", 1, {"PATH": "/nonexistent"}, None)
+    assert not absent.ok and "not installed" in absent.error

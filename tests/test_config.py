@@ -19,10 +19,12 @@ def write(tmp_path, text):
 def test_valid_config(tmp_path):
     config = load(write(tmp_path, '[gpus]\ncount = 8\npcie_gen = 5\npcie_width = 16\nnvlinks_per_gpu = 18\n'
                                   '[links]\n"gpu1-gpu0" = "NV18"\n[nics.eth0]\nspeed_mbps = 100000\n'
-                                  '[thresholds]\nbandwidth_ratio = 0.75\nfail_severity = "warning"\n'))
+                                  '[thresholds]\nbandwidth_ratio = 0.75\nfail_severity = "warning"\n'
+                                  '[thresholds.tests]\nh2d = 0.9\n[bench]\nnccl_tests = "/opt/nccl-tests/all_reduce_perf"\n'))
     assert (config.gpu_count, config.pcie_gen, config.pcie_width, config.nvlinks_per_gpu) == (8, 5, 16, 18)
     assert config.links == {(0, 1): "NV18"} and config.nics["eth0"].speed_mbps == 100000
     assert (config.bandwidth_ratio, config.fail_severity) == (0.75, "warning")
+    assert (config.ratio_for("h2d"), config.ratio_for("p2p"), config.nccl_tests) == (0.9, 0.75, "/opt/nccl-tests/all_reduce_perf")
 
 
 @pytest.mark.parametrize("text,key,hint", [
@@ -38,6 +40,10 @@ def test_valid_config(tmp_path):
     ("[thresholds]\nbandwidth_ratio = 80\n", "thresholds.bandwidth_ratio", "(0, 1]"),
     ("[thresholds]\nfail_severity = \"fatal\"\n", "thresholds.fail_severity", "info, warning, error, critical"),
     ("[gpu]\ncount = 8\n", "gpu", "expected one of: gpus"),
+    ("[thresholds.tests]\nh2x = 0.8\n", "thresholds.tests.h2x", "expected one of: h2d"),
+    ("[thresholds.tests]\nh2d = 2\n", "thresholds.tests.h2d", "(0, 1]"),
+    ("[thresholds]\ntests = 0.5\n", "thresholds.tests", "table"),
+    ("[bench]\nnccl_tests = 3\n", "bench.nccl_tests", "path of all_reduce_perf"),
 ])
 def test_errors_name_file_key_and_expectation(tmp_path, text, key, hint):
     path = write(tmp_path, text)

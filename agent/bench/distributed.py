@@ -86,6 +86,8 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
     path = f"allreduce:{env.world_size}-ranks"
     plan = LEVELS[level]
     backend = "nccl" if report.gpus else "gloo"  # NCCL on GPU nodes (one GPU per rank: LOCAL_RANK)
+    if env.world_size < 2:
+        return _failed(path, backend, "an all-reduce across nodes needs at least 2 ranks (WORLD_SIZE is 1): it would move no data")
     try:
         nic = traffic_nic(report, env, environ)
     except NodecheckError as error:
@@ -93,7 +95,8 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
     spec = _spec(report, nic, config)
     address = next((a["address"] for a in (nic.addresses if nic else []) if a["family"] == "inet"), None)
     child_env = dict(environ, MASTER_ADDR=env.master_addr, MASTER_PORT=str(env.master_port),
-                     RANK=str(env.rank), WORLD_SIZE=str(env.world_size))
+                     RANK=str(env.rank), WORLD_SIZE=str(env.world_size),
+                     LOCAL_RANK=environ.get("LOCAL_RANK", environ.get("SLURM_LOCALID", "0")))
     if nic is not None:
         child_env.setdefault("GLOO_SOCKET_IFNAME", nic.name)  # else gloo may advertise 127.0.0.1
     with tempfile.TemporaryDirectory(prefix="nodecheck-bench-") as tmp:
@@ -101,7 +104,7 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
         argv = [sys.executable, "-m", "nodecheck.bench.worker", "--backend", backend,
                 "--sizes", ",".join(str(s) for s in plan["sizes"]), "--warmup", str(plan["warmup"]),
                 "--iters", str(plan["iters"]), "--timeout", str(timeout), "--out", str(out),
-                "--threshold", str(config.bandwidth_ratio if config else 0.8),
+                "--threshold", str(config.ratio_for("allreduce") if config else 0.8),
                 "--node", report.node.get("hostname") or "?", "--nic", nic.name if nic else "",
                 "--address", address or "", "--nic-spec", str(spec or 0)]
         try:

@@ -6,28 +6,35 @@ from importlib.util import find_spec
 
 from nodecheck.model import Measurement, Report
 
-TESTS = ("h2d", "d2h", "p2p", "allreduce")
+TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests")
 
 
-def applicable(report: Report, distributed: bool) -> list[str]:
+def applicable(report: Report, distributed: bool, nccl_tests_installed: bool = False) -> list[str]:
     tests = ["h2d", "d2h"] if report.gpus else []
     if len(report.gpus) >= 2:
         tests.append("p2p")
     if distributed or len(report.gpus) >= 2:
         tests.append("allreduce")
+    if nccl_tests_installed and len(report.gpus) >= 2:
+        tests.append("nccl_tests")
     return tests
 
 
 def run(report: Report, config, tests: list[str], level: str, timeout: float, environ: dict[str, str], env) -> list[Measurement]:
     """Run `tests`; each failure becomes a failed Measurement that says why, never an exception.
     `allreduce` runs across the nodes of the job when launched by torchrun/srun (env), else in the node."""
-    from nodecheck.bench import distributed, gpu
+    from nodecheck.bench import distributed, gpu, nccl_binary
 
+    out: list[Measurement] = []
+    if "nccl_tests" in tests:  # a binary of its own: needs no torch
+        out.append(nccl_binary.run_nccl_tests(report, config, level, timeout, environ))
+        tests = [t for t in tests if t != "nccl_tests"]
+        if not tests:
+            return out
     if find_spec("torch") is None:
-        return [_failed("bench", t, "torch is not installed: pip install 'nodecheck[bench]'") for t in tests]
+        return out + [_failed("bench", t, "torch is not installed: pip install 'nodecheck[bench]'") for t in tests]
     wanted = set(tests)
     in_node = wanted & {"h2d", "d2h", "p2p"} | ({"allreduce"} if "allreduce" in wanted and env is None else set())
-    out: list[Measurement] = []
     if in_node and not report.gpus:
         reason = report.gpus_absent_reason or "no NVIDIA GPU found"
         out += [_failed("gpus", t, f"no GPU to test: {reason}") for t in sorted(in_node)]

@@ -1,0 +1,52 @@
+"""nccl-tests' all_reduce_perf, when installed (on PATH) or configured ([bench] nccl_tests): run it
+over every GPU of the node with a hard time limit and parse its table (nccl_tests.parse_nccl_log)."""
+
+from __future__ import annotations
+
+import shutil
+
+from nodecheck.bench.nccl_tests import parse_nccl_log
+from nodecheck.errors import NodecheckError
+from nodecheck.host import run_command
+from nodecheck.model import Measurement, Report
+
+BINARY = "all_reduce_perf"
+SIZES = {"quick": ("32M", "256M"), "full": ("8", "8G")}
+METHOD = "nccl-tests all_reduce_perf -b {low} -e {high} -f 2 -g {gpus}; busbw of the largest out-of-place row"
+
+
+def find_binary(config, environ: dict[str, str]) -> str | None:
+    if config is not None and config.nccl_tests:
+        return config.nccl_tests
+    return shutil.which(BINARY, path=environ.get("PATH"))
+
+
+def run_nccl_tests(report: Report, config, level: str, timeout: float, environ: dict[str, str]) -> Measurement:
+    gpus = len(report.gpus)
+    low, high = SIZES[level]
+    method = METHOD.format(low=low, high=high, gpus=gpus)
+    path = f"nccl-tests:node-{gpus}-gpus"
+    binary = find_binary(config, environ)
+    if binary is None:
+        return _failed(path, method, f"{BINARY} is not installed (not on PATH; set [bench] nccl_tests in the config)")
+    if gpus < 2:
+        return _failed(path, method, f"all_reduce_perf inside the node needs at least two GPUs (found {gpus})")
+    try:
+        text = run_command([binary, "-b", low, "-e", high, "-f", "2", "-g", str(gpus)], timeout, env=environ, what=BINARY)
+        log = parse_nccl_log(text)
+    except NodecheckError as error:
+        return _failed(path, method, str(error))
+    rows = [r for r in log.rows if r.out_of_place]
+    if not rows:
+        return _failed(path, method, f"{BINARY} printed no out-of-place result")
+    largest = max(rows, key=lambda r: r.size_bytes)
+    pair_specs = [p.bytes_per_second for p in report.paths if p.path.startswith("gpu") and p.path.count(":gpu") == 1]
+    spec = min(pair_specs) if pair_specs and all(pair_specs) else None
+    busbw = largest.out_of_place.busbw_gbytes * 1e9
+    details = {"avg_busbw_gbytes": log.avg_busbw_gbytes, "rows": len(log.rows), "issues": log.issues, "devices": log.devices}
+    return Measurement(path, "nccl_tests", True, busbw, spec, busbw / spec if spec else None, largest.size_bytes,
+                       method, "busbw", details)
+
+
+def _failed(path: str, method: str, error: str) -> Measurement:
+    return Measurement(path, "nccl_tests", False, None, None, None, None, method, "busbw", error=error)
