@@ -22,9 +22,13 @@ from nodecheck.host import run_command
 from nodecheck.model import Measurement, Report
 
 MiB = 1 << 20
+# Payloads past saturation (seed 002: small messages are latency-bound). gloo on CPUs saturates a few
+# Gbit/s with 32 MiB; NCCL over NVLink or 400G InfiniBand needs hundreds of MiB (nccl-tests captures).
 LEVELS = {
-    "quick": {"sizes": [32 * MiB], "warmup": 1, "iters": 3},
-    "full": {"sizes": [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB], "warmup": 2, "iters": 5},
+    "gloo": {"quick": {"sizes": [32 * MiB], "warmup": 1, "iters": 3},
+             "full": {"sizes": [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB], "warmup": 2, "iters": 5}},
+    "nccl": {"quick": {"sizes": [1024 * MiB], "warmup": 2, "iters": 5},
+             "full": {"sizes": [1 * MiB, 16 * MiB, 128 * MiB, 1024 * MiB, 4096 * MiB], "warmup": 3, "iters": 10}},
 }
 METHOD = "torch.distributed {backend} all_reduce of float32, slowest rank's time; busbw = algbw x 2(n-1)/n"
 
@@ -84,8 +88,8 @@ def _spec(report: Report, nic, config) -> float | None:
 
 def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: float, environ: dict[str, str]) -> Measurement:
     path = f"allreduce:{env.world_size}-ranks"
-    plan = LEVELS[level]
     backend = "nccl" if report.gpus else "gloo"  # NCCL on GPU nodes (one GPU per rank: LOCAL_RANK)
+    plan = LEVELS[backend][level]
     if env.world_size < 2:
         return _failed(path, backend, "an all-reduce across nodes needs at least 2 ranks (WORLD_SIZE is 1): it would move no data")
     try:
@@ -97,8 +101,9 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
     child_env = dict(environ, MASTER_ADDR=env.master_addr, MASTER_PORT=str(env.master_port),
                      RANK=str(env.rank), WORLD_SIZE=str(env.world_size),
                      LOCAL_RANK=environ.get("LOCAL_RANK", environ.get("SLURM_LOCALID", "0")))
-    if nic is not None:
-        child_env.setdefault("GLOO_SOCKET_IFNAME", nic.name)  # else gloo may advertise 127.0.0.1
+    if nic is not None:  # else gloo may advertise 127.0.0.1, and NCCL bootstrap a wrong interface
+        child_env.setdefault("GLOO_SOCKET_IFNAME", nic.name)
+        child_env.setdefault("NCCL_SOCKET_IFNAME", nic.name)
     with tempfile.TemporaryDirectory(prefix="nodecheck-bench-") as tmp:
         out = Path(tmp) / "allreduce.json"
         argv = [sys.executable, "-m", "nodecheck.bench.worker", "--backend", backend,
@@ -114,10 +119,10 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
             return _failed(path, backend, f"all-reduce over {env.world_size} ranks via {env.master_addr}:{env.master_port} failed: {error}")
         except (OSError, ValueError) as error:
             return _failed(path, backend, f"all-reduce worker left no readable result: {error}")
-    return _measurement(path, result)
+    return measurement_from_worker(path, result)
 
 
-def _measurement(path: str, result: dict) -> Measurement:
+def measurement_from_worker(path: str, result: dict) -> Measurement:
     rows = result["rows"]
     largest = max(rows, key=lambda r: r["size_bytes"])
     spec = result.get("spec_bytes_per_second")

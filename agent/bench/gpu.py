@@ -96,13 +96,13 @@ def _free_port() -> int:
 
 
 def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str, str]) -> Measurement:
-    from nodecheck.bench.distributed import LEVELS, _measurement
+    from nodecheck.bench.distributed import LEVELS, measurement_from_worker
 
     world = len(report.gpus)
     path = f"allreduce:node-{world}-gpus"
     pair_specs = [p.bytes_per_second for p in report.paths if p.path.count(":gpu") == 1 and p.path.startswith("gpu")]
     spec = min(pair_specs) if pair_specs and all(pair_specs) else None
-    plan = LEVELS[level]
+    plan = LEVELS["nccl"][level]
     port = _free_port()
     errors: list[str] = []
     with tempfile.TemporaryDirectory(prefix="nodecheck-nccl-") as tmp:
@@ -128,7 +128,7 @@ def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str
     if errors or result is None:
         return Measurement(path, "allreduce", False, None, None, None, None, NCCL_METHOD, "busbw",
                            error=f"NCCL all-reduce over {world} GPUs failed: " + ("; ".join(errors) or "no result"))
-    measurement = _measurement(path, result)
+    measurement = measurement_from_worker(path, result)
     measurement.method = NCCL_METHOD
     if measurement.ratio and measurement.ratio > 1:
         measurement.details["note"] = NVLS_NOTE
