@@ -196,6 +196,27 @@ def _read_nccl_log(nccl_log: Path, as_json: bool) -> None:
         render_nccl_log(log, str(nccl_log))
 
 
+@app.command()
+def check(
+    textfile_dir: Path = typer.Option(..., "--textfile-dir", help="node_exporter's textfile collector directory."),
+    source: Optional[Path] = _FROM,
+    config_path: Optional[Path] = _CONFIG,
+) -> None:
+    """Probe once and write the metrics as DIR/nodecheck.prom, atomically (for node_exporter sites)."""
+    from nodecheck.exporters.prometheus import write_textfile
+
+    if not textfile_dir.is_dir():
+        _fail(f"--textfile-dir {textfile_dir} is not a directory")
+    try:
+        report, _ = _report(source, config_path)
+        target = write_textfile(report, textfile_dir)
+    except NodecheckError as error:
+        _fail(str(error))
+    except OSError as error:
+        _fail(f"cannot write into {textfile_dir}: {error.strerror or error}")
+    typer.echo(f"metrics written to {target} ({len(report.findings)} findings)")
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"nodecheck {__version__}")

@@ -9,6 +9,10 @@ from nodecheck.probes.nics import Nic
 
 SCHEMA_VERSION = 1
 SEVERITIES = ("info", "warning", "error", "critical")
+# Every finding kind the rules raise (docs/report-schema.md); the exporter publishes one health gauge each.
+FINDING_KINDS = ("gpu_count_low", "pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "gpu_link_changed",
+                 "nic_missing", "nic_down", "nic_slow", "nic_speed_unknown", "nic_far_from_gpu", "probe_failed",
+                 "bandwidth_below_spec", "bench_failed")
 
 
 @dataclass

@@ -1,0 +1,120 @@
+"""The Report as Prometheus metrics: one custom collector that builds fresh metric families from the
+latest Report at each collect (no global gauges keeping stale label sets), and the node_exporter
+textfile form of the same metrics. Names follow Prometheus conventions (nodecheck_ prefix, base
+units, _ratio, _info); the GPU join labels are spelled as dcgm-exporter spells them (gpu, UUID,
+pci_bus_id, device) so joins work. dcgm's `modelName` is published as `model_name`: promtool's lint
+rejects camelCase label names, and the model is not a join key. No hostname label: Prometheus adds
+`instance`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, write_to_textfile
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from nodecheck import __version__
+from nodecheck.model import FINDING_KINDS, SEVERITIES, Report
+
+TEXTFILE_NAME = "nodecheck.prom"
+
+
+def _gauge(name: str, doc: str, labels: list[str], rows) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=labels)
+    for values, value in rows:
+        if value is not None:
+            family.add_metric([str(v) if v is not None else "" for v in values], float(value))
+    return family
+
+
+class ReportCollector:
+    """collect() reads `latest()` once and yields families for it; it never raises on a partial Report."""
+
+    def __init__(self, latest: Callable[[], Report | None]) -> None:
+        self.latest = latest
+
+    def collect(self) -> Iterator[Metric]:
+        yield _gauge("nodecheck_build_info", "nodecheck version.", ["version"], [([__version__], 1)])
+        report = self.latest()
+        if report is None:
+            return
+        yield from _probes(report)
+        yield from _gpus(report)
+        yield from _links_and_nics(report)
+        yield from _measurements(report)
+        yield from _findings(report)
+
+
+def _probes(report: Report) -> Iterator[Metric]:
+    yield _gauge("nodecheck_report_timestamp_seconds", "When the probes of the latest report started.", [],
+                 [([], report.generated_at)])
+    yield _gauge("nodecheck_probe_success", "1 when the probe read its source or the source is absent, 0 when it failed.",
+                 ["probe"], [([p.name], int(p.ok or p.no_data)) for p in report.probes])
+    yield _gauge("nodecheck_probe_data", "1 when the probe found its source (0: no driver, binary not installed).",
+                 ["probe"], [([p.name], int(p.ok)) for p in report.probes])
+    yield _gauge("nodecheck_probe_duration_seconds", "How long the probe took.", ["probe"],
+                 [([p.name], p.duration_seconds) for p in report.probes])
+
+
+def _gpus(report: Report) -> Iterator[Metric]:
+    gpus = report.gpus
+    yield _gauge("nodecheck_gpus", "GPUs visible on the node.", [], [([], len(gpus))])
+    yield _gauge("nodecheck_gpu_info", "GPU identity and locality (join labels as dcgm-exporter spells them).",
+                 ["gpu", "UUID", "pci_bus_id", "device", "model_name", "numa_node", "cpu_affinity"],
+                 [([g.index, g.uuid, g.pci_bus_id, f"nvidia{g.index}", g.name, g.numa_node, g.cpu_affinity], 1) for g in gpus])
+    for key, name, doc in (("gen_current", "generation", "PCIe link generation now (idle GPUs drop it to save power)."),
+                           ("gen_max", "generation_max", "Highest PCIe generation the GPU can reach in its slot."),
+                           ("width_current", "width", "PCIe link width now (lanes)."),
+                           ("width_max", "width_max", "Widest PCIe link the GPU can train to (lanes).")):
+        yield _gauge(f"nodecheck_gpu_pcie_link_{name}", doc, ["gpu"], [([g.index], (g.pcie or {}).get(key)) for g in gpus])
+    with_nvlinks = [g for g in gpus if g.nvlinks]
+    yield _gauge("nodecheck_gpu_nvlink_links", "NVLinks NVML reports for the GPU.", ["gpu"],
+                 [([g.index], len(g.nvlinks)) for g in with_nvlinks])
+    yield _gauge("nodecheck_gpu_nvlink_active_links", "NVLinks that are active.", ["gpu"],
+                 [([g.index], sum(1 for l in g.nvlinks if l["active"])) for g in with_nvlinks])
+
+
+def _links_and_nics(report: Report) -> Iterator[Metric]:
+    yield _gauge("nodecheck_link_info", "nvidia-smi topo -m link between a GPU and a GPU or NIC.", ["a", "b", "type", "path_class"],
+                 [([l.a, l.b, l.type, l.path_class], 1) for l in report.links])
+    yield _gauge("nodecheck_nic_info", "NIC identity and locality.", ["nic", "kind", "driver", "pci_address", "rdma_device", "numa_node"],
+                 [([n.name, n.kind, n.driver, n.pci_address, n.rdma_device, n.numa_node], 1) for n in report.nics])
+    yield _gauge("nodecheck_nic_up", "1 when the NIC's operational state is up.", ["nic"],
+                 [([n.name], int(n.state == "up")) for n in report.nics if n.state is not None])
+    yield _gauge("nodecheck_nic_speed_bytes_per_second", "Negotiated NIC speed (absent when not reported).", ["nic"],
+                 [([n.name], n.speed_mbps * 1e6 / 8 if n.speed_mbps else None) for n in report.nics])
+    yield _gauge("nodecheck_path_spec_bytes_per_second", "Theoretical unidirectional rate of each path.", ["path", "kind"],
+                 [([p.path, p.kind], p.bytes_per_second) for p in report.paths])
+
+
+def _measurements(report: Report) -> Iterator[Metric]:
+    labels = ["path", "test", "direction"]
+    ms = report.measurements
+    yield _gauge("nodecheck_bandwidth_test_success", "1 when the bandwidth test completed.", labels,
+                 [([m.path, m.test, m.direction], int(m.ok)) for m in ms])
+    yield _gauge("nodecheck_bandwidth_bytes_per_second", "Measured bandwidth (busbw for collectives).", labels,
+                 [([m.path, m.test, m.direction], m.bytes_per_second) for m in ms])
+    yield _gauge("nodecheck_bandwidth_spec_bytes_per_second", "Theoretical rate of the measured path.", labels,
+                 [([m.path, m.test, m.direction], m.spec_bytes_per_second) for m in ms])
+    yield _gauge("nodecheck_bandwidth_ratio", "Measured / spec.", labels,
+                 [([m.path, m.test, m.direction], m.ratio) for m in ms])
+
+
+def _findings(report: Report) -> Iterator[Metric]:
+    yield _gauge("nodecheck_findings", "Findings of the latest report by severity.", ["severity"],
+                 [([s], sum(1 for f in report.findings if f.severity == s)) for s in SEVERITIES])
+    yield _gauge("nodecheck_finding", "One series per finding.", ["kind", "severity", "subject"],
+                 [([f.kind, f.severity, f.subject], 1) for f in report.findings])
+    raised = {f.kind for f in report.findings}
+    yield _gauge("nodecheck_check_healthy", "1 when the latest report has no finding of this kind.", ["check"],
+                 [([kind], int(kind not in raised)) for kind in FINDING_KINDS])
+
+
+def write_textfile(report: Report, directory: Path) -> Path:
+    """The metrics as a node_exporter textfile, written atomically (temporary file, then rename)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ReportCollector(lambda: report))
+    target = directory / TEXTFILE_NAME
+    write_to_textfile(str(target), registry)
+    return target

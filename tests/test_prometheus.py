@@ -1,0 +1,83 @@
+"""The Prometheus face: metrics from real Reports, checked by the real promtool, and the textfile form."""
+
+import shutil
+import subprocess
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import h100_node_snapshot, h100_nvml_records, hgx_nvml, make_snapshot, nodecheck
+from nodecheck.build import build_report
+from nodecheck.config import Config
+from nodecheck.exporters.prometheus import write_textfile
+from nodecheck.model import FINDING_KINDS, Measurement
+from nodecheck.snapshot import SnapshotHost
+
+
+def samples(text: str) -> dict:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def metrics_of(report, tmp_path) -> str:
+    return write_textfile(report, tmp_path).read_text()
+
+
+def promtool_check(text: str) -> subprocess.CompletedProcess:
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool is not installed (apt install prometheus)")
+    return subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+
+
+def test_hgx_report_metrics_are_lint_clean_and_joinable(tmp_path):
+    snap = make_snapshot(tmp_path / "s", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml(inactive={3: [7]}))
+    report = build_report(SnapshotHost(snap), Config(nvlinks_per_gpu=18))
+    report.measurements.append(Measurement("allreduce:2-ranks", "allreduce", True, 40e9, 50e9, 0.8, 1 << 30, "m", "busbw"))
+    text = metrics_of(report, tmp_path)
+    checked = promtool_check(text)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    got = samples(text)
+    info = [k for k in got if k[0] == "nodecheck_gpu_info" and ("gpu", "3") in k[1]]
+    assert len(info) == 1 and dict(info[0][1])["UUID"] == "GPU-hgx-3" and dict(info[0][1])["model_name"] == "NVIDIA H100 80GB HBM3"
+    assert got[("nodecheck_gpu_nvlink_active_links", (("gpu", "3"),))] == 17
+    assert got[("nodecheck_gpu_pcie_link_width", (("gpu", "0"),))] == 16
+    assert got[("nodecheck_check_healthy", (("check", "nvlink_inactive"),))] == 0
+    assert got[("nodecheck_check_healthy", (("check", "pcie_downtrained"),))] == 1
+    assert got[("nodecheck_finding", (("kind", "nvlink_inactive"), ("severity", "error"), ("subject", "gpu3")))] == 1
+    assert got[("nodecheck_bandwidth_ratio", (("direction", "busbw"), ("path", "allreduce:2-ranks"), ("test", "allreduce")))] == 0.8
+    assert got[("nodecheck_path_spec_bytes_per_second", (("kind", "nvlink"), ("path", "gpu0:gpu1")))] == 450e9
+    assert {k[1][0][1] for k in got if k[0] == "nodecheck_check_healthy"} == set(FINDING_KINDS)
+    assert not any(name in ("hostname", "host", "node") for _, labels in got for name, _ in labels)
+
+
+def test_degraded_and_failed_probe(tmp_path):
+    snap = h100_node_snapshot(tmp_path / "h100")
+    (snap / "lstopo.xml").write_text("<html>502 Bad Gateway</html>")
+    (snap / "nvml.json").unlink()
+    make_snapshot(tmp_path / "tmp-nvml", nvml_gpus=[dict(h100_nvml_records()[0], width=8)])
+    (snap / "nvml.json").write_text((tmp_path / "tmp-nvml" / "nvml.json").read_text())
+    got = samples(metrics_of(build_report(SnapshotHost(snap)), tmp_path))
+    assert got[("nodecheck_probe_success", (("probe", "lstopo"),))] == 0
+    assert got[("nodecheck_probe_success", (("probe", "nvml"),))] == 1
+    assert got[("nodecheck_gpu_pcie_link_width", (("gpu", "0"),))] == 8
+    assert got[("nodecheck_check_healthy", (("check", "pcie_downtrained"),))] == 0
+    assert got[("nodecheck_findings", (("severity", "error"),))] == 1
+
+
+def test_node_without_gpu_and_unknown_speed_publishes_no_placeholder(tmp_path):
+    text = metrics_of(build_report(SnapshotHost(h100_node_snapshot(tmp_path / "h"))), tmp_path)
+    got = samples(text)
+    assert ("nodecheck_nic_speed_bytes_per_second", (("nic", "eth0"),)) not in got  # sysfs said -1: absent, not -1
+    assert got[("nodecheck_nic_up", (("nic", "eth0"),))] == 1
+    assert promtool_check(text).returncode == 0
+
+
+def test_check_writes_the_textfile_atomically(tmp_path):
+    result = nodecheck("check", "--textfile-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["nodecheck.prom"]  # no temporary file left behind
+    got = samples((tmp_path / "nodecheck.prom").read_text())
+    assert got[("nodecheck_probe_success", (("probe", "nics"),))] == 1 and got[("nodecheck_gpus", ())] == 0
+    missing = nodecheck("check", "--textfile-dir", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "is not a directory" in missing.stderr

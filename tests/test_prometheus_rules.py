@@ -1,0 +1,50 @@
+"""Alerting rules: promtool checks and unit-tests them (firing and not firing), and every metric a
+rule queries is one the exporter publishes."""
+
+import re
+import shutil
+import subprocess
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import REPO, hgx_nvml, make_snapshot
+from nodecheck.build import build_report
+from nodecheck.exporters.prometheus import write_textfile
+from nodecheck.model import Measurement
+from nodecheck.snapshot import SnapshotHost
+
+RULES = REPO / "deploy" / "prometheus"
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess:
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool is not installed (apt install prometheus)")
+    return subprocess.run(["promtool", *args], cwd=RULES, capture_output=True, text=True, timeout=60)
+
+
+def test_rules_are_valid_and_their_unit_tests_pass():
+    checked = promtool("check", "rules", "nodecheck-rules.yml")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    tested = promtool("test", "rules", "nodecheck-rules.test.yml")
+    assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
+
+
+def test_a_broken_expectation_fails_the_unit_tests(tmp_path):
+    """The unit tests can fail: the same file with one expected value changed must not pass."""
+    broken = (RULES / "nodecheck-rules.test.yml").read_text().replace("has only 16 active NVLinks", "has only 15 active NVLinks")
+    (tmp_path / "nodecheck-rules.yml").write_text((RULES / "nodecheck-rules.yml").read_text())
+    (tmp_path / "t.yml").write_text(broken)
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool is not installed (apt install prometheus)")
+    result = subprocess.run(["promtool", "test", "rules", "t.yml"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+
+
+def test_every_metric_in_the_rules_is_exported(tmp_path):
+    snap = make_snapshot(tmp_path / "s", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
+    report = build_report(SnapshotHost(snap))
+    report.measurements.append(Measurement("allreduce:2-ranks", "allreduce", True, 40e9, 50e9, 0.8, 1 << 30, "m", "busbw"))
+    exported = {f.name for f in text_string_to_metric_families(write_textfile(report, tmp_path).read_text())}
+    queried = set(re.findall(r"\bnodecheck_[a-z_]+", (RULES / "nodecheck-rules.yml").read_text()))
+    assert queried and queried <= exported, queried - exported
