@@ -217,6 +217,47 @@ def check(
     typer.echo(f"metrics written to {target} ({len(report.findings)} findings)")
 
 
+def _listen_address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise typer.BadParameter(f"{text!r}: expected HOST:PORT, e.g. 127.0.0.1:9999 or :9999 (all addresses)")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+@app.command()
+def serve(
+    listen: str = typer.Option(..., "--listen", help="HOST:PORT for /metrics (':PORT' listens on all addresses)."),
+    source: Optional[Path] = _FROM,
+    interval: float = typer.Option(60.0, "--interval", min=1, help="Seconds between probe rounds."),
+    config_path: Optional[Path] = _CONFIG,
+) -> None:
+    """Serve the latest Report as Prometheus metrics (docs/metrics.md). A scrape never waits for a probe."""
+    import logging
+    import signal
+    import threading
+
+    from nodecheck import config as config_module
+    from nodecheck.build import build_report
+    from nodecheck.exporters.serve import serve as run_server
+    from nodecheck.host import LiveHost
+    from nodecheck.snapshot import open_snapshot
+
+    host, port = _listen_address(listen)
+    logging.basicConfig(level=logging.INFO, format="nodecheck serve: %(message)s")
+    try:
+        config = config_module.load(config_path)
+        with tempfile.TemporaryDirectory(prefix="nodecheck-serve-") as workdir:
+            probe_host = LiveHost() if source is None else open_snapshot(source, Path(workdir))
+            stop = threading.Event()
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            signal.signal(signal.SIGINT, lambda *_: stop.set())
+            run_server(host, port, lambda: build_report(probe_host, config), interval, stop)
+    except NodecheckError as error:
+        _fail(str(error))
+    except OSError as error:
+        _fail(f"cannot listen on {listen}: {error.strerror or error}")
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"nodecheck {__version__}")
