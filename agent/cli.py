@@ -229,9 +229,13 @@ def serve(
     listen: str = typer.Option(..., "--listen", help="HOST:PORT for /metrics (':PORT' listens on all addresses)."),
     source: Optional[Path] = _FROM,
     interval: float = typer.Option(60.0, "--interval", min=1, help="Seconds between probe rounds."),
+    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="Serve HTTPS with this certificate (PEM)."),
+    tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="The certificate's private key (PEM)."),
+    tls_client_ca: Optional[Path] = typer.Option(None, "--tls-client-ca", help="Require client certificates signed by this CA (mutual TLS)."),
     config_path: Optional[Path] = _CONFIG,
 ) -> None:
-    """Serve the latest Report as Prometheus metrics (docs/metrics.md). A scrape never waits for a probe."""
+    """Serve the latest Report as Prometheus metrics (docs/metrics.md). A scrape never waits for a probe.
+    TLS and client-certificate authentication are prometheus_client's own."""
     import logging
     import signal
     import threading
@@ -243,6 +247,11 @@ def serve(
     from nodecheck.snapshot import open_snapshot
 
     host, port = _listen_address(listen)
+    if (tls_cert is None) != (tls_key is None) or (tls_client_ca and not tls_cert):
+        _fail("--tls-cert and --tls-key go together, and --tls-client-ca needs them")
+    tls = {"certfile": str(tls_cert), "keyfile": str(tls_key)} if tls_cert else {}
+    if tls_client_ca:
+        tls.update(client_cafile=str(tls_client_ca), client_auth_required=True)
     logging.basicConfig(level=logging.INFO, format="nodecheck serve: %(message)s")
     try:
         config = config_module.load(config_path)
@@ -251,11 +260,11 @@ def serve(
             stop = threading.Event()
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
             signal.signal(signal.SIGINT, lambda *_: stop.set())
-            run_server(host, port, lambda: build_report(probe_host, config), interval, stop)
+            run_server(host, port, lambda: build_report(probe_host, config), interval, stop, tls)
     except NodecheckError as error:
         _fail(str(error))
-    except OSError as error:
-        _fail(f"cannot listen on {listen}: {error.strerror or error}")
+    except OSError as error:  # port taken, unreadable certificate ...
+        _fail(f"cannot serve on {listen}: {error.strerror or error}")
 
 
 def _version(value: bool) -> None:

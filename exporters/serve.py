@@ -13,11 +13,16 @@ import time
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from nodecheck.exporters.prometheus import ReportCollector
 from nodecheck.model import Report
 
 log = logging.getLogger("nodecheck.serve")
+
+# socketserver's default listen backlog is 5: with 200 concurrent scrapers (tests/test_serve.py) the
+# kernel drops SYNs and clients wait out retransmits past their timeout. The kernel caps it (somaxconn).
+ThreadingWSGIServer.request_queue_size = 1024
 
 
 class LatestReport:
@@ -45,13 +50,15 @@ def refresh_forever(latest: LatestReport, build: Callable[[], Report], interval:
         stop.wait(interval)
 
 
-def serve(host: str, port: int, build: Callable[[], Report], interval: float, stop: threading.Event) -> None:
+def serve(host: str, port: int, build: Callable[[], Report], interval: float, stop: threading.Event,
+          tls: dict | None = None) -> None:
+    """tls: prometheus_client's own options (certfile, keyfile, client_cafile, client_auth_required)."""
     latest = LatestReport()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ReportCollector(latest.get))
     refresher = threading.Thread(target=refresh_forever, args=(latest, build, interval, stop), name="refresh", daemon=True)
     refresher.start()
-    server, _ = start_http_server(port, addr=host, registry=registry)
+    server, _ = start_http_server(port, addr=host, registry=registry, **(tls or {}))
     log.info("serving /metrics on %s:%d", host, port)
     try:
         while not stop.wait(3600):

@@ -1,0 +1,146 @@
+"""`nodecheck serve` as a process: TLS and mutual TLS (prometheus_client's), a port already taken,
+and scrapes that never fail while one probe hangs and another fails (load: 200 concurrent clients)."""
+
+import os
+import shutil
+import signal
+import socket
+import ssl
+import stat
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import h100_node_snapshot
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_serve(*args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "nodecheck", "serve", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
+
+
+def stop(proc: subprocess.Popen) -> str:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return out
+
+
+def wait_metrics(url: str, context=None, seconds: float = 30) -> str:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2, context=context) as response:
+                text = response.read().decode()
+                if "nodecheck_probe_success" in text:
+                    return text
+        except (urllib.error.URLError, ConnectionError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{url} served no report within {seconds} s")
+
+
+def make_ca_and_certs(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+
+    def run(*args):
+        subprocess.run(["openssl", *args], cwd=tmp_path, check=True, capture_output=True, timeout=60)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=nodecheck test CA")
+    for name in ("server", "client"):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
+        (tmp_path / f"{name}.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", f"{name}.pem",
+            "-days", "1", "-extfile", f"{name}.ext")
+
+
+def test_tls_and_mutual_tls(tmp_path):
+    make_ca_and_certs(tmp_path)
+    snap = h100_node_snapshot(tmp_path / "h100")
+    port = free_port()
+    proc = start_serve("--listen", f"127.0.0.1:{port}", "--from", str(snap), "--tls-cert", str(tmp_path / "server.pem"),
+                       "--tls-key", str(tmp_path / "server.key"), "--tls-client-ca", str(tmp_path / "ca.pem"))
+    try:
+        context = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+        context.load_cert_chain(str(tmp_path / "client.pem"), str(tmp_path / "client.key"))
+        text = wait_metrics(f"https://127.0.0.1:{port}/metrics", context)
+        assert 'nodecheck_gpu_info{UUID="GPU-c1752cd3-f0b4-c321-10f7-4e1dbf62ea62"' in text
+        no_client_cert = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+        with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+            urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", timeout=5, context=no_client_cert).read()
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    finally:
+        stop(proc)
+
+
+def test_port_taken_and_bad_tls_options(tmp_path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        proc = start_serve("--listen", f"127.0.0.1:{port}", "--from", str(tmp_path))
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and f"cannot serve on 127.0.0.1:{port}" in out
+    half = start_serve("--listen", "127.0.0.1:1", "--tls-cert", "x.pem")
+    out, _ = half.communicate(timeout=30)
+    assert half.returncode == 2 and "--tls-cert and --tls-key go together" in out
+
+
+def test_scrapes_never_fail_while_probes_hang_or_fail(tmp_path):
+    """A live host whose nvidia-smi hangs (killed at the probe's timeout) and whose lstopo prints garbage,
+    probed every second, under 200 concurrent scrapers for 30 s: every scrape answers 200 with metrics."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("nvidia-smi", "sleep 60"), ("lstopo-no-graphics", "echo '<html>not xml'")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    port = free_port()
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    proc = start_serve("--listen", f"127.0.0.1:{port}", "--interval", "1", env=env)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        wait_metrics(url, seconds=60)
+        failures, successes, lock = [], [0], threading.Lock()
+        deadline = time.monotonic() + 30
+
+        def scraper():
+            while time.monotonic() < deadline:
+                try:
+                    with urllib.request.urlopen(url, timeout=10) as response:
+                        body = response.read()
+                        ok = response.status == 200 and b"nodecheck_probe_success" in body
+                except Exception as error:  # any failed scrape is what this test counts
+                    ok, body = False, repr(error).encode()
+                with lock:
+                    if ok:
+                        successes[0] += 1
+                    else:
+                        failures.append(body[:200])
+
+        threads = [threading.Thread(target=scraper, daemon=True) for _ in range(200)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(45)
+        final = urllib.request.urlopen(url, timeout=10).read().decode()
+    finally:
+        stop(proc)
+    assert failures == [] and successes[0] > 200, (len(failures), failures[:3], successes[0])
+    assert 'nodecheck_probe_success{probe="lstopo"} 0.0' in final
+    assert 'nodecheck_probe_success{probe="nvidia_smi_topo"} 0.0' in final  # killed at its timeout, recorded
