@@ -235,7 +235,7 @@ def serve(
     config_path: Optional[Path] = _CONFIG,
 ) -> None:
     """Serve the latest Report as Prometheus metrics (docs/metrics.md). A scrape never waits for a probe.
-    TLS and client-certificate authentication are prometheus_client's own."""
+    Optional TLS, and mutual TLS with --tls-client-ca (Python's ssl, set up as prometheus_client does)."""
     import logging
     import signal
     import threading
@@ -251,7 +251,7 @@ def serve(
         _fail("--tls-cert and --tls-key go together, and --tls-client-ca needs them")
     tls = {"certfile": str(tls_cert), "keyfile": str(tls_key)} if tls_cert else {}
     if tls_client_ca:
-        tls.update(client_cafile=str(tls_client_ca), client_auth_required=True)
+        tls["client_cafile"] = str(tls_client_ca)
     logging.basicConfig(level=logging.INFO, format="nodecheck serve: %(message)s")
     try:
         config = config_module.load(config_path)

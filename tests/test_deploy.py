@@ -1,0 +1,63 @@
+"""deploy/: the Grafana dashboard's queries are valid PromQL (promtool) over metrics the exporter
+publishes, and the Kubernetes manifests agree with each other and with the CLI."""
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import REPO, hgx_nvml, make_snapshot, nodecheck
+from nodecheck.build import build_report
+from nodecheck.exporters.prometheus import write_textfile
+from nodecheck.model import Measurement
+from nodecheck.snapshot import SnapshotHost
+
+DASHBOARD = REPO / "deploy" / "grafana" / "nodecheck-dashboard.json"
+
+
+def dashboard_queries() -> list[str]:
+    dash = json.loads(DASHBOARD.read_text())
+    queries = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    queries += [v["query"]["query"] for v in dash["templating"]["list"] if isinstance(v.get("query"), dict)]
+    return queries
+
+
+def test_dashboard_queries_use_exported_metrics(tmp_path):
+    snap = make_snapshot(tmp_path / "s", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
+    report = build_report(SnapshotHost(snap))
+    report.measurements.append(Measurement("allreduce:2-ranks", "allreduce", True, 40e9, 50e9, 0.8, 1 << 30, "m", "busbw"))
+    exported = {f.name for f in text_string_to_metric_families(write_textfile(report, tmp_path).read_text())}
+    queried = {m for q in dashboard_queries() for m in re.findall(r"\bnodecheck_[a-z_]+", q)}
+    assert len(queried) >= 10 and queried <= exported, queried - exported
+
+
+def test_dashboard_queries_are_valid_promql(tmp_path):
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool is not installed (apt install prometheus)")
+    exprs = [q.replace("$instance", ".*") for q in dashboard_queries() if not q.startswith("label_values")]
+    rules = {"groups": [{"name": "dashboard", "rules": [{"record": f"dashboard:query{i}", "expr": e} for i, e in enumerate(exprs)]}]}
+    (tmp_path / "q.yml").write_text(yaml.safe_dump(rules))
+    checked = subprocess.run(["promtool", "check", "rules", str(tmp_path / "q.yml")], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    dash = json.loads(DASHBOARD.read_text())
+    assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"]) and dash["uid"] == "nodecheck"
+
+
+def test_kubernetes_manifests_agree():
+    daemonset, service = yaml.safe_load_all((REPO / "deploy/kubernetes/daemonset.yaml").read_text())
+    monitor = yaml.safe_load((REPO / "deploy/kubernetes/servicemonitor.yaml").read_text())
+    container = daemonset["spec"]["template"]["spec"]["containers"][0]
+    listen = container["args"][container["args"].index("--listen") + 1]
+    port = int(listen.rsplit(":", 1)[1])
+    assert container["ports"][0]["containerPort"] == port and service["spec"]["ports"][0]["port"] == port
+    pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    assert daemonset["spec"]["template"]["spec"]["hostNetwork"] is True
+    usage = nodecheck(*container["args"][:1], "--help")
+    assert usage.returncode == 0 and all(flag in usage.stdout for flag in ("--listen", "--interval"))
