@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -166,6 +167,7 @@ def bench(
 
         with Console(stderr=True).status(f"nodecheck bench: {', '.join(chosen)} ({level})"):
             report.measurements = plan.run(report, config, chosen, level, timeout, dict(os.environ), env)
+    report.measured_at = time.time()
     report.findings += measurement_findings(report.measurements, config)
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2))
@@ -232,6 +234,8 @@ def serve(
     tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="Serve HTTPS with this certificate (PEM)."),
     tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="The certificate's private key (PEM)."),
     tls_client_ca: Optional[Path] = typer.Option(None, "--tls-client-ca", help="Require client certificates signed by this CA (mutual TLS)."),
+    bench_every: float = typer.Option(0.0, "--bench-every", min=0, help="Run `nodecheck bench --quick` in a subprocess every N seconds (0: never; leave 0 on nodes that run jobs)."),
+    bench_timeout: float = typer.Option(600.0, "--bench-timeout", min=1, help="Seconds before a scheduled bench run is killed."),
     config_path: Optional[Path] = _CONFIG,
 ) -> None:
     """Serve the latest Report as Prometheus metrics (docs/metrics.md). A scrape never waits for a probe.
@@ -260,7 +264,11 @@ def serve(
             stop = threading.Event()
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
             signal.signal(signal.SIGINT, lambda *_: stop.set())
-            run_server(host, port, lambda: build_report(probe_host, config), interval, stop, tls)
+            from nodecheck.exporters.serve import run_bench
+
+            bench_args = ["--quick"] + (["--config", str(config_path)] if config_path else [])
+            run_server(host, port, lambda: build_report(probe_host, config), interval, stop, tls,
+                       bench=lambda: run_bench(bench_args, bench_timeout), bench_every=bench_every, config=config)
     except NodecheckError as error:
         _fail(str(error))
     except OSError as error:  # port taken, unreadable certificate ...

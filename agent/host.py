@@ -61,7 +61,8 @@ def call_with_timeout(fn: Callable[[], T], timeout: float, what: str) -> T:
     return box["value"]
 
 
-def run_command(argv: list[str], timeout: float, env: dict[str, str] | None = None, what: str | None = None) -> str:
+def run_command(argv: list[str], timeout: float, env: dict[str, str] | None = None, what: str | None = None,
+                ok_returncodes: tuple[int, ...] = (0,)) -> str:
     """Run argv (never through a shell) with a hard timeout that kills its whole process group.
     `what` names the command in messages (default: the command line)."""
     what = what or " ".join(argv)
@@ -81,7 +82,7 @@ def run_command(argv: list[str], timeout: float, env: dict[str, str] | None = No
         _kill_group(proc)
         raise ProbeFailed(f"{what} did not finish within {timeout:g} s and was killed") from None
     stdout = out.decode("utf-8", errors="replace")
-    if proc.returncode != 0:
+    if proc.returncode not in ok_returncodes:
         detail = (err.decode("utf-8", errors="replace").strip() or stdout.strip()).splitlines()
         reason = detail[-1][:200] if detail else "no output"
         raise ProbeFailed(f"{what} exited with {proc.returncode}: {reason}")

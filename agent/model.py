@@ -114,6 +114,7 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     advice: list[dict] = field(default_factory=list)
     measurements: list[Measurement] = field(default_factory=list)
+    measured_at: float | None = None  # when the measurements were taken (`bench`, or the daemon's last bench run)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:

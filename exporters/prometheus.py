@@ -91,6 +91,8 @@ def _links_and_nics(report: Report) -> Iterator[Metric]:
 def _measurements(report: Report) -> Iterator[Metric]:
     labels = ["path", "test", "direction"]
     ms = report.measurements
+    yield _gauge("nodecheck_bandwidth_timestamp_seconds", "When the bandwidth tests last ran.", [],
+                 [([], report.measured_at)])
     yield _gauge("nodecheck_bandwidth_test_success", "1 when the bandwidth test completed.", labels,
                  [([m.path, m.test, m.direction], int(m.ok)) for m in ms])
     yield _gauge("nodecheck_bandwidth_bytes_per_second", "Measured bandwidth (busbw for collectives).", labels,

@@ -9,18 +9,24 @@ raises or hangs never fails a scrape, and 50 concurrent scrapers cost no re-rend
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import socket
 import ssl
+import sys
 import threading
+import time
 from typing import Callable
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.exposition import ThreadingWSGIServer
 
+from nodecheck.errors import NodecheckError
 from nodecheck.exporters.prometheus import ReportCollector
-from nodecheck.model import Report
+from nodecheck.host import run_command
+from nodecheck.model import Measurement, Report
 
 log = logging.getLogger("nodecheck.serve")
 
@@ -32,11 +38,15 @@ def render(report: Report | None) -> bytes:
 
 
 class LatestReport:
-    """The most recent Report and its rendered metrics, replaced together (never half-built)."""
+    """The most recent Report, with the latest bandwidth results merged in, and its rendered metrics,
+    replaced together (never half-built)."""
 
-    def __init__(self) -> None:
+    def __init__(self, config=None) -> None:
         self._lock = threading.Lock()
+        self._config = config
         self._report: Report | None = None
+        self._probed: Report | None = None
+        self._measurements: tuple[list[Measurement], float] | None = None
         self._body = render(None)
 
     def get(self) -> Report | None:
@@ -48,8 +58,23 @@ class LatestReport:
             return self._body
 
     def set(self, report: Report) -> None:
+        self._publish(report, self._measurements)
+
+    def set_measurements(self, measurements: list[Measurement], measured_at: float) -> None:
+        self._publish(self._probed, (measurements, measured_at))
+
+    def _publish(self, probed: Report | None, measured) -> None:
+        from nodecheck.config import Config
+        from nodecheck.rules import measurement_findings
+
+        report = probed
+        if probed is not None and measured is not None:
+            measurements, measured_at = measured
+            report = dataclasses.replace(probed, measurements=measurements, measured_at=measured_at,
+                                         findings=probed.findings + measurement_findings(measurements, self._config or Config()))
         body = render(report)  # outside the lock: scrapes keep getting the previous bytes meanwhile
         with self._lock:
+            self._probed, self._measurements = probed or self._probed, measured
             self._report, self._body = report, body
 
 
@@ -60,6 +85,22 @@ def refresh_forever(latest: LatestReport, build: Callable[[], Report], interval:
         except Exception:  # keep serving the last good Report; the next round tries again
             log.exception("building the report failed; serving the previous one")
         stop.wait(interval)
+
+
+def run_bench(argv_tail: list[str], timeout: float) -> list[Measurement]:
+    """`nodecheck bench --json` in a subprocess (the daemon never imports torch); any failure becomes
+    a failed Measurement that says why."""
+    argv = [sys.executable, "-m", "nodecheck", "bench", "--json", *argv_tail]
+    try:
+        out = run_command(argv, timeout, what="nodecheck bench", ok_returncodes=(0, 1))  # 1: findings
+        return [Measurement(**m) for m in json.loads(out)["measurements"]]
+    except (NodecheckError, ValueError, KeyError, TypeError) as error:
+        return [Measurement("bench", "bench", False, None, None, None, None, "nodecheck bench", "-", error=str(error))]
+
+
+def bench_forever(latest: LatestReport, bench: Callable[[], list[Measurement]], every: float, stop: threading.Event) -> None:
+    while not stop.wait(every):
+        latest.set_measurements(bench(), time.time())
 
 
 def metrics_app(latest: LatestReport):
@@ -96,9 +137,11 @@ def _tls_context(certfile: str, keyfile: str, client_cafile: str | None) -> ssl.
 
 
 def serve(host: str, port: int, build: Callable[[], Report], interval: float, stop: threading.Event,
-          tls: dict | None = None) -> None:
-    """tls: certfile, keyfile and optionally client_cafile (mutual TLS)."""
-    latest = LatestReport()
+          tls: dict | None = None, bench: Callable[[], list[Measurement]] | None = None, bench_every: float = 0,
+          config=None) -> None:
+    """tls: certfile, keyfile and optionally client_cafile (mutual TLS). bench: run every bench_every
+    seconds (0: never, the default on nodes that run jobs)."""
+    latest = LatestReport(config)
     server_class = type("Server", (_Server,), {"address_family": socket.AF_INET6 if ":" in host else socket.AF_INET})
     server = make_server(host, port, metrics_app(latest), server_class, handler_class=_QuietHandler)
     if tls:
@@ -106,6 +149,8 @@ def serve(host: str, port: int, build: Callable[[], Report], interval: float, st
             server.socket, server_side=True)
     threading.Thread(target=refresh_forever, args=(latest, build, interval, stop), name="refresh", daemon=True).start()
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    if bench is not None and bench_every > 0:
+        threading.Thread(target=bench_forever, args=(latest, bench, bench_every, stop), name="bench", daemon=True).start()
     log.info("serving /metrics on %s:%d%s", host, port, " (TLS)" if tls else "")
     try:
         while not stop.wait(3600):

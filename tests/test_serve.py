@@ -144,3 +144,28 @@ def test_scrapes_never_fail_while_probes_hang_or_fail(tmp_path):
     assert failures == [] and successes[0] > 200, (len(failures), failures[:3], successes[0])
     assert 'nodecheck_probe_success{probe="lstopo"} 0.0' in final
     assert 'nodecheck_probe_success{probe="nvidia_smi_topo"} 0.0' in final  # killed at its timeout, recorded
+
+
+def test_scheduled_bench_runs_in_a_subprocess_and_lands_in_the_metrics(tmp_path):
+    """Launched as a 1-rank job, the scheduled bench reports its failure (an all-reduce needs 2 ranks) as
+    metrics and a finding; the daemon keeps serving and never imports torch itself."""
+    port = free_port()
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    proc = start_serve("--listen", f"127.0.0.1:{port}", "--from", str(h100_node_snapshot(tmp_path / "h")),
+                       "--bench-every", "1", env=env)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        wait_metrics(url)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
+            if "nodecheck_bandwidth_test_success{" in text:
+                break
+            time.sleep(0.5)
+        daemon_modules = open(f"/proc/{proc.pid}/maps").read()
+    finally:
+        stop(proc)
+    assert 'nodecheck_bandwidth_test_success{direction="busbw",path="allreduce:1-ranks",test="allreduce"} 0.0' in text
+    assert 'nodecheck_finding{kind="bench_failed",severity="error",subject="allreduce:1-ranks"} 1.0' in text
+    assert "nodecheck_bandwidth_timestamp_seconds" in text
+    assert "libtorch" not in daemon_modules
