@@ -231,15 +231,12 @@ def serve(
     listen: str = typer.Option(..., "--listen", help="HOST:PORT for /metrics (':PORT' listens on all addresses)."),
     source: Optional[Path] = _FROM,
     interval: float = typer.Option(60.0, "--interval", min=1, help="Seconds between probe rounds."),
-    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="Serve HTTPS with this certificate (PEM)."),
-    tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="The certificate's private key (PEM)."),
-    tls_client_ca: Optional[Path] = typer.Option(None, "--tls-client-ca", help="Require client certificates signed by this CA (mutual TLS)."),
+    web_config: Optional[Path] = typer.Option(None, "--web-config", help="TLS and basic auth, in the exporter-toolkit web config format node_exporter reads (needs nodecheck[web])."),
     bench_every: float = typer.Option(0.0, "--bench-every", min=0, help="Run `nodecheck bench --quick` in a subprocess every N seconds (0: never; leave 0 on nodes that run jobs)."),
     bench_timeout: float = typer.Option(600.0, "--bench-timeout", min=1, help="Seconds before a scheduled bench run is killed."),
     config_path: Optional[Path] = _CONFIG,
 ) -> None:
-    """Serve the latest Report as Prometheus metrics (docs/metrics.md). A scrape never waits for a probe.
-    Optional TLS, and mutual TLS with --tls-client-ca (Python's ssl, set up as prometheus_client does)."""
+    """Serve the latest Report as Prometheus metrics (docs/metrics.md). A scrape never waits for a probe."""
     import logging
     import signal
     import threading
@@ -251,14 +248,14 @@ def serve(
     from nodecheck.snapshot import open_snapshot
 
     host, port = _listen_address(listen)
-    if (tls_cert is None) != (tls_key is None) or (tls_client_ca and not tls_cert):
-        _fail("--tls-cert and --tls-key go together, and --tls-client-ca needs them")
-    tls = {"certfile": str(tls_cert), "keyfile": str(tls_key)} if tls_cert else {}
-    if tls_client_ca:
-        tls["client_cafile"] = str(tls_client_ca)
     logging.basicConfig(level=logging.INFO, format="nodecheck serve: %(message)s")
     try:
         config = config_module.load(config_path)
+        web = None
+        if web_config is not None:
+            from nodecheck.exporters.webconfig import load_web_config
+
+            web = load_web_config(web_config)
         with tempfile.TemporaryDirectory(prefix="nodecheck-serve-") as workdir:
             probe_host = LiveHost() if source is None else open_snapshot(source, Path(workdir))
             stop = threading.Event()
@@ -267,7 +264,7 @@ def serve(
             from nodecheck.exporters.serve import run_bench
 
             bench_args = ["--quick"] + (["--config", str(config_path)] if config_path else [])
-            run_server(host, port, lambda: build_report(probe_host, config), interval, stop, tls,
+            run_server(host, port, lambda: build_report(probe_host, config), interval, stop, web,
                        bench=lambda: run_bench(bench_args, bench_timeout), bench_every=bench_every, config=config)
     except NodecheckError as error:
         _fail(str(error))

@@ -73,9 +73,9 @@ def load(path: Path | None) -> Config:
 
 def parse(data: dict, source: str) -> Config:
     config = Config(path=source)
-    _known(data, ("gpus", "links", "nics", "thresholds", "bench"), "", source)
+    check_known_keys(data, ("gpus", "links", "nics", "thresholds", "bench"), "", source)
     gpus = _table(data, "gpus", source)
-    _known(gpus, ("count", "pcie_gen", "pcie_width", "nvlinks_per_gpu"), "gpus.", source)
+    check_known_keys(gpus, ("count", "pcie_gen", "pcie_width", "nvlinks_per_gpu"), "gpus.", source)
     config.gpu_count = _int(gpus, "count", source, "gpus.", 0, 1024)
     config.pcie_gen = _int(gpus, "pcie_gen", source, "gpus.", 1, 7)
     config.pcie_width = _int(gpus, "pcie_width", source, "gpus.", 1, 32)
@@ -90,13 +90,13 @@ def parse(data: dict, source: str) -> Config:
     for name, table in _table(data, "nics", source).items():
         config.nics[name] = _nic(name, table, source)
     thresholds = _table(data, "thresholds", source)
-    _known(thresholds, ("bandwidth_ratio", "fail_severity", "tests"), "thresholds.", source)
+    check_known_keys(thresholds, ("bandwidth_ratio", "fail_severity", "tests"), "thresholds.", source)
     config.bandwidth_ratio = _ratio(thresholds.get("bandwidth_ratio", config.bandwidth_ratio), "thresholds.bandwidth_ratio", source)
     per_test = _table(thresholds, "tests", source, "thresholds.")
-    _known(per_test, BENCH_TESTS, "thresholds.tests.", source)
+    check_known_keys(per_test, BENCH_TESTS, "thresholds.tests.", source)
     config.test_ratios = {test: _ratio(value, f"thresholds.tests.{test}", source) for test, value in per_test.items()}
     bench = _table(data, "bench", source)
-    _known(bench, ("nccl_tests",), "bench.", source)
+    check_known_keys(bench, ("nccl_tests",), "bench.", source)
     if "nccl_tests" in bench and not (isinstance(bench["nccl_tests"], str) and bench["nccl_tests"]):
         raise ConfigError(f"{source}: key 'bench.nccl_tests': expected the path of all_reduce_perf, got {bench['nccl_tests']!r}")
     config.nccl_tests = bench.get("nccl_tests")
@@ -106,7 +106,8 @@ def parse(data: dict, source: str) -> Config:
     return config
 
 
-def _known(table: dict, keys: tuple[str, ...], prefix: str, source: str) -> None:
+def check_known_keys(table: dict, keys: tuple[str, ...], prefix: str, source) -> None:
+    """A ConfigError naming the file and the first key that is not one of `keys`."""
     for key in table:
         if key not in keys:
             raise ConfigError(f"{source}: unknown key '{prefix}{key}' (expected one of: {', '.join(keys)})")
@@ -137,7 +138,7 @@ def _int(table: dict, key: str, source: str, prefix: str, low: int, high: int) -
 def _nic(name: str, table, source: str) -> NicExpectation:
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: key 'nics.{name}': expected a table ([nics.{name}]), got {table!r}")
-    _known(table, ("speed_mbps", "state"), f"nics.{name}.", source)
+    check_known_keys(table, ("speed_mbps", "state"), f"nics.{name}.", source)
     state = table.get("state", "up")
     if state not in _NIC_STATES:
         raise ConfigError(f"{source}: key 'nics.{name}.state': expected one of {', '.join(_NIC_STATES)}, got {state!r}")

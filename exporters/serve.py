@@ -103,8 +103,11 @@ def bench_forever(latest: LatestReport, bench: Callable[[], list[Measurement]], 
         latest.set_measurements(bench(), time.time())
 
 
-def metrics_app(latest: LatestReport):
+def metrics_app(latest: LatestReport, auth=None):
     def app(environ, start_response):
+        if auth is not None and not auth.allows(environ.get("HTTP_AUTHORIZATION")):
+            start_response("401 Unauthorized", [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Basic realm="nodecheck"')])
+            return [b"Unauthorized\n"]
         if environ.get("PATH_INFO", "/") not in ("/", "/metrics"):
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"nodecheck serves /metrics\n"]
@@ -137,13 +140,17 @@ def _tls_context(certfile: str, keyfile: str, client_cafile: str | None) -> ssl.
 
 
 def serve(host: str, port: int, build: Callable[[], Report], interval: float, stop: threading.Event,
-          tls: dict | None = None, bench: Callable[[], list[Measurement]] | None = None, bench_every: float = 0,
+          web=None, bench: Callable[[], list[Measurement]] | None = None, bench_every: float = 0,
           config=None) -> None:
-    """tls: certfile, keyfile and optionally client_cafile (mutual TLS). bench: run every bench_every
-    seconds (0: never, the default on nodes that run jobs)."""
+    """web: a webconfig.WebConfig (TLS, mutual TLS, basic auth). bench: run every bench_every seconds
+    (0: never, the default on nodes that run jobs)."""
+    from nodecheck.exporters.webconfig import BasicAuth
+
     latest = LatestReport(config)
+    tls = web.tls if web else {}
+    auth = BasicAuth(web.users) if web and web.users else None
     server_class = type("Server", (_Server,), {"address_family": socket.AF_INET6 if ":" in host else socket.AF_INET})
-    server = make_server(host, port, metrics_app(latest), server_class, handler_class=_QuietHandler)
+    server = make_server(host, port, metrics_app(latest, auth), server_class, handler_class=_QuietHandler)
     if tls:
         server.socket = _tls_context(tls["certfile"], tls["keyfile"], tls.get("client_cafile")).wrap_socket(
             server.socket, server_side=True)
@@ -151,7 +158,7 @@ def serve(host: str, port: int, build: Callable[[], Report], interval: float, st
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     if bench is not None and bench_every > 0:
         threading.Thread(target=bench_forever, args=(latest, bench, bench_every, stop), name="bench", daemon=True).start()
-    log.info("serving /metrics on %s:%d%s", host, port, " (TLS)" if tls else "")
+    log.info("serving /metrics on %s:%d%s%s", host, port, " (TLS)" if tls else "", " (basic auth)" if auth else "")
     try:
         while not stop.wait(3600):
             pass

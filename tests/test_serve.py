@@ -1,4 +1,4 @@
-"""`nodecheck serve` as a process: TLS and mutual TLS (prometheus_client's), a port already taken,
+"""`nodecheck serve` as a process: TLS, mutual TLS and basic auth from a web config, a port already taken,
 and scrapes that never fail while one probe hangs and another fails (load: 200 concurrent clients)."""
 
 import os
@@ -6,7 +6,6 @@ import shutil
 import signal
 import socket
 import ssl
-import stat
 import subprocess
 import sys
 import threading
@@ -69,12 +68,22 @@ def make_ca_and_certs(tmp_path):
             "-days", "1", "-extfile", f"{name}.ext")
 
 
+def web_config(tmp_path, **sections) -> str:
+    import yaml
+
+    path = tmp_path / "web.yml"
+    path.write_text(yaml.safe_dump(sections))
+    return str(path)
+
+
 def test_tls_and_mutual_tls(tmp_path):
     make_ca_and_certs(tmp_path)
     snap = h100_node_snapshot(tmp_path / "h100")
     port = free_port()
-    proc = start_serve("--listen", f"127.0.0.1:{port}", "--from", str(snap), "--tls-cert", str(tmp_path / "server.pem"),
-                       "--tls-key", str(tmp_path / "server.key"), "--tls-client-ca", str(tmp_path / "ca.pem"))
+    config = web_config(tmp_path, tls_server_config={
+        "cert_file": str(tmp_path / "server.pem"), "key_file": str(tmp_path / "server.key"),
+        "client_ca_file": str(tmp_path / "ca.pem"), "client_auth_type": "RequireAndVerifyClientCert"})
+    proc = start_serve("--listen", f"127.0.0.1:{port}", "--from", str(snap), "--web-config", config)
     try:
         context = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
         context.load_cert_chain(str(tmp_path / "client.pem"), str(tmp_path / "client.key"))
@@ -89,7 +98,56 @@ def test_tls_and_mutual_tls(tmp_path):
         stop(proc)
 
 
-def test_port_taken_and_bad_tls_options(tmp_path):
+def test_basic_auth(tmp_path):
+    bcrypt = pytest.importorskip("bcrypt", reason="needs bcrypt (pip install 'nodecheck[web]')")
+    import base64
+
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode().replace("$2b$", "$2y$")  # htpasswd spells it $2y$
+    port = free_port()
+    proc = start_serve("--listen", f"127.0.0.1:{port}", "--from", str(h100_node_snapshot(tmp_path / "h")),
+                       "--web-config", web_config(tmp_path, basic_auth_users={"prometheus": hashed}))
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def get(user: str, password: str) -> int:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        request = urllib.request.Request(url, headers={"Authorization": f"Basic {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return response.status
+        except urllib.error.HTTPError as error:
+            return error.code
+        except urllib.error.URLError:
+            return 0  # not listening yet
+
+    try:
+        deadline = time.monotonic() + 30
+        while get("prometheus", "s3cret") != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert get("prometheus", "s3cret") == 200
+        assert get("prometheus", "wrong") == 401 and get("nobody", "s3cret") == 401
+        with pytest.raises(urllib.error.HTTPError) as anonymous:
+            urllib.request.urlopen(url, timeout=5)
+        assert anonymous.value.code == 401 and anonymous.value.headers["WWW-Authenticate"] == 'Basic realm="nodecheck"'
+    finally:
+        stop(proc)
+
+
+@pytest.mark.parametrize("sections,message", [
+    ({"tls_server_config": {"cert_file": "a.pem"}}, "'tls_server_config.key_file': expected a file path"),
+    ({"tls_server_config": {"cert_file": "a", "key_file": "b", "client_auth_type": "RequireAndVerifyClientCert"}},
+     "RequireAndVerifyClientCert needs a CA file"),
+    ({"basic_auth_users": {"prometheus": "plaintext"}}, "'basic_auth_users.prometheus': expected a bcrypt hash"),
+    ({"http_server_config": {}}, "unknown key 'http_server_config'"),
+])
+def test_bad_web_config_is_a_clear_error(tmp_path, sections, message):
+    pytest.importorskip("yaml", reason="needs PyYAML (pip install 'nodecheck[web]')")
+    config = web_config(tmp_path, **sections)
+    proc = start_serve("--listen", f"127.0.0.1:{free_port()}", "--web-config", config)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and message in out and config in out
+
+
+def test_port_taken(tmp_path):
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
@@ -97,9 +155,6 @@ def test_port_taken_and_bad_tls_options(tmp_path):
         proc = start_serve("--listen", f"127.0.0.1:{port}", "--from", str(tmp_path))
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 2 and f"cannot serve on 127.0.0.1:{port}" in out
-    half = start_serve("--listen", "127.0.0.1:1", "--tls-cert", "x.pem")
-    out, _ = half.communicate(timeout=30)
-    assert half.returncode == 2 and "--tls-cert and --tls-key go together" in out
 
 
 def test_scrapes_never_fail_while_probes_hang_or_fail(tmp_path):

@@ -1,0 +1,107 @@
+"""The Prometheus exporter-toolkit web configuration file (the format node_exporter's
+--web.config.file reads): TLS and basic auth for `nodecheck serve --web-config FILE`.
+
+    tls_server_config:
+      cert_file: /etc/nodecheck/tls.crt
+      key_file: /etc/nodecheck/tls.key
+      client_ca_file: /etc/nodecheck/ca.crt          # optional
+      client_auth_type: RequireAndVerifyClientCert   # or NoClientCert (default)
+    basic_auth_users:
+      prometheus: $2y$10$...                          # bcrypt hash (htpasswd -nBC 10 "" | tr -d ':')
+
+Needs the extra `nodecheck[web]` (PyYAML, bcrypt), imported only when a web config is given.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodecheck.config import check_known_keys
+from nodecheck.errors import ConfigError
+
+_CLIENT_AUTH = ("NoClientCert", "RequireAndVerifyClientCert")
+
+
+@dataclass
+class WebConfig:
+    tls: dict = field(default_factory=dict)  # certfile, keyfile, client_cafile
+    users: dict[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
+
+
+def load_web_config(path: Path) -> WebConfig:
+    try:
+        import yaml
+    except ImportError:
+        raise ConfigError(f"{path}: reading a web config needs PyYAML and bcrypt: pip install 'nodecheck[web]'") from None
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read web config ({error.strerror or error})") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML ({error})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with tls_server_config and/or basic_auth_users")
+    check_known_keys(data, ("tls_server_config", "basic_auth_users"), "", path)
+    config = WebConfig()
+    tls = data.get("tls_server_config") or {}
+    if tls:
+        check_known_keys(tls, ("cert_file", "key_file", "client_ca_file", "client_auth_type"), "tls_server_config.", path)
+        for key in ("cert_file", "key_file"):
+            if not isinstance(tls.get(key), str):
+                raise ConfigError(f"{path}: key 'tls_server_config.{key}': expected a file path")
+        auth = tls.get("client_auth_type", "NoClientCert")
+        if auth not in _CLIENT_AUTH:
+            raise ConfigError(f"{path}: key 'tls_server_config.client_auth_type': expected one of {', '.join(_CLIENT_AUTH)}, got {auth!r}")
+        if auth == "RequireAndVerifyClientCert" and not isinstance(tls.get("client_ca_file"), str):
+            raise ConfigError(f"{path}: key 'tls_server_config.client_ca_file': RequireAndVerifyClientCert needs a CA file")
+        config.tls = {"certfile": tls["cert_file"], "keyfile": tls["key_file"]}
+        if auth == "RequireAndVerifyClientCert":
+            config.tls["client_cafile"] = tls["client_ca_file"]
+    users = data.get("basic_auth_users") or {}
+    if not isinstance(users, dict):
+        raise ConfigError(f"{path}: key 'basic_auth_users': expected user: bcrypt-hash pairs")
+    for user, hashed in users.items():
+        if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")):
+            raise ConfigError(f"{path}: key 'basic_auth_users.{user}': expected a bcrypt hash ($2y$...)")
+        config.users[str(user)] = hashed.encode()
+    if config.users:
+        try:
+            import bcrypt  # noqa: F401 (fail now, not at the first scrape)
+        except ImportError:
+            raise ConfigError(f"{path}: basic_auth_users needs bcrypt: pip install 'nodecheck[web]'") from None
+    return config
+
+
+class BasicAuth:
+    """Checks `Authorization: Basic` against bcrypt hashes. bcrypt is slow on purpose (tens of ms), so
+    credentials that passed once are remembered by their SHA-256, as exporter-toolkit caches them."""
+
+    def __init__(self, users: dict[str, bytes]) -> None:
+        self.users = users
+        self._passed: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    def allows(self, header: str | None) -> bool:
+        if not header or not header.startswith("Basic "):
+            return False
+        try:
+            user, _, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        digest = hashlib.sha256(f"{user}\0{password}".encode()).digest()
+        with self._lock:
+            if digest in self._passed:
+                return True
+        hashed = self.users.get(user)
+        import bcrypt
+
+        if hashed is None or not bcrypt.checkpw(password.encode(), hashed):
+            return False
+        with self._lock:
+            self._passed.add(digest)
+        return True
