@@ -11,9 +11,9 @@ from hypothesis import given, settings, strategies as st
 
 from fakes import fake_pynvml
 from nodecheck.errors import NoData, ParseError, ProbeFailed
-from nodecheck.host import LiveHost, call_with_timeout, run_command
+from nodecheck.host import LiveHost, run_command
 from nodecheck.probes import PROBES, Probe, run_probes
-from nodecheck.probes.nics import parse_nics, parse_proc_route
+from nodecheck.probes.nics import parse_nics
 
 
 def fake_binary(tmp_path, name, body):
@@ -98,10 +98,3 @@ def test_fuzz_nic_parsers(netdevs, rdma, routes):
         pass
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.text())
-def test_fuzz_proc_route(text):
-    try:
-        parse_proc_route(text)
-    except ParseError:
-        pass

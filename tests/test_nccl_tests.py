@@ -94,15 +94,6 @@ def test_cli_reads_a_saved_log(tmp_path):
     assert bad.returncode == 2 and "is this an nccl-tests log?" in bad.stderr
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.text())
-def test_fuzz_only_parse_errors_escape(text):
-    try:
-        parse_nccl_log(text)
-    except ParseError:
-        pass
-
-
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from(["[1,0]<stdout>:", "0: ", "   8 ", "  2 ", " float ", " sum ", " -1 ", " 12.9 ", " 0.00 ",
                                  " N/A ", " 1e+04 ", "nan ", "\n", "# Avg bus bandwidth : ", "{", '"results": [', "]}"]),

@@ -1,7 +1,6 @@
 """Snapshots assembled from a real node's captured sources, and one this project captured itself."""
 
 import json
-from pathlib import Path
 
 import pytest
 

@@ -100,15 +100,6 @@ def test_refuses_what_is_not_the_table(case):
     assert "topo" in str(error.value)
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.text())
-def test_fuzz_only_parse_errors_escape(text):
-    try:
-        parse_topo_matrix(text)
-    except ParseError:
-        pass
-
-
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from(["GPU0", "GPU1", "NIC0", "mlx5_0", " X ", "NV4", "SYS", "PIX", "0-3", "N/A",
                                  "CPU Affinity", "\t", "  ", "\n", "\x1b[4m", "Legend:", "NIC Legend:", "NIC0: mlx5_0"]),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import sys
 import tempfile
 from dataclasses import dataclass

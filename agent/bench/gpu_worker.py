@@ -58,16 +58,19 @@ def copy_test(torch, args) -> dict:
     torch.cuda.set_device(args.device)
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
-        device_buffer = torch.empty(size, dtype=torch.uint8, device=f"cuda:{args.device}")
         for memory in ("pinned", "pageable") if args.pageable else ("pinned",):
-            host = torch.empty(size, dtype=torch.uint8, pin_memory=memory == "pinned")
-            host.fill_(1)  # first touch, on the bound CPUs
-            h2d = _events_seconds(torch, lambda: device_buffer.copy_(host, non_blocking=True), args.warmup, args.repeats)
-            d2h = _events_seconds(torch, lambda: host.copy_(device_buffer, non_blocking=True), args.warmup, args.repeats)
-            rows.append({"size_bytes": size, "memory": memory, "h2d": size / h2d, "d2h": size / d2h})
-            del host
-        del device_buffer
+            rows.append(_copy_row(torch, args, size, memory))
+            torch.cuda.empty_cache()  # give the device buffer back before the next (larger) payload
     return {"device": args.device, "cpus": bound, "rows": rows}
+
+
+def _copy_row(torch, args, size: int, memory: str) -> dict:
+    device_buffer = torch.empty(size, dtype=torch.uint8, device=f"cuda:{args.device}")
+    host = torch.empty(size, dtype=torch.uint8, pin_memory=memory == "pinned")
+    host.fill_(1)  # first touch, on the bound CPUs
+    h2d = _events_seconds(torch, lambda: device_buffer.copy_(host, non_blocking=True), args.warmup, args.repeats)
+    d2h = _events_seconds(torch, lambda: host.copy_(device_buffer, non_blocking=True), args.warmup, args.repeats)
+    return {"size_bytes": size, "memory": memory, "h2d": size / h2d, "d2h": size / d2h}
 
 
 def _wall_seconds(torch, devices: list[int], fn, warmup: int, repeats: int) -> float:
