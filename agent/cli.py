@@ -220,8 +220,10 @@ def check(
 
 
 def _listen_address(text: str) -> tuple[str, int]:
+    from nodecheck.units import to_int
+
     host, _, port = text.rpartition(":")
-    if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+    if not 0 < (to_int(port) or 0) < 65536:
         raise typer.BadParameter(f"{text!r}: expected HOST:PORT, e.g. 127.0.0.1:9999 or :9999 (all addresses)")
     return host.strip("[]") or "0.0.0.0", int(port)
 

@@ -79,6 +79,15 @@ class Measurement:
     details: dict = field(default_factory=dict)  # sweep rows, per-node figures ...
     error: str | None = None
 
+    @classmethod
+    def measured(cls, path: str, test: str, rate: float, spec: float | None, payload: int | None, method: str,
+                 direction: str, details: dict | None = None) -> "Measurement":
+        return cls(path, test, True, rate, spec, rate / spec if spec else None, payload, method, direction, details or {})
+
+    @classmethod
+    def failed(cls, path: str, test: str, method: str, direction: str, error: str) -> "Measurement":
+        return cls(path, test, False, None, None, None, None, method, direction, error=error)
+
 
 @dataclass
 class Cpu:

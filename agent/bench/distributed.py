@@ -19,6 +19,7 @@ from pathlib import Path
 from nodecheck.errors import NodecheckError
 from nodecheck.host import run_command
 from nodecheck.model import Measurement, Report
+from nodecheck.units import to_int
 
 MiB = 1 << 20
 # Payloads past saturation (seed 002: small messages are latency-bound). gloo on CPUs saturates a few
@@ -46,16 +47,17 @@ def distributed_env(environ: dict[str, str]) -> DistEnv | None:
     world = environ.get("WORLD_SIZE", environ.get("SLURM_NTASKS"))
     if rank is None or world is None:
         return None
-    if not rank.isascii() or not rank.isdigit() or not world.isascii() or not world.isdigit() or int(rank) >= int(world):
+    rank_n, world_n = to_int(rank), to_int(world)
+    if rank_n is None or world_n is None or not 0 <= rank_n < world_n:
         raise NodecheckError(f"rank {rank!r} of world size {world!r}: expected whole numbers with rank < world size")
     master = environ.get("MASTER_ADDR")
     if not master:
         raise NodecheckError("MASTER_ADDR is not set: export the address of rank 0's node (under srun: the first "
                              "host of SLURM_JOB_NODELIST)")
     port = environ.get("MASTER_PORT", "29500")
-    if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+    if not 0 < (to_int(port) or 0) < 65536:
         raise NodecheckError(f"MASTER_PORT {port!r} is not a TCP port")
-    return DistEnv(int(rank), int(world), master, int(port))
+    return DistEnv(rank_n, world_n, master, int(port))
 
 
 def traffic_nic(report: Report, env: DistEnv, environ: dict[str, str]):
@@ -124,14 +126,10 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
 def measurement_from_worker(path: str, result: dict) -> Measurement:
     rows = result["rows"]
     largest = max(rows, key=lambda r: r["size_bytes"])
-    spec = result.get("spec_bytes_per_second")
-    return Measurement(
-        path=path, test="allreduce", ok=True, bytes_per_second=largest["busbw"], spec_bytes_per_second=spec,
-        ratio=largest["busbw"] / spec if spec else None, payload_bytes=largest["size_bytes"],
-        method=METHOD.format(backend=result.get("backend", "gloo")), direction="busbw",
-        details={"rows": rows, "nodes": result["nodes"], "pairs_with_rank0": result.get("pairs_with_rank0", {})},
-    )
+    details = {"rows": rows, "nodes": result["nodes"], "pairs_with_rank0": result.get("pairs_with_rank0", {})}
+    return Measurement.measured(path, "allreduce", largest["busbw"], result.get("spec_bytes_per_second"), largest["size_bytes"],
+                                METHOD.format(backend=result.get("backend", "gloo")), "busbw", details)
 
 
 def _failed(path: str, backend: str, error: str) -> Measurement:
-    return Measurement(path, "allreduce", False, None, None, None, None, METHOD.format(backend=backend), "busbw", error=error)
+    return Measurement.failed(path, "allreduce", METHOD.format(backend=backend), "busbw", error)

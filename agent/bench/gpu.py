@@ -31,12 +31,10 @@ def _spec(report: Report, path: str) -> float | None:
     return found.bytes_per_second if found else None
 
 
-def _failed(path: str, test: str, method: str, error: str) -> Measurement:
-    return Measurement(path, test, False, None, None, None, None, method, "unidirectional", error=error)
-
-
-def _measure(path, test, rate, spec, payload, method, direction, details) -> Measurement:
-    return Measurement(path, test, True, rate, spec, rate / spec if spec else None, payload, method, direction, details)
+def slowest_pair_spec(report: Report) -> float | None:
+    """The spec of a collective inside the node: its slowest GPU<->GPU path (None if any is unknown)."""
+    specs = [p.bytes_per_second for p in report.paths if p.path.startswith("gpu") and p.path.count(":gpu") == 1]
+    return min(specs) if specs and all(specs) else None
 
 
 def _worker(argv: list[str], timeout: float) -> dict:
@@ -58,13 +56,15 @@ def copy_tests(report: Report, tests: set[str], level: str, timeout: float) -> l
         try:
             result = _worker(argv, timeout)
         except (NodecheckError, OSError, ValueError) as error:
-            out += [_failed(path, t, method, f"{t} on gpu{gpu.index} failed: {error}") for t in wanted]
+            out += [Measurement.failed(path, t, method, "unidirectional", f"{t} on gpu{gpu.index} failed: {error}")
+                    for t in wanted]
             continue
         pinned = [r for r in result["rows"] if r["memory"] == "pinned"]
         largest = max(pinned, key=lambda r: r["size_bytes"])
         details = {"rows": result["rows"], "cpus": result["cpus"], "numa_node": gpu.numa_node}
         for test in wanted:
-            out.append(_measure(path, test, largest[test], _spec(report, path), largest["size_bytes"], method, "unidirectional", details))
+            out.append(Measurement.measured(path, test, largest[test], _spec(report, path), largest["size_bytes"], method,
+                                            "unidirectional", details))
     return out
 
 
@@ -75,16 +75,16 @@ def p2p_tests(report: Report, level: str, timeout: float) -> list[Measurement]:
         result = _worker(["p2p", "--sizes", str(max(plan["sizes"])), "--warmup", str(plan["warmup"]),
                           "--repeats", str(plan["repeats"])], timeout)
     except (NodecheckError, OSError, ValueError) as error:
-        return [_failed("gpus:p2p", "p2p", method, f"GPU p2p copies failed: {error}")]
+        return [Measurement.failed("gpus:p2p", "p2p", method, "unidirectional", f"GPU p2p copies failed: {error}")]
     out = []
     for pair in result["pairs"]:
         a, b = pair["src"], pair["dst"]
         spec = _spec(report, f"gpu{min(a, b)}:gpu{max(a, b)}")
         details = {"p2p_access": pair["p2p_access"]}
-        out.append(_measure(f"gpu{a}->gpu{b}", "p2p", pair["unidirectional"], spec, result["size_bytes"], method,
+        out.append(Measurement.measured(f"gpu{a}->gpu{b}", "p2p", pair["unidirectional"], spec, result["size_bytes"], method,
                             "unidirectional", details))
         # both directions at once: compared with twice the one-way spec (duplex), labelled as such
-        out.append(_measure(f"gpu{a}<->gpu{b}", "p2p", pair["bidirectional"], 2 * spec if spec else None,
+        out.append(Measurement.measured(f"gpu{a}<->gpu{b}", "p2p", pair["bidirectional"], 2 * spec if spec else None,
                             result["size_bytes"], method, "bidirectional", details))
     return out
 
@@ -100,8 +100,7 @@ def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str
 
     world = len(report.gpus)
     path = f"allreduce:node-{world}-gpus"
-    pair_specs = [p.bytes_per_second for p in report.paths if p.path.count(":gpu") == 1 and p.path.startswith("gpu")]
-    spec = min(pair_specs) if pair_specs and all(pair_specs) else None
+    spec = slowest_pair_spec(report)
     plan = LEVELS["nccl"][level]
     port = _free_port()
     errors: list[str] = []
@@ -126,8 +125,8 @@ def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str
         except (OSError, ValueError):
             result = None
     if errors or result is None:
-        return Measurement(path, "allreduce", False, None, None, None, None, NCCL_METHOD, "busbw",
-                           error=f"NCCL all-reduce over {world} GPUs failed: " + ("; ".join(errors) or "no result"))
+        return Measurement.failed(path, "allreduce", NCCL_METHOD, "busbw",
+                                  f"NCCL all-reduce over {world} GPUs failed: " + ("; ".join(errors) or "no result"))
     measurement = measurement_from_worker(path, result)
     measurement.method = NCCL_METHOD
     if measurement.ratio and measurement.ratio > 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 
+from nodecheck.bench.gpu import slowest_pair_spec
 from nodecheck.bench.nccl_tests import parse_nccl_log
 from nodecheck.errors import NodecheckError
 from nodecheck.host import run_command
@@ -40,13 +41,10 @@ def run_nccl_tests(report: Report, config, level: str, timeout: float, environ: 
     if not rows:
         return _failed(path, method, f"{BINARY} printed no out-of-place result")
     largest = max(rows, key=lambda r: r.size_bytes)
-    pair_specs = [p.bytes_per_second for p in report.paths if p.path.startswith("gpu") and p.path.count(":gpu") == 1]
-    spec = min(pair_specs) if pair_specs and all(pair_specs) else None
-    busbw = largest.out_of_place.busbw_gbytes * 1e9
     details = {"avg_busbw_gbytes": log.avg_busbw_gbytes, "rows": len(log.rows), "issues": log.issues, "devices": log.devices}
-    return Measurement(path, "nccl_tests", True, busbw, spec, busbw / spec if spec else None, largest.size_bytes,
-                       method, "busbw", details)
+    return Measurement.measured(path, "nccl_tests", largest.out_of_place.busbw_gbytes * 1e9, slowest_pair_spec(report),
+                                largest.size_bytes, method, "busbw", details)
 
 
 def _failed(path: str, method: str, error: str) -> Measurement:
-    return Measurement(path, "nccl_tests", False, None, None, None, None, method, "busbw", error=error)
+    return Measurement.failed(path, "nccl_tests", method, "busbw", error)

@@ -54,4 +54,4 @@ def run(report: Report, config, tests: list[str], level: str, timeout: float, en
 
 
 def _failed(path: str, test: str, error: str) -> Measurement:
-    return Measurement(path, test, False, None, None, None, None, "-", "-", error=error)
+    return Measurement.failed(path, test, "-", "-", error)
