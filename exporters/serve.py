@@ -37,44 +37,43 @@ def render(report: Report | None) -> bytes:
 
 
 class LatestReport:
-    """The most recent Report, with the latest bandwidth results merged in, and its rendered metrics,
-    replaced together (never half-built)."""
+    """The most recent Report, with the latest bandwidth results merged in, rendered; scrapes read the
+    bytes. The refresher and the bench thread both publish: one at a time, each from the other's latest."""
 
     def __init__(self, config=None) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _body, held only to swap or copy it
+        self._publishing = threading.Lock()  # serialises publishers (probe rounds, bench runs)
         self._config = config
-        self._report: Report | None = None
         self._probed: Report | None = None
-        self._measurements: tuple[list[Measurement], float] | None = None
+        self._measured: tuple[list[Measurement], float] | None = None
         self._body = render(None)
-
-    def get(self) -> Report | None:
-        with self._lock:
-            return self._report
 
     def body(self) -> bytes:
         with self._lock:
             return self._body
 
     def set(self, report: Report) -> None:
-        self._publish(report, self._measurements)
+        with self._publishing:
+            self._probed = report
+            self._publish()
 
     def set_measurements(self, measurements: list[Measurement], measured_at: float) -> None:
-        self._publish(self._probed, (measurements, measured_at))
+        with self._publishing:
+            self._measured = (measurements, measured_at)
+            self._publish()
 
-    def _publish(self, probed: Report | None, measured) -> None:
+    def _publish(self) -> None:
         from nodecheck.config import Config
         from nodecheck.rules import measurement_findings
 
-        report = probed
-        if probed is not None and measured is not None:
-            measurements, measured_at = measured
-            report = dataclasses.replace(probed, measurements=measurements, measured_at=measured_at,
-                                         findings=probed.findings + measurement_findings(measurements, self._config or Config()))
-        body = render(report)  # outside the lock: scrapes keep getting the previous bytes meanwhile
+        report = self._probed
+        if report is not None and self._measured is not None:
+            measurements, measured_at = self._measured
+            report = dataclasses.replace(report, measurements=measurements, measured_at=measured_at,
+                                         findings=report.findings + measurement_findings(measurements, self._config or Config()))
+        body = render(report)  # outside _lock: scrapes keep getting the previous bytes meanwhile
         with self._lock:
-            self._probed, self._measurements = probed or self._probed, measured
-            self._report, self._body = report, body
+            self._body = body
 
 
 def refresh_forever(latest: LatestReport, build: Callable[[], Report], interval: float, stop: threading.Event) -> None:
@@ -94,7 +93,7 @@ def run_bench(argv_tail: list[str], timeout: float) -> list[Measurement]:
         out = run_command(argv, timeout, what="nodecheck bench", ok_returncodes=(0, 1))  # 1: findings
         return [Measurement(**m) for m in json.loads(out)["measurements"]]
     except (NodecheckError, ValueError, KeyError, TypeError) as error:
-        return [Measurement("bench", "bench", False, None, None, None, None, "nodecheck bench", "-", error=str(error))]
+        return [Measurement.failed("bench", "bench", "nodecheck bench", "-", str(error))]
 
 
 def bench_forever(latest: LatestReport, bench: Callable[[], list[Measurement]], every: float, stop: threading.Event) -> None:
