@@ -53,7 +53,6 @@ def inspect(
     config_path: Optional[Path] = _CONFIG,
 ) -> None:
     """Report GPUs, links, NUMA locality, NICs, path specs, findings and binding advice."""
-    from nodecheck.model import SEVERITIES
 
     try:
         report, config = _report(source, config_path)
@@ -65,9 +64,7 @@ def inspect(
         from nodecheck.render import render
 
         render(report)
-    worst = report.worst_severity()
-    failing = worst is not None and SEVERITIES.index(worst) >= SEVERITIES.index(config.fail_severity)
-    raise typer.Exit(EXIT_FINDINGS if failing else EXIT_OK)
+    raise typer.Exit(EXIT_FINDINGS if report.fails(config.fail_severity) else EXIT_OK)
 
 
 @app.command()
@@ -141,7 +138,6 @@ def bench(
 
     from nodecheck.bench import plan
     from nodecheck.bench.distributed import distributed_env
-    from nodecheck.model import SEVERITIES
     from nodecheck.rules import measurement_findings
 
     try:
@@ -175,8 +171,7 @@ def bench(
         from nodecheck.render import render_measurements
 
         render_measurements(report)
-    worst = report.worst_severity()
-    raise typer.Exit(EXIT_FINDINGS if worst and SEVERITIES.index(worst) >= SEVERITIES.index(config.fail_severity) else EXIT_OK)
+    raise typer.Exit(EXIT_FINDINGS if report.fails(config.fail_severity) else EXIT_OK)
 
 
 def _read_nccl_log(nccl_log: Path, as_json: bool) -> None:

@@ -131,6 +131,11 @@ class Report:
         data["schema"] = "nodecheck.report"
         return data
 
+    def fails(self, fail_severity: str) -> bool:
+        """A finding at or above `fail_severity` (the CLI's exit code 1)."""
+        worst = self.worst_severity()
+        return worst is not None and SEVERITIES.index(worst) >= SEVERITIES.index(fail_severity)
+
     def worst_severity(self) -> str | None:
         ranks = [SEVERITIES.index(f.severity) for f in self.findings]
         return SEVERITIES[max(ranks)] if ranks else None
