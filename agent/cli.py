@@ -214,20 +214,11 @@ def check(
     typer.echo(f"metrics written to {target} ({len(report.findings)} findings)")
 
 
-def _listen_address(text: str) -> tuple[str, int]:
-    from nodecheck.units import to_int
-
-    host, _, port = text.rpartition(":")
-    if not 0 < (to_int(port) or 0) < 65536:
-        raise typer.BadParameter(f"{text!r}: expected HOST:PORT, e.g. 127.0.0.1:9999 or :9999 (all addresses)")
-    return host.strip("[]") or "0.0.0.0", int(port)
-
-
 @app.command()
 def serve(
-    listen: str = typer.Option(..., "--listen", help="HOST:PORT for /metrics (':PORT' listens on all addresses)."),
+    listen: Optional[str] = typer.Option(None, "--listen", help="HOST:PORT for /metrics (':PORT': all addresses). Default: [serve] listen in the config, else :10042."),
     source: Optional[Path] = _FROM,
-    interval: float = typer.Option(60.0, "--interval", min=1, help="Seconds between probe rounds."),
+    interval: Optional[float] = typer.Option(None, "--interval", min=1, help="Seconds between probe rounds. Default: [serve] interval in the config, else 60."),
     web_config: Optional[Path] = typer.Option(None, "--web-config", help="TLS and basic auth, in the exporter-toolkit web config format node_exporter reads (needs nodecheck[web])."),
     bench_every: float = typer.Option(0.0, "--bench-every", min=0, help="Run `nodecheck bench --quick` in a subprocess every N seconds (0: never; leave 0 on nodes that run jobs)."),
     bench_timeout: float = typer.Option(600.0, "--bench-timeout", min=1, help="Seconds before a scheduled bench run is killed."),
@@ -244,10 +235,15 @@ def serve(
     from nodecheck.host import LiveHost
     from nodecheck.snapshot import open_snapshot
 
-    host, port = _listen_address(listen)
     logging.basicConfig(level=logging.INFO, format="nodecheck serve: %(message)s")
     try:
         config = config_module.load(config_path)
+        address = config_module.parse_listen(listen) if listen is not None else config.listen
+        if address is None:
+            raise typer.BadParameter(f"{listen!r}: expected HOST:PORT, e.g. 127.0.0.1:{config_module.DEFAULT_PORT} or :{config_module.DEFAULT_PORT} (all addresses)",
+                                     param_hint="'--listen'")
+        host, port = address
+        interval = interval if interval is not None else config.interval
         web = None
         if web_config is not None:
             from nodecheck.exporters.webconfig import load_web_config
@@ -266,7 +262,7 @@ def serve(
     except NodecheckError as error:
         _fail(str(error))
     except OSError as error:  # port taken, unreadable certificate ...
-        _fail(f"cannot serve on {listen}: {error.strerror or error}")
+        _fail(f"cannot serve on {host}:{port}: {error.strerror or error}")
 
 
 def _version(value: bool) -> None:

@@ -21,6 +21,9 @@ _LINK_TYPE = re.compile(r"^(PIX|PXB|PHB|NODE|SYS|SOC|NV\d{1,3})$")
 _PAIR = re.compile(r"^gpu(\d+)-gpu(\d+)$")
 _NIC_STATES = ("up", "down", "any")
 BENCH_TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests")
+# The Prometheus allocation list's range 9100-9999 is full; 10042 sits just above it and clashes with
+# nothing a GPU node runs (README, "Default port").
+DEFAULT_PORT = 10042
 
 
 @dataclass
@@ -42,6 +45,8 @@ class Config:
     test_ratios: dict[str, float] = field(default_factory=dict)  # per bandwidth test, overrides bandwidth_ratio
     fail_severity: str = "error"
     nccl_tests: str | None = None  # path of all_reduce_perf when it is not on PATH
+    listen: tuple[str, int] = ("0.0.0.0", DEFAULT_PORT)  # `nodecheck serve`
+    interval: float = 60.0  # seconds between probe rounds of `nodecheck serve`
 
     def ratio_for(self, test: str) -> float:
         return self.test_ratios.get(test, self.bandwidth_ratio)
@@ -73,7 +78,7 @@ def load(path: Path | None) -> Config:
 
 def parse(data: dict, source: str) -> Config:
     config = Config(path=source)
-    check_known_keys(data, ("gpus", "links", "nics", "thresholds", "bench"), "", source)
+    check_known_keys(data, ("gpus", "links", "nics", "thresholds", "bench", "serve"), "", source)
     gpus = _table(data, "gpus", source)
     check_known_keys(gpus, ("count", "pcie_gen", "pcie_width", "nvlinks_per_gpu"), "gpus.", source)
     config.gpu_count = _int(gpus, "count", source, "gpus.", 0, 1024)
@@ -100,10 +105,35 @@ def parse(data: dict, source: str) -> Config:
     if "nccl_tests" in bench and not (isinstance(bench["nccl_tests"], str) and bench["nccl_tests"]):
         raise ConfigError(f"{source}: key 'bench.nccl_tests': expected the path of all_reduce_perf, got {bench['nccl_tests']!r}")
     config.nccl_tests = bench.get("nccl_tests")
+    _serve(_table(data, "serve", source), config, source)
     config.fail_severity = thresholds.get("fail_severity", config.fail_severity)
     if config.fail_severity not in SEVERITIES:
         raise ConfigError(f"{source}: key 'thresholds.fail_severity': expected one of {', '.join(SEVERITIES)}, got {config.fail_severity!r}")
     return config
+
+
+def _serve(table: dict, config: Config, source: str) -> None:
+    check_known_keys(table, ("listen", "interval"), "serve.", source)
+    if "listen" in table:
+        listen = parse_listen(table["listen"]) if isinstance(table["listen"], str) else None
+        if listen is None:
+            raise ConfigError(f"{source}: key 'serve.listen': expected \"HOST:PORT\" or \":PORT\", got {table['listen']!r}")
+        config.listen = listen
+    interval = table.get("interval", config.interval)
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval >= 1:
+        raise ConfigError(f"{source}: key 'serve.interval': expected seconds (>= 1), got {interval!r}")
+    config.interval = float(interval)
+
+
+def parse_listen(text: str) -> tuple[str, int] | None:
+    """"HOST:PORT", "[v6]:PORT" or ":PORT" (all IPv4 addresses) as (host, port); None when malformed."""
+    from nodecheck.units import to_int
+
+    host, sep, port = text.rpartition(":")
+    number = to_int(port)
+    if not sep or number is None or not 0 < number < 65536:
+        return None
+    return host.strip("[]") or "0.0.0.0", number
 
 
 def check_known_keys(table: dict, keys: tuple[str, ...], prefix: str, source) -> None:

@@ -1,5 +1,5 @@
 """/metrics latency (p50, p99) at 50 concurrent clients, resident memory and idle CPU of
-`nodecheck serve` on this machine, side by side with Debian's prometheus-node-exporter measured in
+`nodecheck serve` on this machine (live, live while probing every second, and an 8-GPU snapshot), side by side with Debian's prometheus-node-exporter measured in
 the same run. Goals: nodecheck p99 <= 5 ms; RSS <= 1.5x node_exporter's.
 Needs wrk and prometheus-node-exporter (apt). Run: .venv/bin/python benchmarks/bench_exporter.py"""
 
@@ -13,8 +13,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 
 def free_port() -> int:
@@ -61,8 +65,9 @@ def measure(name: str, argv: list[str], url: str, args) -> dict:
         before = cpu_seconds(proc.pid)
         time.sleep(args.idle)
         idle = (cpu_seconds(proc.pid) - before) / args.idle
+        size = len(urllib.request.urlopen(url, timeout=5).read())
         load = wrk(url, args.seconds, args.clients)
-        return {"name": name, "rss_mib": rss_mib(proc.pid), "idle_cpu": idle, **load}
+        return {"name": name, "rss_mib": rss_mib(proc.pid), "idle_cpu": idle, "kib": size / 1024, **load}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
@@ -77,19 +82,27 @@ def main() -> None:
     for tool in ("wrk", "prometheus-node-exporter"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is not installed (apt install wrk prometheus-node-exporter)")
-    port_nc, port_ne = free_port(), free_port()
-    rows = [
-        measure("nodecheck serve (live, --interval 60)",
-                [str(os.path.join(os.path.dirname(sys.executable), "nodecheck")), "serve", "--listen", f"127.0.0.1:{port_nc}"],
-                f"http://127.0.0.1:{port_nc}/metrics", args),
-        measure("prometheus-node-exporter (Debian)",
-                ["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{port_ne}"], f"http://127.0.0.1:{port_ne}/metrics", args),
-    ]
+    from conftest import hgx_nvml, make_snapshot  # the 8-GPU snapshot the tests use
+
+    entry = str(Path(sys.executable).parent / "nodecheck")
+    port_nc, port_busy, port_hgx, port_ne = free_port(), free_port(), free_port(), free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        hgx = make_snapshot(Path(tmp) / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
+        rows = [
+            measure("nodecheck serve (live, --interval 60)", [entry, "serve", "--listen", f"127.0.0.1:{port_nc}"],
+                    f"http://127.0.0.1:{port_nc}/metrics", args),
+            measure("nodecheck serve (live, probing every 1 s)", [entry, "serve", "--listen", f"127.0.0.1:{port_busy}", "--interval", "1"],
+                    f"http://127.0.0.1:{port_busy}/metrics", args),
+            measure("nodecheck serve --from 8-GPU snapshot", [entry, "serve", "--listen", f"127.0.0.1:{port_hgx}", "--from", str(hgx)],
+                    f"http://127.0.0.1:{port_hgx}/metrics", args),
+            measure("prometheus-node-exporter (Debian)",
+                    ["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{port_ne}"], f"http://127.0.0.1:{port_ne}/metrics", args),
+        ]
     print(f"{args.clients} concurrent clients, {args.seconds} s of wrk; idle CPU over {args.idle:g} s")
-    print(f"{'exporter':40} {'p50':>9} {'p99':>9} {'req/s':>9} {'non-2xx':>8} {'RSS MiB':>8} {'idle CPU':>9}")
+    print(f"{'exporter':40} {'body KiB':>8} {'p50':>9} {'p99':>9} {'req/s':>9} {'non-2xx':>8} {'RSS MiB':>8} {'idle CPU':>9}")
     for r in rows:
-        print(f"{r['name']:40} {r['p50']:>9} {r['p99']:>9} {r['rps']:>9} {r['non2xx']:>8} {r['rss_mib']:8.1f} {r['idle_cpu']:9.2%}")
-    print(f"RSS ratio nodecheck / node_exporter: {rows[0]['rss_mib'] / rows[1]['rss_mib']:.2f}")
+        print(f"{r['name']:40} {r['kib']:8.1f} {r['p50']:>9} {r['p99']:>9} {r['rps']:>9} {r['non2xx']:>8} {r['rss_mib']:8.1f} {r['idle_cpu']:9.2%}")
+    print(f"RSS ratio nodecheck (live) / node_exporter: {rows[0]['rss_mib'] / rows[-1]['rss_mib']:.2f}")
 
 
 if __name__ == "__main__":

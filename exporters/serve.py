@@ -2,9 +2,9 @@
 
 A refresher thread rebuilds the Report every interval (the probes run with their own deadlines),
 renders its exposition once (the custom collector builds fresh families from that Report) and swaps
-both in. A scrape only copies the latest rendered bytes: it never waits for a probe, a probe that
-raises or hangs never fails a scrape, and 50 concurrent scrapers cost no re-rendering (rendering an
-8-GPU Report takes ~4 ms of Python; benchmarks/bench_exporter.py). The daemon never imports torch.
+both in. A scrape (exporters/http.py) only copies the latest rendered bytes: it never waits for a probe, a
+probe that raises or hangs never fails a scrape, and 50 concurrent scrapers cost no re-rendering
+(rendering an 8-GPU Report takes ~4 ms of Python). The daemon never imports torch.
 """
 
 from __future__ import annotations
@@ -12,17 +12,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import socket
 import ssl
 import sys
 import threading
 import time
 from typing import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from nodecheck.errors import NodecheckError
+from nodecheck.exporters.http import ScrapeServer, listening_socket
 from nodecheck.exporters.prometheus import ReportCollector
 from nodecheck.host import run_command
 from nodecheck.model import Measurement, Report
@@ -101,44 +100,6 @@ def bench_forever(latest: LatestReport, bench: Callable[[], list[Measurement]], 
         latest.set_measurements(bench(), time.time())
 
 
-class _Handler(BaseHTTPRequestHandler):
-    """GET /metrics: the latest rendered bytes. HTTP/1.1 keep-alive, so a scraper that reuses its
-    connection costs no new thread per scrape."""
-
-    protocol_version = "HTTP/1.1"
-    timeout = 60  # an idle kept-alive connection gives its thread back after this
-    # headers and body go out as two writes: with Nagle's algorithm the second waits for the peer's
-    # delayed ACK (~40 ms per scrape on a kept-alive connection)
-    disable_nagle_algorithm = True
-    latest: LatestReport
-    auth = None
-
-    def do_GET(self) -> None:
-        if self.auth is not None and not self.auth.allows(self.headers.get("Authorization")):
-            self._reply(401, b"Unauthorized\n", "text/plain", [("WWW-Authenticate", 'Basic realm="nodecheck"')])
-        elif self.path.split("?", 1)[0] not in ("/", "/metrics"):
-            self._reply(404, b"nodecheck serves /metrics\n", "text/plain")
-        else:
-            self._reply(200, self.latest.body(), CONTENT_TYPE_LATEST)
-
-    def _reply(self, code: int, body: bytes, content_type: str, headers: list[tuple[str, str]] = ()) -> None:
-        self.send_response(code)
-        for name, value in [("Content-Type", content_type), ("Content-Length", str(len(body))), *headers]:
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format, *args) -> None:  # one line per scrape is noise in the journal
-        pass
-
-
-class _Server(ThreadingHTTPServer):
-    # socketserver's default listen backlog is 5: with 200 concurrent scrapers (tests/test_serve.py) the
-    # kernel drops SYNs and clients wait out retransmits past their timeout. The kernel caps it (somaxconn).
-    request_queue_size = 1024
-    daemon_threads = True
-
-
 def _tls_context(certfile: str, keyfile: str, client_cafile: str | None) -> ssl.SSLContext:
     """The standard library's TLS, configured as prometheus_client's start_http_server configures it."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -160,14 +121,10 @@ def serve(host: str, port: int, build: Callable[[], Report], interval: float, st
     latest = LatestReport(config)
     tls = web.tls if web else {}
     auth = BasicAuth(web.users) if web and web.users else None
-    server_class = type("Server", (_Server,), {"address_family": socket.AF_INET6 if ":" in host else socket.AF_INET})
-    handler = type("Handler", (_Handler,), {"latest": latest, "auth": auth})
-    server = server_class((host, port), handler)
-    if tls:
-        server.socket = _tls_context(tls["certfile"], tls["keyfile"], tls.get("client_cafile")).wrap_socket(
-            server.socket, server_side=True)
+    context = _tls_context(tls["certfile"], tls["keyfile"], tls.get("client_cafile")) if tls else None
+    server = ScrapeServer(listening_socket(host, port), latest.body, CONTENT_TYPE_LATEST, context, auth)
     threading.Thread(target=refresh_forever, args=(latest, build, interval, stop), name="refresh", daemon=True).start()
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    server.start()
     if bench is not None and bench_every > 0:
         threading.Thread(target=bench_forever, args=(latest, bench, bench_every, stop), name="bench", daemon=True).start()
     log.info("serving /metrics on %s:%d%s%s", host, port, " (TLS)" if tls else "", " (basic auth)" if auth else "")
@@ -175,4 +132,4 @@ def serve(host: str, port: int, build: Callable[[], Report], interval: float, st
         while not stop.wait(3600):
             pass
     finally:
-        server.shutdown()
+        server.stop()

@@ -86,16 +86,22 @@ class BasicAuth:
         self._passed: set[bytes] = set()
         self._lock = threading.Lock()
 
-    def allows(self, header: str | None) -> bool:
-        if not header or not header.startswith("Basic "):
+    def remembered(self, header: str | None) -> bool | None:
+        """True for credentials that passed before, False for a header that cannot pass (malformed,
+        unknown user), None when only bcrypt can tell (then call allows, off any event loop)."""
+        credentials = _credentials(header)
+        if credentials is None or credentials[0] not in self.users:
             return False
-        try:
-            user, _, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            return False
-        digest = hashlib.sha256(f"{user}\0{password}".encode()).digest()
         with self._lock:
-            if digest in self._passed:
+            return True if _digest(*credentials) in self._passed else None
+
+    def allows(self, header: str | None) -> bool:
+        credentials = _credentials(header)
+        if credentials is None:
+            return False
+        user, password = credentials
+        with self._lock:
+            if _digest(user, password) in self._passed:
                 return True
         hashed = self.users.get(user)
         import bcrypt
@@ -103,5 +109,19 @@ class BasicAuth:
         if hashed is None or not bcrypt.checkpw(password.encode(), hashed):
             return False
         with self._lock:
-            self._passed.add(digest)
+            self._passed.add(_digest(user, password))
         return True
+
+
+def _credentials(header: str | None) -> tuple[str, str] | None:
+    if not header or not header.startswith("Basic "):
+        return None
+    try:
+        user, _, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return user, password
+
+
+def _digest(user: str, password: str) -> bytes:
+    return hashlib.sha256(f"{user}\0{password}".encode()).digest()

@@ -20,11 +20,19 @@ def test_valid_config(tmp_path):
     config = load(write(tmp_path, '[gpus]\ncount = 8\npcie_gen = 5\npcie_width = 16\nnvlinks_per_gpu = 18\n'
                                   '[links]\n"gpu1-gpu0" = "NV18"\n[nics.eth0]\nspeed_mbps = 100000\n'
                                   '[thresholds]\nbandwidth_ratio = 0.75\nfail_severity = "warning"\n'
-                                  '[thresholds.tests]\nh2d = 0.9\n[bench]\nnccl_tests = "/opt/nccl-tests/all_reduce_perf"\n'))
+                                  '[thresholds.tests]\nh2d = 0.9\n[bench]\nnccl_tests = "/opt/nccl-tests/all_reduce_perf"\n'
+                                  '[serve]\nlisten = "[::1]:9000"\ninterval = 15\n'))
     assert (config.gpu_count, config.pcie_gen, config.pcie_width, config.nvlinks_per_gpu) == (8, 5, 16, 18)
     assert config.links == {(0, 1): "NV18"} and config.nics["eth0"].speed_mbps == 100000
     assert (config.bandwidth_ratio, config.fail_severity) == (0.75, "warning")
     assert (config.ratio_for("h2d"), config.ratio_for("p2p"), config.nccl_tests) == (0.9, 0.75, "/opt/nccl-tests/all_reduce_perf")
+    assert (config.listen, config.interval) == (("::1", 9000), 15.0)
+
+
+def test_serve_defaults_to_port_10042_on_all_addresses(tmp_path):
+    config = load(write(tmp_path, "[serve]\ninterval = 30\n"))
+    assert config.listen == ("0.0.0.0", 10042) and config.interval == 30.0
+    assert load(write(tmp_path, '[serve]\nlisten = ":9400"\n')).listen == ("0.0.0.0", 9400)
 
 
 @pytest.mark.parametrize("text,key,hint", [
@@ -37,6 +45,11 @@ def test_valid_config(tmp_path):
     ("[nics.eth0]\nspeed = 100\n", "nics.eth0.speed", "speed_mbps"),
     ("[nics.eth0]\nstate = \"sideways\"\n", "nics.eth0.state", "up, down, any"),
     ("nics = 3\n", "nics", "table"),
+    ("[serve]\nlisten = \"localhost\"\n", "serve.listen", "HOST:PORT"),
+    ("[serve]\nlisten = \":70000\"\n", "serve.listen", "HOST:PORT"),
+    ("[serve]\nlisten = 9100\n", "serve.listen", "HOST:PORT"),
+    ("[serve]\ninterval = 0\n", "serve.interval", ">= 1"),
+    ("[serve]\nport = 1\n", "serve.port", "listen, interval"),
     ("[thresholds]\nbandwidth_ratio = 80\n", "thresholds.bandwidth_ratio", "(0, 1]"),
     ("[thresholds]\nfail_severity = \"fatal\"\n", "thresholds.fail_severity", "info, warning, error, critical"),
     ("[gpu]\ncount = 8\n", "gpu", "expected one of: gpus"),

@@ -224,3 +224,29 @@ def test_scheduled_bench_runs_in_a_subprocess_and_lands_in_the_metrics(tmp_path)
     assert 'nodecheck_finding{kind="bench_failed",severity="error",subject="allreduce:1-ranks"} 1.0' in text
     assert "nodecheck_bandwidth_timestamp_seconds" in text
     assert "libtorch" not in daemon_modules
+
+
+def test_listen_address_from_config_flag_or_default(tmp_path):
+    """--listen over [serve] listen over the default port 10042; a malformed address is a usage error."""
+    snap = str(h100_node_snapshot(tmp_path / "h"))
+    port = free_port()
+    config = tmp_path / "config.toml"
+    config.write_text(f'[serve]\nlisten = "127.0.0.1:{port}"\ninterval = 30\n')
+    proc = start_serve("--from", snap, "--config", str(config))
+    try:
+        assert "nodecheck_gpu_info" in wait_metrics(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        stop(proc)
+    bad = start_serve("--listen", "localhost", "--from", snap)
+    out, _ = bad.communicate(timeout=30)
+    assert bad.returncode == 2 and "expected HOST:PORT" in out
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", 10042)) == 0:
+            pytest.skip("port 10042 is in use on this machine")
+    proc = start_serve("--from", snap, "--config", str(empty))
+    try:
+        assert "nodecheck_gpu_info" in wait_metrics("http://127.0.0.1:10042/metrics")
+    finally:
+        stop(proc)
