@@ -17,12 +17,13 @@ from nodecheck.probes.topo import GpuTopology, link_class, link_distance, nvlink
 BUSY_UTILIZATION = 10  # % GPU utilization above which a low PCIe generation is not power saving
 
 
-def build_report(host, config=None) -> Report:
+def build_report(host, config=None, probe_timeout: float | None = None) -> Report:
+    """probe_timeout caps each probe's own deadline (the prolog's budget)."""
     from nodecheck.advice import binding_advice
     from nodecheck.rules import evaluate
 
     started = time.time()
-    results = run_probes(host)
+    results = run_probes(host, timeout=probe_timeout)
     report = merge(results, _identity(host), host.label, started)
     report.paths = path_specs(report, config)
     report.findings = evaluate(report, results, config)
@@ -63,7 +64,7 @@ def merge(results: dict[str, ProbeResult], identity: dict, source: str, started:
         gpu.nearest_nics = _nearest_nics(gpu.index, links)
     return Report(
         generated_at=started, source=source, node=node,
-        probes=[ProbeOutcome(r.name, r.ok, r.no_data, round(r.duration, 4), r.error) for r in results.values()],
+        probes=[ProbeOutcome(r.name, r.ok, r.no_data, round(r.duration, 4), r.error, r.timed_out) for r in results.values()],
         cpu=_cpu(hw), gpus=gpus, gpus_absent_reason=None if gpus else _why_no_gpus(results),
         nics=nics, links=links, paths=[],
     )

@@ -1,4 +1,4 @@
-"""The command line: `nodecheck inspect`, `nodecheck snapshot`, `nodecheck config init`.
+"""The command line: inspect, snapshot, config init, bench, check, serve, prolog, healthcheck.
 
 Exit codes: 0 healthy, 1 a finding at or above the failing severity, 2 usage or config error.
 Only this module turns a NodecheckError into a message and an exit code.
@@ -254,15 +254,97 @@ def serve(
             stop = threading.Event()
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
             signal.signal(signal.SIGINT, lambda *_: stop.set())
-            from nodecheck.exporters.serve import run_bench
+            from nodecheck.bench.plan import run_in_subprocess
 
             bench_args = ["--quick"] + (["--config", str(config_path)] if config_path else [])
             run_server(host, port, lambda: build_report(probe_host, config), interval, stop, web,
-                       bench=lambda: run_bench(bench_args, bench_timeout), bench_every=bench_every, config=config)
+                       bench=lambda: run_in_subprocess(bench_args, bench_timeout), bench_every=bench_every, config=config)
     except NodecheckError as error:
         _fail(str(error))
     except OSError as error:  # port taken, unreadable certificate ...
         _fail(f"cannot serve on {host}:{port}: {error.strerror or error}")
+
+
+_DRY_RUN = typer.Option(False, "--dry-run", help="Run the checks and print the drain or resume it would do; never call scontrol.")
+
+
+@app.command()
+def prolog(
+    dry_run: bool = _DRY_RUN,
+    as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
+    source: Optional[Path] = _FROM,
+    config_path: Optional[Path] = _CONFIG,
+) -> None:
+    """Slurm Prolog: the quick checks under [prolog] timeout_s; on failure drain this node with a
+    `nodecheck:` reason and exit 1 (Slurm requeues the job). Skipped for [prolog] skip_partitions and
+    for jobs whose --comment holds [prolog] skip_comment."""
+    _slurm_check("prolog", dry_run, as_json, source, config_path)
+
+
+@app.command()
+def healthcheck(
+    dry_run: bool = _DRY_RUN,
+    as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
+    source: Optional[Path] = _FROM,
+    config_path: Optional[Path] = _CONFIG,
+) -> None:
+    """Slurm HealthCheckProgram: the same checks; drain on failure, resume a node nodecheck drained once
+    it passes again (an admin's drain is never touched). Never runs bandwidth tests."""
+    _slurm_check("healthcheck", dry_run, as_json, source, config_path)
+
+
+def _slurm_check(mode: str, dry_run: bool, as_json: bool, source: Optional[Path], config_path: Optional[Path]) -> None:
+    import os
+
+    from nodecheck import config as config_module
+    from nodecheck import prolog as checks
+    from nodecheck.host import LiveHost
+    from nodecheck.slurm import DEFAULT_PATH
+    from nodecheck.snapshot import open_snapshot
+
+    os.environ.setdefault("PATH", DEFAULT_PATH)  # Slurm runs prologs and health checks without one
+    try:
+        config = config_module.load(config_path)
+    except ConfigError as error:
+        outcome = checks.config_failure(mode, str(error), None, dry_run)
+    else:
+        try:
+            with tempfile.TemporaryDirectory(prefix="nodecheck-snapshot-") as workdir:
+                host = LiveHost() if source is None else open_snapshot(source, Path(workdir))
+                outcome = checks.execute(mode, host, config, dict(os.environ), dry_run)
+        except NodecheckError as error:  # an unreadable --from snapshot
+            _fail(str(error))
+    if as_json:
+        typer.echo(json.dumps(outcome.to_dict(), indent=2))
+    else:
+        _print_outcome(mode, outcome, dry_run)
+    failed = outcome.error is not None or (outcome.verdict is not None and not outcome.verdict.passed)
+    raise typer.Exit(EXIT_FINDINGS if failed else EXIT_OK)
+
+
+def _print_outcome(mode: str, outcome, dry_run: bool) -> None:
+    verdict = outcome.verdict
+    if outcome.action == "skip":
+        typer.echo(f"nodecheck {mode}: skipped ({outcome.detail})")
+        return
+    if verdict is not None:
+        for run in verdict.checks:
+            status = "timed out" if run.timed_out else "ok" if not any(f in verdict.failing for f in run.findings) else "FAILED"
+            typer.echo(f"nodecheck {mode}: {run.name}: {status} ({run.seconds:.2f} s)")
+        for finding in verdict.failing:
+            typer.echo(f"nodecheck {mode}: {finding.severity}: {finding.message}")
+    would = "would " if dry_run else ""
+    if outcome.error and verdict is None:
+        typer.echo(f"nodecheck {mode}: {outcome.error}", err=True)
+        return
+    if outcome.action == "drain":
+        typer.echo(f"nodecheck {mode}: {would}drain {verdict.node}: {outcome.detail}")
+    elif outcome.action == "resume":
+        typer.echo(f"nodecheck {mode}: {would}resume {verdict.node}")
+    else:
+        typer.echo(f"nodecheck {mode}: no change ({outcome.detail})")
+    if outcome.error:
+        typer.echo(f"nodecheck {mode}: {outcome.error}", err=True)
 
 
 def _version(value: bool) -> None:

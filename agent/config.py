@@ -10,6 +10,7 @@ from pathlib import Path
 
 from nodecheck.errors import ConfigError
 from nodecheck.model import SEVERITIES, Report
+from nodecheck.proximity import ProximityPolicy
 
 try:
     import tomllib
@@ -33,6 +34,21 @@ class NicExpectation:
 
 
 @dataclass
+class PrologSettings:
+    timeout_s: float = 30.0  # the whole prolog or health check, hard
+    bench: list[str] = field(default_factory=list)  # quick bandwidth tests run by the prolog (none by default)
+    skip_partitions: list[str] = field(default_factory=list)
+    skip_comment: str = "nodecheck:skip"  # `sbatch --comment=nodecheck:skip` skips the prolog for that job
+
+
+@dataclass
+class SlurmSettings:
+    conf: str | None = None  # slurm.conf when SLURM_CONF is unset (HealthCheckProgram has none)
+    node_name: str | None = None  # default: SLURMD_NODENAME, else the short host name
+    scontrol_timeout_s: float = 10.0
+
+
+@dataclass
 class Config:
     path: str | None = None
     gpu_count: int | None = None
@@ -47,6 +63,9 @@ class Config:
     nccl_tests: str | None = None  # path of all_reduce_perf when it is not on PATH
     listen: tuple[str, int] = ("0.0.0.0", DEFAULT_PORT)  # `nodecheck serve`
     interval: float = 60.0  # seconds between probe rounds of `nodecheck serve`
+    prolog: PrologSettings = field(default_factory=PrologSettings)
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    proximity: ProximityPolicy = field(default_factory=ProximityPolicy)
 
     def ratio_for(self, test: str) -> float:
         return self.test_ratios.get(test, self.bandwidth_ratio)
@@ -78,7 +97,7 @@ def load(path: Path | None) -> Config:
 
 def parse(data: dict, source: str) -> Config:
     config = Config(path=source)
-    check_known_keys(data, ("gpus", "links", "nics", "thresholds", "bench", "serve"), "", source)
+    check_known_keys(data, ("gpus", "links", "nics", "thresholds", "bench", "serve", "prolog", "slurm", "proximity"), "", source)
     gpus = _table(data, "gpus", source)
     check_known_keys(gpus, ("count", "pcie_gen", "pcie_width", "nvlinks_per_gpu"), "gpus.", source)
     config.gpu_count = _int(gpus, "count", source, "gpus.", 0, 1024)
@@ -106,6 +125,9 @@ def parse(data: dict, source: str) -> Config:
         raise ConfigError(f"{source}: key 'bench.nccl_tests': expected the path of all_reduce_perf, got {bench['nccl_tests']!r}")
     config.nccl_tests = bench.get("nccl_tests")
     _serve(_table(data, "serve", source), config, source)
+    _prolog(_table(data, "prolog", source), config.prolog, source)
+    _slurm(_table(data, "slurm", source), config.slurm, source)
+    _proximity(_table(data, "proximity", source), config.proximity, source)
     config.fail_severity = thresholds.get("fail_severity", config.fail_severity)
     if config.fail_severity not in SEVERITIES:
         raise ConfigError(f"{source}: key 'thresholds.fail_severity': expected one of {', '.join(SEVERITIES)}, got {config.fail_severity!r}")
@@ -119,10 +141,59 @@ def _serve(table: dict, config: Config, source: str) -> None:
         if listen is None:
             raise ConfigError(f"{source}: key 'serve.listen': expected \"HOST:PORT\" or \":PORT\", got {table['listen']!r}")
         config.listen = listen
-    interval = table.get("interval", config.interval)
-    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval >= 1:
-        raise ConfigError(f"{source}: key 'serve.interval': expected seconds (>= 1), got {interval!r}")
-    config.interval = float(interval)
+    config.interval = _number(table, "interval", source, "serve.", 1, 86400, config.interval)
+
+
+def _prolog(table: dict, prolog: PrologSettings, source: str) -> None:
+    check_known_keys(table, ("timeout_s", "bench", "skip_partitions", "skip_comment"), "prolog.", source)
+    prolog.timeout_s = _number(table, "timeout_s", source, "prolog.", 1, 3600, prolog.timeout_s)
+    prolog.bench = _strings(table, "bench", source, "prolog.", prolog.bench)
+    for test in prolog.bench:
+        if test not in BENCH_TESTS:
+            raise ConfigError(f"{source}: key 'prolog.bench': unknown test {test!r} (expected some of: {', '.join(BENCH_TESTS)})")
+    prolog.skip_partitions = _strings(table, "skip_partitions", source, "prolog.", prolog.skip_partitions)
+    prolog.skip_comment = _string(table, "skip_comment", source, "prolog.", prolog.skip_comment)
+
+
+def _slurm(table: dict, slurm: SlurmSettings, source: str) -> None:
+    check_known_keys(table, ("conf", "node_name", "scontrol_timeout_s"), "slurm.", source)
+    slurm.conf = _string(table, "conf", source, "slurm.", slurm.conf)
+    slurm.node_name = _string(table, "node_name", source, "slurm.", slurm.node_name)
+    slurm.scontrol_timeout_s = _number(table, "scontrol_timeout_s", source, "slurm.", 1, 300, slurm.scontrol_timeout_s)
+
+
+def _proximity(table: dict, policy: ProximityPolicy, source: str) -> None:
+    check_known_keys(table, ("interface", "port", "connect_timeout_s", "rtt_factor", "rtt_floor_ms", "severity"),
+                     "proximity.", source)
+    policy.interface = _string(table, "interface", source, "proximity.", policy.interface)
+    policy.port = _int(table, "port", source, "proximity.", 1, 65535) or policy.port
+    policy.connect_timeout_s = _number(table, "connect_timeout_s", source, "proximity.", 0.01, 60, policy.connect_timeout_s)
+    policy.rtt_factor = _number(table, "rtt_factor", source, "proximity.", 1, 1000, policy.rtt_factor)
+    policy.rtt_floor_ms = _number(table, "rtt_floor_ms", source, "proximity.", 0, 10000, policy.rtt_floor_ms)
+    policy.severity = table.get("severity", policy.severity)
+    if policy.severity not in SEVERITIES:
+        raise ConfigError(f"{source}: key 'proximity.severity': expected one of {', '.join(SEVERITIES)}, got {policy.severity!r}")
+
+
+def _number(table: dict, key: str, source: str, prefix: str, low: float, high: float, default: float) -> float:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ConfigError(f"{source}: key '{prefix}{key}': expected a number from {low:g} to {high:g}, got {value!r}")
+    return float(value)
+
+
+def _string(table: dict, key: str, source: str, prefix: str, default: str | None) -> str | None:
+    value = table.get(key, default)
+    if value is not None and not (isinstance(value, str) and value):
+        raise ConfigError(f"{source}: key '{prefix}{key}': expected a non-empty string, got {value!r}")
+    return value
+
+
+def _strings(table: dict, key: str, source: str, prefix: str, default: list[str]) -> list[str]:
+    value = table.get(key, default)
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise ConfigError(f"{source}: key '{prefix}{key}': expected a list of strings, got {value!r}")
+    return list(value)
 
 
 def parse_listen(text: str) -> tuple[str, int] | None:

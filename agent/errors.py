@@ -17,5 +17,9 @@ class ProbeFailed(NodecheckError):
     """The source exists but reading it failed (timeout, non-zero exit, driver error)."""
 
 
+class TimedOut(ProbeFailed):
+    """The source did not answer within its deadline (a hung command or driver call): killed or abandoned."""
+
+
 class ConfigError(NodecheckError):
     """A config file is missing, unreadable or holds a wrong key or value."""

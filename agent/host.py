@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Protocol, TypeVar
 
 from nodecheck import __version__
-from nodecheck.errors import NoData, NodecheckError, ProbeFailed
+from nodecheck.errors import NoData, NodecheckError, ProbeFailed, TimedOut
 
 T = TypeVar("T")
 
@@ -55,7 +55,7 @@ def call_with_timeout(fn: Callable[[], T], timeout: float, what: str) -> T:
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
-        raise ProbeFailed(f"{what} did not answer within {timeout:g} s")
+        raise TimedOut(f"{what} did not answer within {timeout:g} s")
     if "error" in box:
         raise box["error"]
     return box["value"]
@@ -80,7 +80,7 @@ def run_command(argv: list[str], timeout: float, env: dict[str, str] | None = No
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        raise ProbeFailed(f"{what} did not finish within {timeout:g} s and was killed") from None
+        raise TimedOut(f"{what} did not finish within {timeout:g} s and was killed") from None
     stdout = out.decode("utf-8", errors="replace")
     if proc.returncode not in ok_returncodes:
         detail = (err.decode("utf-8", errors="replace").strip() or stdout.strip()).splitlines()

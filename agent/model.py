@@ -12,7 +12,9 @@ SEVERITIES = ("info", "warning", "error", "critical")
 # Every finding kind the rules raise (docs/report-schema.md); the exporter publishes one health gauge each.
 FINDING_KINDS = ("gpu_count_low", "pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "gpu_link_changed",
                  "nic_missing", "nic_down", "nic_slow", "nic_speed_unknown", "nic_far_from_gpu", "probe_failed",
-                 "bandwidth_below_spec", "bench_failed")
+                 "bandwidth_below_spec", "bench_failed",
+                 # raised by `nodecheck prolog` / `healthcheck` only
+                 "check_timed_out", "check_failed", "peer_unreachable", "peer_outside_subnet", "peer_slow")
 
 
 @dataclass
@@ -106,6 +108,7 @@ class ProbeOutcome:
     no_data: bool
     duration_seconds: float
     error: str | None
+    timed_out: bool = False
 
 
 @dataclass

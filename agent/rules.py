@@ -30,8 +30,12 @@ def evaluate(report: Report, results: dict[str, ProbeResult], config: Config | N
 
 
 def _probe_failures(results: dict[str, ProbeResult]) -> list[Finding]:
-    return [Finding("probe_failed", "warning", f"probe:{r.name}", "failed", "ok",
-                    f"probe {r.name} failed: {r.error}") for r in results.values() if not r.ok and not r.no_data]
+    """Garbled output is a warning (the tool changed, the facts are unknown); a source that hung until
+    killed is an error: a hung nvidia-smi or NVML call is how a failing GPU or driver shows (NHC drains on it)."""
+    return [Finding("probe_failed", "error" if r.timed_out else "warning", f"probe:{r.name}",
+                    "timed out" if r.timed_out else "failed", "ok",
+                    f"probe {r.name} {'timed out' if r.timed_out else 'failed'}: {r.error}")
+            for r in results.values() if not r.ok and not r.no_data]
 
 
 def _gpu_count(report: Report, config: Config) -> list[Finding]:

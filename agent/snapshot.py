@@ -20,10 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from nodecheck.errors import NoData, NodecheckError, ProbeFailed
+from nodecheck.errors import NoData, NodecheckError, ProbeFailed, TimedOut
 from nodecheck.host import Host
 
-_FAILURES = {"no_data": NoData, "failed": ProbeFailed}
+_FAILURES = {"no_data": NoData, "failed": ProbeFailed, "timed_out": TimedOut}
 
 
 class RecordingHost:
@@ -44,7 +44,8 @@ class RecordingHost:
         try:
             value = read()
         except (NoData, ProbeFailed) as error:
-            entry.update(outcome="no_data" if isinstance(error, NoData) else "failed", error=str(error))
+            outcome = "no_data" if isinstance(error, NoData) else "timed_out" if isinstance(error, TimedOut) else "failed"
+            entry.update(outcome=outcome, error=str(error))
             self.sources[source] = entry
             raise
         entry["outcome"] = "ok"

@@ -10,20 +10,16 @@ probe that raises or hangs never fails a scrape, and 50 concurrent scrapers cost
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import ssl
-import sys
 import threading
 import time
 from typing import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from nodecheck.errors import NodecheckError
 from nodecheck.exporters.http import ScrapeServer, listening_socket
 from nodecheck.exporters.prometheus import ReportCollector
-from nodecheck.host import run_command
 from nodecheck.model import Measurement, Report
 
 log = logging.getLogger("nodecheck.serve")
@@ -82,17 +78,6 @@ def refresh_forever(latest: LatestReport, build: Callable[[], Report], interval:
         except Exception:  # keep serving the last good Report; the next round tries again
             log.exception("building the report failed; serving the previous one")
         stop.wait(interval)
-
-
-def run_bench(argv_tail: list[str], timeout: float) -> list[Measurement]:
-    """`nodecheck bench --json` in a subprocess (the daemon never imports torch); any failure becomes
-    a failed Measurement that says why."""
-    argv = [sys.executable, "-m", "nodecheck", "bench", "--json", *argv_tail]
-    try:
-        out = run_command(argv, timeout, what="nodecheck bench", ok_returncodes=(0, 1))  # 1: findings
-        return [Measurement(**m) for m in json.loads(out)["measurements"]]
-    except (NodecheckError, ValueError, KeyError, TypeError) as error:
-        return [Measurement.failed("bench", "bench", "nodecheck bench", "-", str(error))]
 
 
 def bench_forever(latest: LatestReport, bench: Callable[[], list[Measurement]], every: float, stop: threading.Event) -> None:

@@ -6,12 +6,13 @@ garbage), the others still run and the outcome is recorded, never raised.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
 
-from nodecheck.errors import NoData, NodecheckError
+from nodecheck.errors import NoData, NodecheckError, TimedOut
 
 
 @dataclass
@@ -22,6 +23,7 @@ class ProbeResult:
     duration: float
     facts: object | None
     error: str | None
+    timed_out: bool = False  # its source hung until killed or abandoned
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,8 @@ def run_probe(probe: Probe, host) -> ProbeResult:
         facts = probe.collect(host, probe.timeout)
     except NoData as error:
         return ProbeResult(probe.name, False, True, time.monotonic() - started, None, str(error))
+    except TimedOut as error:
+        return ProbeResult(probe.name, False, False, time.monotonic() - started, None, str(error), timed_out=True)
     except NodecheckError as error:
         return ProbeResult(probe.name, False, False, time.monotonic() - started, None, str(error))
     except Exception as error:  # a probe bug must not take the agent down: record it instead
@@ -77,9 +81,13 @@ def run_probe(probe: Probe, host) -> ProbeResult:
     return ProbeResult(probe.name, True, False, time.monotonic() - started, facts, None)
 
 
-def run_probes(host, probes: list[Probe] | None = None, grace: float = 2.0) -> dict[str, ProbeResult]:
-    """Run every probe concurrently (they mostly wait on subprocesses and files); each has a deadline."""
+def run_probes(host, probes: list[Probe] | None = None, grace: float = 2.0,
+               timeout: float | None = None) -> dict[str, ProbeResult]:
+    """Run every probe concurrently (they mostly wait on subprocesses and files); each has a deadline.
+    timeout: caps every probe's own (the prolog's time budget)."""
     probes = PROBES if probes is None else probes
+    if timeout is not None:
+        probes = [dataclasses.replace(p, timeout=min(p.timeout, timeout)) for p in probes]
     results: dict[str, ProbeResult] = {}
     threads = []
     for probe in probes:
@@ -91,5 +99,5 @@ def run_probes(host, probes: list[Probe] | None = None, grace: float = 2.0) -> d
         thread.join(max(0.0, started + probe.timeout + grace - time.monotonic()))
         if probe.name not in results:
             results[probe.name] = ProbeResult(probe.name, False, False, time.monotonic() - started, None,
-                                              f"timed out after {probe.timeout + grace:g} s")
+                                              f"did not return within {probe.timeout + grace:g} s", timed_out=True)
     return {probe.name: results[probe.name] for probe in probes}

@@ -10,10 +10,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from fakes import fake_pynvml
+from nodecheck.build import build_report
 from nodecheck.errors import NoData, ParseError, ProbeFailed
 from nodecheck.host import LiveHost, run_command
 from nodecheck.probes import PROBES, Probe, run_probes
 from nodecheck.probes.nics import parse_nics
+from nodecheck.snapshot import RecordingHost, SnapshotHost
 
 
 def fake_binary(tmp_path, name, body):
@@ -78,7 +80,8 @@ def test_runner_records_raising_and_hanging_probes():
     results = run_probes(None, probes, grace=0.1)
     assert time.monotonic() - started < 3
     assert results["boom"].error == "internal error: KeyError: 'bug'" and not results["boom"].ok
-    assert results["hang"].error.startswith("timed out after") and not results["hang"].ok
+    assert results["hang"].error.startswith("did not return within") and not results["hang"].ok
+    assert results["hang"].timed_out and not results["boom"].timed_out
     assert results["fine"].ok and results["fine"].facts == "facts"
 
 
@@ -98,3 +101,20 @@ def test_fuzz_nic_parsers(netdevs, rdma, routes):
         pass
 
 
+
+
+def test_hung_nvidia_smi_is_an_error_that_replays_from_a_snapshot(tmp_path, monkeypatch):
+    """Killed at the (capped) probe deadline, recorded as timed out, an error finding; a snapshot taken
+    meanwhile replays the same timeout."""
+    fake_binary(tmp_path, "nvidia-smi", "sleep 30")
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    recording = RecordingHost(LiveHost())
+    started = time.monotonic()
+    report = build_report(recording, probe_timeout=0.5)
+    assert time.monotonic() - started < 10
+    outcome = {p.name: p for p in report.probes}["nvidia_smi_topo"]
+    assert outcome.timed_out and "did not finish within 0.5 s" in outcome.error
+    finding = next(f for f in report.findings if f.subject == "probe:nvidia_smi_topo")
+    assert (finding.severity, finding.measured) == ("error", "timed out")
+    replayed = build_report(SnapshotHost(recording.write(tmp_path / "snap")))
+    assert {p.name: p for p in replayed.probes}["nvidia_smi_topo"].timed_out

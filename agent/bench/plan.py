@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from importlib.util import find_spec
 
+from nodecheck.errors import NodecheckError
+from nodecheck.host import run_command
 from nodecheck.model import Measurement, Report
 
 TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests")
@@ -55,3 +59,14 @@ def run(report: Report, config, tests: list[str], level: str, timeout: float, en
 
 def _failed(path: str, test: str, error: str) -> Measurement:
     return Measurement.failed(path, test, "-", "-", error)
+
+
+def run_in_subprocess(argv_tail: list[str], timeout: float, env: dict[str, str] | None = None) -> list[Measurement]:
+    """`nodecheck bench --json ARGV_TAIL` in a subprocess killed at `timeout` (the daemon and the prolog
+    never import torch); any failure becomes a failed Measurement that says why."""
+    argv = [sys.executable, "-m", "nodecheck", "bench", "--json", *argv_tail]
+    try:
+        out = run_command(argv, timeout, env=env, what="nodecheck bench", ok_returncodes=(0, 1))  # 1: findings
+        return [Measurement(**m) for m in json.loads(out)["measurements"]]
+    except (NodecheckError, ValueError, KeyError, TypeError) as error:
+        return [Measurement.failed("bench", "bench", "nodecheck bench", "-", str(error))]

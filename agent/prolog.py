@@ -1,0 +1,262 @@
+"""`nodecheck prolog` and `nodecheck healthcheck`: the quick checks under one hard time budget, then
+what Slurm should do about this node.
+
+Checks (concurrent, each bounded by the budget; one that does not finish is named as timed out):
+  node       the probes and static rules (GPU count, PCIe width, NVLinks, link types, NIC state and speed)
+  proximity  the job's peers: same subnet on the traffic interface, round trip (prolog only)
+  bench      the quick bandwidth tests listed in [prolog] bench, in a subprocess (none by default;
+             prolog only: the health check runs every few minutes, under running jobs too)
+
+Failing = a finding at or above thresholds.fail_severity; a probe that hung is an error.
+The drain reason starts with `nodecheck:` and names the check and its figure; the health check
+resumes only nodes whose drain reason starts so (never an admin's drain).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+from nodecheck.errors import NodecheckError
+from nodecheck.model import SEVERITIES, Finding
+from nodecheck.slurm import MAX_REASON, REASON_PREFIX, NodeState
+
+# slurm's prolog and job environment: what launches a distributed run, kept from the bench subprocess
+_DISTRIBUTED_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS")
+_SHORT = {  # the figure each finding kind puts in a drain reason
+    "gpu_count_low": "GPUs {measured} < {expected}",
+    "pcie_downtrained": "{subject} PCIe {measured} < {expected}",
+    "nvlink_inactive": "{subject} NVLinks active {measured} < {expected}",
+    "nvlink_count_low": "{subject} NVLinks {measured} < {expected}",
+    "gpu_link_changed": "{subject} link {measured} != {expected}",
+    "nic_missing": "{subject} missing",
+    "nic_down": "{subject} {measured} != {expected}",
+    "nic_slow": "{subject} {measured} < {expected}",
+    "nic_speed_unknown": "{subject} speed unknown, {expected} expected",
+    "probe_failed": "{subject} {measured}",
+    "bandwidth_below_spec": "{subject} bandwidth {measured} of spec, {expected} expected",
+    "bench_failed": "{head} failed",  # head: the message up to its first ": " ("h2d on gpu0:host")
+    "check_timed_out": "{subject} timed out after {expected}",
+    "peer_unreachable": "{subject} unreachable",
+    "peer_outside_subnet": "{subject} {measured} outside {expected}",
+    "peer_slow": "{subject} round trip {measured}, peers' median {expected}",
+}
+
+
+@dataclass
+class CheckRun:
+    name: str
+    seconds: float
+    timed_out: bool
+    findings: list[Finding] = field(default_factory=list)
+    details: list[dict] = field(default_factory=list)  # proximity: one per peer; bench: the measurements
+
+
+@dataclass
+class Verdict:
+    node: str
+    checks: list[CheckRun]
+    findings: list[Finding]
+    failing: list[Finding]
+    skipped: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return not self.failing
+
+    def reason(self) -> str:
+        return drain_reason(self.failing)
+
+
+def skip_reason(environ: dict[str, str], prolog) -> str | None:
+    """Why this job skips the prolog: its partition is listed, or its comment carries the skip word."""
+    partition = environ.get("SLURM_JOB_PARTITION")
+    if partition and partition in prolog.skip_partitions:
+        return f"partition {partition} is in [prolog] skip_partitions"
+    if prolog.skip_comment and prolog.skip_comment in environ.get("SLURM_JOB_COMMENT", ""):
+        return f"job comment contains {prolog.skip_comment!r}"
+    return None
+
+
+def drain_reason(failing: list[Finding]) -> str:
+    """`nodecheck: gpu3 PCIe x8 < x16 (+2 more)`: the first failing check and its figure."""
+    if not failing:
+        return ""
+    first = failing[0]
+    head = first.message.split(": ")[0]
+    template = _SHORT.get(first.kind, "{head}")
+    text = template.format(subject=first.subject, measured=first.measured, expected=first.expected, head=head)
+    more = f" (+{len(failing) - 1} more)" if len(failing) > 1 else ""
+    reason = f"{REASON_PREFIX} {text}"
+    return reason[: MAX_REASON - len(more)] + more
+
+
+def failing_findings(findings: list[Finding], fail_severity: str) -> list[Finding]:
+    floor = SEVERITIES.index(fail_severity)
+    return sorted((f for f in findings if SEVERITIES.index(f.severity) >= floor),
+                  key=lambda f: -SEVERITIES.index(f.severity))
+
+
+def run_checks(host, config, environ: dict[str, str], node: str, with_bench: bool = True) -> Verdict:
+    """Every check within config.prolog.timeout_s. The node and proximity checks run together; the
+    bandwidth tests (when configured and with_bench) get what is left of the budget afterwards."""
+    budget = config.prolog.timeout_s
+    deadline = time.monotonic() + budget
+    bench = list(config.prolog.bench) if with_bench else []
+    first_deadline = deadline - (budget / 2 if bench else 0)
+    first_share = first_deadline - time.monotonic()
+    checks = {"node": lambda: _node_check(host, config, first_share),
+              "proximity": lambda: _proximity_check(environ, config, node, first_share)}
+    runs = _run_bounded(checks, first_deadline)
+    if bench:
+        remaining = deadline - time.monotonic()
+        runs += _run_bounded({"bench": lambda: _bench_check(bench, config, environ, remaining)}, deadline)
+    findings = [f for run in runs for f in run.findings]
+    return Verdict(node, runs, findings, failing_findings(findings, config.fail_severity))
+
+
+def _run_bounded(checks: dict, deadline: float) -> list[CheckRun]:
+    """Each check (returning findings and details) in a daemon thread; one still running at the
+    deadline is abandoned and named."""
+    results: dict[str, tuple] = {}
+    started = time.monotonic()
+
+    def run(name, check):
+        try:
+            results[name] = (check(), None)
+        except NodecheckError as error:
+            results[name] = (None, error)
+        except Exception as error:  # a bug in a check must not cost the verdict of the others
+            results[name] = (None, NodecheckError(f"internal error: {type(error).__name__}: {error}"))
+
+    threads = {name: threading.Thread(target=run, args=(name, check), name=f"check-{name}", daemon=True)
+               for name, check in checks.items()}
+    for thread in threads.values():
+        thread.start()
+    runs = []
+    for name, thread in threads.items():
+        thread.join(max(0.0, deadline - time.monotonic()))
+        seconds = round(time.monotonic() - started, 3)
+        if name not in results:
+            allowed = f"{deadline - started:.0f} s"
+            runs.append(CheckRun(name, seconds, True, [Finding("check_timed_out", "error", name, "timed out", allowed,
+                                                               f"check {name} did not finish within {allowed} ([prolog] timeout_s)")]))
+            continue
+        value, error = results[name]
+        if error is not None:
+            value = ([Finding("check_failed", "error", name, "failed", "completed", f"check {name} failed: {error}")], [])
+        runs.append(CheckRun(name, seconds, False, *value))
+    return runs
+
+
+def _node_check(host, config, share: float):
+    from nodecheck.build import build_report
+
+    # probes get most of the share, so a hung source is named by its probe rather than by the check
+    return build_report(host, config, probe_timeout=max(1.0, share * 0.8)).findings, []
+
+
+def _proximity_check(environ: dict[str, str], config, node: str, share: float):
+    from nodecheck.proximity import collect_peers, expand_nodelist, judge_peers
+
+    nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")  # the prolog gets the latter
+    if not nodelist:
+        return [], []
+    local = {node, socket.gethostname().split(".")[0]}
+    peers = collect_peers(expand_nodelist(nodelist), local, config.proximity, max(0.5, share * 0.8))
+    return judge_peers(peers, config.proximity), [asdict(p) for p in peers]
+
+
+def _bench_check(tests: list[str], config, environ: dict[str, str], share: float):
+    from nodecheck.bench.plan import run_in_subprocess
+    from nodecheck.rules import measurement_findings
+
+    env = {k: v for k, v in environ.items() if k not in _DISTRIBUTED_VARS}  # in this node only
+    tail = ["--quick", "--tests", ",".join(tests), "--timeout", f"{max(1.0, share * 0.9):g}"]
+    if config.path:
+        tail += ["--config", config.path]
+    measurements = run_in_subprocess(tail, max(1.0, share * 0.95), env)
+    return measurement_findings(measurements, config), [asdict(m) for m in measurements]
+
+
+def plan_action(verdict: Verdict, state: NodeState | None, healthcheck: bool) -> tuple[str, str | None]:
+    """("drain", reason), ("resume", None) or ("none", why). The prolog drains on failure; the health
+    check also resumes a node it drained, and never touches an admin's drain."""
+    if not verdict.passed:
+        if state is not None and state.drained and not state.drained_by_nodecheck:
+            return "none", f"already drained by someone else ({state.reason}); their reason is kept"
+        if state is not None and state.drained_by_nodecheck and state.reason == verdict.reason():
+            return "none", "already drained for this reason"
+        return "drain", verdict.reason()
+    if healthcheck and state is not None and state.drained_by_nodecheck:
+        return "resume", None
+    if healthcheck and state is not None and state.drained:
+        return "none", f"drained by someone else ({state.reason}): left drained"
+    return "none", "checks passed"
+
+
+
+@dataclass
+class Outcome:
+    verdict: Verdict | None
+    action: str  # drain, resume, none, skip
+    detail: str | None  # the drain reason, or why nothing was done
+    done: bool  # scontrol was called and succeeded (False under --dry-run)
+    error: str | None = None  # scontrol or the config failed: said here, exit code 1
+
+    def to_dict(self) -> dict:
+        verdict = self.verdict
+        return {"schema": "nodecheck.prolog", "node": verdict.node if verdict else None,
+                "passed": verdict.passed if verdict else False, "action": self.action, "detail": self.detail,
+                "done": self.done, "error": self.error,
+                "checks": [asdict(c) for c in verdict.checks] if verdict else [],
+                "failing": [asdict(f) for f in verdict.failing] if verdict else []}
+
+
+def execute(mode: str, host, config, environ: dict[str, str], dry_run: bool) -> Outcome:
+    """mode "prolog" or "healthcheck": run the checks, decide, and (unless dry_run) call scontrol."""
+    from nodecheck.slurm import Scontrol, node_name
+
+    node = node_name(config.slurm.node_name)
+    if mode == "prolog":
+        why = skip_reason(environ, config.prolog)
+        if why:
+            return Outcome(None, "skip", why, False)
+    scontrol = Scontrol(config.slurm.conf, config.slurm.scontrol_timeout_s)
+    state = None
+    if mode == "healthcheck":
+        try:
+            state = scontrol.node(node)
+        except NodecheckError as error:
+            return Outcome(None, "none", None, False, f"cannot read node {node}'s state: {error}")
+    # bandwidth tests only in the prolog: a health check runs every few minutes, jobs or not
+    verdict = run_checks(host, config, environ, node, with_bench=mode == "prolog")
+    action, detail = plan_action(verdict, state, mode == "healthcheck")
+    return _apply(scontrol, Outcome(verdict, action, detail, False), node, dry_run)
+
+
+def config_failure(mode: str, config_error: str, slurm_conf: str | None, dry_run: bool) -> Outcome:
+    """A broken config: the node cannot be checked, so it is drained saying why (the health check
+    resumes it once the config is fixed and the checks pass)."""
+    from nodecheck.slurm import Scontrol, node_name
+
+    node = node_name(None)
+    reason = f"{REASON_PREFIX} config error: {config_error}"[:MAX_REASON]
+    verdict = Verdict(node, [], [], [Finding("check_failed", "error", "config", "invalid", "valid", config_error)])
+    return _apply(Scontrol(slurm_conf, 10.0), Outcome(verdict, "drain", reason, False), node, dry_run)
+
+
+def _apply(scontrol, outcome: Outcome, node: str, dry_run: bool) -> Outcome:
+    if dry_run or outcome.action not in ("drain", "resume"):
+        return outcome
+    try:
+        if outcome.action == "drain":
+            scontrol.drain(node, outcome.detail)
+        else:
+            scontrol.resume(node)
+        outcome.done = True
+    except NodecheckError as error:
+        outcome.error = f"scontrol {outcome.action} {node} failed: {error}"
+    return outcome

@@ -1,0 +1,182 @@
+"""Subnet proximity of a job's peer nodes (seed 002, "Node Proximity").
+
+For each peer in the job's node list: resolve it, ask the kernel which interface and gateway carry
+traffic to it (pyroute2, the same lookup as `ip route get`), whether it sits in that interface's
+subnet, and the round trip of a TCP connect to slurmd's port (a refused connect is an answer too).
+Collecting (I/O, every step bounded) is separate from judging (pure): judge_peers() turns the facts
+into findings.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from nodecheck.errors import NodecheckError, ParseError
+from nodecheck.host import call_with_timeout
+from nodecheck.model import Finding
+
+SLURMD_PORT = 6818
+CONNECT_ATTEMPTS = 3  # the fastest of these is the round trip: one slow SYN is noise, not distance
+
+
+@dataclass
+class Peer:
+    name: str
+    address: str | None = None
+    interface: str | None = None  # the interface traffic to the peer leaves by
+    subnet: str | None = None  # the interface's network that holds the peer, else its first network
+    same_subnet: bool | None = None
+    gateway: str | None = None  # set when the route to the peer goes through a router
+    rtt_ms: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class ProximityPolicy:
+    interface: str | None = None  # the job-traffic interface; None: the route to each peer decides
+    port: int = SLURMD_PORT
+    connect_timeout_s: float = 1.0
+    rtt_factor: float = 3.0  # slower than this many times the peers' median ...
+    rtt_floor_ms: float = 0.5  # ... and by at least this much: "far slower than the rest"
+    severity: str = "warning"  # a far peer is the allocation's doing, not this node's: no drain by default
+
+
+def expand_nodelist(text: str) -> list[str]:
+    """Slurm's compressed node list ("gpu[01-04,07],login1") as host names, via python-hostlist."""
+    import hostlist
+
+    try:
+        return hostlist.expand_hostlist(text.strip())
+    except (hostlist.BadHostlist, ValueError, MemoryError) as error:
+        raise ParseError(f"node list {text!r} cannot be expanded: {error}") from None
+
+
+# ---- collecting -------------------------------------------------------------------------------
+
+def collect_peers(names: list[str], local_names: set[str], policy: ProximityPolicy, timeout: float) -> list[Peer]:
+    """Every peer but this node, examined concurrently; each one bounded by `timeout` in all."""
+    peers = [name for name in dict.fromkeys(names) if name.split(".")[0] not in local_names]
+    if not peers:
+        return []
+    local_addresses = _local_addresses()
+    with ThreadPoolExecutor(max_workers=min(32, len(peers)), thread_name_prefix="peer") as pool:
+        examined = list(pool.map(lambda name: _examine(name, local_addresses, policy, timeout), peers))
+    return [peer for peer in examined if peer.address not in local_addresses]  # this node under another name
+
+
+def _examine(name: str, local_addresses: set[str], policy: ProximityPolicy, timeout: float) -> Peer:
+    peer = Peer(name)
+    deadline = time.monotonic() + timeout
+    try:
+        peer.address = call_with_timeout(lambda: _resolve(name, policy.port), max(0.1, deadline - time.monotonic()),
+                                         f"resolving {name}")
+        if peer.address in local_addresses:
+            return peer
+        route = call_with_timeout(lambda: route_to(peer.address, policy.interface), max(0.1, deadline - time.monotonic()),
+                                  f"route to {name}")
+        peer.interface, peer.gateway, networks = route
+        peer.same_subnet, peer.subnet = in_subnet(peer.address, networks, peer.gateway)
+        peer.rtt_ms = connect_rtt_ms(peer.address, policy.port, min(policy.connect_timeout_s, max(0.1, deadline - time.monotonic())))
+    except NodecheckError as error:
+        peer.error = str(error)
+    return peer
+
+
+def _resolve(name: str, port: int) -> str:
+    try:
+        infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise NodecheckError(f"{name} does not resolve ({error.strerror})") from None
+    return infos[0][4][0]
+
+
+def _local_addresses() -> set[str]:
+    import psutil
+
+    return {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs
+            if a.family in (socket.AF_INET, socket.AF_INET6)}
+
+
+def route_to(address: str, interface: str | None) -> tuple[str, str | None, list[str]]:
+    """(interface, gateway, the interface's networks) the kernel would use to reach `address`; with
+    `interface` given, that interface's networks (the route is still the kernel's, for the gateway)."""
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    with IPRoute() as ipr:
+        try:
+            route = ipr.route("get", dst=address)[0]
+        except NetlinkError as error:
+            raise NodecheckError(f"no route to {address} ({error})") from None
+        gateway = route.get_attr("RTA_GATEWAY")
+        if interface is not None:
+            links = ipr.link_lookup(ifname=interface)
+            if not links:
+                raise NodecheckError(f"interface {interface} (config [proximity] interface) does not exist")
+            index = links[0]
+        else:
+            index = route.get_attr("RTA_OIF")
+            interface = ipr.get_links(index)[0].get_attr("IFLA_IFNAME")
+        networks = [f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}" for a in ipr.get_addr(index=index)]
+    return interface, gateway, networks
+
+
+def in_subnet(address: str, networks: list[str], gateway: str | None) -> tuple[bool, str | None]:
+    """Whether `address` is on-link in one of `networks` (interface address/prefix), and which network."""
+    peer = ipaddress.ip_address(address)
+    candidates = [ipaddress.ip_interface(n).network for n in networks]
+    same = [n for n in candidates if n.version == peer.version and peer in n and not n.is_link_local]
+    if same and gateway is None:
+        return True, str(same[0])
+    usable = [n for n in candidates if n.version == peer.version and not n.is_link_local]
+    return False, str(usable[0]) if usable else None
+
+
+def connect_rtt_ms(address: str, port: int, timeout: float) -> float:
+    """The fastest of a few TCP connects (SYN -> SYN-ACK or RST), in milliseconds."""
+    best = None
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    for _ in range(CONNECT_ATTEMPTS):
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            started = time.perf_counter()
+            try:
+                sock.connect((address, port))
+            except ConnectionRefusedError:
+                pass  # the RST came back: a round trip all the same
+            except socket.timeout:
+                raise NodecheckError(f"no answer from {address}:{port} within {timeout:g} s") from None
+            except OSError as error:
+                raise NodecheckError(f"cannot reach {address}:{port} ({error.strerror or error})") from None
+            elapsed = (time.perf_counter() - started) * 1000
+        best = elapsed if best is None else min(best, elapsed)
+    return round(best, 3)
+
+
+# ---- judging (pure) ---------------------------------------------------------------------------
+
+def judge_peers(peers: list[Peer], policy: ProximityPolicy) -> list[Finding]:
+    findings = []
+    for peer in peers:
+        if peer.error:
+            findings.append(Finding("peer_unreachable", policy.severity, f"peer:{peer.name}", "unreachable", "reachable",
+                                    f"peer {peer.name} unreachable: {peer.error}"))
+        elif peer.same_subnet is False:
+            via = f" via {peer.gateway}" if peer.gateway else ""
+            findings.append(Finding("peer_outside_subnet", policy.severity, f"peer:{peer.name}", peer.address, peer.subnet,
+                                    f"peer {peer.name} ({peer.address}) outside {peer.subnet} on {peer.interface}{via}: "
+                                    "traffic to it crosses a router; ask for nodes in one subnet (Slurm topology/switches)"))
+    rtts = [p.rtt_ms for p in peers if p.rtt_ms is not None]
+    if len(rtts) >= 2:
+        median = statistics.median(rtts)
+        for peer in peers:
+            if peer.rtt_ms is not None and peer.rtt_ms > policy.rtt_factor * median and peer.rtt_ms - median >= policy.rtt_floor_ms:
+                findings.append(Finding("peer_slow", policy.severity, f"peer:{peer.name}", f"{peer.rtt_ms:g} ms",
+                                        f"{median:g} ms", f"peer {peer.name} round trip {peer.rtt_ms:g} ms, "
+                                        f"{peer.rtt_ms / median:.1f}x the peers' median {median:g} ms: a far or congested path"))
+    return findings

@@ -1,0 +1,162 @@
+"""A real single-node Slurm (munge, slurmctld, slurmd) on localhost, after ../shared/recipes/slurm.sh,
+with nodecheck's wrapper installed as Prolog and HealthCheckProgram through deploy/slurm's snippet.
+Everything lives in one temporary directory; the daemons are stopped on exit (munged last, and only
+when this harness started it)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BINARIES = ("munged", "slurmctld", "slurmd", "scontrol", "sbatch", "sinfo")
+
+
+def missing() -> str | None:
+    """Why this machine cannot run the harness, or None."""
+    if os.geteuid() != 0:
+        return "needs root (slurmd runs the prolog as root)"
+    absent = [b for b in BINARIES if shutil.which(b) is None and not Path(f"/usr/sbin/{b}").exists()]
+    return f"needs Slurm and munge (apt install slurm-wlm munge): {', '.join(absent)} missing" if absent else None
+
+
+class SlurmNode:
+    def __init__(self, health_interval: int = 3) -> None:
+        # not under pytest's tmp_path: that is root-only (0700) and slurmctld runs as user slurm
+        self.root = Path(tempfile.mkdtemp(prefix="nodecheck-slurm-"))
+        self.name = socket.gethostname().split(".")[0]
+        self.conf = self.root / "slurm.conf"
+        self.nodecheck_config = self.root / "nodecheck.toml"
+        self.health_interval = health_interval
+        self.env = dict(os.environ, SLURM_CONF=str(self.conf))
+        self._munged: subprocess.Popen | None = None
+
+    def __enter__(self) -> "SlurmNode":
+        try:
+            self._start()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _start(self) -> None:
+        for sub in ("state", "spool", "log"):
+            (self.root / sub).mkdir(parents=True)
+        self.root.chmod(0o755)
+        shutil.chown(self.root / "state", "slurm", "slurm")
+        shutil.chown(self.root / "log", "slurm", "slurm")
+        self._start_munge()
+        for mode in ("prolog", "healthcheck"):
+            wrapper = self.root / f"nodecheck-{mode}"
+            shutil.copy(REPO / "deploy/slurm/nodecheck-slurm", wrapper)
+            wrapper.chmod(0o755)
+        (self.root / "nodecheck.env").write_text(
+            f"NODECHECK={Path(sys.executable).parent / 'nodecheck'}\nNODECHECK_CONFIG={self.nodecheck_config}\n"
+            "NODECHECK_KILL_AFTER=60\n")
+        self.configure("")
+        snippet = (REPO / "deploy/slurm/slurm.conf.snippet").read_text().replace("/etc/slurm/", f"{self.root}/")
+        snippet = re.sub(r"(?m)^HealthCheckInterval=\d+", f"HealthCheckInterval={self.health_interval}", snippet)
+        self.conf.write_text(f"""ClusterName=nodecheck-test
+SlurmctldHost={self.name}(127.0.0.1)
+SlurmUser=slurm
+AuthType=auth/munge
+StateSaveLocation={self.root}/state
+SlurmdSpoolDir={self.root}/spool
+SlurmctldPidFile={self.root}/slurmctld.pid
+SlurmdPidFile={self.root}/slurmd.pid
+SlurmctldLogFile={self.root}/log/slurmctld.log
+SlurmdLogFile={self.root}/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+MailProg=/bin/true
+ReturnToService=2
+{snippet}
+NodeName={self.name} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=scratch Nodes=ALL MaxTime=INFINITE State=UP
+""")
+        for daemon in ("slurmctld", "slurmd"):
+            subprocess.run([f"/usr/sbin/{daemon}"], env=self.env, check=True, timeout=30, capture_output=True)
+        try:
+            self.wait_for(lambda: self.node_state() == "idle", 30, "the node to come up idle")
+        except TimeoutError as error:
+            raise TimeoutError(f"{error} (sinfo: {self.node_state()!r}); slurmctld.log: {self.log('slurmctld.log')}\nslurmd.log: {self.log('slurmd.log')}") from None
+
+    def _start_munge(self) -> None:
+        if subprocess.run(["pgrep", "-x", "munged"], capture_output=True, timeout=5).returncode == 0:
+            return  # a munged already serves this machine: leave it alone
+        Path("/run/munge").mkdir(exist_ok=True)
+        shutil.chown("/run/munge", "munge", "munge")
+        if not Path("/etc/munge/munge.key").is_file() or Path("/etc/munge/munge.key").stat().st_size == 0:
+            subprocess.run(["runuser", "-u", "munge", "--", "mungekey", "--create"], check=True, timeout=30)
+        self._munged = subprocess.Popen(["runuser", "-u", "munge", "--", "/usr/sbin/munged", "--foreground"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.wait_for(lambda: Path("/run/munge/munge.socket.2").exists(), 10, "munged's socket")
+
+    def __exit__(self, *exc) -> None:
+        for daemon in ("slurmd", "slurmctld"):
+            pidfile = self.root / f"{daemon}.pid"
+            try:
+                pid = int(pidfile.read_text())
+                os.kill(pid, signal.SIGTERM)
+                self.wait_for(lambda: not Path(f"/proc/{pid}").exists(), 15, f"{daemon} to stop")
+            except (OSError, ValueError, TimeoutError):
+                pass
+        if self._munged is not None:  # stopped last: slurmd and slurmctld talk through it until they exit
+            self._munged.terminate()
+            self._munged.wait(10)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def configure(self, text: str) -> None:
+        """nodecheck's config for both wrappers; [slurm] conf points at this cluster (the health check's
+        environment has no SLURM_CONF, and this slurm.conf is not in a standard place)."""
+        self.nodecheck_config.write_text(f'{text}\n[slurm]\nconf = "{self.conf}"\n')
+
+    # ---- asking Slurm -------------------------------------------------------------------------
+
+    def run(self, *argv: str, timeout: float = 30) -> str:
+        return subprocess.run(argv, env=self.env, check=True, capture_output=True, text=True, timeout=timeout).stdout
+
+    def node_state(self) -> str:
+        return self.run("sinfo", "-h", "-N", "-n", self.name, "-o", "%T").split("\n")[0].strip()  # a line per partition
+
+    def node_reason(self) -> str:
+        line = self.run("scontrol", "show", "node", self.name, "--oneliner")
+        match = re.search(r"Reason=(.*?)(?: \[[^\]]*\])?\s*$", line)
+        return match[1] if match else ""
+
+    def job(self, job_id: str) -> dict[str, str]:
+        line = self.run("scontrol", "show", "job", job_id, "--oneliner")
+        return dict(re.findall(r"(\w+)=(\S*)", line))
+
+    def sbatch(self, *args: str) -> str:
+        out = self.run("sbatch", "--parsable", "-N1", "-t", "1", *args)
+        return out.strip().split(";")[0]
+
+    @staticmethod
+    def wait_for(condition, seconds: float, what: str) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                if condition():
+                    return
+            except subprocess.SubprocessError:
+                pass
+            time.sleep(0.25)
+        raise TimeoutError(f"waited {seconds:g} s for {what}")
+
+    def log(self, name: str) -> str:
+        path = self.root / "log" / name
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""

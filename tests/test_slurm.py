@@ -1,0 +1,83 @@
+"""nodecheck in a real single-node Slurm 22.05 (munge, slurmctld, slurmd), installed through
+deploy/slurm's wrapper and slurm.conf snippet: a healthy node runs a job; a node whose config expects
+more than it has is drained with a `nodecheck:` reason and the sbatch job is requeued; the health
+check resumes it once the fault is gone; an admin's drain stays; a job can skip the prolog."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_cluster import SlurmNode, missing
+
+pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
+
+HEALTHY = "[prolog]\ntimeout_s = 20\n"
+FAULTY = HEALTHY + "[gpus]\ncount = 1\n"  # this CPU node has none: the checks must fail
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    with SlurmNode() as node:
+        yield node
+
+
+def finished(slurm: SlurmNode, job_id: str) -> bool:
+    return slurm.job(job_id).get("JobState") in ("COMPLETED", "FAILED", "CANCELLED")
+
+
+def test_healthy_node_runs_the_job(slurm, tmp_path):
+    slurm.configure(HEALTHY)
+    out = tmp_path / "out.txt"
+    job = slurm.sbatch("-o", str(out), "--wrap", "echo ran on $SLURMD_NODENAME")
+    slurm.wait_for(lambda: finished(slurm, job), 60, f"job {job} to finish")
+    assert slurm.job(job)["JobState"] == "COMPLETED", slurm.log("slurmd.log")
+    assert out.read_text().strip() == f"ran on {slurm.name}"
+    slurm.wait_for(lambda: slurm.node_state() == "idle", 30, "the node to be idle again")  # not drained
+
+
+def test_fault_drains_with_the_check_and_requeues_the_job(slurm, tmp_path):
+    slurm.configure(FAULTY)
+    job = slurm.sbatch("-o", str(tmp_path / "out.txt"), "--wrap", "echo should not run yet")
+    slurm.wait_for(lambda: slurm.node_state().startswith("drain"), 60, "the node to drain")
+    assert slurm.node_reason() == "nodecheck: GPUs 0 < 1"
+    slurm.wait_for(lambda: slurm.job(job).get("Reason") == "launch_failed_requeued_held", 30, "the job to be requeued")
+    info = slurm.job(job)
+    assert info["JobState"] == "PENDING" and int(info["Restarts"]) >= 1
+    assert not (tmp_path / "out.txt").exists() or "should not run" not in (tmp_path / "out.txt").read_text()
+
+    # the fault is repaired: the health check resumes the node it drained, and the held job then runs
+    slurm.configure(HEALTHY)
+    slurm.wait_for(lambda: slurm.node_state() == "idle", 60, "the health check to resume the node")
+    slurm.run("scontrol", "release", job)
+    slurm.run("scontrol", "update", f"jobid={job}", "starttime=now")  # Slurm delays a requeued job ~2 min
+    slurm.wait_for(lambda: finished(slurm, job), 60, f"job {job} to run after the release")
+    assert slurm.job(job)["JobState"] == "COMPLETED"
+
+
+def test_admin_drain_is_never_resumed(slurm):
+    slurm.configure(HEALTHY)
+    slurm.run("scontrol", "update", f"nodename={slurm.name}", "state=drain", "reason=admin: DIMM replacement")
+    try:
+        time.sleep(slurm.health_interval * 3 + 1)  # three health-check rounds, all with passing checks
+        assert slurm.node_state().startswith("drain") and slurm.node_reason() == "admin: DIMM replacement"
+    finally:
+        slurm.run("scontrol", "update", f"nodename={slurm.name}", "state=resume")
+
+
+def test_job_comment_and_partition_skip_the_prolog(slurm, tmp_path):
+    """A prolog-only fault (a bandwidth test that cannot run on this CPU node; the health check never
+    runs them, so it cannot drain the node meanwhile): jobs that skip the prolog still run."""
+    slurm.configure(HEALTHY + 'bench = ["h2d"]\nskip_partitions = ["scratch"]\n')
+    dry = subprocess.run([str(Path(sys.executable).parent / "nodecheck"), "prolog", "--dry-run", "--config", str(slurm.nodecheck_config)],
+                         capture_output=True, text=True, timeout=60, env=dict(slurm.env, SLURMD_NODENAME=slurm.name))
+    assert dry.returncode == 1 and f"would drain {slurm.name}: nodecheck: h2d on gpus failed" in dry.stdout, dry.stdout
+    try:
+        for args in (["--comment=nodecheck:skip"], ["-p", "scratch"]):
+            job = slurm.sbatch("-o", str(tmp_path / "skip.txt"), *args, "--wrap", "echo skipped the prolog")
+            slurm.wait_for(lambda: finished(slurm, job) or slurm.node_state().startswith("drain"), 60, f"job {job}")
+            assert slurm.job(job)["JobState"] == "COMPLETED", (args, slurm.node_reason())
+    finally:
+        slurm.configure(HEALTHY)
