@@ -331,7 +331,11 @@ def _print_outcome(mode: str, outcome, dry_run: bool) -> None:
         for run in verdict.checks:
             status = "timed out" if run.timed_out else "ok" if not any(f in verdict.failing for f in run.findings) else "FAILED"
             typer.echo(f"nodecheck {mode}: {run.name}: {status} ({run.seconds:.2f} s)")
-        for finding in verdict.failing:
+            for peer in run.details if run.name == "proximity" else []:
+                where = "same subnet" if peer["same_subnet"] else f"outside, via {peer['gateway']}" if peer["gateway"] else "outside"
+                facts = peer["error"] or f"{peer['address']} on {peer['interface']} ({peer['subnet']}): {where}, {peer['rtt_ms']:g} ms"
+                typer.echo(f"nodecheck {mode}:   peer {peer['name']}: {facts}")
+        for finding in verdict.failing + [f for f in verdict.findings if f not in verdict.failing]:
             typer.echo(f"nodecheck {mode}: {finding.severity}: {finding.message}")
     would = "would " if dry_run else ""
     if outcome.error and verdict is None:

@@ -140,7 +140,7 @@ def _run_bounded(checks: dict, deadline: float) -> list[CheckRun]:
         thread.join(max(0.0, deadline - time.monotonic()))
         seconds = round(time.monotonic() - started, 3)
         if name not in results:
-            allowed = f"{deadline - started:.0f} s"
+            allowed = f"{round(deadline - started, 1):g} s"
             runs.append(CheckRun(name, seconds, True, [Finding("check_timed_out", "error", name, "timed out", allowed,
                                                                f"check {name} did not finish within {allowed} ([prolog] timeout_s)")]))
             continue

@@ -1,0 +1,141 @@
+"""The prolog's decisions without Slurm: drain reasons named after the check and its figure, which
+drains the health check may lift, skipping, the time budget (a hung nvidia-smi, a hung check), a
+broken config, and scontrol's node line as Slurm 22.05 prints it."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import hgx_nvml, make_snapshot
+from nodecheck.build import build_report
+from nodecheck.config import Config, PrologSettings
+from nodecheck.errors import ParseError
+from nodecheck.model import Finding
+from nodecheck.prolog import Verdict, _run_bounded, drain_reason, plan_action, skip_reason
+from nodecheck.slurm import NodeState, parse_node, slurm_env
+from nodecheck.snapshot import SnapshotHost
+
+NODECHECK = str(Path(sys.executable).parent / "nodecheck")
+# `scontrol show node vm --oneliner` on this machine's Slurm 22.05.8, drained by nodecheck
+DRAINED_LINE = ("NodeName=vm Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=2.91 "
+                "AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=127.0.0.1 NodeHostName=vm "
+                "Version=22.05.8 OS=Linux 6.18.44-fc-v769 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=1 AllocMem=0 "
+                "FreeMem=22821 Sockets=2 Boards=1 State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A "
+                "MCS_label=N/A Partitions=debug  BootTime=2026-11-22T12:44:57 SlurmdStartTime=2026-11-22T17:38:47 "
+                "LastBusyTime=2026-11-22T17:38:48 CfgTRES=cpu=2,mem=1M,billing=2 AllocTRES= CapWatts=n/a "
+                "CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s "
+                "Reason=nodecheck: gpu3 PCIe x8 < x16 (+1 more) [root@2026-11-22T17:41:00]\n")
+
+
+def test_parse_node_as_slurm_prints_it():
+    state = parse_node("vm", DRAINED_LINE)
+    assert state.states == ["IDLE", "DRAIN"] and state.reason == "nodecheck: gpu3 PCIe x8 < x16 (+1 more)"
+    assert state.drained and state.drained_by_nodecheck
+    idle = parse_node("vm", DRAINED_LINE.replace("IDLE+DRAIN", "IDLE").split(" Reason=")[0])
+    assert idle.states == ["IDLE"] and idle.reason is None and not idle.drained
+    admin = parse_node("vm", DRAINED_LINE.replace("nodecheck: gpu3 PCIe x8 < x16 (+1 more)", "admin: DIMM [ticket 7]"))
+    assert admin.reason == "admin: DIMM [ticket 7]" and admin.drained and not admin.drained_by_nodecheck
+    with pytest.raises(ParseError, match="no state for node vm"):
+        parse_node("vm", "Node vm not found\n")
+
+
+def test_drain_reasons_name_the_check_and_the_figure(tmp_path):
+    nvml = hgx_nvml()
+    nvml[3] = dict(nvml[3], width=8)  # a riser that trained at x8
+    report = build_report(SnapshotHost(make_snapshot(tmp_path / "s", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=nvml)),
+                          Config(gpu_count=8))
+    failing = [f for f in report.findings if f.severity == "error"]
+    assert drain_reason(failing) == "nodecheck: gpu3 PCIe x8 < x16"
+    more = failing + [Finding("gpu_count_low", "error", "node", 7, 8, "7 GPUs visible, 8 expected")]
+    assert drain_reason(more) == "nodecheck: gpu3 PCIe x8 < x16 (+1 more)"
+    hung = Finding("probe_failed", "error", "probe:nvml", "timed out", "ok", "probe nvml timed out: NVML did not answer within 8 s")
+    assert drain_reason([hung]) == "nodecheck: probe:nvml timed out"
+    long = Finding("bench_failed", "error", "gpu0:host", "failed", "completed", "h2d on gpu0:host: " + "x" * 500)
+    assert drain_reason([long, hung]) == "nodecheck: h2d on gpu0:host failed (+1 more)"
+    assert len(drain_reason([Finding("nic_missing", "error", "n" * 400, "absent", "present", "m"), hung])) <= 200
+
+
+def test_who_may_lift_a_drain():
+    failing = Verdict("n1", [], [], [Finding("nic_down", "error", "ib0", "down", "up", "ib0 down")])
+    passing = Verdict("n1", [], [], [])
+    ours, admins = NodeState("n1", ["IDLE", "DRAIN"], "nodecheck: ib0 down != up"), NodeState("n1", ["IDLE", "DRAIN"], "memtest")
+    idle = NodeState("n1", ["IDLE"])
+    assert plan_action(failing, None, healthcheck=False) == ("drain", "nodecheck: ib0 down != up")
+    assert plan_action(failing, idle, healthcheck=True) == ("drain", "nodecheck: ib0 down != up")
+    assert plan_action(failing, ours, healthcheck=True)[0] == "none"  # already drained for this reason
+    assert plan_action(failing, admins, healthcheck=True)[0] == "none"  # the admin's reason is kept
+    assert plan_action(passing, ours, healthcheck=True) == ("resume", None)
+    assert plan_action(passing, admins, healthcheck=True)[0] == "none"
+    assert plan_action(passing, ours, healthcheck=False)[0] == "none"  # only the health check resumes
+
+
+def test_skipping_by_partition_or_job_comment():
+    prolog = PrologSettings(skip_partitions=["interactive"])
+    assert "partition interactive" in skip_reason({"SLURM_JOB_PARTITION": "interactive"}, prolog)
+    assert "job comment" in skip_reason({"SLURM_JOB_PARTITION": "gpu", "SLURM_JOB_COMMENT": "run nodecheck:skip please"}, prolog)
+    assert skip_reason({"SLURM_JOB_PARTITION": "gpu", "SLURM_JOB_COMMENT": "nodecheck"}, prolog) is None
+
+
+def test_a_check_past_the_deadline_is_named_as_timed_out():
+    started = time.monotonic()
+    runs = _run_bounded({"stuck": lambda: time.sleep(30), "quick": lambda: ([], [{"ok": 1}])}, time.monotonic() + 0.5)
+    assert time.monotonic() - started < 2
+    stuck, quick = runs
+    assert stuck.timed_out and stuck.findings[0].kind == "check_timed_out"
+    assert drain_reason(stuck.findings) == "nodecheck: stuck timed out after 0.5 s"
+    assert not quick.timed_out and quick.details == [{"ok": 1}]
+
+
+def run_nodecheck(*args, env_extra=None, path_prefix=None, timeout=60):
+    env = {"SLURMD_NODENAME": "testnode"}  # as Slurm starts a prolog: no PATH, no SLURM_CONF
+    env.update(env_extra or {})
+    if path_prefix:
+        env["PATH"] = f"{path_prefix}:/usr/sbin:/usr/bin:/sbin:/bin"
+    return subprocess.run([NODECHECK, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_hung_nvidia_smi_drains_within_the_budget_naming_the_probe(tmp_path):
+    (tmp_path / "nvidia-smi").write_text("#!/bin/sh\nsleep 60\n")
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    config = tmp_path / "c.toml"
+    config.write_text("[prolog]\ntimeout_s = 4\n")
+    started = time.monotonic()
+    run = run_nodecheck("prolog", "--dry-run", "--config", str(config), path_prefix=str(tmp_path))
+    assert time.monotonic() - started < 8, run.stdout
+    assert run.returncode == 1 and "would drain testnode: nodecheck: probe:nvidia_smi_topo timed out" in run.stdout, run.stdout
+
+
+def test_broken_config_drains_saying_so(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("[gpus]\ncuont = 8\n")
+    run = run_nodecheck("prolog", "--dry-run", "--config", str(config))
+    assert run.returncode == 1
+    assert f"would drain testnode: nodecheck: config error: {config}: unknown key 'gpus.cuont'" in run.stdout, run.stdout
+
+
+def test_skipped_job_exits_zero_without_checking(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("[gpus]\ncount = 64\n")  # would fail
+    run = run_nodecheck("prolog", "--config", str(config), env_extra={"SLURM_JOB_COMMENT": "nodecheck:skip"})
+    assert run.returncode == 0 and "skipped (job comment contains 'nodecheck:skip')" in run.stdout
+
+
+def test_healthcheck_without_slurm_says_why(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(f'[slurm]\nconf = "{tmp_path}/nowhere.conf"\nscontrol_timeout_s = 5\n')
+    run = run_nodecheck("healthcheck", "--config", str(config), path_prefix=str(tmp_path))
+    assert run.returncode == 1 and "cannot read node testnode's state" in run.stderr, run.stdout + run.stderr
+
+
+def test_slurm_env_supplies_path_and_conf(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    monkeypatch.delenv("PATH", raising=False)
+    env = slurm_env(str(tmp_path / "slurm.conf"))
+    assert env["SLURM_CONF"] == str(tmp_path / "slurm.conf") and "/usr/bin" in env["PATH"].split(":")
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/other.conf")
+    assert slurm_env(None)["SLURM_CONF"] == "/etc/slurm/other.conf"
+    assert os.environ.get("PATH") is None  # the process's own environment is left alone

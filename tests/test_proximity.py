@@ -1,0 +1,88 @@
+"""Subnet proximity of a job's peers: node lists expanded by python-hostlist, the subnet and round-trip
+judgement (pure), and `nodecheck prolog` inside network namespaces with peers in this node's subnet,
+behind a router, and nowhere."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import requires_root
+from nodecheck.errors import ParseError
+from nodecheck.proximity import Peer, ProximityPolicy, expand_nodelist, in_subnet, judge_peers
+
+
+def test_expand_slurm_node_lists():
+    assert expand_nodelist("gpu[01-03,07],login1") == ["gpu01", "gpu02", "gpu03", "gpu07", "login1"]
+    assert expand_nodelist("rack[1-2]-n[1-2]") == ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]
+    for bad in ("gpu[01-", "gpu[3-1]"):
+        with pytest.raises(ParseError, match="cannot be expanded"):
+            expand_nodelist(bad)
+
+
+def test_in_subnet_needs_the_network_and_no_gateway():
+    networks = ["198.18.0.1/24", "fe80::1/64"]
+    assert in_subnet("198.18.0.7", networks, None) == (True, "198.18.0.0/24")
+    assert in_subnet("198.18.1.2", networks, "198.18.0.254") == (False, "198.18.0.0/24")
+    assert in_subnet("198.18.0.7", networks, "198.18.0.254") == (False, "198.18.0.0/24")  # policy-routed away
+    assert in_subnet("2001:db8::5", networks, None) == (False, None)  # link-local is no subnet
+
+
+def test_judging_far_and_slow_peers():
+    policy = ProximityPolicy()
+    peers = [Peer("a", "10.0.0.2", "ib0", "10.0.0.0/24", True, None, 0.08),
+             Peer("b", "10.0.0.3", "ib0", "10.0.0.0/24", True, None, 0.09),
+             Peer("c", "10.0.0.4", "ib0", "10.0.0.0/24", True, None, 0.10),
+             Peer("d", "10.0.1.9", "ib0", "10.0.0.0/24", False, "10.0.0.254", 0.35),
+             Peer("e", "10.0.0.5", "ib0", "10.0.0.0/24", True, None, 2.5),
+             Peer("f", error="f does not resolve (Name or service not known)")]
+    found = {(f.kind, f.subject): f for f in judge_peers(peers, policy)}
+    assert set(found) == {("peer_outside_subnet", "peer:d"), ("peer_slow", "peer:e"), ("peer_unreachable", "peer:f")}
+    assert "outside 10.0.0.0/24 on ib0 via 10.0.0.254" in found["peer_outside_subnet", "peer:d"].message
+    assert found["peer_slow", "peer:e"].expected == "0.1 ms" and all(f.severity == "warning" for f in found.values())
+    # 3.5x the median but only 0.25 ms above it: under the floor, not "far slower"
+    close = [Peer(n, "10.0.0.9", "ib0", "10.0.0.0/24", True, None, r) for n, r in (("x", 0.1), ("y", 0.1), ("z", 0.35))]
+    assert judge_peers(close, policy) == []
+
+
+@pytest.fixture
+def cluster():
+    requires_root()
+    from netns_cluster import Cluster
+
+    with Cluster(2) as cluster:
+        far_ns, far_address = cluster.add_routed_node()
+        names = {"nodea": cluster.addresses[0], "nodeb": cluster.addresses[1], "nodec": far_address,
+                 "nodeghost": "198.18.2.9"}  # resolves, but no route leads there
+        hosts_dir = Path("/etc/netns") / cluster.nodes[0]  # `ip netns exec` binds this over /etc/hosts
+        hosts_dir.mkdir(parents=True)
+        try:
+            (hosts_dir / "hosts").write_text("127.0.0.1 localhost\n" + "".join(f"{a} {n}\n" for n, a in names.items()))
+            yield cluster
+        finally:
+            shutil.rmtree(hosts_dir, ignore_errors=True)
+
+
+def test_prolog_reports_peers_in_and_out_of_the_subnet(cluster, tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('[proximity]\nseverity = "error"\nconnect_timeout_s = 1\n[prolog]\ntimeout_s = 10\n')
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_NODELIST": "nodea,nodeb,nodec,nodeghost", "SLURMD_NODENAME": "nodea"}
+    run = subprocess.run(["ip", "netns", "exec", cluster.nodes[0], "env", "-i", *[f"{k}={v}" for k, v in env.items()],
+                          str(Path(sys.executable).parent / "nodecheck"), "prolog", "--dry-run", "--json", "--config", str(config)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1, run.stdout + run.stderr
+    outcome = json.loads(run.stdout)
+    proximity = next(c for c in outcome["checks"] if c["name"] == "proximity")
+    peers = {p["name"]: p for p in proximity["details"]}
+    assert set(peers) == {"nodeb", "nodec", "nodeghost"}  # nodea is this node
+    assert peers["nodeb"]["same_subnet"] and peers["nodeb"]["interface"] == "eth0" and peers["nodeb"]["subnet"] == "198.18.0.0/24"
+    assert 0 < peers["nodeb"]["rtt_ms"] < 50  # slurmd's port is closed there: the RST is the answer
+    assert peers["nodec"]["same_subnet"] is False and peers["nodec"]["gateway"] == "198.18.0.254"
+    assert peers["nodec"]["rtt_ms"] > 0  # reachable through the router
+    assert "no route" in peers["nodeghost"]["error"] or "unreachable" in peers["nodeghost"]["error"]
+    kinds = {(f["kind"], f["subject"]) for f in outcome["failing"]}
+    assert kinds == {("peer_outside_subnet", "peer:nodec"), ("peer_unreachable", "peer:nodeghost")}
+    assert outcome["action"] == "drain" and outcome["detail"].startswith("nodecheck: peer:")
