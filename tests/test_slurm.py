@@ -81,3 +81,36 @@ def test_job_comment_and_partition_skip_the_prolog(slurm, tmp_path):
             assert slurm.job(job)["JobState"] == "COMPLETED", (args, slurm.node_reason())
     finally:
         slurm.configure(HEALTHY)
+
+
+def test_wrapper_drains_when_nodecheck_itself_hangs(slurm, tmp_path):
+    """The last resort: a nodecheck that never returns (stuck in the kernel) is killed by the wrapper's
+    timeout, which drains naming that; the health check lifts the drain once the checks pass."""
+    slurm.configure(HEALTHY)
+    wrapper = tmp_path / "nodecheck-prolog"
+    wrapper.write_text((Path(__file__).parent.parent / "deploy/slurm/nodecheck-slurm").read_text())
+    wrapper.chmod(0o755)
+    stuck = tmp_path / "stuck-nodecheck"
+    stuck.write_text("#!/bin/sh\nsleep 60\n")
+    stuck.chmod(0o755)
+    (tmp_path / "nodecheck.env").write_text(f"NODECHECK={stuck}\nNODECHECK_KILL_AFTER=1\n")
+    started = time.monotonic()
+    run = subprocess.run([str(wrapper)], env={"SLURMD_NODENAME": slurm.name, "SLURM_CONF": str(slurm.conf)},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and time.monotonic() - started < 15 and "killed after 1s" in run.stderr
+    assert slurm.node_reason() == "nodecheck: prolog killed after 1s"
+    slurm.wait_for(lambda: slurm.node_state() == "idle", 30, "the health check to resume the node")
+
+
+def test_healthcheck_dry_run_leaves_an_admin_drain(slurm):
+    slurm.configure(FAULTY)
+    slurm.run("scontrol", "update", f"nodename={slurm.name}", "state=drain", "reason=admin: firmware update")
+    try:
+        run = subprocess.run([str(Path(sys.executable).parent / "nodecheck"), "healthcheck", "--dry-run", "--config",
+                              str(slurm.nodecheck_config)], env={"SLURMD_NODENAME": slurm.name}, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 1  # the checks fail ...
+        assert "no change (already drained by someone else (admin: firmware update)" in run.stdout, run.stdout  # ... the reason stays
+        assert slurm.node_reason() == "admin: firmware update"
+    finally:
+        slurm.configure(HEALTHY)
+        slurm.run("scontrol", "update", f"nodename={slurm.name}", "state=resume")
