@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 import tempfile
 import time
 from pathlib import Path
@@ -263,6 +264,142 @@ def serve(
         _fail(str(error))
     except OSError as error:  # port taken, unreadable certificate ...
         _fail(f"cannot serve on {host}:{port}: {error.strerror or error}")
+
+
+@app.command()
+def scale(
+    params: str = typer.Option(..., "--params", help="Model parameters: 25M, 7B, 1.3e9."),
+    grad_dtype: str = typer.Option("fp32", "--grad-dtype", help="Gradient dtype on the wire: fp32, bf16, fp16."),
+    step_time: Optional[float] = typer.Option(None, "--step-time", help="Compute seconds of one micro-step (forward+backward) on one GPU."),
+    flops: Optional[str] = typer.Option(None, "--flops", help="Instead of --step-time: FLOPs of one micro-step on one GPU (6 x params x tokens)."),
+    peak_tflops: Optional[float] = typer.Option(None, "--peak-tflops", help="With --flops: the GPU's peak TFLOP/s for the dtype (A100 bf16: 312)."),
+    mfu: float = typer.Option(0.5, "--mfu", help="With --flops: the fraction of peak the model reaches."),
+    accum: int = typer.Option(1, "--accum", help="Gradient accumulation steps per optimizer step."),
+    nodes: int = typer.Option(8, "--nodes", help="The largest node count in the table (1, 2, 4 ... up to it)."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="Default: from --from, else 8."),
+    busbw: Optional[str] = typer.Option(None, "--busbw", help="All-reduce busbw across nodes by hand: 1.25GB/s, 100Gbit/s."),
+    intra_busbw: Optional[str] = typer.Option(None, "--intra-busbw", help="All-reduce busbw inside a node (default: --busbw)."),
+    source: Optional[Path] = typer.Option(None, "--from", help="A Report (`nodecheck bench --json` output) or a snapshot."),
+    target: float = typer.Option(0.9, "--target", help="Target efficiency for the bandwidth-needed columns."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw efficiency vs GPUs to this PNG (needs nodecheck[plot])."),
+    as_json: bool = typer.Option(False, "--json", help="Print the table and the levers as JSON."),
+) -> None:
+    """Predict data-parallel scaling: communication per step, efficiency with and without overlap,
+    speed-up, and the busbw needed for --target, from this cluster's measured all-reduce busbw."""
+    from nodecheck import scale as model
+    from nodecheck.units import parse_count
+
+    try:
+        work = model.Workload(parse_count(params), grad_dtype, _micro_step(step_time, flops, peak_tflops, mfu), accum)
+        if grad_dtype not in model.GRAD_BYTES:
+            raise ValueError(f"--grad-dtype {grad_dtype!r}: expected one of {', '.join(model.GRAD_BYTES)}")
+        if accum < 1 or nodes < 1 or (gpus_per_node is not None and gpus_per_node < 1) or not 0 < target < 1:
+            raise ValueError("--accum, --nodes and --gpus-per-node must be at least 1, and --target between 0 and 1")
+        fabric = _fabric(source, busbw, intra_busbw, gpus_per_node, work.grad_bytes)
+    except (ValueError, NodecheckError) as error:
+        _fail(str(error))
+    rows = model.table(work, fabric, nodes, target)
+    levers = model.levers(work, fabric, rows[-1].gpus, target)
+    if plot is not None:
+        _plot(plot, rows, work, fabric)
+    if as_json:
+        typer.echo(json.dumps({"schema": "nodecheck.scale", "workload": {**asdict(work), "grad_bytes": work.grad_bytes},
+                               "fabric": asdict(fabric), "target": target, "rows": [r.to_dict() for r in rows],
+                               "levers": [{"lever": label, **r.to_dict()} for label, r in levers]}, indent=2))
+    else:
+        _print_scale(work, fabric, rows, levers, target)
+
+
+def _micro_step(step_time, flops, peak_tflops, mfu) -> float:
+    from nodecheck.units import parse_count
+
+    if (step_time is None) == (flops is None):
+        raise ValueError("give one of --step-time SECONDS or --flops N (with --peak-tflops and --mfu)")
+    if step_time is not None:
+        if step_time <= 0:
+            raise ValueError(f"--step-time {step_time:g}: must be above zero")
+        return step_time
+    if not peak_tflops or peak_tflops <= 0 or not 0 < mfu <= 1:
+        raise ValueError("--flops needs --peak-tflops above zero and --mfu in (0, 1]")
+    return parse_count(flops) / (peak_tflops * 1e12 * mfu)
+
+
+def _fabric(source, busbw, intra_busbw, gpus_per_node, grad_bytes):
+    from nodecheck import scale as model
+    from nodecheck.units import format_bits, parse_rate
+
+    if busbw is not None:
+        inter = parse_rate(busbw)
+        intra = parse_rate(intra_busbw) if intra_busbw else inter
+        return model.Fabric(gpus_per_node or 8, inter, intra, f"by hand: --busbw {format_bits(inter)}"
+                            + (f", --intra-busbw {format_bits(intra)}" if intra_busbw else ""))
+    if source is None:
+        raise ValueError("give --busbw RATE, or --from a Report (nodecheck bench --json) or a snapshot")
+    try:
+        if source.is_file() and source.suffix == ".json":
+            report = json.loads(source.read_text())
+        else:
+            report, _ = _report(source, None)
+            report = report.to_dict()
+    except (OSError, ValueError) as error:
+        raise NodecheckError(f"{source}: cannot read a Report ({error})") from None
+    try:
+        return model.fabric_from_report(report, gpus_per_node, grad_bytes)
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as error:
+        raise NodecheckError(f"{source}: not a nodecheck Report ({type(error).__name__}: {error})") from None
+    except NodecheckError as error:
+        raise NodecheckError(f"{source}: {error}") from None
+
+
+def _print_scale(work, fabric, rows, levers, target) -> None:
+    from nodecheck.units import format_bytes, format_count
+
+    def rate(value) -> str:
+        return "-" if value is None else "inf" if value == float("inf") else f"{value / 1e9:.3g} GB/s"
+
+    typer.echo(f"gradients: {format_count(work.params)} params x {work.grad_dtype} = {format_bytes(work.grad_bytes)} per step; "
+               f"compute {work.step_s * 1000:.4g} ms per step ({work.accum} x {work.micro_step_s * 1000:.4g} ms)")
+    typer.echo(f"busbw: across nodes {rate(fabric.inter_busbw)}, inside a node {rate(fabric.intra_busbw)} "
+               f"({fabric.source}); {fabric.gpus_per_node} GPUs per node")
+    header = (f"{'GPUs':>5} {'nodes':>5} {'comm/step':>10} {'eff':>6} {'eff(ovl)':>8} {'speed-up':>8} "
+              f"{'busbw for ' + format(target, '.0%'):>14} {'(overlap)':>11}")
+    typer.echo(header)
+    for r in rows:
+        typer.echo(f"{r.gpus:>5} {r.nodes:>5} {r.comm_s * 1000:>8.1f}ms {r.efficiency:>6.1%} {r.efficiency_overlap:>8.1%} "
+                   f"{r.speedup:>7.2f}x {rate(r.needed_busbw):>14} {rate(r.needed_busbw_overlap):>11}")
+    typer.echo(f"levers at {rows[-1].gpus} GPUs (each on top of the previous, no overlap):")
+    for label, r in levers:
+        typer.echo(f"  {label:58} comm {r.comm_s * 1000:7.1f} ms  efficiency {r.efficiency:6.1%}  speed-up {r.speedup:.2f}x")
+
+
+def _plot(path: Path, rows, work, fabric) -> None:
+    from nodecheck.units import format_count
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        _fail("--plot needs matplotlib: pip install 'nodecheck[plot]'")
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    gpus = [r.gpus for r in rows]
+    axes.plot(gpus, [r.efficiency * 100 for r in rows], marker="o", label="no overlap")
+    axes.plot(gpus, [r.efficiency_overlap * 100 for r in rows], marker="s", label="full overlap")
+    axes.set_xscale("log", base=2)
+    axes.set_xticks(gpus, [str(g) for g in gpus])
+    axes.set_ylim(0, 105)
+    axes.set_xlabel("GPUs")
+    axes.set_ylabel("scaling efficiency (%)")
+    axes.set_title(f"{format_count(work.params)} params, {work.grad_dtype} gradients, {work.step_s * 1000:.4g} ms/step")
+    axes.grid(True, alpha=0.3)
+    axes.legend()
+    try:
+        figure.savefig(path, dpi=100, bbox_inches="tight")
+    except OSError as error:
+        _fail(f"cannot write {path}: {error.strerror or error}")
+    finally:
+        plt.close(figure)
 
 
 _DRY_RUN = typer.Option(False, "--dry-run", help="Run the checks and print the drain or resume it would do; never call scontrol.")

@@ -88,3 +88,47 @@ def format_bits(bytes_per_second: float | None) -> str:
         if bits >= scale:
             return f"{bits / scale:g} {unit}"
     return f"{bits:g} bit/s"
+
+
+_QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z/]*)\s*$")
+_RATE_UNITS = {  # bytes per second per unit; bit rates are decimal, as networks quote them
+    "B/s": 1, "b/s": 1 / 8, "kB/s": 1e3, "KB/s": 1e3, "MB/s": 1e6, "GB/s": 1e9, "TB/s": 1e12,
+    "KiB/s": 2**10, "MiB/s": 2**20, "GiB/s": 2**30, "TiB/s": 2**40,
+    "bit/s": 1 / 8, "kbit/s": 1e3 / 8, "Mbit/s": 1e6 / 8, "Gbit/s": 1e9 / 8, "Tbit/s": 1e12 / 8,
+    "Kb/s": 1e3 / 8, "Mb/s": 1e6 / 8, "Gb/s": 1e9 / 8, "Tb/s": 1e12 / 8, "Gbps": 1e9 / 8, "Mbps": 1e6 / 8,
+}
+_COUNT_SUFFIXES = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "m": 1e6, "B": 1e9, "b": 1e9, "G": 1e9, "T": 1e12, "t": 1e12}
+
+
+def parse_rate(text: str) -> float:
+    """'1.25GB/s', '100Gbit/s', '400 Gb/s', '12 GiB/s' -> bytes per second (> 0); 'b' is a bit, 'B' a
+    byte. ValueError says what is accepted."""
+    return _quantity(text, _RATE_UNITS, "a rate with its unit, e.g. 1.25GB/s, 100Gbit/s, 400Gb/s, 12GiB/s")
+
+
+def parse_count(text: str) -> float:
+    """'25M', '10B', '1.3e9', '175b' -> a count (> 0). ValueError otherwise."""
+    return _quantity(text, _COUNT_SUFFIXES, "a count like 25M, 7B, 1.3e9 (suffixes k, M, B/G, T)")
+
+
+def _quantity(text: str, units: dict[str, float], expected: str) -> float:
+    match = _QUANTITY.match(text)
+    if not match or match[2] not in units:
+        raise ValueError(f"{text!r}: expected {expected}")
+    value = float(match[1]) * units[match[2]]
+    if value <= 0:
+        raise ValueError(f"{text!r}: must be above zero")
+    return value
+
+
+def format_bytes(count: float | None) -> str:
+    """Sizes in decimal units, as rates are: 100e6 -> '100 MB', 134217728 -> '134 MB'."""
+    return "unknown" if count is None else format_count(count, "B")
+
+
+def format_count(count: float, unit: str = "") -> str:
+    """25e6 -> '25M', 1.3e9 -> '1.3G' (with unit 'B': '25 MB')."""
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3g} {prefix}{unit}" if unit else f"{count / scale:.3g}{prefix}"
+    return f"{count:.3g} {unit}".strip()

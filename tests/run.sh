@@ -19,5 +19,5 @@ fi
 python3 -m venv .venv
 # torch CPU 2.13.0 first (a local wheel on the CI machine): asked for as a range, pip would fetch a CUDA build
 .venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0 numpy
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,bench,web]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,bench,web,plot]'
 exec .venv/bin/python -m pytest -ra "$@"

@@ -1,7 +1,8 @@
 from hypothesis import given, strategies as st
 import pytest
 
-from nodecheck.units import format_bits, format_cpulist, format_rate, hwloc_bitmap_to_set, mask_words_to_cpus, parse_cpulist
+from nodecheck.units import (format_bits, format_cpulist, format_rate, hwloc_bitmap_to_set, mask_words_to_cpus, parse_count,
+                             parse_cpulist, parse_rate)
 
 
 def test_cpulist_forms():
@@ -35,3 +36,22 @@ def test_rates_in_people_units():
     assert format_rate(63.0e9) == "63.0 GB/s"
     assert format_bits(12.5e9) == "100 Gbit/s"
     assert format_rate(None) == "unknown"
+
+
+@pytest.mark.parametrize("text,value", [("1.25GB/s", 1.25e9), ("100Gbit/s", 12.5e9), ("400 Gb/s", 50e9), ("12GiB/s", 12 * 2**30),
+                                        ("800Mbps", 100e6), ("2.5e9B/s", 2.5e9)])
+def test_parse_rate(text, value):
+    assert parse_rate(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text,value", [("25M", 25e6), ("10B", 10e9), ("1.3e9", 1.3e9), ("175b", 175e9), ("7k", 7e3)])
+def test_parse_count(text, value):
+    assert parse_count(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["", "fast", "10 parsecs", "-1GB/s", "0Gbit/s", "1e3 GB", "25X", "0M", "Ⅻ"])
+def test_parse_rate_and_count_refuse_with_a_reason(text):
+    with pytest.raises(ValueError, match="expected|above zero"):
+        parse_rate(text)
+    with pytest.raises(ValueError, match="expected|above zero"):
+        parse_count(text)

@@ -1,0 +1,165 @@
+"""`nodecheck scale`: will data-parallel training scale to N GPUs with this cluster's bandwidth?
+(seeds 000, 001, 002). Pure arithmetic; the CLI gathers the inputs.
+
+Per optimizer step every GPU all-reduces the gradients. With nccl-tests' convention
+busbw = algbw x 2(n-1)/n, the all-reduce of B bytes over n GPUs takes
+
+    Tc = 2(n-1)/n x B / busbw        (0 on one GPU)
+
+and with Ts the compute time of a step (micro-step time x accumulation steps):
+
+    efficiency without overlap  Ts / (Ts + Tc)
+    efficiency with full overlap  Ts / max(Ts, Tc)   (communication hidden behind the backward pass)
+    speed-up over one GPU  n x efficiency
+
+Inside one node the intra-node busbw applies; across nodes the inter-node busbw (the slowest hop
+of a hierarchical all-reduce).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+GRAD_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+@dataclass(frozen=True)
+class Workload:
+    params: float
+    grad_dtype: str  # fp32, bf16, fp16
+    micro_step_s: float  # compute of one forward+backward on one GPU
+    accum: int = 1  # gradient accumulation steps per optimizer step
+
+    @property
+    def grad_bytes(self) -> float:
+        return self.params * GRAD_BYTES[self.grad_dtype]
+
+    @property
+    def step_s(self) -> float:
+        return self.micro_step_s * self.accum
+
+
+@dataclass(frozen=True)
+class Fabric:
+    gpus_per_node: int
+    inter_busbw: float  # bytes/s, all-reduce across nodes
+    intra_busbw: float  # bytes/s, all-reduce inside one node
+    source: str  # where the figures come from (measured path, spec, by hand)
+    nics: int = 1  # the inter-node busbw scales with NICs used (seed 001's second port)
+
+
+@dataclass
+class Row:
+    gpus: int
+    nodes: int
+    busbw: float | None
+    comm_s: float
+    step_s: float
+    efficiency: float  # no overlap
+    efficiency_overlap: float
+    speedup: float
+    needed_busbw: float | None  # for the target efficiency, without overlap
+    needed_busbw_overlap: float | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def comm_time(gpus: int, grad_bytes: float, busbw: float) -> float:
+    return 0.0 if gpus <= 1 else 2 * (gpus - 1) / gpus * grad_bytes / busbw
+
+
+def needed_busbw(gpus: int, grad_bytes: float, step_s: float, target: float, overlap: bool) -> float | None:
+    """The busbw at which efficiency reaches `target` (None on one GPU: nothing to communicate)."""
+    if gpus <= 1:
+        return None
+    allowed = step_s / target if overlap else step_s * (1 / target - 1)  # the Tc that still meets the target
+    return 2 * (gpus - 1) / gpus * grad_bytes / allowed if allowed > 0 else float("inf")
+
+
+def row(work: Workload, fabric: Fabric, gpus: int, target: float) -> Row:
+    nodes = max(1, -(-gpus // fabric.gpus_per_node))
+    busbw = None if gpus <= 1 else fabric.intra_busbw if nodes == 1 else fabric.inter_busbw * fabric.nics
+    comm = comm_time(gpus, work.grad_bytes, busbw) if busbw else 0.0
+    eff = work.step_s / (work.step_s + comm)
+    eff_overlap = work.step_s / max(work.step_s, comm)
+    return Row(gpus, nodes, busbw, comm, work.step_s, eff, eff_overlap, gpus * eff,
+               needed_busbw(gpus, work.grad_bytes, work.step_s, target, False),
+               needed_busbw(gpus, work.grad_bytes, work.step_s, target, True))
+
+
+def gpu_counts(gpus_per_node: int, max_nodes: int) -> list[int]:
+    """1 GPU, one full node, then 2, 4, 8 ... nodes up to max_nodes (and max_nodes itself)."""
+    nodes = [1]
+    while nodes[-1] * 2 <= max_nodes:
+        nodes.append(nodes[-1] * 2)
+    if nodes[-1] != max_nodes:
+        nodes.append(max_nodes)
+    counts = [1] + [n * gpus_per_node for n in nodes]
+    return sorted(set(counts))
+
+
+def table(work: Workload, fabric: Fabric, max_nodes: int, target: float) -> list[Row]:
+    return [row(work, fabric, gpus, target) for gpus in gpu_counts(fabric.gpus_per_node, max_nodes)]
+
+
+def levers(work: Workload, fabric: Fabric, gpus: int, target: float) -> list[tuple[str, Row]]:
+    """Seed 001's levers, each added on top of the previous: bf16 gradients, 2 accumulation steps, a
+    second NIC (across nodes only)."""
+    steps = [("as given", work, fabric)]
+    if work.grad_dtype == "fp32":
+        work = replace(work, grad_dtype="bf16")
+        steps.append(("+ bf16 gradients (half the bytes)", work, fabric))
+    work = replace(work, accum=work.accum * 2)
+    steps.append((f"+ {work.accum} accumulation steps (communicate half as often)", work, fabric))
+    if gpus > fabric.gpus_per_node:
+        fabric = replace(fabric, nics=fabric.nics * 2)
+        steps.append((f"+ {'a second' if fabric.nics == 2 else 'twice the'} NIC (twice the inter-node busbw)", work, fabric))
+    return [(label, row(w, f, gpus, target)) for label, w, f in steps]
+
+
+def pick_row(rows: list[dict], grad_bytes: float) -> dict | None:
+    """The smallest measured payload at least as large as the gradients (busbw grows with the payload
+    until it saturates); gradients past the largest payload take the largest."""
+    if not rows:
+        return None
+    larger = [r for r in rows if r["size_bytes"] >= grad_bytes]
+    return min(larger, key=lambda r: r["size_bytes"]) if larger else max(rows, key=lambda r: r["size_bytes"])
+
+
+def fabric_from_report(report: dict, gpus_per_node: int | None, grad_bytes: float) -> Fabric:
+    """Intra- and inter-node all-reduce busbw from a Report (`nodecheck bench --json`), at the payload
+    the gradients give (pick_row over the measured sweep); without measurements, the specs of the
+    slowest GPU pair and NIC, said so."""
+    from nodecheck.errors import NodecheckError
+    from nodecheck.units import format_bytes
+
+    measured = [m for m in report.get("measurements", []) if m.get("ok") and m.get("test") in ("allreduce", "nccl_tests")]
+    intra = [m for m in measured if ":node-" in m["path"]]
+    inter = [m for m in measured if m["path"].endswith("-ranks")]
+    if inter:
+        nodes = {n.get("node") for n in inter[0].get("details", {}).get("nodes", [])} or {None}
+        ranks = int(inter[0]["path"].split(":")[1].split("-")[0])
+        gpus_per_node = gpus_per_node or max(1, ranks // len(nodes))
+    gpus_per_node = gpus_per_node or len(report.get("gpus", [])) or 1
+    if intra or inter:
+        (inter_bw, inter_at), (intra_bw, intra_at) = (_busbw_at(m, grad_bytes) for m in ((inter or intra)[0], (intra or inter)[0]))
+        inter_path, intra_path = (inter or intra)[0]["path"], (intra or inter)[0]["path"]
+        return Fabric(gpus_per_node, inter_bw, intra_bw,
+                      f"measured: {inter_path} at {format_bytes(inter_at)}, {intra_path} at {format_bytes(intra_at)}")
+    specs = {p["path"]: p["bytes_per_second"] for p in report.get("paths", []) if p.get("bytes_per_second")}
+    nic_specs = [v for k, v in specs.items() if k.startswith("nic:")]
+    pair_specs = [v for k, v in specs.items() if k.count("gpu") == 2]
+    if not nic_specs:
+        raise NodecheckError("it holds no all-reduce measurement and no NIC speed: run `nodecheck bench --tests "
+                             "allreduce --json` under torchrun/srun and pass that, or give --busbw")
+    return Fabric(gpus_per_node, min(nic_specs), min(pair_specs) if pair_specs else min(nic_specs),
+                  "spec, not measured (slowest NIC; slowest GPU pair): applications reach ~80% of it")
+
+
+def _busbw_at(measurement: dict, grad_bytes: float) -> tuple[float, float]:
+    rows = [r for r in measurement.get("details", {}).get("rows", []) if isinstance(r, dict) and "busbw" in r]
+    chosen = pick_row(rows, grad_bytes)
+    if chosen is None:
+        return measurement["bytes_per_second"], measurement.get("payload_bytes") or 0
+    return chosen["busbw"], chosen["size_bytes"]
