@@ -79,6 +79,8 @@ def snapshot(
     from nodecheck.host import LiveHost
     from nodecheck.snapshot import RecordingHost
 
+    if out.is_symlink():  # dangling or not: nodecheck runs as root and must not write where a link points
+        _fail(f"{out} is a symbolic link: give the real path")
     if out.exists() and (out.is_file() or any(out.iterdir())):
         _fail(f"{out} already exists and is not empty")
     try:
@@ -443,7 +445,7 @@ def _slurm_check(mode: str, dry_run: bool, as_json: bool, source: Optional[Path]
     try:
         config = config_module.load(config_path)
     except ConfigError as error:
-        outcome = checks.config_failure(mode, str(error), None, dry_run)
+        outcome = checks.config_failure(str(error), dry_run)
     else:
         try:
             with tempfile.TemporaryDirectory(prefix="nodecheck-snapshot-") as workdir:
@@ -500,8 +502,17 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 def main() -> None:
+    import signal
+
+    from nodecheck.host import kill_running_commands
+
+    # SIGTERM (systemd, Slurm, a timeout) ends nodecheck like Ctrl-C: `finally` blocks remove temporary
+    # files (an extracted snapshot), and commands it started are ended with it
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         app()
     except ConfigError as error:  # raised outside a command body (should not happen, but never a traceback)
         typer.echo(f"nodecheck: {error}", err=True)
         sys.exit(EXIT_USAGE)
+    finally:
+        kill_running_commands()

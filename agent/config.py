@@ -4,7 +4,9 @@ starting config (like NHC's genconf), so a fleet is checked against its own gold
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,15 +86,39 @@ def load(path: Path | None) -> Config:
         if not DEFAULT_PATH.is_file():
             return Config()
         path = DEFAULT_PATH
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read config ({error.strerror or error})") from None
+    text = read_config_text(path, "config")
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: not valid TOML ({error})") from None
+    except (tomllib.TOMLDecodeError, RecursionError) as error:
+        raise ConfigError(f"{path}: not valid TOML ({str(error)[:200]})") from None
+    except ValueError as error:  # an integer of thousands of digits (Python's int limit)
+        raise ConfigError(f"{path}: not valid TOML ({str(error)[:200]})") from None
     return parse(data, str(path))
+
+
+MAX_CONFIG_BYTES = 1024 * 1024
+
+
+def read_config_text(path: Path, what: str) -> str:
+    """A config file's UTF-8 text: a regular file of at most MAX_CONFIG_BYTES. A FIFO, a device
+    (/dev/zero), a directory or bytes that are not UTF-8 are a ConfigError naming the file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read {what} ({error.strerror or error})") from None
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"{path}: cannot read {what} (not a regular file)")
+        try:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+        except OSError as error:
+            raise ConfigError(f"{path}: cannot read {what} ({error.strerror or error})") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: {what} larger than {MAX_CONFIG_BYTES >> 20} MiB: not read")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: {what} is not UTF-8 text (byte {error.start})") from None
 
 
 def parse(data: dict, source: str) -> Config:

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import os
 import platform
+import selectors
 import signal
 import socket
+import stat
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Protocol, TypeVar
 
 from nodecheck import __version__
 from nodecheck.errors import NoData, NodecheckError, ProbeFailed, TimedOut
+from nodecheck.limits import MAX_COMMAND_OUTPUT, MAX_SYSFS_FILE
 
 T = TypeVar("T")
 
@@ -41,8 +45,20 @@ class Host(Protocol):
     def identity(self) -> dict: ...
 
 
-def call_with_timeout(fn: Callable[[], T], timeout: float, what: str) -> T:
-    """Run fn in a daemon thread; a call stuck in a driver cannot hold the caller past timeout."""
+_stuck: dict[str, tuple[threading.Thread, float]] = {}  # single-flight key -> the call that has not returned
+_stuck_lock = threading.Lock()
+
+
+def call_with_timeout(fn: Callable[[], T], timeout: float, what: str, single_flight: bool = False) -> T:
+    """Run fn in a daemon thread; a call stuck in a driver cannot hold the caller past timeout.
+    single_flight: while an earlier call named `what` is still stuck, fail at once instead of starting
+    another (a hung NVML would otherwise gain a thread every probe round)."""
+    if single_flight:
+        with _stuck_lock:
+            previous = _stuck.get(what)
+            if previous is not None and previous[0].is_alive():
+                raise TimedOut(f"{what} has not returned from a call made {time.monotonic() - previous[1]:.0f} s ago; "
+                               "not calling it again until it does")
     box: dict = {}
 
     def target() -> None:
@@ -55,6 +71,9 @@ def call_with_timeout(fn: Callable[[], T], timeout: float, what: str) -> T:
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
+        if single_flight:
+            with _stuck_lock:
+                _stuck[what] = (thread, time.monotonic() - timeout)
         raise TimedOut(f"{what} did not answer within {timeout:g} s")
     if "error" in box:
         raise box["error"]
@@ -62,8 +81,9 @@ def call_with_timeout(fn: Callable[[], T], timeout: float, what: str) -> T:
 
 
 def run_command(argv: list[str], timeout: float, env: dict[str, str] | None = None, what: str | None = None,
-                ok_returncodes: tuple[int, ...] = (0,)) -> str:
-    """Run argv (never through a shell) with a hard timeout that kills its whole process group.
+                ok_returncodes: tuple[int, ...] = (0,), max_output: int = MAX_COMMAND_OUTPUT) -> str:
+    """Run argv (never through a shell) with a hard timeout that kills its whole process group, and
+    at most max_output bytes of stdout (and of stderr) kept: a command printing more is killed.
     `what` names the command in messages (default: the command line)."""
     what = what or " ".join(argv)
     env = dict(os.environ if env is None else env, LC_ALL="C")
@@ -76,17 +96,66 @@ def run_command(argv: list[str], timeout: float, env: dict[str, str] | None = No
         raise NoData(f"{argv[0]} not found on PATH") from None
     except OSError as error:
         raise ProbeFailed(f"cannot run {argv[0]}: {error}") from None
+    with _running_lock:
+        _running.add(proc)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = _bounded_communicate(proc, timeout, max_output)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         raise TimedOut(f"{what} did not finish within {timeout:g} s and was killed") from None
+    except OverflowError:
+        _kill_group(proc)
+        raise ProbeFailed(f"{what} printed more than {max_output >> 20} MiB and was killed") from None
+    finally:
+        with _running_lock:
+            _running.discard(proc)
     stdout = out.decode("utf-8", errors="replace")
     if proc.returncode not in ok_returncodes:
         detail = (err.decode("utf-8", errors="replace").strip() or stdout.strip()).splitlines()
         reason = detail[-1][:200] if detail else "no output"
         raise ProbeFailed(f"{what} exited with {proc.returncode}: {reason}")
     return stdout
+
+
+def _bounded_communicate(proc: subprocess.Popen, timeout: float, limit: int) -> tuple[bytes, bytes]:
+    """proc.communicate() with a cap on what is kept: OverflowError past `limit` bytes on a pipe."""
+    deadline = time.monotonic() + timeout
+    buffers = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    with selectors.DefaultSelector() as selector:
+        for pipe in buffers:
+            selector.register(pipe, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, timeout)
+            for key, _ in selector.select(left):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                buffers[key.fileobj] += chunk
+                if len(buffers[key.fileobj]) > limit:
+                    raise OverflowError
+    for pipe in buffers:
+        pipe.close()
+    proc.wait(max(0.01, deadline - time.monotonic()))
+    return bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr])
+
+
+_running: set[subprocess.Popen] = set()  # commands started by run_command that have not ended
+_running_lock = threading.Lock()
+
+
+def kill_running_commands() -> None:
+    """End every command still running (each in its own process group), as a daemon stops: a hung
+    nvidia-smi must not outlive the nodecheck that started it."""
+    with _running_lock:
+        procs = list(_running)
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -114,10 +183,7 @@ class LiveHost:
         return run_command(argv, timeout)
 
     def read_text(self, path: str) -> str | None:
-        try:
-            return self._path(path).read_text(errors="replace")
-        except OSError:  # absent, or sysfs refusing (speed of a down link: EINVAL)
-            return None
+        return read_bounded(self._path(path), MAX_SYSFS_FILE)
 
     def read_link(self, path: str) -> str | None:
         try:
@@ -134,7 +200,7 @@ class LiveHost:
     def nvml(self, timeout: float) -> dict:
         from nodecheck.probes.nvml import dump_nvml  # pynvml is imported only when NVML is asked
 
-        return call_with_timeout(dump_nvml, timeout, "NVML")
+        return call_with_timeout(dump_nvml, timeout, "NVML", single_flight=True)
 
     def addresses(self) -> dict[str, list[dict]]:
         import psutil
@@ -154,6 +220,26 @@ class LiveHost:
         uname = platform.uname()
         return {"hostname": socket.gethostname(), "kernel": uname.release, "machine": uname.machine,
                 "nodecheck_version": __version__}
+
+
+def read_bounded(path: Path, limit: int) -> str | None:
+    """A regular file's text (at most `limit` bytes, else ProbeFailed); None when it does not exist or
+    cannot be read (sysfs refuses some reads: the speed of a down link is EINVAL). Never blocks on a
+    FIFO or a device."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as file:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            data = file.read(limit + 1)
+        except OSError:
+            return None
+    if len(data) > limit:
+        raise ProbeFailed(f"{path} is larger than {limit} bytes: not read")
+    return data.decode("utf-8", errors="replace")
 
 
 def _prefixlen(netmask: str) -> int:

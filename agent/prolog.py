@@ -60,7 +60,6 @@ class Verdict:
     checks: list[CheckRun]
     findings: list[Finding]
     failing: list[Finding]
-    skipped: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -197,7 +196,6 @@ def plan_action(verdict: Verdict, state: NodeState | None, healthcheck: bool) ->
     return "none", "checks passed"
 
 
-
 @dataclass
 class Outcome:
     verdict: Verdict | None
@@ -237,15 +235,17 @@ def execute(mode: str, host, config, environ: dict[str, str], dry_run: bool) -> 
     return _apply(scontrol, Outcome(verdict, action, detail, False), node, dry_run)
 
 
-def config_failure(mode: str, config_error: str, slurm_conf: str | None, dry_run: bool) -> Outcome:
+def config_failure(config_error: str, dry_run: bool) -> Outcome:
     """A broken config: the node cannot be checked, so it is drained saying why (the health check
-    resumes it once the config is fixed and the checks pass)."""
+    resumes it once the config is fixed and the checks pass). Slurm settings: the defaults."""
+    from nodecheck.config import SlurmSettings
     from nodecheck.slurm import Scontrol, node_name
 
-    node = node_name(None)
+    slurm = SlurmSettings()
+    node = node_name(slurm.node_name)
     reason = f"{REASON_PREFIX} config error: {config_error}"[:MAX_REASON]
     verdict = Verdict(node, [], [], [Finding("check_failed", "error", "config", "invalid", "valid", config_error)])
-    return _apply(Scontrol(slurm_conf, 10.0), Outcome(verdict, "drain", reason, False), node, dry_run)
+    return _apply(Scontrol(slurm.conf, slurm.scontrol_timeout_s), Outcome(verdict, "drain", reason, False), node, dry_run)
 
 
 def _apply(scontrol, outcome: Outcome, node: str, dry_run: bool) -> Outcome:

@@ -72,16 +72,18 @@ def collect_peers(names: list[str], local_names: set[str], policy: ProximityPoli
 def _examine(name: str, local_addresses: set[str], policy: ProximityPolicy, timeout: float) -> Peer:
     peer = Peer(name)
     deadline = time.monotonic() + timeout
+
+    def left() -> float:  # what remains of this peer's share, never quite nothing
+        return max(0.1, deadline - time.monotonic())
+
     try:
-        peer.address = call_with_timeout(lambda: _resolve(name, policy.port), max(0.1, deadline - time.monotonic()),
-                                         f"resolving {name}")
+        peer.address = call_with_timeout(lambda: _resolve(name, policy.port), left(), f"resolving {name}")
         if peer.address in local_addresses:
             return peer
-        route = call_with_timeout(lambda: route_to(peer.address, policy.interface), max(0.1, deadline - time.monotonic()),
-                                  f"route to {name}")
+        route = call_with_timeout(lambda: route_to(peer.address, policy.interface), left(), f"route to {name}")
         peer.interface, peer.gateway, networks = route
         peer.same_subnet, peer.subnet = in_subnet(peer.address, networks, peer.gateway)
-        peer.rtt_ms = connect_rtt_ms(peer.address, policy.port, min(policy.connect_timeout_s, max(0.1, deadline - time.monotonic())))
+        peer.rtt_ms = connect_rtt_ms(peer.address, policy.port, min(policy.connect_timeout_s, left()))
     except NodecheckError as error:
         peer.error = str(error)
     return peer
@@ -96,10 +98,9 @@ def _resolve(name: str, port: int) -> str:
 
 
 def _local_addresses() -> set[str]:
-    import psutil
+    from nodecheck.host import LiveHost
 
-    return {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs
-            if a.family in (socket.AF_INET, socket.AF_INET6)}
+    return {entry["address"] for entries in LiveHost().addresses().values() for entry in entries}
 
 
 def route_to(address: str, interface: str | None) -> tuple[str, str | None, list[str]]:

@@ -143,10 +143,10 @@ def fabric_from_report(report: dict, gpus_per_node: int | None, grad_bytes: floa
         gpus_per_node = gpus_per_node or max(1, ranks // len(nodes))
     gpus_per_node = gpus_per_node or len(report.get("gpus", [])) or 1
     if intra or inter:
-        (inter_bw, inter_at), (intra_bw, intra_at) = (_busbw_at(m, grad_bytes) for m in ((inter or intra)[0], (intra or inter)[0]))
-        inter_path, intra_path = (inter or intra)[0]["path"], (intra or inter)[0]["path"]
-        return Fabric(gpus_per_node, inter_bw, intra_bw,
-                      f"measured: {inter_path} at {format_bytes(inter_at)}, {intra_path} at {format_bytes(intra_at)}")
+        across, inside = (inter or intra)[0], (intra or inter)[0]  # one measured level stands for both
+        (across_bw, across_at), (inside_bw, inside_at) = _busbw_at(across, grad_bytes), _busbw_at(inside, grad_bytes)
+        return Fabric(gpus_per_node, across_bw, inside_bw, f"measured: {across['path']} at {format_bytes(across_at)}, "
+                                                           f"{inside['path']} at {format_bytes(inside_at)}")
     specs = {p["path"]: p["bytes_per_second"] for p in report.get("paths", []) if p.get("bytes_per_second")}
     nic_specs = [v for k, v in specs.items() if k.startswith("nic:")]
     pair_specs = [v for k, v in specs.items() if k.count("gpu") == 2]

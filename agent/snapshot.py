@@ -15,13 +15,17 @@ A snapshot may hold only some sources: the rest replay as "no data".
 from __future__ import annotations
 
 import json
+import os
 import tarfile
 import tempfile
 import time
-from pathlib import Path
+import zlib
+from pathlib import Path, PurePosixPath
 
 from nodecheck.errors import NoData, NodecheckError, ProbeFailed, TimedOut
-from nodecheck.host import Host
+from nodecheck.host import Host, read_bounded
+from nodecheck.limits import (MAX_COMMAND_OUTPUT, MAX_JSON_DOCUMENT, MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_MEMBERS,
+                              MAX_SYSFS_FILE)
 
 _FAILURES = {"no_data": NoData, "failed": ProbeFailed, "timed_out": TimedOut}
 
@@ -90,12 +94,23 @@ class RecordingHost:
 
     def write(self, out: Path) -> Path:
         """Write the snapshot to directory `out`, or to a tarball when out ends in .tar.gz."""
+        if out.is_symlink():
+            raise NodecheckError(f"{out} is a symbolic link: refusing to write through it")
         if str(out).endswith(".tar.gz"):
-            with tempfile.TemporaryDirectory() as tmp:
-                root = Path(tmp) / out.name[: -len(".tar.gz")]
-                self._write_dir(root)
-                with tarfile.open(out, "w:gz") as tar:
-                    tar.add(root, arcname=root.name)
+            # built beside out and renamed over it: never half a tarball, never through a link at out
+            with tempfile.TemporaryDirectory() as tmp, \
+                    tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", delete=False) as part:
+                try:
+                    root = Path(tmp) / out.name[: -len(".tar.gz")]
+                    self._write_dir(root)
+                    with tarfile.open(fileobj=part, mode="w:gz") as tar:
+                        tar.add(root, arcname=root.name)
+                    part.flush()
+                    os.fsync(part.fileno())
+                    os.replace(part.name, out)
+                except BaseException:
+                    os.unlink(part.name)
+                    raise
             return out
         self._write_dir(out)
         return out
@@ -118,87 +133,169 @@ class RecordingHost:
 
 
 class SnapshotHost:
-    """Replays a snapshot directory. Sources it does not hold are 'no data'."""
+    """Replays a snapshot directory. Sources it does not hold are 'no data'.
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.label = f"snapshot:{root}"
-        self.sources = self._json("sources.json") or {}
-        self.links = self._json("fs-links.json") or {}
-        self.dirs = self._json("fs-dirs.json") or {}
+    A snapshot is untrusted input (it comes with support tickets, and nodecheck often runs as root):
+    every read stays inside the snapshot's root (a symbolic link out of it, or a `..` in a name it
+    lists, is refused), reads only regular files, and is bounded in size; every JSON document is
+    checked for its shape before use."""
 
-    def _json(self, name: str):
-        path = self.root / name
-        if not path.is_file():
+    def __init__(self, root: Path, label: str | None = None) -> None:
+        self.root = Path(os.path.realpath(root))
+        self.label = label or f"snapshot:{root}"
+        self.sources = self._json("sources.json", _sources_shape) or {}
+        self.links = self._json("fs-links.json", _links_shape) or {}
+        self.dirs = self._json("fs-dirs.json", _dirs_shape) or {}
+
+    def _inside(self, relative: str) -> Path:
+        """root/relative with every link resolved; ProbeFailed when that leaves the root."""
+        if ".." in PurePosixPath(relative).parts:
+            raise ProbeFailed(f"snapshot: {relative[:120]!r} climbs out of the snapshot with '..': refused")
+        resolved = os.path.realpath(self.root / relative.lstrip("/"))
+        if resolved != str(self.root) and not resolved.startswith(str(self.root) + os.sep):
+            raise ProbeFailed(f"snapshot: {relative[:120]!r} is a link that leads outside the snapshot: refused")
+        return Path(resolved)
+
+    def _read(self, relative: str, limit: int) -> str | None:
+        return read_bounded(self._inside(relative), limit)
+
+    def _json(self, name: str, shape=None):
+        text = self._read(name, MAX_JSON_DOCUMENT)
+        if text is None:
             return None
         try:
-            return json.loads(path.read_text())
-        except ValueError as error:
-            raise NodecheckError(f"{path}: not valid JSON ({error})") from None
+            value = json.loads(text)
+        except (ValueError, RecursionError) as error:
+            raise NodecheckError(f"{self.root / name}: not valid JSON ({str(error)[:200]})") from None
+        if shape is not None and not shape(value):
+            raise NodecheckError(f"{self.root / name}: not what nodecheck writes there ({_SHAPES[shape]})")
+        return value
 
     def _replay_failure(self, source: str) -> None:
         entry = self.sources.get(source, {})
         if entry.get("outcome") in _FAILURES:
-            raise _FAILURES[entry["outcome"]](f"{entry.get('error', 'failed')} (replayed from snapshot)")
+            raise _FAILURES[entry["outcome"]](f"{str(entry.get('error', 'failed'))[:500]} (replayed from snapshot)")
         raise NoData(f"{source} is not in the snapshot")
 
     def command(self, source: str, argv: list[str], timeout: float) -> str:
-        path = self.root / source
-        if path.is_file():
-            return path.read_text(errors="replace")
+        text = self._read(source, MAX_COMMAND_OUTPUT)
+        if text is not None:
+            return text
         self._replay_failure(source)
 
     def read_text(self, path: str) -> str | None:
-        file = self.root / "fs" / path.lstrip("/")
-        return file.read_text(errors="replace") if file.is_file() else None
+        return self._read("fs/" + path.lstrip("/"), MAX_SYSFS_FILE)
 
     def read_link(self, path: str) -> str | None:
         return self.links.get(path)
 
     def list_dir(self, path: str) -> list[str]:
         if path in self.dirs:
-            return list(self.dirs[path])
-        directory = self.root / "fs" / path.lstrip("/")
-        return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+            names = self.dirs[path]
+        else:
+            directory = self._inside("fs/" + path.lstrip("/"))
+            names = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+        # a listed name is one path component: `../../etc` would walk out of the tree
+        return [name for name in names if name not in ("", ".", "..") and "/" not in name and "\0" not in name]
 
     def nvml(self, timeout: float) -> dict:
         return self._document("nvml.json")
 
     def addresses(self) -> dict[str, list[dict]]:
         try:
-            return self._document("addresses.json")
+            return self._document("addresses.json", _addresses_shape)
         except NoData:
             return {}
 
     def identity(self) -> dict:
         try:
-            return self._document("identity.json")
+            return self._document("identity.json", _identity_shape)
         except NoData:
             return {}
 
-    def _document(self, source: str):
-        value = self._json(source)
+    def _document(self, source: str, shape=None):
+        value = self._json(source, shape)
         if value is None:
             self._replay_failure(source)
         return value
 
 
+def _str_map(value, of) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and of(v) for k, v in value.items())
+
+
+def _scalar(value) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _sources_shape(value) -> bool:
+    return _str_map(value, lambda entry: _str_map(entry, lambda v: _scalar(v) or _argv(v)))
+
+
+def _argv(value) -> bool:
+    return isinstance(value, list) and all(isinstance(a, str) for a in value)
+
+
+def _links_shape(value) -> bool:
+    return _str_map(value, lambda v: isinstance(v, str))
+
+
+def _dirs_shape(value) -> bool:
+    return _str_map(value, lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v))
+
+
+def _addresses_shape(value) -> bool:
+    return _str_map(value, lambda v: isinstance(v, list) and all(_str_map(e, _scalar) for e in v))
+
+
+def _identity_shape(value) -> bool:
+    return _str_map(value, _scalar)
+
+
+_SHAPES = {
+    _sources_shape: "an object of source name -> {argv, outcome, error}",
+    _links_shape: "an object of path -> link target",
+    _dirs_shape: "an object of path -> list of names",
+    _addresses_shape: "an object of interface -> list of {family, address, prefixlen}",
+    _identity_shape: "an object of plain values",
+}
+
+
 def open_snapshot(path: Path, workdir: Path) -> SnapshotHost:
-    """A SnapshotHost for a directory or a .tar.gz (extracted under workdir, regular files only)."""
+    """A SnapshotHost for a directory or a .tar.gz (extracted under workdir: regular files and
+    directories only, at most MAX_SNAPSHOT_MEMBERS of them and MAX_SNAPSHOT_BYTES in all, refused
+    whole beyond that). The caller removes workdir on every exit path."""
     if path.is_dir():
         return SnapshotHost(path)
     if not path.is_file():
         raise NodecheckError(f"snapshot {path} does not exist")
     try:
         with tarfile.open(path) as tar:
-            members = [m for m in tar.getmembers() if (m.isfile() or m.isdir()) and _safe(m.name)]
+            members = _bounded_members(tar, path)
             safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
             tar.extractall(workdir, members=members, **safe)
-    except (tarfile.TarError, OSError) as error:
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
         raise NodecheckError(f"snapshot {path}: cannot read it as a tarball ({error})") from None
     tops = {Path(m.name).parts[0] for m in members}
     top = workdir / tops.pop() if len(tops) == 1 else workdir
-    return SnapshotHost(top if top.is_dir() else workdir)
+    return SnapshotHost(top if top.is_dir() else workdir, label=f"snapshot:{path}")
+
+
+def _bounded_members(tar: tarfile.TarFile, path: Path) -> list[tarfile.TarInfo]:
+    """The members to extract, read one header at a time so a tar bomb is refused before it is written."""
+    members, total, seen = [], 0, 0
+    while (member := tar.next()) is not None:
+        seen += 1
+        if seen > MAX_SNAPSHOT_MEMBERS:
+            raise NodecheckError(f"snapshot {path}: more than {MAX_SNAPSHOT_MEMBERS} members: not a nodecheck snapshot")
+        if not (member.isreg() or member.isdir()) or member.issparse() or not _safe(member.name):
+            continue  # links, devices, FIFOs, sparse files and names outside the tree are never extracted
+        total += member.size
+        if total > MAX_SNAPSHOT_BYTES:
+            raise NodecheckError(f"snapshot {path}: more than {MAX_SNAPSHOT_BYTES >> 20} MiB once extracted: "
+                                 "not a nodecheck snapshot")
+        members.append(member)
+    return members
 
 
 def _safe(name: str) -> bool:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _CPULIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+# Linux's NR_CPUS tops out at 8192; a CPU number far past it is a corrupt or hostile input, and
+# expanding `0-4294967295` would take gigabytes
+MAX_CPU_ID = 65535
+MAX_CPULIST_CHARS = 64 * 1024
 
 
 _INTEGER = re.compile(r"-?[0-9]+")
@@ -12,7 +17,8 @@ _INTEGER = re.compile(r"-?[0-9]+")
 
 def to_int(text: str | None) -> int | None:
     """'42' -> 42, '-1' -> -1; None for anything else (str.isdigit() accepts '²', which int() refuses)."""
-    return int(text) if text is not None and _INTEGER.fullmatch(text) else None
+    # 30 characters: more than any count a source reports, and int() of thousands of digits is slow
+    return int(text) if text is not None and len(text) <= 30 and _INTEGER.fullmatch(text) else None
 
 
 def is_cpulist(text: str) -> bool:
@@ -24,14 +30,16 @@ def parse_cpulist(text: str) -> list[int]:
     text = text.strip()
     if not text:
         return []
-    if not is_cpulist(text):
-        raise ValueError(f"not a cpulist: {text!r}")
+    if len(text) > MAX_CPULIST_CHARS or not is_cpulist(text):
+        raise ValueError(f"not a cpulist: {text[:80]!r}")
     cpus: set[int] = set()
     for part in text.split(","):
         lo, _, hi = part.partition("-")
+        if max(len(lo), len(hi)) > 6 or int(hi or lo) > MAX_CPU_ID:  # 6 digits: int() stays cheap
+            raise ValueError(f"CPU {(hi or lo)[:20]} in cpulist: no machine has more than {MAX_CPU_ID + 1} CPUs")
         first, last = int(lo), int(hi or lo)
         if last < first:
-            raise ValueError(f"descending range in cpulist: {part!r}")
+            raise ValueError(f"descending range in cpulist: {part[:40]!r}")
         cpus.update(range(first, last + 1))
     return sorted(cpus)
 
@@ -55,6 +63,7 @@ def format_cpulist(cpus: list[int] | set[int]) -> str:
 
 def mask_words_to_cpus(words: list[int], word_bits: int = 64) -> list[int]:
     """NVML's cpu affinity (a list of unsigned longs, lowest word first) -> CPU numbers."""
+    words = words[: (MAX_CPU_ID + 1) // word_bits]
     return [i * word_bits + bit for i, word in enumerate(words) for bit in range(word_bits) if word >> bit & 1]
 
 
@@ -63,6 +72,8 @@ def hwloc_bitmap_to_set(text: str) -> set[int]:
     bits: set[int] = set()
     # hwloc may leave a zero word empty ('0x1,,0x0'); it still takes its 32-bit place.
     words = text.strip().split(",")
+    if len(words) > (MAX_CPU_ID + 1) // 32:
+        raise ValueError(f"hwloc bitmap of {len(words)} words: more than {MAX_CPU_ID + 1} bits")
     for position, word in enumerate(reversed(words)):
         value = int(word or "0", 16)
         bits.update(position * 32 + bit for bit in range(32) if value >> bit & 1)
@@ -90,7 +101,9 @@ def format_bits(bytes_per_second: float | None) -> str:
     return f"{bits:g} bit/s"
 
 
-_QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z/]*)\s*$")
+# one way to match each number (no nested optional digit runs): linear time on any input
+_QUANTITY = re.compile(r"\s*((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z/]*)\s*")
+MAX_QUANTITY_CHARS = 64
 _RATE_UNITS = {  # bytes per second per unit; bit rates are decimal, as networks quote them
     "B/s": 1, "b/s": 1 / 8, "kB/s": 1e3, "KB/s": 1e3, "MB/s": 1e6, "GB/s": 1e9, "TB/s": 1e12,
     "KiB/s": 2**10, "MiB/s": 2**20, "GiB/s": 2**30, "TiB/s": 2**40,
@@ -112,12 +125,12 @@ def parse_count(text: str) -> float:
 
 
 def _quantity(text: str, units: dict[str, float], expected: str) -> float:
-    match = _QUANTITY.match(text)
+    match = _QUANTITY.fullmatch(text) if len(text) <= MAX_QUANTITY_CHARS else None
     if not match or match[2] not in units:
-        raise ValueError(f"{text!r}: expected {expected}")
+        raise ValueError(f"{text[:MAX_QUANTITY_CHARS]!r}: expected {expected}")
     value = float(match[1]) * units[match[2]]
-    if value <= 0:
-        raise ValueError(f"{text!r}: must be above zero")
+    if not 0 < value < math.inf:
+        raise ValueError(f"{text!r}: must be above zero (and finite)")
     return value
 
 

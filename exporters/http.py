@@ -12,19 +12,51 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import socket
 import ssl
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
 log = logging.getLogger("nodecheck.serve")
 
 IDLE_TIMEOUT_S = 60  # a kept-alive connection that sends nothing for this long is closed
+SEND_TIMEOUT_S = 10  # a client that does not read its reply for this long is closed
 TLS_HANDSHAKE_TIMEOUT_S = 10
 MAX_HEAD_BYTES = 16 * 1024  # request line and headers; Prometheus sends a few hundred bytes
+# Open connections at most: well below the descriptors a process gets (systemd's default soft limit is
+# 1024), so idle clients can never starve a scrape of a descriptor. Past it the oldest idle one goes.
+MAX_CONNECTIONS = 512
+MAX_PENDING_AUTH = 8  # bcrypt checks queued at most; a flood of wrong passwords gets 429 past it
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
-            431: "Request Header Fields Too Large"}
+            429: "Too Many Requests", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+
+
+class OncePerInterval(logging.Filter):
+    """Lets a message through once per `interval` seconds. asyncio logs a traceback for every failed
+    accept (out of descriptors), retrying each second per listener: megabytes of log in a minute."""
+
+    def __init__(self, interval: float = 60.0) -> None:
+        super().__init__()
+        self.interval = interval
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = str(record.msg)[:80]
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(key, -self.interval) < self.interval:
+                return False
+            self._last[key] = now
+        return True
+
+
+_ASYNCIO_LOG_FILTER = OncePerInterval()
+logging.getLogger("asyncio").addFilter(_ASYNCIO_LOG_FILTER)
 
 
 @dataclass
@@ -64,24 +96,34 @@ def parse_request(head: bytes) -> Request | None:
 
 
 def response(code: int, body: bytes, content_type: str = "text/plain; charset=utf-8",
-             headers: tuple[tuple[str, str], ...] = (), keep_alive: bool = True) -> bytes:
-    """Status line, headers and body as one buffer: one write, so no Nagle wait between two."""
+             headers: tuple[tuple[str, str], ...] = (), keep_alive: bool = True, http10: bool = False) -> bytes:
+    """Status line, headers and body as one buffer: one write, so no Nagle wait between two.
+    http10: the client spoke HTTP/1.0, which closes unless told `Connection: keep-alive`."""
     lines = [f"HTTP/1.1 {code} {_REASONS[code]}", f"Content-Type: {content_type}", f"Content-Length: {len(body)}",
              *(f"{name}: {value}" for name, value in headers)]
     if not keep_alive:
         lines.append("Connection: close")
+    elif http10:
+        lines.append("Connection: keep-alive")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
 class ScrapeServer:
-    """Serves `body()` (the latest rendered exposition, with its content type) on a listening socket,
-    from an event loop in its own thread. auth: a webconfig.BasicAuth or None."""
+    """Serves `body()` (the latest rendered exposition, with its content type; None before the first
+    Report, answered 503) on a listening socket, from an event loop in its own thread.
+    auth: a webconfig.BasicAuth or None."""
 
-    def __init__(self, sock: socket.socket, body: Callable[[], bytes], content_type: str,
+    def __init__(self, sock: socket.socket, body: Callable[[], bytes | None], content_type: str,
                  tls: ssl.SSLContext | None = None, auth=None) -> None:
         self._sock, self._body, self._content_type, self._tls, self._auth = sock, body, content_type, tls, auth
         self._cached_body: bytes | None = None  # only touched from the loop's thread
-        self._cached: dict[bool, bytes] = {}
+        self._cached: dict[tuple[bool, bool], bytes] = {}
+        # open connections, oldest first, each marked idle (waiting for a request) or busy
+        self._connections: dict[asyncio.StreamWriter, bool] = {}
+        soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.max_connections = max(8, min(MAX_CONNECTIONS, soft_limit // 2 if soft_limit > 0 else MAX_CONNECTIONS))
+        self._auth_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt") if auth else None
+        self._auth_pending = 0
         self._loop = asyncio.new_event_loop()
         self._stopping = asyncio.Event()  # set from stop(), through the loop
         self._thread = threading.Thread(target=self._run, name="http", daemon=True)
@@ -93,6 +135,8 @@ class ScrapeServer:
         if self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._stopping.set)
             self._thread.join(5)
+        if self._auth_pool is not None:
+            self._auth_pool.shutdown(wait=False, cancel_futures=True)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -111,64 +155,112 @@ class ScrapeServer:
             task.cancel()
         await asyncio.gather(*others, return_exceptions=True)
 
+    def _admit(self, writer: asyncio.StreamWriter) -> bool:
+        """Make room for a new connection: past the cap the oldest idle one is closed; when none is
+        idle the new one is refused (closed unanswered)."""
+        if len(self._connections) >= self.max_connections:
+            oldest_idle = next((w for w, idle in self._connections.items() if idle), None)
+            if oldest_idle is None:
+                return False
+            oldest_idle.close()
+            self._connections.pop(oldest_idle, None)
+        self._connections[writer] = True
+        return True
+
+    async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
+        """Write and wait until the client has taken it, at most SEND_TIMEOUT_S: a client that pipelines
+        requests and never reads cannot hold a connection (and its buffers) forever."""
+        writer.write(data)
+        await asyncio.wait_for(writer.drain(), SEND_TIMEOUT_S)
+
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()
+        if not self._admit(writer):
+            writer.close()
+            return
         try:
+            # asyncio sets TCP_NODELAY only on sockets whose proto is IPPROTO_TCP; ours were accepted
+            # from a socket created with proto 0, so it is set here
             sock = writer.get_extra_info("socket")
             if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             while True:
                 # a timer that closes an idle connection: half the cost of asyncio.wait_for per request
                 idle = loop.call_later(IDLE_TIMEOUT_S, writer.close)
+                self._connections[writer] = True
                 try:
                     head = await reader.readuntil(b"\r\n\r\n")
                 except asyncio.LimitOverrunError:
-                    writer.write(response(431, b"request headers too large\n", keep_alive=False))
+                    await self._send(writer, response(431, b"request headers too large\n", keep_alive=False))
                     break
                 finally:
                     idle.cancel()
+                if writer not in self._connections:
+                    break  # closed to make room while it waited
+                self._connections[writer] = False
                 request = parse_request(head)
                 if request is None:
-                    writer.write(response(400, b"not an HTTP/1.x request\n", keep_alive=False))
+                    await self._send(writer, response(400, b"not an HTTP/1.x request\n", keep_alive=False))
                     break
                 reply, keep = await self._answer(request)
-                writer.write(reply)
-                await writer.drain()
+                await self._send(writer, reply)
                 if not keep:
                     break
-            await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, OSError):
-            pass  # the client went away, idled out or spoke garbage TLS: nothing to answer
+        except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError, ssl.SSLError, OSError):
+            pass  # the client went away, idled out, did not read, or spoke garbage TLS: nothing to answer
         finally:
+            self._connections.pop(writer, None)
             writer.close()
 
     async def _answer(self, request: Request) -> tuple[bytes, bool]:
         keep = request.keep_alive and not request.has_body  # a body we do not read would be taken for the next request
+        http10 = request.version == "HTTP/1.0"
         if request.method not in ("GET", "HEAD"):
             return response(405, b"nodecheck serves GET /metrics\n", headers=(("Allow", "GET, HEAD"),), keep_alive=False), False
-        if self._auth is not None and not await self._allowed(request.headers.get("authorization")):
-            return response(401, b"Unauthorized\n", headers=(("WWW-Authenticate", 'Basic realm="nodecheck"'),), keep_alive=keep), keep
+        if self._auth is not None:
+            allowed = await self._allowed(request.headers.get("authorization"))
+            if allowed is None:
+                return response(429, b"too many authentication attempts in flight; retry\n",
+                                headers=(("Retry-After", "1"),), keep_alive=False), False
+            if not allowed:
+                return response(401, b"Unauthorized\n", headers=(("WWW-Authenticate", 'Basic realm="nodecheck"'),),
+                                keep_alive=keep, http10=http10), keep
         if request.path.split("?", 1)[0] not in ("/", "/metrics"):
-            return response(404, b"nodecheck serves /metrics\n", keep_alive=keep), keep
-        reply = self._metrics_reply(keep)
+            return response(404, b"nodecheck serves /metrics\n", keep_alive=keep, http10=http10), keep
+        reply = self._metrics_reply(keep, http10)
         if request.method == "HEAD":
             reply = reply[: reply.index(b"\r\n\r\n") + 4]
         return reply, keep
 
-    def _metrics_reply(self, keep_alive: bool) -> bytes:
-        """The 200 reply, built once per rendered body (the body changes once per probe round)."""
+    def _metrics_reply(self, keep_alive: bool, http10: bool) -> bytes:
+        """The 200 reply, built once per rendered body (the body changes once per probe round); 503
+        before the first Report, so no scrape ever sees a body without one."""
         body = self._body()
+        if body is None:
+            return response(503, b"nodecheck: the first probe round has not finished yet\n",
+                            headers=(("Retry-After", "5"),), keep_alive=keep_alive, http10=http10)
         if self._cached_body is not body:
-            self._cached = {keep: response(200, body, self._content_type, keep_alive=keep) for keep in (True, False)}
+            self._cached = {}
             self._cached_body = body
-        return self._cached[keep_alive]
+        key = (keep_alive, http10)
+        if key not in self._cached:
+            self._cached[key] = response(200, body, self._content_type, keep_alive=keep_alive, http10=http10)
+        return self._cached[key]
 
-    async def _allowed(self, header: str | None) -> bool:
+    async def _allowed(self, header: str | None) -> bool | None:
+        """Whether the credentials pass; None when too many bcrypt checks are already queued."""
         known = self._auth.remembered(header)
         if known is not None:
             return known
-        # bcrypt takes tens of milliseconds on purpose: off the loop, so other scrapes go on meanwhile
-        return await asyncio.get_running_loop().run_in_executor(None, self._auth.allows, header)
+        if self._auth_pending >= MAX_PENDING_AUTH:
+            return None
+        # bcrypt takes tens of milliseconds on purpose: off the loop, on a pool of its own so that a
+        # flood of wrong passwords queues at most MAX_PENDING_AUTH checks
+        self._auth_pending += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._auth_pool, self._auth.allows, header)
+        finally:
+            self._auth_pending -= 1
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

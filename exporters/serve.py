@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from nodecheck.exporters.http import ScrapeServer, listening_socket
 from nodecheck.exporters.prometheus import ReportCollector
+from nodecheck.host import kill_running_commands
 from nodecheck.model import Measurement, Report
 
 log = logging.getLogger("nodecheck.serve")
@@ -41,9 +42,9 @@ class LatestReport:
         self._config = config
         self._probed: Report | None = None
         self._measured: tuple[list[Measurement], float] | None = None
-        self._body = render(None)
+        self._body: bytes | None = None  # until the first Report: scrapes get 503, never a Report-less body
 
-    def body(self) -> bytes:
+    def body(self) -> bytes | None:
         with self._lock:
             return self._body
 
@@ -118,3 +119,4 @@ def serve(host: str, port: int, build: Callable[[], Report], interval: float, st
             pass
     finally:
         server.stop()
+        kill_running_commands()  # a probe command still hung (nvidia-smi) ends with the daemon

@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodecheck.config import check_known_keys
+from nodecheck.config import check_known_keys, read_config_text
 from nodecheck.errors import ConfigError
 
 _CLIENT_AUTH = ("NoClientCert", "RequireAndVerifyClientCert")
@@ -39,10 +39,8 @@ def load_web_config(path: Path) -> WebConfig:
     except ImportError:
         raise ConfigError(f"{path}: reading a web config needs PyYAML and bcrypt: pip install 'nodecheck[web]'") from None
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read web config ({error.strerror or error})") from None
-    except yaml.YAMLError as error:
+        data = yaml.safe_load(read_config_text(path, "web config")) or {}
+    except (yaml.YAMLError, RecursionError) as error:
         raise ConfigError(f"{path}: not valid YAML ({error})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with tls_server_config and/or basic_auth_users")
@@ -71,9 +69,16 @@ def load_web_config(path: Path) -> WebConfig:
         config.users[str(user)] = hashed.encode()
     if config.users:
         try:
-            import bcrypt  # noqa: F401 (fail now, not at the first scrape)
+            import bcrypt  # fail now, not at the first scrape
         except ImportError:
             raise ConfigError(f"{path}: basic_auth_users needs bcrypt: pip install 'nodecheck[web]'") from None
+        for user, hashed in config.users.items():
+            if not 4 <= _cost(hashed) <= 31:
+                raise ConfigError(f"{path}: key 'basic_auth_users.{user}': bcrypt cost {hashed[4:6].decode()!r} is not 4..31")
+            try:  # a hash bcrypt cannot use would fail every scrape by that user: refuse it now
+                bcrypt.checkpw(b"", hashed)
+            except ValueError as error:
+                raise ConfigError(f"{path}: key 'basic_auth_users.{user}': not a valid bcrypt hash ({error})") from None
     return config
 
 
@@ -82,15 +87,21 @@ class BasicAuth:
     credentials that passed once are remembered by their SHA-256, as exporter-toolkit caches them."""
 
     def __init__(self, users: dict[str, bytes]) -> None:
+        import bcrypt
+
         self.users = users
         self._passed: set[bytes] = set()
         self._lock = threading.Lock()
+        # what an unknown user's password is checked against: the same bcrypt cost as a real user's
+        cost = min((_cost(h) for h in users.values()), default=10)
+        self._decoy = bcrypt.hashpw(b"nodecheck: no such user", bcrypt.gensalt(rounds=cost))
 
     def remembered(self, header: str | None) -> bool | None:
-        """True for credentials that passed before, False for a header that cannot pass (malformed,
-        unknown user), None when only bcrypt can tell (then call allows, off any event loop)."""
+        """True for credentials that passed before, False for a malformed header, None when only bcrypt
+        can tell (then call allows, off any event loop). An unknown user also takes the bcrypt path:
+        answering it sooner would tell a prober which user names exist."""
         credentials = _credentials(header)
-        if credentials is None or credentials[0] not in self.users:
+        if credentials is None:
             return False
         with self._lock:
             return True if _digest(*credentials) in self._passed else None
@@ -100,17 +111,24 @@ class BasicAuth:
         if credentials is None:
             return False
         user, password = credentials
+        digest = _digest(user, password)
         with self._lock:
-            if _digest(user, password) in self._passed:
+            if digest in self._passed:
                 return True
-        hashed = self.users.get(user)
         import bcrypt
 
-        if hashed is None or not bcrypt.checkpw(password.encode(), hashed):
+        hashed = self.users.get(user)
+        matches = bcrypt.checkpw(password.encode(), hashed or self._decoy)
+        if hashed is None or not matches:
             return False
         with self._lock:
-            self._passed.add(_digest(user, password))
+            self._passed.add(digest)
         return True
+
+
+def _cost(hashed: bytes) -> int:
+    """The log2 rounds of a bcrypt hash ($2y$10$... -> 10)."""
+    return int(hashed[4:6]) if hashed[4:6].isdigit() else 10
 
 
 def _credentials(header: str | None) -> tuple[str, str] | None:

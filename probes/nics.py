@@ -14,6 +14,7 @@ import struct
 from dataclasses import dataclass, field
 
 from nodecheck.errors import NoData, ParseError
+from nodecheck.limits import MAX_NICS
 from nodecheck.units import to_int
 
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -68,8 +69,12 @@ def collect(host) -> NicFacts:
     names = host.list_dir("/sys/class/net")
     if not names:  # a live Linux host always has lo: this is a snapshot without sysfs
         raise NoData("no /sys/class/net to read")
-    netdevs = {name: read_netdev(host, name) for name in names}
-    rdma = {name: read_rdma_device(host, name) for name in host.list_dir("/sys/class/infiniband")}
+    rdma_names = host.list_dir("/sys/class/infiniband")
+    if len(names) > MAX_NICS or len(rdma_names) > MAX_NICS:
+        raise ParseError(f"{len(names)} netdevs and {len(rdma_names)} RDMA devices: more than a node has "
+                         f"(at most {MAX_NICS} of each accepted)")
+    netdevs = {name: raw for name in names if _is_netdev(raw := read_netdev(host, name))}
+    rdma = {name: read_rdma_device(host, name) for name in rdma_names}
     return parse_nics(netdevs, rdma, host.addresses(), host.read_text("/proc/net/route"))
 
 
@@ -82,6 +87,12 @@ def read_netdev(host, name: str) -> dict:
     pci = pci_address_from_path(raw["link"] or "")
     raw["numa_node"] = host.read_text(f"/sys/bus/pci/devices/{pci}/numa_node") if pci else None
     return raw
+
+
+def _is_netdev(raw: dict) -> bool:
+    """Every netdev in /sys/class/net is a link to its device with a `type`; `bonding_masters`, a plain
+    file there whenever the bonding driver is loaded, is neither."""
+    return raw["link"] is not None or raw["type"] is not None
 
 
 def read_rdma_device(host, name: str) -> dict:
@@ -98,6 +109,7 @@ def pci_address_from_path(path: str) -> str | None:
 
 
 def parse_nics(netdevs: dict[str, dict], rdma: dict[str, dict], addresses: dict, route_text: str | None) -> NicFacts:
+    _check_shapes(netdevs, rdma, addresses)
     rdma_ports = {name: _ib_ports(name, raw.get("ports") or {}) for name, raw in rdma.items()}
     owner = {netdev: name for name, raw in rdma.items() for netdev in raw.get("netdevs") or []}
     nics = []
@@ -108,6 +120,30 @@ def parse_nics(netdevs: dict[str, dict], rdma: dict[str, dict], addresses: dict,
         nics.append(nic)
     rdma_pci = {name: pci for name, raw in rdma.items() if (pci := pci_address_from_path(raw.get("device") or ""))}
     return NicFacts(nics, rdma_ports, rdma_pci, parse_proc_route(route_text) if route_text else [])
+
+
+def _check_shapes(netdevs, rdma, addresses) -> None:
+    """The raw values come from a host or a snapshot (untrusted): every value is text or absent."""
+    def text_or_none(value) -> bool:
+        return value is None or isinstance(value, str)
+
+    def names(value) -> bool:
+        return value is None or isinstance(value, list) and all(isinstance(n, str) for n in value)
+
+    if not (isinstance(netdevs, dict) and isinstance(rdma, dict) and isinstance(addresses, dict)):
+        raise ParseError("NIC sources: expected objects keyed by device name")
+    for name, raw in netdevs.items():
+        if not isinstance(raw, dict) or not all(text_or_none(v) for v in raw.values()):
+            raise ParseError(f"netdev {name!r:.40}: expected text values")
+    for name, raw in rdma.items():
+        ports = raw.get("ports") if isinstance(raw, dict) else None
+        if (not isinstance(raw, dict) or not text_or_none(raw.get("device")) or not names(raw.get("netdevs"))
+                or not (ports is None or isinstance(ports, dict) and all(
+                    isinstance(p, dict) and all(text_or_none(v) for v in p.values()) for p in ports.values()))):
+            raise ParseError(f"RDMA device {name!r:.40}: unexpected values")
+    for name, entries in addresses.items():
+        if not isinstance(entries, list):
+            raise ParseError(f"addresses of {name!r:.40}: expected a list")
 
 
 def _nic(name: str, raw: dict, addresses: list[dict]) -> Nic:
@@ -174,4 +210,10 @@ def _non_negative_int(text: str | None) -> int | None:
 
 
 def _valid_address(entry) -> bool:
-    return isinstance(entry, dict) and isinstance(entry.get("address"), str) and isinstance(entry.get("prefixlen"), int)
+    if not (isinstance(entry, dict) and isinstance(entry.get("address"), str) and type(entry.get("prefixlen")) is int):
+        return False
+    try:
+        ipaddress.ip_interface(f"{entry['address']}/{entry['prefixlen']}")
+    except ValueError:
+        return False
+    return True

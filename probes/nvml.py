@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 
 from nodecheck.errors import NoData, ParseError, ProbeFailed
+from nodecheck.limits import MAX_GPUS, MAX_NVLINKS
 from nodecheck.units import format_cpulist, mask_words_to_cpus
 
 SOURCE = "nvml.json"
@@ -32,6 +33,8 @@ def dump_nvml() -> dict:
         raise ProbeFailed(f"NVML initialisation failed: {error}") from None
     try:
         count = pynvml.nvmlDeviceGetCount()
+        if not 0 <= count <= MAX_GPUS:  # a confused driver must not make us ask for millions of handles
+            raise ProbeFailed(f"NVML reports {count} GPUs: more than a node has (at most {MAX_GPUS} accepted)")
         return {
             "driver_version": _ask(pynvml, pynvml.nvmlSystemGetDriverVersion),
             "cuda_driver_version": _ask(pynvml, pynvml.nvmlSystemGetCudaDriverVersion),
@@ -85,7 +88,7 @@ def _dump_gpu(pynvml, index: int) -> dict:
 
 def _dump_nvlinks(pynvml, handle) -> list[dict]:
     links = []
-    for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+    for link in range(min(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18), MAX_NVLINKS)):
         state = _ask(pynvml, pynvml.nvmlDeviceGetNvLinkState, handle, link)
         if isinstance(state, dict):  # NotSupported / InvalidArgument: no such link on this GPU
             if link == 0:
@@ -132,6 +135,8 @@ def parse_nvml(dump: object) -> NvmlFacts:
     """Validate and convert a dump_nvml() document. Raises ParseError on a malformed one."""
     if not isinstance(dump, dict) or not isinstance(dump.get("gpus"), list):
         raise ParseError("NVML dump: expected an object with a 'gpus' list")
+    if len(dump["gpus"]) > MAX_GPUS:
+        raise ParseError(f"NVML dump: {len(dump['gpus'])} GPUs is more than a node has (at most {MAX_GPUS} accepted)")
     gpus = []
     for position, raw in enumerate(dump["gpus"]):
         if not isinstance(raw, dict):
@@ -162,7 +167,7 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
     if rows and len(rows) >= 4 and all(_is_int(v) for v in rows[:4]):
         gpu.remapped_rows_pending, gpu.remapped_rows_failed = bool(rows[2]), bool(rows[3])
     words = _field(gpu, raw, "cpu_affinity_words", list)
-    if words and all(_is_int(w) and w >= 0 for w in words):
+    if words and all(_is_int(w) and 0 <= w < 1 << 64 for w in words):
         gpu.cpu_affinity = format_cpulist(mask_words_to_cpus(words))
     gpu.nvlinks = _parse_nvlinks(gpu, raw.get("nvlinks"))
     return gpu
@@ -183,8 +188,8 @@ def _field(gpu: NvmlGpu, raw: dict, name: str, kind: type):
 def _parse_nvlinks(gpu: NvmlGpu, raw) -> list[tuple[int, bool, int | None]]:
     if raw is None:
         return []
-    if not isinstance(raw, list):
-        raise ParseError(f"NVML dump: gpu {gpu.index} nvlinks is not a list")
+    if not isinstance(raw, list) or len(raw) > MAX_NVLINKS:
+        raise ParseError(f"NVML dump: gpu {gpu.index} nvlinks is not a list of at most {MAX_NVLINKS} links")
     links = []
     for entry in raw:
         if not isinstance(entry, dict) or not _is_int(entry.get("link")):

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from nodecheck.errors import ParseError
+from nodecheck.limits import MAX_GPUS, MAX_TOPO_DEVICES
 from nodecheck.units import is_cpulist, parse_cpulist, to_int
 
 SOURCE = "nvidia-smi-topo-m.txt"
@@ -18,7 +19,7 @@ ARGV = ["nvidia-smi", "topo", "-m"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _LINK = re.compile(r"^(X|PIX|PXB|PHB|NODE|SYS|SOC|NV\d{1,3})$")
-_GPU = re.compile(r"^GPU(\d+)$")
+_GPU = re.compile(r"^GPU(\d{1,4})$")
 _NIC_COLUMN = re.compile(r"^(NIC\d+|[A-Za-z][A-Za-z0-9]*_\d+)$")
 _LEGEND_ENTRY = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 _KNOWN_COLUMNS = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID")
@@ -139,6 +140,10 @@ def _columns(header: str, rows: dict[str, list[str]]) -> tuple[list[str], list[s
             break
     if len(set(devices)) != len(devices):
         raise ParseError("nvidia-smi topo -m: the header names a device twice")
+    gpu_count = sum(1 for d in devices if _GPU.match(d))
+    if gpu_count > MAX_GPUS or len(devices) > MAX_TOPO_DEVICES:
+        raise ParseError(f"nvidia-smi topo -m: {gpu_count} GPUs and {len(devices) - gpu_count} NICs is more than "
+                         f"a node has (at most {MAX_GPUS} GPUs, {MAX_TOPO_DEVICES} devices accepted)")
     rest = header.split(devices[-1], 1)[1] if devices else header
     trailing: list[str] = []
     for piece in re.split(r"\t+|\s{2,}", rest.strip()):
@@ -180,14 +185,19 @@ def _topo_gpu(column: str, values: list[str], trailing: list[str]) -> TopoGpu:
     gpu = TopoGpu(index=int(column[3:]))
     affinity = cells.get("CPU Affinity", "")
     if affinity not in ("", "N/A"):
-        if not is_cpulist(affinity):
-            raise ParseError(f"nvidia-smi topo -m: {column} CPU Affinity {affinity[:30]!r} is not a cpulist")
+        try:
+            parse_cpulist(affinity)
+        except ValueError as error:
+            raise ParseError(f"nvidia-smi topo -m: {column} CPU Affinity {affinity[:30]!r}: {error}") from None
         gpu.cpu_affinity = affinity
     numa = cells.get("NUMA Affinity", "")
     if numa not in ("", "N/A"):
         if not is_cpulist(numa):
             raise ParseError(f"nvidia-smi topo -m: {column} NUMA Affinity {numa[:30]!r} is not a node list")
-        gpu.numa_affinity = parse_cpulist(numa)
+        try:
+            gpu.numa_affinity = parse_cpulist(numa)
+        except ValueError as error:
+            raise ParseError(f"nvidia-smi topo -m: {column} NUMA Affinity: {error}") from None
     numa_id = cells.get("GPU NUMA ID", "")
     if numa_id not in ("", "N/A"):
         gpu.gpu_numa_id = to_int(numa_id)

@@ -14,7 +14,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
+
+from helpers import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 BINARIES = ("munged", "slurmctld", "slurmd", "scontrol", "sbatch", "sinfo")
@@ -36,6 +39,9 @@ class SlurmNode:
         self.conf = self.root / "slurm.conf"
         self.nodecheck_config = self.root / "nodecheck.toml"
         self.health_interval = health_interval
+        # a cluster of its own: another suite on this machine has other ports, another name and state
+        self.cluster_name = f"nodecheck-{uuid.uuid4().hex[:8]}"
+        self.ctld_port, self.slurmd_port = free_port(), free_port()
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self._munged: subprocess.Popen | None = None
 
@@ -64,8 +70,10 @@ class SlurmNode:
         self.configure("")
         snippet = (REPO / "deploy/slurm/slurm.conf.snippet").read_text().replace("/etc/slurm/", f"{self.root}/")
         snippet = re.sub(r"(?m)^HealthCheckInterval=\d+", f"HealthCheckInterval={self.health_interval}", snippet)
-        self.conf.write_text(f"""ClusterName=nodecheck-test
+        self.conf.write_text(f"""ClusterName={self.cluster_name}
 SlurmctldHost={self.name}(127.0.0.1)
+SlurmctldPort={self.ctld_port}
+SlurmdPort={self.slurmd_port}
 SlurmUser=slurm
 AuthType=auth/munge
 StateSaveLocation={self.root}/state

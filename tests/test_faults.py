@@ -4,6 +4,7 @@ clear, recorded failure; nothing raises out of the probe runner and nothing is l
 import os
 import stat
 import sys
+import threading
 import time
 
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from fakes import fake_pynvml
 from nodecheck.build import build_report
 from nodecheck.errors import NoData, ParseError, ProbeFailed
-from nodecheck.host import LiveHost, run_command
+from nodecheck.host import LiveHost, kill_running_commands, run_command
 from nodecheck.probes import PROBES, Probe, run_probes
 from nodecheck.probes.nics import parse_nics
 from nodecheck.snapshot import RecordingHost, SnapshotHost
@@ -60,14 +61,56 @@ def test_garbage_from_nvidia_smi_is_a_failed_probe_not_invented_gpus(tmp_path, m
     assert not result.ok and not result.no_data and "not `nvidia-smi topo -m` output" in result.error
 
 
-def test_hung_nvml_does_not_hold_the_agent(monkeypatch):
+def test_hung_nvml_does_not_hold_the_agent_nor_gain_a_thread_per_round(monkeypatch):
     module = fake_pynvml.replaying([])
-    module.nvmlInit = lambda: time.sleep(30)
+    release = threading.Event()
+    module.nvmlInit = lambda: release.wait(30)
     monkeypatch.setitem(sys.modules, "pynvml", module)
-    started = time.monotonic()
-    with pytest.raises(ProbeFailed, match="NVML did not answer within 0.3 s"):
-        LiveHost().nvml(timeout=0.3)
-    assert time.monotonic() - started < 2
+    try:
+        started = time.monotonic()
+        with pytest.raises(ProbeFailed, match="NVML did not answer within 0.3 s"):
+            LiveHost().nvml(timeout=0.3)
+        assert time.monotonic() - started < 2
+        threads = threading.active_count()
+        for _ in range(5):  # later probe rounds: refused at once while the first call is stuck
+            with pytest.raises(ProbeFailed, match="NVML has not returned from a call made"):
+                LiveHost().nvml(timeout=0.3)
+        assert threading.active_count() == threads
+    finally:
+        release.set()
+    module.nvmlInit = lambda: None
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # once the stuck call returns, NVML is asked again
+        try:
+            assert LiveHost().nvml(timeout=2)["gpus"] == []
+            break
+        except ProbeFailed:
+            time.sleep(0.05)
+    else:
+        pytest.fail("NVML was never asked again after the stuck call returned")
+
+
+def test_absurd_gpu_count_from_nvml_is_refused(monkeypatch):
+    module = fake_pynvml.replaying([])
+    module.nvmlDeviceGetCount = lambda: 10**6
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    with pytest.raises(ProbeFailed, match="NVML reports 1000000 GPUs"):
+        LiveHost().nvml(timeout=5)
+
+
+def test_commands_still_running_end_with_nodecheck(tmp_path):
+    pidfile = tmp_path / "pid"
+    hung = fake_binary(tmp_path, "nvidia-smi", f"echo $$ > {pidfile}; exec sleep 60")
+    errors = []
+    worker = threading.Thread(target=lambda: errors.append(pytest.raises(ProbeFailed, run_command, [hung], 60)))
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    kill_running_commands()
+    worker.join(10)
+    assert not worker.is_alive() and not alive(int(pidfile.read_text()))
 
 
 def test_runner_records_raising_and_hanging_probes():

@@ -1,7 +1,10 @@
 """The scrape endpoint's HTTP, spoken over raw sockets: keep-alive, HTTP/1.0, Connection: close,
 HEAD, wrong methods and paths, garbage, oversized headers, idle connections, a body that changes."""
 
+import select
 import socket
+import threading
+import time
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -10,58 +13,95 @@ from nodecheck.exporters import http
 from nodecheck.exporters.http import ScrapeServer, listening_socket, parse_request
 
 
-@pytest.fixture
-def server():
-    bodies = [b"metric_a 1\n"]
+def start_server(bodies: list, auth=None) -> tuple[int, ScrapeServer]:
     sock = listening_socket("127.0.0.1", 0)
-    scrape = ScrapeServer(sock, lambda: bodies[-1], "text/plain; version=0.0.4")
+    scrape = ScrapeServer(sock, lambda: bodies[-1], "text/plain; version=0.0.4", auth=auth)
     scrape.start()
-    yield sock.getsockname()[1], bodies
+    return sock.getsockname()[1], scrape
+
+
+@pytest.fixture
+def running():
+    """(port, bodies, the ScrapeServer): append to bodies to publish a new one."""
+    bodies = [b"metric_a 1\n"]
+    port, scrape = start_server(bodies)
+    yield port, bodies, scrape
     scrape.stop()
 
 
-def connect(port: int) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", port), timeout=5)
+@pytest.fixture
+def server(running):
+    return running[:2]
 
 
-def read_reply(conn: socket.socket) -> tuple[str, dict, bytes]:
-    """One response: status line, headers, the body of Content-Length bytes."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(65536)
+def wait_until(condition, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+class Client:
+    """A raw connection that reads replies one at a time, keeping bytes that arrive early (a second
+    pipelined reply often comes in the same recv as the first)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.pending = b""
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sock.close()
+
+    def sendall(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _fill(self, what: str) -> None:
+        chunk = self.sock.recv(65536)
         if not chunk:
-            raise ConnectionError(f"closed before a full reply: {data!r}")
-        data += chunk
-    head, _, rest = data.partition(b"\r\n\r\n")
-    status, *lines = head.decode().split("\r\n")
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
-    length = int(headers.get("content-length", 0))
-    while len(rest) < length:
-        rest += conn.recv(65536)
-    return status, headers, rest[:length]
+            raise ConnectionError(f"closed before {what}: {self.pending!r}")
+        self.pending += chunk
 
+    def reply(self, head_only: bool = False) -> tuple[str, dict, bytes]:
+        """One response: status line, headers, the body of Content-Length bytes (none for HEAD)."""
+        while b"\r\n\r\n" not in self.pending:
+            self._fill("a full reply")
+        head, _, self.pending = self.pending.partition(b"\r\n\r\n")
+        status, *lines = head.decode().split("\r\n")
+        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+        length = 0 if head_only else int(headers.get("content-length", 0))
+        while len(self.pending) < length:
+            self._fill("the end of the body")
+        body, self.pending = self.pending[:length], self.pending[length:]
+        return status, headers, body
 
-def closed_by_server(conn: socket.socket, wait: float = 2) -> bool:
-    """True when the server closes the connection within `wait` seconds."""
-    conn.settimeout(wait)
-    try:
-        return conn.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
+    def closed_by_server(self, wait: float = 2) -> bool:
+        """True when the server closes the connection within `wait` seconds (with nothing left unread)."""
+        if self.pending:
+            return False
+        self.sock.settimeout(wait)
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            return False
 
 
 def test_keep_alive_serves_the_latest_body_on_one_connection(server):
     port, bodies = server
-    with connect(port) as conn:
+    with Client(port) as conn:
         conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        status, headers, body = read_reply(conn)
+        status, headers, body = conn.reply()
         assert status == "HTTP/1.1 200 OK" and body == b"metric_a 1\n"
         assert headers["content-type"] == "text/plain; version=0.0.4" and "connection" not in headers
         bodies.append(b"metric_a 2\n")  # a new report was rendered
         conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\n\r\n")  # pipelined
-        assert read_reply(conn)[2] == b"metric_a 2\n" and read_reply(conn)[2] == b"metric_a 2\n"
+        assert conn.reply()[2] == b"metric_a 2\n" and conn.reply()[2] == b"metric_a 2\n"
 
 
 @pytest.mark.parametrize("request_bytes", [
@@ -70,19 +110,21 @@ def test_keep_alive_serves_the_latest_body_on_one_connection(server):
 ])
 def test_http10_and_connection_close_end_the_connection(server, request_bytes):
     port, _ = server
-    with connect(port) as conn:
+    with Client(port) as conn:
         conn.sendall(request_bytes)
-        status, headers, body = read_reply(conn)
+        status, headers, body = conn.reply()
         assert status.endswith("200 OK") and headers["connection"] == "close" and body
-        assert closed_by_server(conn)
+        assert conn.closed_by_server()
 
 
 def test_head_has_headers_and_no_body(server):
     port, _ = server
-    with connect(port) as conn:
+    with Client(port) as conn:
         conn.sendall(b"HEAD /metrics HTTP/1.1\r\n\r\n")
-        data = conn.recv(65536)
-        assert data.startswith(b"HTTP/1.1 200 OK") and data.endswith(b"\r\n\r\n") and b"Content-Length: 11" in data
+        status, headers, body = conn.reply(head_only=True)
+        assert status == "HTTP/1.1 200 OK" and headers["content-length"] == "11" and body == b""
+        conn.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")  # nothing was sent after the head: the next reply follows it
+        assert conn.reply()[2] == b"metric_a 1\n"
 
 
 @pytest.mark.parametrize("request_bytes,status,closes", [
@@ -95,23 +137,23 @@ def test_head_has_headers_and_no_body(server):
 ])
 def test_bad_requests_get_a_clear_status(server, request_bytes, status, closes):
     port, _ = server
-    with connect(port) as conn:
+    with Client(port) as conn:
         conn.sendall(request_bytes)
-        got, _, body = read_reply(conn)
+        got, _, body = conn.reply()
         assert got == f"HTTP/1.1 {status}" and body
-        assert closed_by_server(conn) == closes
-    with connect(port) as conn:  # and the server goes on serving
+        assert conn.closed_by_server() == closes
+    with Client(port) as conn:  # and the server goes on serving
         conn.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
-        assert read_reply(conn)[0].endswith("200 OK")
+        assert conn.reply()[0].endswith("200 OK")
 
 
 def test_idle_connection_is_closed(server, monkeypatch):
     monkeypatch.setattr(http, "IDLE_TIMEOUT_S", 0.2)
     port, _ = server
-    with connect(port) as conn:
+    with Client(port) as conn:
         conn.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
-        read_reply(conn)
-        assert closed_by_server(conn)
+        conn.reply()
+        assert conn.closed_by_server()
 
 
 def test_port_taken_is_an_error_in_the_callers_thread():
@@ -137,3 +179,128 @@ def test_parse_request_reads_method_path_version_and_headers():
 @given(head=st.binary(max_size=300))
 def test_parse_request_never_raises(head):
     parse_request(head + b"\r\n\r\n")
+
+
+def test_http10_keep_alive_is_answered_and_honoured(server):
+    port, _ = server
+    with Client(port) as conn:
+        conn.sendall(b"GET /metrics HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        status, headers, body = conn.reply()
+        assert status.endswith("200 OK") and headers["connection"] == "keep-alive" and body == b"metric_a 1\n"
+        conn.sendall(b"GET /metrics HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")  # the same connection
+        assert conn.reply()[2] == b"metric_a 1\n"
+
+
+def test_no_report_yet_is_503_never_an_empty_body():
+    bodies = [None]
+    port, scrape = start_server(bodies)
+    try:
+        with Client(port) as conn:
+            conn.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+            status, headers, body = conn.reply()
+            assert status == "HTTP/1.1 503 Service Unavailable" and headers["retry-after"] and b"first probe round" in body
+            bodies.append(b"metric_a 1\n")  # the first Report lands
+            conn.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+            assert conn.reply()[:3:2] == ("HTTP/1.1 200 OK", b"metric_a 1\n")
+    finally:
+        scrape.stop()
+
+
+def test_connections_past_the_cap_close_the_oldest_idle_one(running):
+    port, _, scrape = running
+    scrape.max_connections = 4
+    idle = [Client(port) for _ in range(4)]
+    try:
+        for conn in idle:  # each has been answered once and now waits, idle
+            conn.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+            conn.reply()
+        with Client(port) as newcomer:
+            newcomer.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+            assert newcomer.reply()[0].endswith("200 OK")
+            assert idle[0].closed_by_server() and not idle[1].closed_by_server(0.2)
+            assert len(scrape._connections) <= 4
+    finally:
+        for conn in idle:
+            conn.sock.close()
+
+
+def test_a_client_that_never_reads_is_closed(monkeypatch):
+    monkeypatch.setattr(http, "SEND_TIMEOUT_S", 0.5)
+    bodies = [b"x" * (1 << 20)]
+    port, scrape = start_server(bodies)
+    try:
+        with Client(port) as hog:
+            hog.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            hog.sock.settimeout(2)
+            try:
+                hog.sendall(b"GET /metrics HTTP/1.1\r\n\r\n" * 64)  # pipelined, never read
+            except OSError:
+                pass  # the server may have closed it already
+            assert wait_until(lambda: len(scrape._connections) == 1)  # accepted, answering into a full buffer
+            assert wait_until(lambda: not scrape._connections), "the server still holds the connection"
+            with Client(port) as other:
+                other.sendall(b"HEAD /metrics HTTP/1.1\r\n\r\n")
+                assert other.reply(head_only=True)[0].endswith("200 OK")
+    finally:
+        scrape.stop()
+
+
+def test_asyncio_accept_errors_are_logged_once_per_interval():
+    import logging
+
+    records = [logging.LogRecord("asyncio", logging.ERROR, "x", 1, "socket.accept() out of system resource", None, None)
+               for _ in range(1000)]
+    gate = http.OncePerInterval(60)
+    assert sum(gate.filter(record) for record in records) == 1
+    assert gate.filter(logging.LogRecord("asyncio", logging.ERROR, "x", 1, "another message", None, None))
+    assert http._ASYNCIO_LOG_FILTER in logging.getLogger("asyncio").filters
+
+
+def basic(user: str, password: str) -> str:
+    import base64
+
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def test_unknown_users_cost_the_same_bcrypt_work_as_known_ones(monkeypatch):
+    bcrypt = pytest.importorskip("bcrypt")
+    from nodecheck.exporters.webconfig import BasicAuth
+
+    auth = BasicAuth({"prometheus": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4))})
+    checked = []
+    real = bcrypt.checkpw
+    monkeypatch.setattr(bcrypt, "checkpw", lambda password, hashed: checked.append(hashed[:7]) or real(password, hashed))
+    assert auth.remembered(basic("nobody", "x")) is None  # not answered early: only bcrypt tells
+    assert not auth.allows(basic("nobody", "x")) and not auth.allows(basic("prometheus", "wrong"))
+    assert checked == [b"$2b$04$", b"$2b$04$"]  # one check each, at the configured cost
+    assert auth.allows(basic("prometheus", "s3cret")) and auth.remembered(basic("prometheus", "s3cret"))
+    assert auth.remembered("Basic !!!") is False
+
+
+def test_a_flood_of_passwords_queues_bounded_bcrypt_work(monkeypatch):
+    bcrypt = pytest.importorskip("bcrypt")
+    from nodecheck.exporters.webconfig import BasicAuth
+
+    auth = BasicAuth({"prometheus": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4))})
+    release, started = threading.Event(), []
+    monkeypatch.setattr(auth, "allows", lambda header: started.append(1) or release.wait(30) and False)
+    port, scrape = start_server([b"metric_a 1\n"], auth=auth)
+    clients = [Client(port) for _ in range(http.MAX_PENDING_AUTH + 6)]
+    try:
+        for conn in clients:
+            conn.sendall(f"GET /metrics HTTP/1.1\r\nAuthorization: {basic('prometheus', 'guess')}\r\n\r\n".encode())
+        # whichever requests the server took first fill the queue; every other one is answered at once
+        expected = len(clients) - http.MAX_PENDING_AUTH
+        answered, deadline = {}, time.monotonic() + 20
+        while len(answered) < expected and time.monotonic() < deadline:
+            readable, _, _ = select.select([c.sock for c in clients if c not in answered], [], [], 1)
+            for conn in clients:
+                if conn.sock in readable:
+                    answered[conn] = conn.reply()[0]
+        assert list(answered.values()) == ["HTTP/1.1 429 Too Many Requests"] * expected
+        assert scrape._auth_pending == http.MAX_PENDING_AUTH and len(started) <= 2  # queued, two at work
+    finally:
+        release.set()
+        for conn in clients:
+            conn.sock.close()
+        scrape.stop()

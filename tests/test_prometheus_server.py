@@ -18,15 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from helpers import free_port
 from conftest import REPO, h100_node_snapshot, h100_nvml_records, make_snapshot
 
 DEADLINE = 90  # seconds for the whole chain: first scrape (~5 s), rule evaluation, Alertmanager
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def get_json(url: str) -> dict:

@@ -8,20 +8,19 @@ import socket
 import ssl
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import bench_serve_faults  # noqa: E402
+
+from helpers import free_port, in_private_network
 from conftest import h100_node_snapshot
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def start_serve(*args: str, env: dict | None = None) -> subprocess.Popen:
@@ -138,6 +137,7 @@ def test_basic_auth(tmp_path):
      "RequireAndVerifyClientCert needs a CA file"),
     ({"basic_auth_users": {"prometheus": "plaintext"}}, "'basic_auth_users.prometheus': expected a bcrypt hash"),
     ({"http_server_config": {}}, "unknown key 'http_server_config'"),
+    ({"basic_auth_users": {"prometheus": "$2y$10$notavalidhash"}}, "'basic_auth_users.prometheus': not a valid bcrypt hash"),
 ])
 def test_bad_web_config_is_a_clear_error(tmp_path, sections, message):
     pytest.importorskip("yaml", reason="needs PyYAML (pip install 'nodecheck[web]')")
@@ -145,6 +145,15 @@ def test_bad_web_config_is_a_clear_error(tmp_path, sections, message):
     proc = start_serve("--listen", f"127.0.0.1:{free_port()}", "--web-config", config)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 2 and message in out and config in out
+
+
+def test_web_config_that_is_not_utf8_is_a_clear_error(tmp_path):
+    pytest.importorskip("yaml", reason="needs PyYAML (pip install 'nodecheck[web]')")
+    config = tmp_path / "web.yml"
+    config.write_bytes(b"basic_auth_users:\n  \xff\xfe: x\n")
+    proc = start_serve("--listen", f"127.0.0.1:{free_port()}", "--web-config", str(config))
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and "is not UTF-8 text" in out and "Traceback" not in out
 
 
 def test_port_taken(tmp_path):
@@ -159,44 +168,19 @@ def test_port_taken(tmp_path):
 
 def test_scrapes_never_fail_while_probes_hang_or_fail(tmp_path):
     """A live host whose nvidia-smi hangs (killed at the probe's timeout) and whose lstopo prints garbage,
-    probed every second, under 200 concurrent scrapers for 30 s: every scrape answers 200 with metrics."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, body in (("nvidia-smi", "sleep 60"), ("lstopo-no-graphics", "echo '<html>not xml'")):
-        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
-        (bin_dir / name).chmod(0o755)
+    probed every second, under 20 concurrent scrapers for 5 s: every scrape answers 200 with metrics.
+    The 200-client, 30 s version is benchmarks/bench_serve_faults.py."""
     port = free_port()
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    env = dict(os.environ, PATH=f"{bench_serve_faults.hostile_bin(tmp_path / 'bin')}:{os.environ['PATH']}")
     proc = start_serve("--listen", f"127.0.0.1:{port}", "--interval", "1", env=env)
     url = f"http://127.0.0.1:{port}/metrics"
     try:
         wait_metrics(url, seconds=60)
-        failures, successes, lock = [], [0], threading.Lock()
-        deadline = time.monotonic() + 30
-
-        def scraper():
-            while time.monotonic() < deadline:
-                try:
-                    with urllib.request.urlopen(url, timeout=10) as response:
-                        body = response.read()
-                        ok = response.status == 200 and b"nodecheck_probe_success" in body
-                except Exception as error:  # any failed scrape is what this test counts
-                    ok, body = False, repr(error).encode()
-                with lock:
-                    if ok:
-                        successes[0] += 1
-                    else:
-                        failures.append(body[:200])
-
-        threads = [threading.Thread(target=scraper, daemon=True) for _ in range(200)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(45)
+        successes, failures = bench_serve_faults.scrape_load(url, clients=20, seconds=5)
         final = urllib.request.urlopen(url, timeout=10).read().decode()
     finally:
         stop(proc)
-    assert failures == [] and successes[0] > 200, (len(failures), failures[:3], successes[0])
+    assert failures == [] and successes > 20, (len(failures), failures[:3], successes)
     assert 'nodecheck_probe_success{probe="lstopo"} 0.0' in final
     assert 'nodecheck_probe_success{probe="nvidia_smi_topo"} 0.0' in final  # killed at its timeout, recorded
 
@@ -242,11 +226,52 @@ def test_listen_address_from_config_flag_or_default(tmp_path):
     assert bad.returncode == 2 and "expected HOST:PORT" in out
     empty = tmp_path / "empty.toml"
     empty.write_text("")
-    with socket.socket() as probe:
-        if probe.connect_ex(("127.0.0.1", 10042)) == 0:
-            pytest.skip("port 10042 is in use on this machine")
-    proc = start_serve("--from", snap, "--config", str(empty))
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("the default port is tried in a network namespace of its own (root, unshare)")
+    # in a private network namespace: the fixed default port cannot meet another suite's exporter
+    probe = ("import subprocess, sys, time, urllib.request\n"
+             f"proc = subprocess.Popen([sys.executable, '-m', 'nodecheck', 'serve', '--from', {snap!r}, '--config', {str(empty)!r}])\n"
+             "try:\n"
+             "    for _ in range(300):\n"
+             "        try:\n"
+             "            print(urllib.request.urlopen('http://127.0.0.1:10042/metrics', timeout=2).read().decode()); break\n"
+             "        except OSError:\n"
+             "            time.sleep(0.1)\n"
+             "finally:\n"
+             "    proc.terminate(); proc.wait(10)\n")
+    scraped = subprocess.run(in_private_network([sys.executable, "-c", probe]), capture_output=True, text=True, timeout=60)
+    assert "nodecheck_gpu_info" in scraped.stdout, scraped.stderr[-2000:]
+
+
+def test_before_the_first_report_503_and_sigterm_ends_hung_probes(tmp_path):
+    """While the first probe round waits on a hung nvidia-smi, scrapes get 503 (never a body without a
+    Report); SIGTERM then ends the daemon and the hung nvidia-smi with it."""
+    bin_dir, pidfile = tmp_path / "bin", tmp_path / "nvidia-smi.pid"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 120\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    port = free_port()
+    proc = start_serve("--listen", f"127.0.0.1:{port}", "--interval", "60",
+                       env=dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}"))
     try:
-        assert "nodecheck_gpu_info" in wait_metrics("http://127.0.0.1:10042/metrics")
+        deadline = time.monotonic() + 30
+        while not (pidfile.exists() and pidfile.read_text().strip()):
+            assert time.monotonic() < deadline, "nvidia-smi was never started"
+            time.sleep(0.1)
+        status = None
+        while status is None and time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+                status = 200
+            except urllib.error.HTTPError as error:
+                status = error.code
+            except urllib.error.URLError:
+                time.sleep(0.1)  # not listening yet
+        assert status == 503
     finally:
-        stop(proc)
+        out = stop(proc)
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, f"nvidia-smi {pid} outlived the daemon: {out[-500:]}"
+        time.sleep(0.1)

@@ -40,3 +40,10 @@ def test_exposure_at_most_2(tmp_path, name):
     match = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", result.stdout)
     assert match, result.stdout[-500:] + result.stderr
     assert float(match[1]) <= 2.0, result.stdout[-3000:]
+
+
+def test_exporter_unit_raises_the_descriptor_limit_above_the_connection_cap():
+    from nodecheck.exporters.http import MAX_CONNECTIONS
+
+    limit = re.search(r"(?m)^LimitNOFILE=(\d+)$", (UNITS / "nodecheck.service").read_text())
+    assert limit and int(limit[1]) >= 4 * MAX_CONNECTIONS

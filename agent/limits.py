@@ -1,0 +1,17 @@
+"""What nodecheck accepts as plausible from a source it does not control (a tool's output, a driver,
+a snapshot from a support ticket). Beyond these a source is refused with a clear error, so a
+corrupt or hostile input cannot take gigabytes of memory or minutes of CPU."""
+
+MAX_GPUS = 64  # the largest single nodes ship 16 GPUs; NVL racks are many nodes
+MAX_NICS = 4096  # netdevs of a node, veths of containers included
+MAX_TOPO_DEVICES = MAX_GPUS + 256  # nvidia-smi topo -m columns: GPUs and NICs
+MAX_NVLINKS = 64  # per GPU (H100 and B200: 18)
+
+# bytes read from one source
+MAX_COMMAND_OUTPUT = 16 * 1024 * 1024  # lstopo's XML of a large node is a few MB
+MAX_SYSFS_FILE = 64 * 1024  # sysfs attributes are a page at most
+MAX_JSON_DOCUMENT = 16 * 1024 * 1024
+
+# a snapshot tarball: what `nodecheck snapshot` writes is a few hundred files and a few MB
+MAX_SNAPSHOT_MEMBERS = 20_000
+MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
