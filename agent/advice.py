@@ -18,15 +18,18 @@ def binding_advice(report: Report) -> list[dict]:
         hcas = sorted({by_name[n].rdma_device for n in nics if n in by_name and by_name[n].rdma_device}
                       | {n for n in nics if n not in by_name and not n.startswith("NIC")})
         netdevs = sorted({by_name[n].name for n in nics if n in by_name and by_name[n].kind != "unknown"})
+        # every VAR=value before the command: pasted as one line, a variable after it would be an argument
         lines = [f"CUDA_VISIBLE_DEVICES={gpu.index}"]
-        if gpu.numa_node is not None:
-            lines.append(f"numactl --cpunodebind={gpu.numa_node} --membind={gpu.numa_node} <command>")
-        elif gpu.cpu_affinity:
-            lines.append(f"taskset -c {gpu.cpu_affinity} <command>")
         if hcas:
             lines.append(f"NCCL_IB_HCA={','.join(hcas)}")
         if netdevs:
             lines.append(f"NCCL_SOCKET_IFNAME={','.join(netdevs)}")
+        if gpu.numa_node is not None:
+            lines.append(f"numactl --cpunodebind={gpu.numa_node} --membind={gpu.numa_node} <command>")
+        elif gpu.cpu_affinity:
+            lines.append(f"taskset -c {gpu.cpu_affinity} <command>")
+        else:
+            lines.append("<command>")
         advice.append({"gpu": gpu.index, "cpus": gpu.cpu_affinity, "numa_node": gpu.numa_node,
                        "nics": nics, "lines": lines})
     return advice

@@ -7,6 +7,7 @@ Only this module turns a NodecheckError into a message and an exit code.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import asdict
 import tempfile
@@ -19,8 +20,10 @@ import typer
 from nodecheck import __version__
 from nodecheck.errors import ConfigError, NodecheckError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="What a GPU node is, and whether it performs to spec.")
-config_app = typer.Typer(no_args_is_help=True, help="Expectations file (TOML).")
+# rich_markup_mode=None: help texts are plain text, so `[prolog]` and `nodecheck[web]` print as written
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="What a GPU node is, and whether it performs to spec.")
+config_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Expectations file (TOML).")
 app.add_typer(config_app, name="config")
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
@@ -305,11 +308,23 @@ def scale(
     if plot is not None:
         _plot(plot, rows, work, fabric)
     if as_json:
-        typer.echo(json.dumps({"schema": "nodecheck.scale", "workload": {**asdict(work), "grad_bytes": work.grad_bytes},
-                               "fabric": asdict(fabric), "target": target, "rows": [r.to_dict() for r in rows],
-                               "levers": [{"lever": label, **r.to_dict()} for label, r in levers]}, indent=2))
+        document = {"schema": "nodecheck.scale", "workload": {**asdict(work), "grad_bytes": work.grad_bytes},
+                    "fabric": asdict(fabric), "target": target, "rows": [r.to_dict() for r in rows],
+                    "levers": [{"lever": label, **r.to_dict()} for label, r in levers]}
+        typer.echo(json.dumps(_finite(document), indent=2, allow_nan=False))  # strict JSON: no NaN or Infinity
     else:
         _print_scale(work, fabric, rows, levers, target)
+
+
+def _finite(value):
+    """JSON has no NaN or Infinity: a number that is not finite is written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _micro_step(step_time, flops, peak_tflops, mfu) -> float:
@@ -318,11 +333,11 @@ def _micro_step(step_time, flops, peak_tflops, mfu) -> float:
     if (step_time is None) == (flops is None):
         raise ValueError("give one of --step-time SECONDS or --flops N (with --peak-tflops and --mfu)")
     if step_time is not None:
-        if step_time <= 0:
-            raise ValueError(f"--step-time {step_time:g}: must be above zero")
+        if not 0 < step_time < math.inf:
+            raise ValueError(f"--step-time {step_time:g}: must be above zero (and finite)")
         return step_time
-    if not peak_tflops or peak_tflops <= 0 or not 0 < mfu <= 1:
-        raise ValueError("--flops needs --peak-tflops above zero and --mfu in (0, 1]")
+    if not (peak_tflops and 0 < peak_tflops < math.inf) or not 0 < mfu <= 1:
+        raise ValueError("--flops needs --peak-tflops above zero (and finite) and --mfu in (0, 1]")
     return parse_count(flops) / (peak_tflops * 1e12 * mfu)
 
 
@@ -339,12 +354,14 @@ def _fabric(source, busbw, intra_busbw, gpus_per_node, grad_bytes):
         raise ValueError("give --busbw RATE, or --from a Report (nodecheck bench --json) or a snapshot")
     try:
         if source.is_file() and source.suffix == ".json":
-            report = json.loads(source.read_text())
+            from nodecheck.config import read_config_text
+
+            report = json.loads(read_config_text(source, "Report"))
         else:
             report, _ = _report(source, None)
             report = report.to_dict()
-    except (OSError, ValueError) as error:
-        raise NodecheckError(f"{source}: cannot read a Report ({error})") from None
+    except (OSError, ValueError, RecursionError, ConfigError) as error:
+        raise NodecheckError(f"{source}: cannot read a Report ({str(error)[:300]})") from None
     try:
         return model.fabric_from_report(report, gpus_per_node, grad_bytes)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as error:
@@ -471,6 +488,8 @@ def _print_outcome(mode: str, outcome, dry_run: bool) -> None:
             status = "timed out" if run.timed_out else "ok" if not any(f in verdict.failing for f in run.findings) else "FAILED"
             typer.echo(f"nodecheck {mode}: {run.name}: {status} ({run.seconds:.2f} s)")
             for peer in run.details if run.name == "proximity" else []:
+                if not peer["examined"]:
+                    continue  # counted once, in the check_timed_out finding
                 where = "same subnet" if peer["same_subnet"] else f"outside, via {peer['gateway']}" if peer["gateway"] else "outside"
                 facts = peer["error"] or f"{peer['address']} on {peer['interface']} ({peer['subnet']}): {where}, {peer['rtt_ms']:g} ms"
                 typer.echo(f"nodecheck {mode}:   peer {peer['name']}: {facts}")

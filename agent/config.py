@@ -106,9 +106,10 @@ def read_config_text(path: Path, what: str) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as error:
         raise ConfigError(f"{path}: cannot read {what} ({error.strerror or error})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(f"{path}: cannot read {what} (not a regular file)")
     with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigError(f"{path}: cannot read {what} (not a regular file)")
         try:
             data = file.read(MAX_CONFIG_BYTES + 1)
         except OSError as error:

@@ -80,6 +80,39 @@ def call_with_timeout(fn: Callable[[], T], timeout: float, what: str, single_fli
     return box["value"]
 
 
+def run_until(tasks: dict[str, Callable[[], T]], deadline: float, workers: int = 32) -> dict[str, T | BaseException]:
+    """Run the tasks on at most `workers` daemon threads until the monotonic `deadline`; returns what
+    finished by then (a value or the exception raised), by name. Tasks still queued or running at the
+    deadline are left out and abandoned: daemon threads never hold the process open past its budget."""
+    queue = list(tasks.items())
+    done: dict[str, T | BaseException] = {}
+    lock = threading.Lock()
+    all_done = threading.Event()
+
+    def worker() -> None:
+        while time.monotonic() < deadline:
+            with lock:
+                if not queue:
+                    return
+                name, task = queue.pop(0)
+            try:
+                value: T | BaseException = task()
+            except Exception as error:  # handed back to the caller, who decides what it means
+                value = error
+            with lock:
+                done[name] = value
+                if len(done) == len(tasks):
+                    all_done.set()
+
+    if not tasks:
+        return {}
+    for index in range(min(workers, len(tasks))):
+        threading.Thread(target=worker, name=f"nodecheck-task-{index}", daemon=True).start()
+    all_done.wait(max(0.0, deadline - time.monotonic()))
+    with lock:
+        return dict(done)
+
+
 def run_command(argv: list[str], timeout: float, env: dict[str, str] | None = None, what: str | None = None,
                 ok_returncodes: tuple[int, ...] = (0,), max_output: int = MAX_COMMAND_OUTPUT) -> str:
     """Run argv (never through a shell) with a hard timeout that kills its whole process group, and
@@ -230,10 +263,15 @@ def read_bounded(path: Path, limit: int) -> str | None:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        regular = False
+    if not regular:
+        os.close(fd)
+        return None
     with os.fdopen(fd, "rb") as file:
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
             data = file.read(limit + 1)
         except OSError:
             return None

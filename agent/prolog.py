@@ -23,6 +23,8 @@ from nodecheck.errors import NodecheckError
 from nodecheck.model import SEVERITIES, Finding
 from nodecheck.slurm import MAX_REASON, REASON_PREFIX, NodeState
 
+SCONTROL_SHARE = 0.2  # of the budget, kept back from the checks for the drain or resume call
+
 # slurm's prolog and job environment: what launches a distributed run, kept from the bench subprocess
 _DISTRIBUTED_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS")
 _SHORT = {  # the figure each finding kind puts in a drain reason
@@ -98,55 +100,63 @@ def failing_findings(findings: list[Finding], fail_severity: str) -> list[Findin
                   key=lambda f: -SEVERITIES.index(f.severity))
 
 
-def run_checks(host, config, environ: dict[str, str], node: str, with_bench: bool = True) -> Verdict:
-    """Every check within config.prolog.timeout_s. The node and proximity checks run together; the
-    bandwidth tests (when configured and with_bench) get what is left of the budget afterwards."""
-    budget = config.prolog.timeout_s
-    deadline = time.monotonic() + budget
+def run_checks(host, config, environ: dict[str, str], node: str, with_bench: bool = True,
+               deadline: float | None = None) -> Verdict:
+    """Every check by `deadline` (default: config.prolog.timeout_s from now). The node and proximity
+    checks run together; the bandwidth tests (when configured and with_bench) get what is left of the
+    budget afterwards."""
+    deadline = deadline if deadline is not None else time.monotonic() + config.prolog.timeout_s
+    budget = max(0.0, deadline - time.monotonic())
     bench = list(config.prolog.bench) if with_bench else []
     first_deadline = deadline - (budget / 2 if bench else 0)
     first_share = first_deadline - time.monotonic()
-    checks = {"node": lambda: _node_check(host, config, first_share),
-              "proximity": lambda: _proximity_check(environ, config, node, first_share)}
+    # a check that runs out of time is as grave as the findings it could have made, no graver:
+    # proximity findings are warnings by default, so its time-out is too (it must never drain a node)
+    checks = {"node": (lambda: _node_check(host, config, first_share), "error"),
+              "proximity": (lambda: _proximity_check(environ, config, node, first_share), config.proximity.severity)}
     runs = _run_bounded(checks, first_deadline)
     if bench:
         remaining = deadline - time.monotonic()
-        runs += _run_bounded({"bench": lambda: _bench_check(bench, config, environ, remaining)}, deadline)
+        runs += _run_bounded({"bench": (lambda: _bench_check(bench, config, environ, remaining), "error")}, deadline)
     findings = [f for run in runs for f in run.findings]
     return Verdict(node, runs, findings, failing_findings(findings, config.fail_severity))
 
 
 def _run_bounded(checks: dict, deadline: float) -> list[CheckRun]:
-    """Each check (returning findings and details) in a daemon thread; one still running at the
-    deadline is abandoned and named."""
+    """Each check (name -> (function returning findings and details, severity of its time-out)) in a
+    daemon thread; one still running at the deadline is abandoned and named. Durations are each
+    check's own, from its start."""
     results: dict[str, tuple] = {}
-    started = time.monotonic()
+    started: dict[str, float] = {}
 
     def run(name, check):
+        started[name] = time.monotonic()
         try:
-            results[name] = (check(), None)
-        except NodecheckError as error:
-            results[name] = (None, error)
-        except Exception as error:  # a bug in a check must not cost the verdict of the others
-            results[name] = (None, NodecheckError(f"internal error: {type(error).__name__}: {error}"))
+            value, error = check(), None
+        except NodecheckError as failure:
+            value, error = None, failure
+        except Exception as failure:  # a bug in a check must not cost the verdict of the others
+            value, error = None, NodecheckError(f"internal error: {type(failure).__name__}: {failure}")
+        results[name] = (value, error, time.monotonic() - started[name])
 
     threads = {name: threading.Thread(target=run, args=(name, check), name=f"check-{name}", daemon=True)
-               for name, check in checks.items()}
+               for name, (check, _) in checks.items()}
+    launched = time.monotonic()
     for thread in threads.values():
         thread.start()
     runs = []
     for name, thread in threads.items():
         thread.join(max(0.0, deadline - time.monotonic()))
-        seconds = round(time.monotonic() - started, 3)
         if name not in results:
-            allowed = f"{round(deadline - started, 1):g} s"
-            runs.append(CheckRun(name, seconds, True, [Finding("check_timed_out", "error", name, "timed out", allowed,
+            allowed = f"{round(deadline - launched, 1):g} s"
+            seconds = round(time.monotonic() - started.get(name, launched), 3)
+            runs.append(CheckRun(name, seconds, True, [Finding("check_timed_out", checks[name][1], name, "timed out", allowed,
                                                                f"check {name} did not finish within {allowed} ([prolog] timeout_s)")]))
             continue
-        value, error = results[name]
+        value, error, seconds = results[name]
         if error is not None:
             value = ([Finding("check_failed", "error", name, "failed", "completed", f"check {name} failed: {error}")], [])
-        runs.append(CheckRun(name, seconds, False, *value))
+        runs.append(CheckRun(name, round(seconds, 3), False, *value))
     return runs
 
 
@@ -214,25 +224,31 @@ class Outcome:
 
 
 def execute(mode: str, host, config, environ: dict[str, str], dry_run: bool) -> Outcome:
-    """mode "prolog" or "healthcheck": run the checks, decide, and (unless dry_run) call scontrol."""
+    """mode "prolog" or "healthcheck": run the checks, decide, and (unless dry_run) call scontrol.
+    All of it within [prolog] timeout_s: the checks end early enough to leave scontrol its time."""
     from nodecheck.slurm import Scontrol, node_name
 
+    deadline = time.monotonic() + config.prolog.timeout_s
     node = node_name(config.slurm.node_name)
     if mode == "prolog":
         why = skip_reason(environ, config.prolog)
         if why:
             return Outcome(None, "skip", why, False)
-    scontrol = Scontrol(config.slurm.conf, config.slurm.scontrol_timeout_s)
+    scontrol_share = min(config.slurm.scontrol_timeout_s, config.prolog.timeout_s * SCONTROL_SHARE)
+
+    def scontrol() -> Scontrol:  # never past the budget's end
+        return Scontrol(config.slurm.conf, max(0.5, min(config.slurm.scontrol_timeout_s, deadline - time.monotonic())))
+
     state = None
     if mode == "healthcheck":
         try:
-            state = scontrol.node(node)
+            state = Scontrol(config.slurm.conf, scontrol_share).node(node)
         except NodecheckError as error:
             return Outcome(None, "none", None, False, f"cannot read node {node}'s state: {error}")
     # bandwidth tests only in the prolog: a health check runs every few minutes, jobs or not
-    verdict = run_checks(host, config, environ, node, with_bench=mode == "prolog")
+    verdict = run_checks(host, config, environ, node, with_bench=mode == "prolog", deadline=deadline - scontrol_share)
     action, detail = plan_action(verdict, state, mode == "healthcheck")
-    return _apply(scontrol, Outcome(verdict, action, detail, False), node, dry_run)
+    return _apply(scontrol(), Outcome(verdict, action, detail, False), node, dry_run)
 
 
 def config_failure(config_error: str, dry_run: bool) -> Outcome:

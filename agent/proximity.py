@@ -10,14 +10,14 @@ into findings.
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from nodecheck.errors import NodecheckError, ParseError
-from nodecheck.host import call_with_timeout
+from nodecheck.host import call_with_timeout, run_until
 from nodecheck.model import Finding
 
 SLURMD_PORT = 6818
@@ -34,6 +34,7 @@ class Peer:
     gateway: str | None = None  # set when the route to the peer goes through a router
     rtt_ms: float | None = None
     error: str | None = None
+    examined: bool = True  # False: the check's time ran out before this peer's turn or answer
 
 
 @dataclass
@@ -46,34 +47,77 @@ class ProximityPolicy:
     severity: str = "warning"  # a far peer is the allocation's doing, not this node's: no drain by default
 
 
+MAX_JOB_NODES = 65536  # the largest Slurm clusters; a node list naming more is refused before expanding
+
+
 def expand_nodelist(text: str) -> list[str]:
-    """Slurm's compressed node list ("gpu[01-04,07],login1") as host names, via python-hostlist."""
+    """Slurm's compressed node list ("gpu[01-04,07],login1") as host names, via python-hostlist.
+    A list that would expand past MAX_JOB_NODES names is refused without being expanded."""
     import hostlist
 
+    if len(text) > 1024 * 1024 or nodelist_size(text) > MAX_JOB_NODES:
+        raise ParseError(f"node list {text[:60]!r}: more than {MAX_JOB_NODES} nodes, not expanded")
     try:
         return hostlist.expand_hostlist(text.strip())
     except (hostlist.BadHostlist, ValueError, MemoryError) as error:
         raise ParseError(f"node list {text!r} cannot be expanded: {error}") from None
 
 
+def nodelist_size(text: str) -> int:
+    """An upper bound on how many names a Slurm node list expands to, computed without expanding it:
+    per comma-separated item, the product of its bracket groups' sizes."""
+    total, depth, item = 0, 0, []
+    for char in text + ",":
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth <= 0:
+            total += _item_size("".join(item))
+            item = []
+        else:
+            item.append(char)
+        if total > MAX_JOB_NODES:
+            break
+    return total
+
+
+def _item_size(item: str) -> int:
+    size = 1
+    for group in re.findall(r"\[([^\]]*)\]", item):
+        count = 0
+        for part in group.split(","):
+            low, _, high = part.partition("-")
+            low, high = low.strip(), (high or low).strip()
+            if len(low) > 9 or len(high) > 9 or not low.isdigit() or not high.isdigit():
+                return MAX_JOB_NODES + 1 if len(low) > 9 or len(high) > 9 else 1  # hostlist says what is wrong
+            count += max(1, int(high) - int(low) + 1)
+        size *= max(1, count)
+        if size > MAX_JOB_NODES:
+            return size
+    return size
+
+
 # ---- collecting -------------------------------------------------------------------------------
 
+PEER_WORKERS = 64  # peers examined at once: a slow resolver costs one timeout per round of this many
+
+
 def collect_peers(names: list[str], local_names: set[str], policy: ProximityPolicy, timeout: float) -> list[Peer]:
-    """Every peer but this node, examined concurrently; each one bounded by `timeout` in all."""
+    """Every peer but this node, examined concurrently, all of it within `timeout`: a peer not
+    examined by then (a slow resolver, a large job) is returned with examined=False."""
+    deadline = time.monotonic() + timeout
     peers = [name for name in dict.fromkeys(names) if name.split(".")[0] not in local_names]
     if not peers:
         return []
     local_addresses = _local_addresses()
-    with ThreadPoolExecutor(max_workers=min(32, len(peers)), thread_name_prefix="peer") as pool:
-        examined = list(pool.map(lambda name: _examine(name, local_addresses, policy, timeout), peers))
+    done = run_until({name: (lambda n=name: _examine(n, local_addresses, policy, deadline)) for name in peers},
+                     deadline, PEER_WORKERS)
+    examined = [done[name] if isinstance(done.get(name), Peer) else Peer(name, examined=False) for name in peers]
     return [peer for peer in examined if peer.address not in local_addresses]  # this node under another name
 
 
-def _examine(name: str, local_addresses: set[str], policy: ProximityPolicy, timeout: float) -> Peer:
+def _examine(name: str, local_addresses: set[str], policy: ProximityPolicy, deadline: float) -> Peer:
     peer = Peer(name)
-    deadline = time.monotonic() + timeout
 
-    def left() -> float:  # what remains of this peer's share, never quite nothing
+    def left() -> float:  # what remains of the check's time, never quite nothing
         return max(0.1, deadline - time.monotonic())
 
     try:
@@ -163,7 +207,14 @@ def connect_rtt_ms(address: str, port: int, timeout: float) -> float:
 
 def judge_peers(peers: list[Peer], policy: ProximityPolicy) -> list[Finding]:
     findings = []
+    unexamined = [p.name for p in peers if not p.examined]
+    if unexamined:  # at the proximity severity: running out of time says nothing against this node
+        findings.append(Finding("check_timed_out", policy.severity, "proximity", f"{len(unexamined)} of {len(peers)} peers",
+                                "every peer", f"proximity: {len(unexamined)} of {len(peers)} peers not examined in time "
+                                f"(first: {unexamined[0]}): a slow resolver or a very large job"))
     for peer in peers:
+        if not peer.examined:
+            continue
         if peer.error:
             findings.append(Finding("peer_unreachable", policy.severity, f"peer:{peer.name}", "unreachable", "reachable",
                                     f"peer {peer.name} unreachable: {peer.error}"))

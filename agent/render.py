@@ -2,17 +2,39 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from nodecheck.model import Report
 from nodecheck.units import format_bits, format_rate
 
 _SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "error": "red", "critical": "bold red"}
+# C0 and C1 control characters (ESC starts terminal escape sequences; CSI is 0x9b): never to a terminal
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-def _unknown(value) -> str:
-    return "unknown" if value is None or value == "" else str(value)
+def _clean(value) -> str:
+    """Any value from a source nodecheck does not control, made safe to print: control characters and
+    escape sequences become '?' (rich markup is escaped where the text is printed: _esc, _cell)."""
+    return _CONTROL.sub("?", str(value))
+
+
+def _esc(value) -> str:
+    """An untrusted value inside a rich markup string: `[bold]` in a host name prints as written."""
+    return escape(_clean(value))
+
+
+def _cell(value) -> Text:
+    """An untrusted value as a table cell: plain text, never read as markup."""
+    return Text(_clean(value))
+
+
+def _unknown(value) -> Text:
+    return Text("unknown") if value is None or value == "" else _cell(value)
 
 
 def _console() -> Console:
@@ -23,8 +45,8 @@ def _console() -> Console:
 def render(report: Report, console: Console | None = None) -> None:
     console = console or _console()
     node = report.node
-    console.print(f"[bold]nodecheck[/bold] {node.get('hostname') or '?'}  kernel {_unknown(node.get('kernel'))}  "
-                  f"driver {_unknown(node.get('driver_version'))}  [dim]({report.source})[/dim]")
+    console.print(f"[bold]nodecheck[/bold] {_esc(node.get('hostname') or '?')}  kernel {_esc(node.get('kernel') or 'unknown')}  "
+                  f"driver {_esc(node.get('driver_version') or 'unknown')}  [dim]({_esc(report.source)})[/dim]")
     console.print("probes: " + "  ".join(
         f"{p.name} [{'green' if p.ok else 'dim' if p.no_data else 'red'}]"
         f"{'ok' if p.ok else 'no data' if p.no_data else 'FAILED'}[/] {p.duration_seconds * 1000:.0f} ms"
@@ -32,8 +54,8 @@ def render(report: Report, console: Console | None = None) -> None:
     if report.cpu:
         c = report.cpu
         numa = ", ".join(f"node{n['node']}: {n['cpus']}" for n in c.numa)
-        console.print(f"CPU: {c.packages} package(s), {c.numa_nodes} NUMA node(s) ({numa}), {c.cores} cores, {c.pus} PUs"
-                      + (f"  [dim]{c.model}[/dim]" if c.model else ""))
+        console.print(f"CPU: {c.packages} package(s), {c.numa_nodes} NUMA node(s) ({_esc(numa)}), {c.cores} cores, {c.pus} PUs"
+                      + (f"  [dim]{_esc(c.model)}[/dim]" if c.model else ""))
     _gpus(console, report)
     _matrix(console, report)
     _nics(console, report)
@@ -43,7 +65,7 @@ def render(report: Report, console: Console | None = None) -> None:
 
 def _gpus(console: Console, report: Report) -> None:
     if not report.gpus:
-        console.print(f"[yellow]No GPUs:[/yellow] {report.gpus_absent_reason}")
+        console.print(f"[yellow]No GPUs:[/yellow] {_esc(report.gpus_absent_reason)}")
         return
     specs = {p.path: p for p in report.paths}
     table = Table(title="GPUs", title_justify="left")
@@ -55,8 +77,8 @@ def _gpus(console: Console, report: Report) -> None:
                 f"gen{_unknown(p.get('gen_max'))} x{_unknown(p.get('width_max'))}") if g.pcie else "unknown"
         active = sum(1 for l in g.nvlinks if l["active"])
         nvlinks = f"{active}/{len(g.nvlinks)} up" if g.nvlinks else "-"
-        table.add_row(str(g.index), _unknown(g.name), pcie, format_rate(specs[f"gpu{g.index}:host"].bytes_per_second),
-                      nvlinks, _unknown(g.numa_node), _unknown(g.cpu_affinity), ", ".join(g.nearest_nics) or "-")
+        table.add_row(str(g.index), _unknown(g.name), _cell(pcie), format_rate(specs[f"gpu{g.index}:host"].bytes_per_second),
+                      nvlinks, _unknown(g.numa_node), _unknown(g.cpu_affinity), _cell(", ".join(g.nearest_nics) or "-"))
     console.print(table)
 
 
@@ -74,7 +96,7 @@ def _matrix(console: Console, report: Report) -> None:
     for a in (g.index for g in report.gpus):
         lines.append(f"GPU{a}".ljust(width) + "".join(("X" if a == b else cells.get((a, b), "?")).ljust(width) for b in devices))
     console.print("[italic]Links (nvidia-smi topo -m)[/italic]")
-    console.print("\n".join(line.rstrip() for line in lines), highlight=False, markup=False, soft_wrap=True)
+    console.print(_clean("\n".join(line.rstrip() for line in lines)), highlight=False, markup=False, soft_wrap=True)
 
 
 def _nics(console: Console, report: Report) -> None:
@@ -90,8 +112,8 @@ def _nics(console: Console, report: Report) -> None:
         name = f"{n.name} ({n.rdma_device})" if n.rdma_device and n.rdma_device != n.name else n.name
         speed = f"{n.speed_mbps} Mb/s" if n.speed_mbps else "unknown"
         addresses = " ".join(f"{a['address']}/{a['prefixlen']}" for a in n.addresses if a["family"] == "inet")
-        table.add_row(name, n.kind, _unknown(n.state), speed, format_bits(spec.bytes_per_second if spec else None),
-                      _unknown(n.mtu), _unknown(n.numa_node), _unknown(n.driver), _unknown(n.pci_address), addresses or "-")
+        table.add_row(_cell(name), _cell(n.kind), _unknown(n.state), speed, format_bits(spec.bytes_per_second if spec else None),
+                      _unknown(n.mtu), _unknown(n.numa_node), _unknown(n.driver), _unknown(n.pci_address), _cell(addresses or "-"))
     console.print(table)
 
 
@@ -104,7 +126,7 @@ def _findings(console: Console, report: Report) -> None:
         table.add_column(column)
     for f in report.findings:
         style = _SEVERITY_STYLE.get(f.severity, "")
-        table.add_row(f"[{style}]{f.severity}[/]", f.subject, str(f.measured), str(f.expected), f.message)
+        table.add_row(Text(_clean(f.severity), style=style), _cell(f.subject), _cell(f.measured), _cell(f.expected), _cell(f.message))
     console.print(table)
 
 
@@ -113,13 +135,13 @@ def _advice(console: Console, report: Report) -> None:
         return
     console.print("[bold]Binding advice[/bold] (one process per GPU):")
     for entry in report.advice:
-        console.print(f"  gpu{entry['gpu']}: " + "  ".join(entry["lines"]), soft_wrap=True, highlight=False)
+        console.print(Text(f"  gpu{entry['gpu']}: " + _clean("  ".join(entry["lines"]))), soft_wrap=True, highlight=False)
 
 
 def render_nccl_log(log, name: str, console: Console | None = None) -> None:
     console = console or _console()
     what = log.collective or "nccl-tests"
-    console.print(f"[bold]{what}[/bold] from {name} ({log.format}; {len(log.rows)} rows"
+    console.print(f"[bold]{_esc(what)}[/bold] from {_esc(name)} ({_esc(log.format)}; {len(log.rows)} rows"
                   + (f", {log.ngpus} GPU(s) per thread" if log.ngpus else "") + ")")
     table = Table(title_justify="left")
     for column in ("size (B)", "count", "type", "redop", "oop time (us)", "oop algbw (GB/s)", "oop busbw (GB/s)",
@@ -129,12 +151,12 @@ def render_nccl_log(log, name: str, console: Console | None = None) -> None:
         cells = []
         for timing in (row.out_of_place, row.in_place):
             cells += [f"{timing.time_us:g}", f"{timing.algbw_gbytes:.2f}", f"{timing.busbw_gbytes:.2f}"] if timing else ["-"] * 3
-        table.add_row(str(row.size_bytes), str(row.count), row.dtype, row.redop or "-", *cells)
+        table.add_row(str(row.size_bytes), str(row.count), _cell(row.dtype), _cell(row.redop or "-"), *cells)
     console.print(table)
     avg = "not in the log" if log.avg_busbw_gbytes is None else f"{log.avg_busbw_gbytes:g} GB/s"
     console.print(f"Avg bus bandwidth: {avg}")
     for issue in log.issues:
-        console.print(f"[yellow]could not read[/yellow] {issue}", highlight=False)
+        console.print(f"[yellow]could not read[/yellow] {_esc(issue)}", highlight=False)
 
 
 def render_measurements(report: Report, console: Console | None = None) -> None:
@@ -145,7 +167,7 @@ def render_measurements(report: Report, console: Console | None = None) -> None:
     for m in report.measurements:
         ratio = f"{m.ratio:.2f}" if m.ratio is not None else "-"
         payload = f"{m.payload_bytes / (1 << 20):g} MiB" if m.payload_bytes else "-"
-        table.add_row(m.path, m.test, payload, format_bits(m.bytes_per_second) if m.ok else "[red]FAILED[/red]",
-                      format_bits(m.spec_bytes_per_second), ratio, m.method if m.ok else str(m.error))
+        table.add_row(_cell(m.path), _cell(m.test), payload, format_bits(m.bytes_per_second) if m.ok else "[red]FAILED[/red]",
+                      format_bits(m.spec_bytes_per_second), ratio, _cell(m.method if m.ok else m.error))
     console.print(table)
     _findings(console, report)

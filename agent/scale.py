@@ -18,6 +18,7 @@ of a hierarchical all-reduce).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 
 GRAD_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -46,6 +47,12 @@ class Fabric:
     intra_busbw: float  # bytes/s, all-reduce inside one node
     source: str  # where the figures come from (measured path, spec, by hand)
     nics: int = 1  # the inter-node busbw scales with NICs used (seed 001's second port)
+
+    def __post_init__(self) -> None:
+        # a busbw of 0 (a failed run written as 0) or NaN would read as "communication is free"
+        for name, value in (("across nodes", self.inter_busbw), ("inside a node", self.intra_busbw)):
+            if not (isinstance(value, (int, float)) and 0 < value < math.inf):
+                raise ValueError(f"all-reduce busbw {value!r} {name}: not a usable bandwidth (must be finite and above 0)")
 
 
 @dataclass

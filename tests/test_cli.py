@@ -41,7 +41,7 @@ def test_json_schema_documented_keys(tmp_path):
     assert {p["name"]: (p["ok"], p["no_data"]) for p in report["probes"]} == {
         "nvidia_smi_topo": (True, False), "nvml": (True, False), "lstopo": (False, True), "nics": (False, True)}
     assert report["cpu"] is None  # lstopo did not run on that snapshot
-    assert report["advice"][4]["lines"][1:] == ["numactl --cpunodebind=1 --membind=1 <command>", "NCCL_IB_HCA=mlx5_4"]
+    assert report["advice"][4]["lines"][1:] == ["NCCL_IB_HCA=mlx5_4", "numactl --cpunodebind=1 --membind=1 <command>"]  # VAR=value first
     doc = (REPO / "docs" / "report-schema.md").read_text()
     for key in report:
         assert f"`{key}`" in doc, f"top-level key {key} is not documented in docs/report-schema.md"

@@ -1,9 +1,12 @@
 """Config: every wrong key or value names the file, the key and what was expected; generated configs load back."""
 
+import os
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import hgx_nvml, make_snapshot
+from conftest import hgx_nvml, make_snapshot, nodecheck
 from nodecheck.build import build_report
 from nodecheck.config import generate, load, parse
 from nodecheck.errors import ConfigError
@@ -77,6 +80,37 @@ def test_unreadable_and_invalid_files(tmp_path):
         load(tmp_path / "absent.toml")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load(write(tmp_path, "[gpus\ncount = 8"))
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"[gpus]\ncount = 8 # \xff\xfe\n", "is not UTF-8 text"),
+    (b"a = " + b"[" * 100000, "not valid TOML"),
+    (b"[gpus]\ncount = " + b"9" * 5000 + b"\n", "not valid TOML"),
+    (b"x" * (2 << 20), "larger than 1 MiB"),
+])
+def test_hostile_config_text_is_a_config_error(tmp_path, content, message):
+    path = tmp_path / "config.toml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=message) as error:
+        load(path)
+    assert str(path) in str(error.value)
+
+
+def test_fifo_and_devices_as_config_never_block(tmp_path):
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero"), tmp_path):
+        with pytest.raises(ConfigError, match="cannot read config"):
+            load(path)
+
+
+def test_prolog_with_a_hostile_config_drains_saying_config_error(tmp_path):
+    """Before: a traceback, and no drain. Now the prolog drains (here: would drain) with the reason."""
+    path = tmp_path / "config.toml"
+    path.write_bytes(b"[gpus]\ncount = " + b"9" * 5000 + b"\n")
+    result = nodecheck("prolog", "--dry-run", "--config", str(path), env={"SLURMD_NODENAME": "gpu01"})
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "would drain gpu01: nodecheck: config error:" in result.stdout, result.stdout + result.stderr
 
 
 def test_generated_config_loads_back_and_passes_on_its_golden_node(tmp_path):

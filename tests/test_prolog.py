@@ -5,6 +5,7 @@ broken config, and scontrol's node line as Slurm 22.05 prints it."""
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from nodecheck.build import build_report
 from nodecheck.config import Config, PrologSettings
 from nodecheck.errors import ParseError
 from nodecheck.model import Finding
-from nodecheck.prolog import Verdict, _run_bounded, drain_reason, plan_action, skip_reason
+from nodecheck.prolog import Verdict, _run_bounded, drain_reason, failing_findings, plan_action, skip_reason
 from nodecheck.slurm import NodeState, parse_node, slurm_env
 from nodecheck.snapshot import SnapshotHost
 
@@ -82,12 +83,28 @@ def test_skipping_by_partition_or_job_comment():
 
 def test_a_check_past_the_deadline_is_named_as_timed_out():
     started = time.monotonic()
-    runs = _run_bounded({"stuck": lambda: time.sleep(30), "quick": lambda: ([], [{"ok": 1}])}, time.monotonic() + 0.5)
+    runs = _run_bounded({"stuck": (lambda: time.sleep(30), "error"), "quick": (lambda: ([], [{"ok": 1}]), "error")},
+                        time.monotonic() + 0.5)
     assert time.monotonic() - started < 2
     stuck, quick = runs
-    assert stuck.timed_out and stuck.findings[0].kind == "check_timed_out"
+    assert stuck.timed_out and stuck.findings[0].kind == "check_timed_out" and stuck.findings[0].severity == "error"
     assert drain_reason(stuck.findings) == "nodecheck: stuck timed out after 0.5 s"
     assert not quick.timed_out and quick.details == [{"ok": 1}]
+
+
+def test_a_warning_check_that_times_out_stays_a_warning_and_durations_are_each_checks_own():
+    def late_start():
+        time.sleep(0.3)
+        return [], []
+
+    stuck_for = threading.Event()
+    runs = _run_bounded({"slow": (late_start, "error"), "proximity": (lambda: stuck_for.wait(30), "warning"),
+                         "instant": (lambda: ([], []), "error")}, time.monotonic() + 1.0)
+    slow, proximity, instant = runs
+    assert proximity.timed_out and proximity.findings[0].severity == "warning"
+    assert failing_findings(proximity.findings, "error") == []  # a late warning check never drains
+    assert instant.seconds < slow.seconds  # measured from each check's start, not from the join
+    stuck_for.set()
 
 
 def run_nodecheck(*args, env_extra=None, path_prefix=None, timeout=60):

@@ -6,13 +6,14 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from conftest import requires_root
 from nodecheck.errors import ParseError
-from nodecheck.proximity import Peer, ProximityPolicy, expand_nodelist, in_subnet, judge_peers
+from nodecheck.proximity import Peer, ProximityPolicy, expand_nodelist, in_subnet, judge_peers, nodelist_size
 
 
 def test_expand_slurm_node_lists():
@@ -86,3 +87,39 @@ def test_prolog_reports_peers_in_and_out_of_the_subnet(cluster, tmp_path):
     kinds = {(f["kind"], f["subject"]) for f in outcome["failing"]}
     assert kinds == {("peer_outside_subnet", "peer:nodec"), ("peer_unreachable", "peer:nodeghost")}
     assert outcome["action"] == "drain" and outcome["detail"].startswith("nodecheck: peer:")
+
+
+def test_huge_node_lists_are_refused_without_expanding():
+    assert nodelist_size("gpu[01-03,07],login1") == 5 and nodelist_size("rack[1-2]-n[1-2]") == 4
+    for huge in ("n[1-10000000]", "a[1-1000]b[1-1000]", "n[0-99999999999999999999]"):
+        with pytest.raises(ParseError, match="more than 65536 nodes, not expanded"):
+            expand_nodelist(huge)
+
+
+def test_a_dead_resolver_and_a_large_job_never_drain_and_end_in_budget(tmp_path):
+    """100 peers that resolve through a DNS server that never answers: the prolog ends within its
+    budget (here 4 s; with slack for a loaded machine), drains nothing, and says what it could not do."""
+    requires_root()
+    from netns_cluster import Cluster
+
+    with Cluster(1) as cluster:
+        etc = Path("/etc/netns") / cluster.nodes[0]  # `ip netns exec` binds these over /etc/hosts and resolv.conf
+        etc.mkdir(parents=True)
+        try:
+            (etc / "hosts").write_text("127.0.0.1 localhost\n198.18.0.1 nodea\n")
+            (etc / "resolv.conf").write_text("nameserver 198.18.0.99\noptions timeout:5 attempts:2\n")  # nobody there
+            config = tmp_path / "config.toml"
+            config.write_text("[prolog]\ntimeout_s = 4\n")
+            env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_NODELIST": "nodea,gpu[001-100]", "SLURMD_NODENAME": "nodea"}
+            started = time.monotonic()
+            run = subprocess.run(["ip", "netns", "exec", cluster.nodes[0], "env", "-i", *[f"{k}={v}" for k, v in env.items()],
+                                  str(Path(sys.executable).parent / "nodecheck"), "prolog", "--dry-run", "--json",
+                                  "--config", str(config)], capture_output=True, text=True, timeout=120)
+            wall = time.monotonic() - started
+        finally:
+            shutil.rmtree(etc, ignore_errors=True)
+    outcome = json.loads(run.stdout)
+    assert run.returncode == 0 and outcome["action"] == "none" and outcome["failing"] == [], run.stdout[-2000:] + run.stderr
+    proximity = next(c for c in outcome["checks"] if c["name"] == "proximity")
+    assert {f["severity"] for f in proximity["findings"]} == {"warning"} and proximity["findings"]
+    assert wall < 4 + 10, f"the prolog took {wall:.1f} s on a 4 s budget"  # unbounded, it took minutes

@@ -136,6 +136,11 @@ def test_snapshot_without_nic_speeds_says_what_to_do(tmp_path):
     (["--params", "25M", "--step-time", "1", "--accum", "0", "--busbw", "1GB/s"], "at least 1"),
     (["--params", "25M", "--step-time", "1"], "give --busbw"),
     (["--params", "25M", "--step-time", "1", "--from", "/nonexistent/report.json"], "/nonexistent/report.json"),
+    (["--params", "25M", "--step-time", "nan", "--busbw", "1GB/s"], "must be above zero (and finite)"),
+    (["--params", "25M", "--step-time", "inf", "--busbw", "1GB/s"], "must be above zero (and finite)"),
+    (["--params", "25M", "--flops", "1e12", "--peak-tflops", "inf", "--busbw", "1GB/s"], "--peak-tflops above zero"),
+    (["--params", "25M", "--step-time", "1", "--busbw", "1e999GB/s"], "must be above zero (and finite)"),
+    (["--params", "1" * 50000, "--step-time", "1", "--busbw", "1GB/s"], "expected a count"),  # once 97 s of regex
 ])
 def test_bad_input_is_exit_2_with_a_message(args, message):
     out = scale(*args)
@@ -156,3 +161,17 @@ def test_plot_writes_a_png(tmp_path):
                 "--plot", str(png))
     assert out.returncode == 0, out.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+def test_a_report_with_busbw_zero_is_refused_not_read_as_free_communication(tmp_path):
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"measurements": [{"ok": True, "test": "allreduce", "path": "allreduce:2-ranks",
+                                                  "bytes_per_second": 0, "payload_bytes": 1 << 25, "details": {"nodes": []}}]}))
+    out = scale("--params", "25M", "--step-time", "1", "--from", str(path))
+    assert out.returncode == 2 and "not a usable bandwidth" in out.stderr, out.stdout + out.stderr
+
+
+def test_json_output_is_strict_json():
+    out = scale("--params", "25M", "--step-time", "0.234", "--busbw", "10Gbit/s", "--nodes", "4", "--json")
+    document = json.loads(out.stdout, parse_constant=lambda name: pytest.fail(f"{name} in --json output"))
+    assert document["rows"][0]["needed_busbw"] is None and document["rows"][-1]["efficiency"] < 1

@@ -1,0 +1,55 @@
+"""The human output never takes text from a source as markup or terminal control: a host name, a CPU
+model, nvidia-smi's first line or an nccl-tests log holding `[/]`, `[bold]` or escape sequences prints
+as written (or with '?' for control characters), and nodecheck's own bracketed text survives too."""
+
+import json
+
+from rich.console import Console
+
+from conftest import PUBLIC, h100_node_snapshot, need, nodecheck
+from nodecheck.build import build_report
+from nodecheck.model import Measurement
+from nodecheck.render import render, render_measurements
+from nodecheck.snapshot import SnapshotHost
+
+HOSTILE = "evil[/]node[bold red]X\x1b[2J\x1b]0;owned\x07"
+
+
+def printed(fn, *args) -> str:
+    console = Console(record=True, width=200, force_terminal=True)
+    fn(*args, console=console)
+    return console.export_text(styles=False)
+
+
+def test_untrusted_text_prints_as_written_and_never_controls_the_terminal(tmp_path):
+    snap = h100_node_snapshot(tmp_path / "h")
+    (snap / "identity.json").write_text(json.dumps({"hostname": HOSTILE, "kernel": "6.1[/]"}))
+    xml = (snap / "lstopo.xml").read_text()
+    (snap / "lstopo.xml").write_text(xml.replace('name="CPUModel" value="', 'name="CPUModel" value="[/][red]', 1))
+    (snap / "nvidia-smi-topo-m.txt").write_text("[/]nvidia-smi [bold]broke\x1b[31m\n")
+    text = printed(render, build_report(SnapshotHost(snap)))
+    assert "evil[/]node[bold red]X?[2J?]0;owned?" in text  # control characters shown as '?', brackets as written
+    assert "\x1b" not in text and "\x07" not in text
+    assert "6.1[/]" in text and "[/][red]" in text
+    assert "(first line: '[/]nvidia-smi [bold]broke')" in text  # the topo probe's error quotes the first line
+
+
+def test_measurement_errors_keep_their_brackets(tmp_path):
+    report = build_report(SnapshotHost(tmp_path))
+    report.measurements = [Measurement.failed("gpu0:host", "h2d", "torch", "h2d",
+                                              "torch is not installed: pip install 'nodecheck[bench]'")]
+    assert "pip install 'nodecheck[bench]'" in printed(render_measurements, report)
+
+
+def test_help_keeps_bracketed_names():
+    help_text = nodecheck("serve", "--help", env={"COLUMNS": "200"}).stdout
+    assert "nodecheck[web]" in help_text and "[serve] listen" in help_text
+
+
+def test_nccl_log_with_markup_prints_it(tmp_path):
+    text = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt").read_text()
+    log = tmp_path / "log[bold].txt"
+    log.write_text("# Collective test starting: [/][b]\x1b[2Jall_reduce_perf\n" + text)
+    result = nodecheck("bench", "--nccl-log", str(log), env={"COLUMNS": "250"})
+    assert result.returncode in (0, 1) and "Traceback" not in result.stderr, result.stderr[-1500:]
+    assert "log[bold].txt" in result.stdout and "[/][b]?[2Jall_reduce_perf" in result.stdout and "\x1b[2J" not in result.stdout
