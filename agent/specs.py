@@ -55,6 +55,8 @@ def infiniband(rate_text: str) -> Spec | None:
     if not match:
         return None
     lanes, name = match["lanes"], match["name"]
+    if lanes and not name and float(match["gbps"]) == 2.5 * int(lanes):
+        name = "SDR"  # the kernel names every speed but SDR: '10 Gb/sec (4X)' is 4X SDR, 8b/10b like the rest
     row = table()["infiniband"].get(name or "")
     if row is not None and lanes:
         gbits = row["gbits_per_lane"] * int(lanes)

@@ -50,44 +50,89 @@ class LstopoFacts:
     hwloc_version: str | None = None
 
 
+@dataclass
+class _Walk:
+    """What the walk needs besides the tree: the XML's format, the allowed sets, and what it found."""
+    bitmask: bool  # hwloc 3.x osdev types
+    allowed_cpus: set[int] | None  # None: every CPU is allowed
+    allowed_nodes: set[int] | None
+    counts: dict = field(default_factory=lambda: {"Package": 0, "NUMANode": 0, "Core": 0, "PU": 0})
+    numa_cpus: dict[int, set[int]] = field(default_factory=dict)
+    devices: list = field(default_factory=list)  # (LstopoDevice, its CPU-side ancestor's cpuset or None)
+
+
+# hwloc 1.x called a package a Socket
+_COUNTED = {"Package": "Package", "Socket": "Package", "NUMANode": "NUMANode", "Core": "Core", "PU": "PU"}
+
+
 def parse_lstopo_xml(text: str) -> LstopoFacts:
+    """Counts and localities as hwloc's own tools report them: objects outside the topology's allowed
+    CPUs and NUMA nodes (a cgroup, `--disallowed` exports) are left out, a topology without NUMANode
+    objects has one NUMA node (0), and a device without a nodeset gets its NUMA nodes from its cpuset."""
     try:
         root = ET.fromstring(text)
     except ET.ParseError as error:
         raise ParseError(f"lstopo XML is not well-formed: {error}") from None
     if root.tag != "topology":
         raise ParseError(f"not an hwloc topology: root element is <{root.tag}>")
-    bitmask = (to_int(root.get("version", "").split(".")[0]) or 0) >= 3
     machine = root.find("object")
     if machine is None:
         raise ParseError("hwloc topology holds no object")
-    counts = {"Package": 0, "NUMANode": 0, "Core": 0, "PU": 0}
+    walk = _Walk((to_int(root.get("version", "").split(".")[0]) or 0) >= 3,
+                 _optional_bitmap(machine.get("allowed_cpuset")), _optional_bitmap(machine.get("allowed_nodeset")))
     facts = LstopoFacts(0, 0, 0, 0, dmi_product=_info(machine, "DMIProductName"),
                         hwloc_version=_info(machine, "hwlocVersion"))
-    devices: list[LstopoDevice] = []
-    _walk(machine, [], counts, facts, devices, bitmask)
-    facts.packages, facts.numa_nodes, facts.cores, facts.pus = (counts[k] for k in ("Package", "NUMANode", "Core", "PU"))
+    _walk(machine, [], walk, facts)
+    facts.packages, facts.numa_nodes, facts.cores, facts.pus = (walk.counts[k] for k in ("Package", "NUMANode", "Core", "PU"))
     if facts.pus == 0:
         raise ParseError("hwloc topology has no PU (processing unit) object")
+    if facts.numa_nodes == 0:  # hwloc always has one: the whole machine's memory
+        facts.numa_nodes = 1
+        walk.numa_cpus = {0: _allowed(_bitmap(machine.get("cpuset", "")), walk.allowed_cpus)}
+    facts.numa = {index: format_cpulist(cpus) for index, cpus in sorted(walk.numa_cpus.items())}
+    devices = []
+    for device, cpuset in walk.devices:
+        if not device.numa_nodes and cpuset:
+            device.numa_nodes = sorted(i for i, cpus in walk.numa_cpus.items() if cpus & cpuset)
+        devices.append(device)
     facts.nics = [device for device in devices if device.kind in ("Network", "OpenFabrics")]
     facts.gpus = _group_gpus([d for d in devices if d.kind in ("GPU", "CoProcessor")])
     return facts
 
 
-def _walk(node: ET.Element, ancestors: list[ET.Element], counts: dict, facts: LstopoFacts, devices: list, bitmask: bool) -> None:
-    kind = node.get("type", "")
-    if kind in counts:
-        counts[kind] += 1
-    if kind == "NUMANode" and (index := to_int(node.get("os_index"))) is not None:
-        facts.numa[index] = _cpulist(node.get("cpuset", ""))
-    if kind == "Package" and facts.cpu_model is None:
-        facts.cpu_model = _info(node, "CPUModel")
-    if kind == "OSDev":
-        device_kind = _osdev_kind(node.get("osdev_type", ""), bitmask)
+def _walk(node: ET.Element, ancestors: list[ET.Element], walk: _Walk, facts: LstopoFacts) -> None:
+    kind = _COUNTED.get(node.get("type", ""))
+    if kind and _is_allowed(node, kind, walk):
+        walk.counts[kind] += 1
+        if kind == "NUMANode" and (index := to_int(node.get("os_index"))) is not None:
+            walk.numa_cpus[index] = _allowed(_bitmap(node.get("cpuset", "")), walk.allowed_cpus)
+        if kind == "Package" and facts.cpu_model is None:
+            facts.cpu_model = _info(node, "CPUModel")
+    if node.get("type") == "OSDev":
+        device_kind = _osdev_kind(node.get("osdev_type", ""), walk.bitmask)
         if device_kind:
-            devices.append(_device(node, device_kind, ancestors))
+            walk.devices.append(_device(node, device_kind, ancestors, walk))
     for child in node.findall("object"):
-        _walk(child, ancestors + [node], counts, facts, devices, bitmask)
+        _walk(child, ancestors + [node], walk, facts)
+
+
+def _is_allowed(node: ET.Element, kind: str, walk: _Walk) -> bool:
+    """hwloc drops what lies wholly outside the allowed sets: a PU not allowed, a NUMA node not allowed,
+    any other object none of whose CPUs is allowed."""
+    if kind == "NUMANode":
+        index = to_int(node.get("os_index"))
+        return walk.allowed_nodes is None or index is None or index in walk.allowed_nodes
+    if walk.allowed_cpus is None or not node.get("cpuset"):
+        return True
+    return bool(_bitmap(node.get("cpuset", "")) & walk.allowed_cpus)
+
+
+def _allowed(cpus: set[int], allowed: set[int] | None) -> set[int]:
+    return cpus if allowed is None else cpus & allowed
+
+
+def _optional_bitmap(text: str | None) -> set[int] | None:
+    return None if not text else _bitmap(text)
 
 
 def _osdev_kind(raw: str, bitmask: bool) -> str | None:
@@ -99,14 +144,21 @@ def _osdev_kind(raw: str, bitmask: bool) -> str | None:
     return next((name for bit, name in _BITS if value & bit), None)
 
 
-def _device(node: ET.Element, kind: str, ancestors: list[ET.Element]) -> LstopoDevice:
+def _device(node: ET.Element, kind: str, ancestors: list[ET.Element], walk: _Walk) -> tuple[LstopoDevice, set[int] | None]:
+    """The device, with the NUMA nodes of its nearest CPU-side ancestor (its nodeset; without one, the
+    walk's end resolves them from that ancestor's cpuset) and that cpuset."""
     pci = next((a.get("pci_busid") for a in reversed(ancestors) if a.get("type") == "PCIDev"), None)
     cpu_side = next((a for a in reversed(ancestors) if a.get("type") not in _IO_TYPES), None)
-    numa = sorted(_bitmap(cpu_side.get("nodeset", ""))) if cpu_side is not None and cpu_side.get("nodeset") else []
-    return LstopoDevice(
-        name=node.get("name", ""), kind=kind, subtype=node.get("subtype") or _info(node, "Backend"),
-        pci_busid=pci, numa_nodes=numa, model=_info(node, "GPUModel"),
-    )
+    numa: list[int] = []
+    cpuset = None
+    if cpu_side is not None:
+        if cpu_side.get("nodeset"):
+            numa = sorted(_allowed(_bitmap(cpu_side.get("nodeset", "")), walk.allowed_nodes))
+        if cpu_side.get("cpuset"):
+            cpuset = _allowed(_bitmap(cpu_side.get("cpuset", "")), walk.allowed_cpus)
+    device = LstopoDevice(name=node.get("name", ""), kind=kind, subtype=node.get("subtype") or _info(node, "Backend"),
+                          pci_busid=pci, numa_nodes=numa, model=_info(node, "GPUModel"))
+    return device, cpuset
 
 
 def _group_gpus(devices: list[LstopoDevice]) -> list[LstopoGpu]:

@@ -1,13 +1,15 @@
 """lstopo XML parser on published hwloc XML (answer key), on this machine's real lstopo, and on garbage."""
 
 import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import H100, PUBLIC, answer_key, need
+from conftest import H100, PUBLIC, SHARED, answer_key, need
 from nodecheck.errors import ParseError
 from nodecheck.host import LiveHost
 from nodecheck.probes.lstopo import ARGV, parse_lstopo_xml
@@ -70,3 +72,45 @@ def test_fuzz_xml_shaped_noise(parts):
         parse_lstopo_xml("".join(parts))
     except ParseError:
         pass
+
+
+def hwloc_readable_peer_xmls() -> list[Path]:
+    """hwloc's own test XMLs (../shared/peer/hwloc-xml) that this machine's hwloc can load."""
+    folder = SHARED / "peer" / "hwloc-xml"
+    if not folder.is_dir():
+        pytest.skip(f"{folder} is absent")
+    if shutil.which("hwloc-calc") is None or shutil.which("hwloc-info") is None:
+        pytest.skip("hwloc's tools are not installed (apt install hwloc-nox)")
+    readable = [xml for xml in sorted(folder.glob("*.xml"))
+                if subprocess.run(["hwloc-info", "--input", str(xml)], capture_output=True, timeout=30).returncode == 0]
+    assert len(readable) >= 40  # hwloc 2.x reads the 1.x and 2.x files; 3.0 ones need hwloc 3
+    return readable
+
+
+def test_counts_agree_with_hwloc_on_its_own_test_xmls():
+    """hwloc's tools are the oracle: packages, cores and PUs within the allowed CPUs (hwloc-calc), NUMA
+    nodes as objects (hwloc-info, CPU-less ones included). Covers hwloc 1.x `Socket`, topologies without
+    NUMANode objects (hwloc says 1), and exports holding disallowed objects."""
+    wrong = []
+    for xml in hwloc_readable_peer_xmls():
+        calc = [int(subprocess.run(["hwloc-calc", "--input", str(xml), "--number-of", kind, "all"], capture_output=True,
+                                   text=True, timeout=30).stdout.strip() or 0) for kind in ("package", "core", "pu")]
+        info = subprocess.run(["hwloc-info", "--input", str(xml)], capture_output=True, text=True, timeout=30).stdout
+        numa = re.search(r"(\d+) NUMANode", info)
+        oracle = (calc[0], int(numa[1]) if numa else 0, calc[1], calc[2])
+        facts = parse_lstopo_xml(xml.read_text())
+        if (facts.packages, facts.numa_nodes, facts.cores, facts.pus) != oracle:
+            wrong.append((xml.name, oracle, (facts.packages, facts.numa_nodes, facts.cores, facts.pus)))
+    assert wrong == []
+
+
+def test_nic_numa_nodes_agree_with_hwloc_calc():
+    checked, wrong = 0, []
+    for xml in hwloc_readable_peer_xmls():
+        for nic in parse_lstopo_xml(xml.read_text()).nics:
+            out = subprocess.run(["hwloc-calc", "--input", str(xml), "--po", "-I", "numa", f"os={nic.name}"],
+                                 capture_output=True, text=True, timeout=30).stdout.strip()
+            checked += 1
+            if sorted(int(v) for v in out.split(",") if v) != nic.numa_nodes:
+                wrong.append((xml.name, nic.name, out, nic.numa_nodes))
+    assert checked >= 50 and wrong == []

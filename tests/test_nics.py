@@ -5,6 +5,7 @@ import json
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -158,3 +159,43 @@ def test_config_expectations_on_real_nics(netns, tmp_path):
     assert result.returncode == 1, result.stderr
     findings = {(f["kind"], f["subject"]) for f in json.loads(result.stdout)["findings"]}
     assert findings == {("nic_slow", netns["up"]), ("nic_down", netns["down"]), ("nic_missing", "ib0")}
+
+
+def peer_tree(case: str) -> Path:
+    from conftest import SHARED, need
+
+    return need(SHARED / "peer" / "sysfs" / case)
+
+
+def test_node_exporters_sysfs_tree_bonding_masters_is_not_a_nic():
+    """node_exporter's fixture: bonding_masters is a plain file in /sys/class/net whenever the bonding
+    driver is loaded; every other entry is a netdev."""
+    from nodecheck.snapshot import SnapshotHost
+    from nodecheck.probes.nics import collect
+
+    tree = peer_tree("node_exporter-sys")
+    facts = collect(SnapshotHost(tree))
+    entries = sorted(p.name for p in (tree / "fs/sys/class/net").iterdir() if p.is_dir())
+    assert [n.name for n in facts.nics] == entries and "bonding_masters" not in entries
+    assert all(n.state == "up" for n in facts.nics)
+    eth0 = next(n for n in facts.nics if n.name == "eth0")
+    assert (eth0.speed_mbps, eth0.pci_address) == (1000, "0000:03:00.0")
+
+
+@pytest.mark.parametrize("case", ["node_exporter-sys", "procfs-fixtures"])
+def test_every_ib_rate_in_the_peer_trees_gets_a_data_rate_spec(case):
+    """Each port's spec is its data rate: 8b/10b for SDR/DDR/QDR (the kernel prints SDR without a name:
+    '10 Gb/sec (4X)'), 64b/66b from FDR on."""
+    from nodecheck import specs
+    from nodecheck.snapshot import SnapshotHost
+    from nodecheck.probes.nics import collect
+
+    facts = collect(SnapshotHost(peer_tree(case)))
+    ports = [port for ports in facts.rdma_devices.values() for port in ports]
+    assert ports
+    data_per_lane = {"": 2.0, "DDR": 4.0, "QDR": 8.0, "EDR": 25.0}  # IBTA: SDR-QDR 8b/10b, EDR 25 Gbit/s per lane
+    for port in ports:
+        spec = specs.infiniband(port.rate)
+        assert spec is not None and "rate as reported" not in spec.basis, (port.device, port.rate)
+        lanes, _, name = port.rate.split("(")[1].rstrip(")").partition("X")
+        assert spec.bytes_per_second * 8 / 1e9 == pytest.approx(int(lanes) * data_per_lane[name.strip()]), port.rate
