@@ -86,14 +86,16 @@ def load(path: Path | None) -> Config:
         if not DEFAULT_PATH.is_file():
             return Config()
         path = DEFAULT_PATH
-    text = read_config_text(path, "config")
+    return loads(read_config_text(path, "config"), str(path))
+
+
+def loads(text: str, source: str) -> Config:
+    """A config from its TOML text; source names it in errors."""
     try:
         data = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, RecursionError) as error:
-        raise ConfigError(f"{path}: not valid TOML ({str(error)[:200]})") from None
-    except ValueError as error:  # an integer of thousands of digits (Python's int limit)
-        raise ConfigError(f"{path}: not valid TOML ({str(error)[:200]})") from None
-    return parse(data, str(path))
+    except (ValueError, RecursionError) as error:  # ValueError: TOMLDecodeError, or an int of thousands of digits
+        raise ConfigError(f"{source}: not valid TOML ({str(error)[:200]})") from None
+    return parse(data, source)
 
 
 MAX_CONFIG_BYTES = 1024 * 1024

@@ -4,6 +4,7 @@ snapshot.SnapshotHost replays what a RecordingHost saved. No probe has a test-on
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import selectors
@@ -11,6 +12,7 @@ import signal
 import socket
 import stat
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -278,6 +280,43 @@ def read_bounded(path: Path, limit: int) -> str | None:
     if len(data) > limit:
         raise ProbeFailed(f"{path} is larger than {limit} bytes: not read")
     return data.decode("utf-8", errors="replace")
+
+
+@contextlib.contextmanager
+def atomic_file(target: Path, mode: int = 0o644):
+    """A binary file that becomes `target` only when the block ends without an error: written beside it
+    under a hidden temporary name, fsynced, renamed over it (never through a link at `target`), the
+    directory fsynced. On any error or signal the temporary file is removed; one left by a SIGKILL is
+    removed by the next call (stale_temporaries)."""
+    remove_stale_temporaries(target)
+    part = tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp", delete=False)
+    try:
+        with part:
+            yield part
+            part.flush()
+            os.fchmod(part.fileno(), mode)
+            os.fsync(part.fileno())
+        os.replace(part.name, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(part.name)
+        raise
+    directory = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+STALE_AFTER_S = 3600
+
+
+def remove_stale_temporaries(target: Path) -> None:
+    """Temporary files of atomic_file(target) older than an hour: left by a run that was killed."""
+    for leftover in target.parent.glob(f".{target.name}.*.tmp"):
+        with contextlib.suppress(OSError):
+            if time.time() - leftover.lstat().st_mtime > STALE_AFTER_S:
+                leftover.unlink()
 
 
 def _prefixlen(netmask: str) -> int:

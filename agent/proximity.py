@@ -57,9 +57,11 @@ def expand_nodelist(text: str) -> list[str]:
 
     if len(text) > 1024 * 1024 or nodelist_size(text) > MAX_JOB_NODES:
         raise ParseError(f"node list {text[:60]!r}: more than {MAX_JOB_NODES} nodes, not expanded")
+    if _NOT_IN_A_NODELIST.search(text.strip()):  # host names hold no white space or control characters
+        raise ParseError(f"node list {text[:60]!r}: white space or control characters in host names")
     try:
         return hostlist.expand_hostlist(text.strip())
-    except (hostlist.BadHostlist, ValueError, MemoryError) as error:
+    except (hostlist.BadHostlist, ValueError, MemoryError, RecursionError) as error:
         raise ParseError(f"node list {text!r} cannot be expanded: {error}") from None
 
 
@@ -79,6 +81,10 @@ def nodelist_size(text: str) -> int:
     return total
 
 
+_DIGITS = re.compile(r"[0-9]+")
+_NOT_IN_A_NODELIST = re.compile(r"[\s\x00-\x1f\x7f]")
+
+
 def _item_size(item: str) -> int:
     size = 1
     for group in re.findall(r"\[([^\]]*)\]", item):
@@ -86,8 +92,10 @@ def _item_size(item: str) -> int:
         for part in group.split(","):
             low, _, high = part.partition("-")
             low, high = low.strip(), (high or low).strip()
-            if len(low) > 9 or len(high) > 9 or not low.isdigit() or not high.isdigit():
-                return MAX_JOB_NODES + 1 if len(low) > 9 or len(high) > 9 else 1  # hostlist says what is wrong
+            if len(low) > 9 or len(high) > 9:
+                return MAX_JOB_NODES + 1
+            if not _DIGITS.fullmatch(low) or not _DIGITS.fullmatch(high):  # not str.isdigit(): it takes '²'
+                return 1  # hostlist says what is wrong
             count += max(1, int(high) - int(low) + 1)
         size *= max(1, count)
         if size > MAX_JOB_NODES:

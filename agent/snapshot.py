@@ -23,7 +23,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 
 from nodecheck.errors import NoData, NodecheckError, ProbeFailed, TimedOut
-from nodecheck.host import Host, read_bounded
+from nodecheck.host import Host, atomic_file, read_bounded
 from nodecheck.limits import (MAX_COMMAND_OUTPUT, MAX_JSON_DOCUMENT, MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_MEMBERS,
                               MAX_SYSFS_FILE)
 
@@ -98,19 +98,11 @@ class RecordingHost:
             raise NodecheckError(f"{out} is a symbolic link: refusing to write through it")
         if str(out).endswith(".tar.gz"):
             # built beside out and renamed over it: never half a tarball, never through a link at out
-            with tempfile.TemporaryDirectory() as tmp, \
-                    tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", delete=False) as part:
-                try:
-                    root = Path(tmp) / out.name[: -len(".tar.gz")]
-                    self._write_dir(root)
-                    with tarfile.open(fileobj=part, mode="w:gz") as tar:
-                        tar.add(root, arcname=root.name)
-                    part.flush()
-                    os.fsync(part.fileno())
-                    os.replace(part.name, out)
-                except BaseException:
-                    os.unlink(part.name)
-                    raise
+            with tempfile.TemporaryDirectory() as tmp, atomic_file(out, 0o600) as part:
+                root = Path(tmp) / out.name[: -len(".tar.gz")]
+                self._write_dir(root)
+                with tarfile.open(fileobj=part, mode="w:gz") as tar:
+                    tar.add(root, arcname=root.name)
             return out
         self._write_dir(out)
         return out

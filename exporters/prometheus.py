@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, write_to_textfile
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from nodecheck import __version__
@@ -114,9 +114,13 @@ def _findings(report: Report) -> Iterator[Metric]:
 
 
 def write_textfile(report: Report, directory: Path) -> Path:
-    """The metrics as a node_exporter textfile, written atomically (temporary file, then rename)."""
+    """The metrics as a node_exporter textfile, written atomically: a hidden temporary file (node_exporter
+    reads only *.prom), fsynced, renamed over the old one; removed if anything interrupts the write."""
+    from nodecheck.host import atomic_file
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ReportCollector(lambda: report))
     target = directory / TEXTFILE_NAME
-    write_to_textfile(str(target), registry)
+    with atomic_file(target) as out:
+        out.write(generate_latest(registry))
     return target

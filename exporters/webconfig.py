@@ -34,12 +34,17 @@ class WebConfig:
 
 
 def load_web_config(path: Path) -> WebConfig:
+    return parse_web_config(read_config_text(path, "web config"), path)
+
+
+def parse_web_config(text: str, path: Path | str) -> WebConfig:
+    """A web config from its YAML text; path names it in errors."""
     try:
         import yaml
     except ImportError:
         raise ConfigError(f"{path}: reading a web config needs PyYAML and bcrypt: pip install 'nodecheck[web]'") from None
     try:
-        data = yaml.safe_load(read_config_text(path, "web config")) or {}
+        data = yaml.safe_load(text) or {}
     except (yaml.YAMLError, RecursionError) as error:
         raise ConfigError(f"{path}: not valid YAML ({error})") from None
     if not isinstance(data, dict):

@@ -81,3 +81,35 @@ def test_check_writes_the_textfile_atomically(tmp_path):
     assert got[("nodecheck_probe_success", (("probe", "nics"),))] == 1 and got[("nodecheck_gpus", ())] == 0
     missing = nodecheck("check", "--textfile-dir", str(tmp_path / "nope"))
     assert missing.returncode == 2 and "is not a directory" in missing.stderr
+
+
+def test_check_exits_0_with_findings_once_the_metrics_are_written(tmp_path):
+    """`check` runs from a timer for node_exporter: its job is the file. Findings travel as metrics (and
+    alerts); exit 0, or the textfile service would be a failed unit on every degraded node."""
+    snap = make_snapshot(tmp_path / "s", nvml_gpus=hgx_nvml(inactive={0: [3]}))
+    out_dir = tmp_path / "textfile"
+    out_dir.mkdir()
+    result = nodecheck("check", "--textfile-dir", str(out_dir), "--from", str(snap))
+    assert result.returncode == 0, result.stderr
+    text = (out_dir / "nodecheck.prom").read_text()
+    assert 'nodecheck_finding{kind="nvlink_inactive"' in text and "findings)" in result.stdout
+    assert [p.name for p in out_dir.iterdir()] == ["nodecheck.prom"]
+
+
+def test_textfile_write_leaves_nothing_when_interrupted(tmp_path, monkeypatch):
+    import os
+    import time
+
+    from nodecheck.exporters import prometheus
+
+    report = build_report(SnapshotHost(make_snapshot(tmp_path / "s", nvml_gpus=hgx_nvml())))
+    stale = tmp_path / ".nodecheck.prom.killed.tmp"  # what a SIGKILLed run leaves
+    stale.write_text("half")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    monkeypatch.setattr(prometheus, "generate_latest", lambda registry: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        write_textfile(report, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]  # neither the interrupted nor the stale temporary
+    monkeypatch.undo()
+    write_textfile(report, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nodecheck.prom", "s"]

@@ -1,0 +1,164 @@
+"""Every parser nodecheck runs on input it does not control, with the real captures it is seeded from
+and the one error type it may raise. A target whose seeds are absent (../shared not beside the repo)
+is skipped by the runner."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from fuzz.mutate import mutate_text, mutate_value
+
+TESTS = Path(__file__).resolve().parent.parent
+REPO = TESTS.parent
+SHARED = REPO.parent / "shared"
+CAPTURES, PEER = SHARED / "captures", SHARED / "peer"
+
+
+@dataclass
+class Target:
+    name: str
+    seeds: Callable[[], list]  # real inputs (text, or the JSON-like values a reader hands the parser)
+    call: Callable[[object], object]
+    allowed: tuple[type[BaseException], ...]  # what the parser may raise: its own clear error
+    structured: bool = False  # seeds are values (mutate_value), not text
+
+    def mutate(self, seed, rng):
+        return mutate_value(seed, rng) if self.structured else mutate_text(seed, rng)
+
+
+def _texts(*patterns: str, limit: int = 200_000) -> list[str]:
+    files = [f for pattern in patterns for f in sorted(SHARED.glob(pattern)) if f.is_file() and f.stat().st_size <= limit]
+    return [f.read_text(errors="replace") for f in files]
+
+
+def _topo():
+    from nodecheck.probes.topo import parse_topo_matrix
+
+    return parse_topo_matrix
+
+
+def _nvml_seeds() -> list:
+    sys.path.insert(0, str(TESTS))
+    from fakes import fake_pynvml
+    from nodecheck.probes.nvml import dump_nvml
+
+    records = [json.loads(line) for line in (CAPTURES / "h100-pcie-vm" / "nvml.json").read_text().splitlines() if line.strip()]
+    saved = sys.modules.get("pynvml")
+    sys.modules["pynvml"] = fake_pynvml.replaying(records)
+    try:
+        one = dump_nvml()
+        sys.modules["pynvml"] = fake_pynvml.replaying(records * 8)
+        eight = dump_nvml()
+    finally:
+        sys.modules.pop("pynvml", None) if saved is None else sys.modules.__setitem__("pynvml", saved)
+    return [one, eight]
+
+
+def _nic_seeds() -> list:
+    """What the NIC reader hands parse_nics, read through the real reader from the peer sysfs trees."""
+    from nodecheck.probes.nics import read_netdev, read_rdma_device
+    from nodecheck.snapshot import SnapshotHost
+
+    seeds = []
+    for tree in sorted((PEER / "sysfs").glob("*/")):
+        host = SnapshotHost(tree)
+        netdevs = {name: read_netdev(host, name) for name in host.list_dir("/sys/class/net")}
+        rdma = {name: read_rdma_device(host, name) for name in host.list_dir("/sys/class/infiniband")}
+        addresses = {"eth0": [{"family": "inet", "address": "198.18.0.2", "prefixlen": 24}]}
+        route = (REPO / "tests/fixtures/cpu-vm-2core/fs/proc/net/route").read_text()
+        seeds.append({"netdevs": netdevs, "rdma": rdma, "addresses": addresses, "route": route})
+    return seeds
+
+
+def _parse_nics(value):
+    from nodecheck.probes.nics import parse_nics
+
+    if not isinstance(value, dict):
+        from nodecheck.errors import ParseError
+        raise ParseError("not a reader's output")
+    return parse_nics(value.get("netdevs"), value.get("rdma"), value.get("addresses"),
+                      value.get("route") if isinstance(value.get("route"), str) else None)
+
+
+def _config_seeds() -> list[str]:
+    readme = (REPO / "README.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in readme.split("```toml\n")[1:]]
+    sys.path.insert(0, str(TESTS))
+    from conftest import h100_node_snapshot  # noqa: F401 (needs pytest only for need(): present in the suite)
+    from nodecheck.build import build_report
+    from nodecheck.config import generate
+    from nodecheck.snapshot import SnapshotHost
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        generated = generate(build_report(SnapshotHost(h100_node_snapshot(Path(tmp) / "h"))))
+    return blocks + [generated]
+
+
+def _web_config_seeds() -> list[str]:
+    import bcrypt
+
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    return [f"basic_auth_users:\n  prometheus: {hashed}\n  other: {hashed}\n",
+            "tls_server_config:\n  cert_file: /etc/nodecheck/tls.crt\n  key_file: /etc/nodecheck/tls.key\n"
+            "  client_ca_file: /etc/nodecheck/ca.crt\n  client_auth_type: RequireAndVerifyClientCert\n"
+            f"basic_auth_users:\n  prometheus: '{hashed}'\n"]
+
+
+def _affinity_seeds() -> list[str]:
+    import re
+
+    values = set()
+    for text in _texts("captures/public/topo/*.txt", "captures/h100-pcie-vm/nvidia-smi-topo-m.txt"):
+        values.update(re.findall(r"\b\d+(?:-\d+)?(?:,\d+(?:-\d+)?)+\b|\b\d+-\d+\b", text))
+    return sorted(values)
+
+
+def _scontrol_line() -> list[str]:
+    sys.path.insert(0, str(TESTS))
+    from test_prolog import DRAINED_LINE
+
+    return [DRAINED_LINE, DRAINED_LINE.replace("IDLE+DRAIN", "MIXED").split(" Reason=")[0]]
+
+
+def targets() -> list[Target]:
+    from nodecheck import units
+    from nodecheck.bench.nccl_tests import parse_nccl_log
+    from nodecheck.config import loads
+    from nodecheck.errors import ConfigError, NodecheckError, ParseError
+    from nodecheck.exporters.http import parse_request
+    from nodecheck.exporters.webconfig import parse_web_config
+    from nodecheck.probes.lstopo import parse_lstopo_xml
+    from nodecheck.probes.nics import parse_proc_route
+    from nodecheck.probes.nvml import parse_nvml
+    from nodecheck.proximity import expand_nodelist
+    from nodecheck.slurm import parse_node
+
+    return [
+        Target("topo", lambda: _texts("captures/public/topo/*.txt", "captures/h100-pcie-vm/nvidia-smi-topo-m.txt"),
+               _topo(), (ParseError,)),
+        Target("lstopo", lambda: _texts("captures/public/lstopo/*.xml", "captures/h100-pcie-vm/lstopo.xml",
+                                        "peer/hwloc-xml/v1.11_*.xml", "peer/hwloc-xml/master_linux_allowed*.xml",
+                                        limit=120_000), parse_lstopo_xml, (ParseError,)),
+        Target("nvml", _nvml_seeds, parse_nvml, (ParseError,), structured=True),
+        Target("nics", _nic_seeds, _parse_nics, (ParseError,), structured=True),
+        Target("proc_route", lambda: [(REPO / "tests/fixtures/cpu-vm-2core/fs/proc/net/route").read_text()],
+               parse_proc_route, (ParseError,)),
+        Target("nccl_tests", lambda: _texts("captures/public/nccl/*.txt"), parse_nccl_log, (ParseError,)),
+        Target("config", _config_seeds, lambda text: loads(text, "fuzz.toml"), (ConfigError,)),
+        Target("web_config", _web_config_seeds, lambda text: parse_web_config(text, "fuzz.yml"), (ConfigError,)),
+        Target("cpulist", _affinity_seeds, units.parse_cpulist, (ValueError,)),
+        Target("rate", lambda: ["100Gbit/s", "1.25GB/s", "400 Gb/s", "12 GiB/s"], units.parse_rate, (ValueError,)),
+        Target("count", lambda: ["25M", "7B", "1.3e9", "175b"], units.parse_count, (ValueError,)),
+        Target("http_request", lambda: ["GET /metrics HTTP/1.1\r\nHost: node:10042\r\nAccept: text/plain\r\n"
+                                        "Authorization: Basic cHJvbWV0aGV1czpzM2NyZXQ=\r\n\r\n",
+                                        "GET /metrics HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"],
+               lambda text: parse_request(text.encode("utf-8", "surrogateescape")), ()),
+        Target("scontrol_node", _scontrol_line, lambda text: parse_node("vm", text), (NodecheckError,)),
+        Target("nodelist", lambda: ["gpu[01-04,07],login1", "rack[1-2]-n[001-128]", "a,b,c"], expand_nodelist,
+               (ParseError,)),
+    ]
