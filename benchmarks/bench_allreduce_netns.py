@@ -38,7 +38,7 @@ def main() -> None:
             m = next(m for m in report["measurements"] if m["test"] == "allreduce")
             print(f"{label}: exit codes {[r[0] for r in results]}, wall {wall:.1f} s for the whole job, "
                   f"busbw {m['bytes_per_second'] * 8 / 1e9:.2f} Gbit/s, spec {m['spec_bytes_per_second'] * 8 / 1e9:g} Gbit/s, "
-                  f"ratio {m['ratio']:.3f}, payload {m['payload_bytes'] >> 20} MiB")
+                  f"ratio {m['ratio']:.3f} (healthy goal >= 0.9; the suite asserts no ratio), payload {m['payload_bytes'] >> 20} MiB")
             for rank, rates in sorted(m["details"]["pairs_with_rank0"].items()):
                 print(f"  rank {rank} <-> rank 0: {rates['to_rank0'] / 1e6:.0f} / {rates['from_rank0'] / 1e6:.0f} MB/s")
             for f in report["findings"]:

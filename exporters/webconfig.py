@@ -25,6 +25,7 @@ from nodecheck.config import check_known_keys, read_config_text
 from nodecheck.errors import ConfigError
 
 _CLIENT_AUTH = ("NoClientCert", "RequireAndVerifyClientCert")
+MAX_BCRYPT_COST = 18  # about 15 s per check on a server core: beyond it every new scraper would wait minutes
 
 
 @dataclass
@@ -78,8 +79,9 @@ def parse_web_config(text: str, path: Path | str) -> WebConfig:
         except ImportError:
             raise ConfigError(f"{path}: basic_auth_users needs bcrypt: pip install 'nodecheck[web]'") from None
         for user, hashed in config.users.items():
-            if not 4 <= _cost(hashed) <= 31:
-                raise ConfigError(f"{path}: key 'basic_auth_users.{user}': bcrypt cost {hashed[4:6].decode()!r} is not 4..31")
+            if not 4 <= _cost(hashed) <= MAX_BCRYPT_COST:
+                raise ConfigError(f"{path}: key 'basic_auth_users.{user}': bcrypt cost {hashed[4:6].decode()!r} is not "
+                                  f"4..{MAX_BCRYPT_COST} (each step doubles the work; 31 would take days per check)")
             try:  # a hash bcrypt cannot use would fail every scrape by that user: refuse it now
                 bcrypt.checkpw(b"", hashed)
             except ValueError as error:

@@ -138,6 +138,7 @@ def test_basic_auth(tmp_path):
     ({"basic_auth_users": {"prometheus": "plaintext"}}, "'basic_auth_users.prometheus': expected a bcrypt hash"),
     ({"http_server_config": {}}, "unknown key 'http_server_config'"),
     ({"basic_auth_users": {"prometheus": "$2y$10$notavalidhash"}}, "'basic_auth_users.prometheus': not a valid bcrypt hash"),
+    ({"basic_auth_users": {"prometheus": "$2y$31$" + "a" * 53}}, "bcrypt cost '31' is not 4..18"),
 ])
 def test_bad_web_config_is_a_clear_error(tmp_path, sections, message):
     pytest.importorskip("yaml", reason="needs PyYAML (pip install 'nodecheck[web]')")
