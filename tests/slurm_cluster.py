@@ -1,7 +1,7 @@
 """A real single-node Slurm (munge, slurmctld, slurmd) on localhost, after ../shared/recipes/slurm.sh,
 with nodecheck's wrapper installed as Prolog and HealthCheckProgram through deploy/slurm's snippet.
-Everything lives in one temporary directory; the daemons are stopped on exit (munged last, and only
-when this harness started it)."""
+Everything lives in one temporary directory, with free ports, a cluster name and a munged socket of
+its own, so two suites on one machine never meet; the daemons are stopped on exit (munged last)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ class SlurmNode:
         self.cluster_name = f"nodecheck-{uuid.uuid4().hex[:8]}"
         self.ctld_port, self.slurmd_port = free_port(), free_port()
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
+        self.munge_socket = self.root / "munge" / "munge.socket"
         self._munged: subprocess.Popen | None = None
 
     def __enter__(self) -> "SlurmNode":
@@ -76,6 +77,7 @@ SlurmctldPort={self.ctld_port}
 SlurmdPort={self.slurmd_port}
 SlurmUser=slurm
 AuthType=auth/munge
+AuthInfo=socket={self.munge_socket}
 StateSaveLocation={self.root}/state
 SlurmdSpoolDir={self.root}/spool
 SlurmctldPidFile={self.root}/slurmctld.pid
@@ -98,20 +100,29 @@ PartitionName=scratch Nodes=ALL MaxTime=INFINITE State=UP
         for daemon in ("slurmctld", "slurmd"):
             subprocess.run([f"/usr/sbin/{daemon}"], env=self.env, check=True, timeout=30, capture_output=True)
         try:
-            self.wait_for(lambda: self.node_state() == "idle", 30, "the node to come up idle")
+            self.wait_for(lambda: self.node_state() == "idle", 90, "the node to come up idle")
         except TimeoutError as error:
-            raise TimeoutError(f"{error} (sinfo: {self.node_state()!r}); slurmctld.log: {self.log('slurmctld.log')}\nslurmd.log: {self.log('slurmd.log')}") from None
+            try:
+                state = self.node_state()
+            except subprocess.SubprocessError as failure:
+                state = f"sinfo failed: {getattr(failure, 'stderr', '') or failure}"
+            raise TimeoutError(f"{error} ({state!r}); slurmctld.log: {self.log('slurmctld.log')}\n"
+                               f"slurmd.log: {self.log('slurmd.log')}") from None
 
     def _start_munge(self) -> None:
-        if subprocess.run(["pgrep", "-x", "munged"], capture_output=True, timeout=5).returncode == 0:
-            return  # a munged already serves this machine: leave it alone
-        Path("/run/munge").mkdir(exist_ok=True)
-        shutil.chown("/run/munge", "munge", "munge")
+        """A munged of this harness's own, on a socket under its directory (slurm.conf's AuthInfo points
+        there): another suite's munged, starting or stopping, can never be the one this cluster uses."""
+        munge_dir = self.root / "munge"
+        munge_dir.mkdir()
+        shutil.chown(munge_dir, "munge", "munge")
+        munge_dir.chmod(0o755)  # munged requires its socket directory to be searchable by all
         if not Path("/etc/munge/munge.key").is_file() or Path("/etc/munge/munge.key").stat().st_size == 0:
             subprocess.run(["runuser", "-u", "munge", "--", "mungekey", "--create"], check=True, timeout=30)
-        self._munged = subprocess.Popen(["runuser", "-u", "munge", "--", "/usr/sbin/munged", "--foreground"],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.wait_for(lambda: Path("/run/munge/munge.socket.2").exists(), 10, "munged's socket")
+        self._munged = subprocess.Popen(
+            ["runuser", "-u", "munge", "--", "/usr/sbin/munged", "--foreground", "--num-threads=10",
+             f"--socket={self.munge_socket}", f"--pid-file={munge_dir}/munged.pid", f"--log-file={munge_dir}/munged.log",
+             f"--seed-file={munge_dir}/munged.seed"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.wait_for(lambda: self.munge_socket.exists(), 30, "munged's socket")
 
     def __exit__(self, *exc) -> None:
         for daemon in ("slurmd", "slurmctld"):
@@ -123,8 +134,11 @@ PartitionName=scratch Nodes=ALL MaxTime=INFINITE State=UP
             except (OSError, ValueError, TimeoutError):
                 pass
         if self._munged is not None:  # stopped last: slurmd and slurmctld talk through it until they exit
-            self._munged.terminate()
-            self._munged.wait(10)
+            subprocess.run(["pkill", "-f", "--", f"--socket={self.munge_socket}"], capture_output=True, timeout=10)
+            try:
+                self._munged.wait(15)
+            except subprocess.TimeoutExpired:
+                self._munged.kill()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def configure(self, text: str) -> None:
@@ -148,6 +162,10 @@ PartitionName=scratch Nodes=ALL MaxTime=INFINITE State=UP
     def job(self, job_id: str) -> dict[str, str]:
         line = self.run("scontrol", "show", "job", job_id, "--oneliner")
         return dict(re.findall(r"(\w+)=(\S*)", line))
+
+    def cancel(self, job_id: str) -> None:
+        """scancel, ignoring a job that has already ended."""
+        subprocess.run(["scancel", job_id], env=self.env, capture_output=True, timeout=30)
 
     def sbatch(self, *args: str) -> str:
         out = self.run("sbatch", "--parsable", "-N1", "-t", "1", *args)

@@ -32,29 +32,49 @@ def test_healthy_node_runs_the_job(slurm, tmp_path):
     slurm.configure(HEALTHY)
     out = tmp_path / "out.txt"
     job = slurm.sbatch("-o", str(out), "--wrap", "echo ran on $SLURMD_NODENAME")
-    slurm.wait_for(lambda: finished(slurm, job), 60, f"job {job} to finish")
+    slurm.wait_for(lambda: finished(slurm, job), 120, f"job {job} to finish")
     assert slurm.job(job)["JobState"] == "COMPLETED", slurm.log("slurmd.log")
     assert out.read_text().strip() == f"ran on {slurm.name}"
-    slurm.wait_for(lambda: slurm.node_state() == "idle", 30, "the node to be idle again")  # not drained
+    slurm.wait_for(lambda: slurm.node_state() == "idle", 60, "the node to be idle again")  # not drained
 
 
 def test_fault_drains_with_the_check_and_requeues_the_job(slurm, tmp_path):
-    slurm.configure(FAULTY)
+    """A prolog-only fault (a bandwidth test this CPU node cannot run; the health check never runs them,
+    so only the job's prolog can find it): the node drains naming the check, the job is requeued and
+    held; repaired, the health check resumes the node and the released job runs. The waits are upper
+    bounds for a loaded 2-core machine."""
+    slurm.configure(HEALTHY + 'bench = ["h2d"]\n')
     job = slurm.sbatch("-o", str(tmp_path / "out.txt"), "--wrap", "echo should not run yet")
-    slurm.wait_for(lambda: slurm.node_state().startswith("drain"), 60, "the node to drain")
-    assert slurm.node_reason() == "nodecheck: GPUs 0 < 1"
-    slurm.wait_for(lambda: slurm.job(job).get("Reason") == "launch_failed_requeued_held", 30, "the job to be requeued")
-    info = slurm.job(job)
-    assert info["JobState"] == "PENDING" and int(info["Restarts"]) >= 1
-    assert not (tmp_path / "out.txt").exists() or "should not run" not in (tmp_path / "out.txt").read_text()
+    try:
+        slurm.wait_for(lambda: slurm.node_state().startswith("drain"), 120, "the node to drain")
+        assert slurm.node_reason() == "nodecheck: h2d on gpus failed"
+        slurm.wait_for(lambda: slurm.job(job).get("Reason") == "launch_failed_requeued_held", 180, "the job to be requeued")
+        info = slurm.job(job)
+        assert info["JobState"] == "PENDING" and int(info["Restarts"]) >= 1
+        assert not (tmp_path / "out.txt").exists() or "should not run" not in (tmp_path / "out.txt").read_text()
 
-    # the fault is repaired: the health check resumes the node it drained, and the held job then runs
-    slurm.configure(HEALTHY)
-    slurm.wait_for(lambda: slurm.node_state() == "idle", 60, "the health check to resume the node")
-    slurm.run("scontrol", "release", job)
-    slurm.run("scontrol", "update", f"jobid={job}", "starttime=now")  # Slurm delays a requeued job ~2 min
-    slurm.wait_for(lambda: finished(slurm, job), 60, f"job {job} to run after the release")
-    assert slurm.job(job)["JobState"] == "COMPLETED"
+        # the fault is repaired: the health check resumes the node it drained, and the held job then runs
+        slurm.configure(HEALTHY)
+        slurm.wait_for(lambda: slurm.node_state() == "idle", 120, "the health check to resume the node")
+        slurm.run("scontrol", "release", job)
+        slurm.run("scontrol", "update", f"jobid={job}", "starttime=now")  # Slurm delays a requeued job ~2 min
+        slurm.wait_for(lambda: finished(slurm, job), 120, f"job {job} to run after the release")
+        assert slurm.job(job)["JobState"] == "COMPLETED"
+    finally:
+        slurm.cancel(job)  # a job left behind would meet the next test's prolog
+        slurm.configure(HEALTHY)
+
+
+def test_health_check_drains_a_faulty_node_and_resumes_it_repaired(slurm):
+    """No job needed: the health check alone drains the node for a fault the probes see, and lifts its
+    own drain once the fault is gone."""
+    slurm.configure(FAULTY)
+    try:
+        slurm.wait_for(lambda: slurm.node_state().startswith("drain"), 120, "the health check to drain the node")
+        assert slurm.node_reason() == "nodecheck: GPUs 0 < 1"
+    finally:
+        slurm.configure(HEALTHY)
+    slurm.wait_for(lambda: slurm.node_state() == "idle", 120, "the health check to resume the node")
 
 
 def test_admin_drain_is_never_resumed(slurm):
@@ -77,8 +97,11 @@ def test_job_comment_and_partition_skip_the_prolog(slurm, tmp_path):
     try:
         for args in (["--comment=nodecheck:skip"], ["-p", "scratch"]):
             job = slurm.sbatch("-o", str(tmp_path / "skip.txt"), *args, "--wrap", "echo skipped the prolog")
-            slurm.wait_for(lambda: finished(slurm, job) or slurm.node_state().startswith("drain"), 60, f"job {job}")
-            assert slurm.job(job)["JobState"] == "COMPLETED", (args, slurm.node_reason())
+            try:
+                slurm.wait_for(lambda: finished(slurm, job) or slurm.node_state().startswith("drain"), 120, f"job {job}")
+                assert slurm.job(job)["JobState"] == "COMPLETED", (args, slurm.node_reason())
+            finally:
+                slurm.cancel(job)
     finally:
         slurm.configure(HEALTHY)
 
@@ -97,9 +120,9 @@ def test_wrapper_drains_when_nodecheck_itself_hangs(slurm, tmp_path):
     started = time.monotonic()
     run = subprocess.run([str(wrapper)], env={"SLURMD_NODENAME": slurm.name, "SLURM_CONF": str(slurm.conf)},
                          capture_output=True, text=True, timeout=60)
-    assert run.returncode == 1 and time.monotonic() - started < 15 and "killed after 1s" in run.stderr
+    assert run.returncode == 1 and time.monotonic() - started < 40 and "killed after 1s" in run.stderr
     assert slurm.node_reason() == "nodecheck: prolog killed after 1s"
-    slurm.wait_for(lambda: slurm.node_state() == "idle", 30, "the health check to resume the node")
+    slurm.wait_for(lambda: slurm.node_state() == "idle", 120, "the health check to resume the node")
 
 
 def test_healthcheck_dry_run_leaves_an_admin_drain(slurm):
