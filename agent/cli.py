@@ -154,7 +154,8 @@ def bench(
     from nodecheck.bench.nccl_binary import find_binary
 
     installed = find_binary(config, dict(os.environ)) is not None
-    chosen = [t.strip() for t in tests.split(",") if t.strip()] if tests else plan.applicable(report, env is not None, installed)
+    across = env is not None and env.across_nodes
+    chosen = [t.strip() for t in tests.split(",") if t.strip()] if tests else plan.applicable(report, across, installed)
     unknown = sorted(set(chosen) - set(plan.TESTS))
     if unknown:
         _fail(f"unknown test(s): {', '.join(unknown)} (known: {', '.join(plan.TESTS)})")
@@ -171,7 +172,9 @@ def bench(
             report.measurements = plan.run(report, config, chosen, level, timeout, dict(os.environ), env)
     report.measured_at = time.time()
     report.findings += measurement_findings(report.measurements, config)
-    if as_json:
+    if as_json and across and env.rank != 0:
+        pass  # one Report for the job on standard output: rank 0's, which holds every node's all-reduce figures
+    elif as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2))
     else:
         from nodecheck.render import render_measurements

@@ -85,11 +85,12 @@ def test_healthy_then_one_slow_node(cluster):
 def test_rank_that_never_joins_is_a_failed_test(cluster):
     port = random.randint(40000, 49999)
     results = finish(launch(cluster, [0, 1], 3, cluster.config, port, timeout=5), timeout=60)
-    for code, report, err in results:
-        assert code == 1, err
-        m = allreduce_of(report)
-        assert not m["ok"] and "all-reduce over 3 ranks via 198.18.0.1" in m["error"]
-        assert ("bench_failed", "allreduce:3-ranks") in {(f["kind"], f["subject"]) for f in report["findings"]}
+    assert [code for code, _, _ in results] == [1, 1], [err for _, _, err in results]
+    report = results[0][1]  # rank 0 prints the job's Report; rank 1 only its exit code
+    assert results[1][1] == {}
+    m = allreduce_of(report)
+    assert not m["ok"] and "all-reduce over 3 ranks via 198.18.0.1" in m["error"]
+    assert ("bench_failed", "allreduce:3-ranks") in {(f["kind"], f["subject"]) for f in report["findings"]}
     assert workers_left("--timeout 5.0") == []
 
 
@@ -124,15 +125,39 @@ def test_port_already_taken(cluster):
 
 
 def test_launch_mistakes_are_named_without_a_cluster(tmp_path):
-    """No namespaces needed: bad launch environments fail fast with the reason."""
+    """No namespaces needed: a bad launch environment fails the across-nodes test, saying why, and
+    nothing else (before: exit 2 before any test)."""
     base = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}
     missing = nodecheck_cli("bench", "--tests", "allreduce", "--json", env=dict(base, GLOO_SOCKET_IFNAME="nope0"))
     assert missing.returncode == 1
     (m,) = json.loads(missing.stdout)["measurements"]
     assert not m["ok"] and "NIC 'nope0'" in m["error"] and "does not exist" in m["error"]
-    alone = nodecheck_cli("bench", "--tests", "allreduce", "--json", env=dict(base, WORLD_SIZE="1"))
-    assert "needs at least 2 ranks" in json.loads(alone.stdout)["measurements"][0]["error"]
-    no_master = nodecheck_cli("bench", "--tests", "allreduce", env={"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": ""})
-    assert no_master.returncode == 2 and "MASTER_ADDR is not set" in no_master.stderr
-    bad_rank = nodecheck_cli("bench", "--tests", "allreduce", env=dict(base, RANK="5"))
-    assert bad_rank.returncode == 2 and "rank '5' of world size '2'" in bad_rank.stderr
+    for env, message in ((dict(base, MASTER_ADDR=""), "MASTER_ADDR is not set"),
+                         (dict(base, RANK="5"), "rank '5' of world size '2'"),
+                         ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}, "MASTER_ADDR is not set")):
+        run = nodecheck_cli("bench", "--tests", "allreduce", "--json", env=env)
+        assert run.returncode == 1, run.stderr
+        (m,) = json.loads(run.stdout)["measurements"]
+        assert m["test"] == "allreduce" and not m["ok"] and message in m["error"], m
+
+
+@pytest.mark.parametrize("launcher", [{"RANK": "0", "WORLD_SIZE": "1"}, {"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}])
+def test_a_world_of_one_is_not_a_test_across_nodes(launcher):
+    """torchrun --nproc-per-node 1 or a one-task srun, without MASTER_ADDR: the in-node tests run as they
+    would unlaunched (here, on a node without GPUs, the in-node all-reduce says there is no GPU), and
+    nothing exits 2 for the missing MASTER_ADDR."""
+    env = dict(launcher, MASTER_ADDR="")
+    run = nodecheck_cli("bench", "--tests", "allreduce", "--json", env=env)
+    assert run.returncode == 1 and "MASTER_ADDR" not in run.stdout + run.stderr, run.stdout + run.stderr
+    (m,) = json.loads(run.stdout)["measurements"]
+    assert "no GPU to test" in m["error"] and "ranks" not in m["path"]
+
+
+def test_a_world_of_one_reports_algbw_and_no_spec():
+    from nodecheck.bench.distributed import measurement_from_worker
+
+    result = {"world_size": 1, "backend": "nccl", "nodes": [{"node": "n"}], "spec_bytes_per_second": 50e9,
+              "rows": [{"size_bytes": 1 << 30, "seconds": 0.01, "algbw": (1 << 30) / 0.01, "busbw": 0.0}]}
+    m = measurement_from_worker("allreduce:node-1-gpus", result)
+    assert m.ok and m.direction == "algbw" and m.bytes_per_second == (1 << 30) / 0.01
+    assert m.spec_bytes_per_second is None and m.ratio is None and "world of one rank" in m.details["note"]

@@ -45,10 +45,11 @@ def test_applicable_tests():
     def report(gpus):
         return Report(0, "t", {}, [], None, [Gpu(i) for i in range(gpus)], None, [], [], [])
 
-    assert plan.applicable(report(0), distributed=False) == []
-    assert plan.applicable(report(0), distributed=True) == ["allreduce"]
-    assert plan.applicable(report(1), distributed=False) == ["h2d", "d2h"]
-    assert plan.applicable(report(8), distributed=False) == ["h2d", "d2h", "p2p", "allreduce"]
+    assert plan.applicable(report(0), across_nodes=False) == []
+    assert plan.applicable(report(0), across_nodes=True) == ["allreduce"]
+    # one GPU: the in-node all-reduce is a world of one rank (algbw, no spec comparison)
+    assert plan.applicable(report(1), across_nodes=False) == ["h2d", "d2h", "allreduce"]
+    assert plan.applicable(report(8), across_nodes=False) == ["h2d", "d2h", "p2p", "allreduce"]
 
 
 def test_cli_on_a_node_without_gpu():

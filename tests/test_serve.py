@@ -187,10 +187,10 @@ def test_scrapes_never_fail_while_probes_hang_or_fail(tmp_path):
 
 
 def test_scheduled_bench_runs_in_a_subprocess_and_lands_in_the_metrics(tmp_path):
-    """Launched as a 1-rank job, the scheduled bench reports its failure (an all-reduce needs 2 ranks) as
+    """Launched as a 2-rank job whose MASTER_ADDR is missing, the scheduled bench reports its failure as
     metrics and a finding; the daemon keeps serving and never imports torch itself."""
     port = free_port()
-    env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    env = dict(os.environ, RANK="0", WORLD_SIZE="2", MASTER_ADDR="", MASTER_PORT=str(free_port()))
     proc = start_serve("--listen", f"127.0.0.1:{port}", "--from", str(h100_node_snapshot(tmp_path / "h")),
                        "--bench-every", "1", env=env)
     url = f"http://127.0.0.1:{port}/metrics"
@@ -205,8 +205,8 @@ def test_scheduled_bench_runs_in_a_subprocess_and_lands_in_the_metrics(tmp_path)
         daemon_modules = open(f"/proc/{proc.pid}/maps").read()
     finally:
         stop(proc)
-    assert 'nodecheck_bandwidth_test_success{direction="busbw",path="allreduce:1-ranks",test="allreduce"} 0.0' in text
-    assert 'nodecheck_finding{kind="bench_failed",severity="error",subject="allreduce:1-ranks"} 1.0' in text
+    assert 'nodecheck_bandwidth_test_success{direction="busbw",path="allreduce:2-ranks",test="allreduce"} 0.0' in text
+    assert 'nodecheck_finding{kind="bench_failed",severity="error",subject="allreduce:2-ranks"} 1.0' in text
     assert "nodecheck_bandwidth_timestamp_seconds" in text
     assert "libtorch" not in daemon_modules
 

@@ -10,14 +10,14 @@ else its negotiated speed.
 from __future__ import annotations
 
 import ipaddress
-import json
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodecheck.bench.ifnames import gloo_selection, nccl_selection
 from nodecheck.errors import NodecheckError
-from nodecheck.host import run_command
+from nodecheck.bench.results import run_worker
 from nodecheck.model import Measurement, Report
 from nodecheck.units import to_int
 
@@ -39,35 +39,49 @@ class DistEnv:
     world_size: int
     master_addr: str
     master_port: int
+    error: str | None = None  # the launch environment is wrong: the across-nodes test fails saying so
+
+    @property
+    def across_nodes(self) -> bool:
+        """Only a world of more than one rank (or a broken launch) is a test across nodes; torchrun
+        --nproc-per-node 1 or a one-task srun leaves the in-node tests as they are."""
+        return self.error is not None or self.world_size > 1
 
 
 def distributed_env(environ: dict[str, str]) -> DistEnv | None:
-    """torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or srun's SLURM_PROCID/SLURM_NTASKS (+ MASTER_ADDR)."""
+    """torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or srun's SLURM_PROCID/SLURM_NTASKS (+ MASTER_ADDR);
+    None when not launched. Never raises: a wrong environment is carried in .error."""
     rank = environ.get("RANK", environ.get("SLURM_PROCID"))
     world = environ.get("WORLD_SIZE", environ.get("SLURM_NTASKS"))
     if rank is None or world is None:
         return None
     rank_n, world_n = to_int(rank), to_int(world)
     if rank_n is None or world_n is None or not 0 <= rank_n < world_n:
-        raise NodecheckError(f"rank {rank!r} of world size {world!r}: expected whole numbers with rank < world size")
-    master = environ.get("MASTER_ADDR")
-    if not master:
-        raise NodecheckError("MASTER_ADDR is not set: export the address of rank 0's node (under srun: the first "
-                             "host of SLURM_JOB_NODELIST)")
+        return DistEnv(0, 0, "", 0, f"rank {rank!r} of world size {world!r}: expected whole numbers with rank < world size")
+    master = environ.get("MASTER_ADDR", "")
     port = environ.get("MASTER_PORT", "29500")
-    if not 0 < (to_int(port) or 0) < 65536:
-        raise NodecheckError(f"MASTER_PORT {port!r} is not a TCP port")
-    return DistEnv(rank_n, world_n, master, int(port))
+    error = None
+    if world_n > 1 and not master:
+        error = ("MASTER_ADDR is not set: export the address of rank 0's node (under srun: the first host of "
+                 "SLURM_JOB_NODELIST)")
+    elif not 0 < (to_int(port) or 0) < 65536:
+        error = f"MASTER_PORT {port!r} is not a TCP port"
+    return DistEnv(rank_n, world_n, master, to_int(port) or 0, error)
 
 
 def traffic_nic(report: Report, env: DistEnv, environ: dict[str, str]):
-    """The NIC named by GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, else the one whose subnet holds MASTER_ADDR."""
-    named = (environ.get("GLOO_SOCKET_IFNAME") or environ.get("NCCL_SOCKET_IFNAME") or "").split(",")[0]
-    if named:
-        nic = next((n for n in report.nics if n.name == named), None)
-        if nic is None:
-            raise NodecheckError(f"NIC {named!r} (from GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME) does not exist on this node")
-        return nic
+    """The NIC the library's variable selects (GLOO_SOCKET_IFNAME: exact names; NCCL_SOCKET_IFNAME:
+    NCCL's prefix, `^` and `=` syntax), the first of them in the node's order; without either, the
+    NIC whose subnet holds MASTER_ADDR."""
+    names = [n.name for n in report.nics]
+    for variable, select in (("GLOO_SOCKET_IFNAME", gloo_selection), ("NCCL_SOCKET_IFNAME", nccl_selection)):
+        spec = environ.get(variable)
+        if spec:
+            chosen = select(spec, names)
+            if not chosen:
+                raise NodecheckError(f"NIC {spec!r} (from {variable}) matches no interface on this node "
+                                     f"({', '.join(names) or 'none'}): it does not exist here")
+            return next(n for n in report.nics if n.name == chosen[0])
     try:
         master = ipaddress.ip_address(env.master_addr)
     except ValueError:
@@ -91,8 +105,8 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
     path = f"allreduce:{env.world_size}-ranks"
     backend = "nccl" if report.gpus else "gloo"  # NCCL on GPU nodes (one GPU per rank: LOCAL_RANK)
     plan = LEVELS[backend][level]
-    if env.world_size < 2:
-        return _failed(path, backend, "an all-reduce across nodes needs at least 2 ranks (WORLD_SIZE is 1): it would move no data")
+    if env.error:
+        return _failed(f"allreduce:{env.world_size or '?'}-ranks", backend, f"the launch environment is wrong: {env.error}")
     try:
         nic = traffic_nic(report, env, environ)
     except NodecheckError as error:
@@ -114,21 +128,26 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
                 "--node", report.node.get("hostname") or "?", "--nic", nic.name if nic else "",
                 "--address", address or "", "--nic-spec", str(spec or 0)]
         try:
-            run_command(argv, timeout + 15, env=child_env, what="the worker")  # its own timeout goes first
-            result = json.loads(out.read_text())
+            result = run_worker(argv, out, timeout + 15, env=child_env)  # the worker's own timeout goes first
         except NodecheckError as error:
             return _failed(path, backend, f"all-reduce over {env.world_size} ranks via {env.master_addr}:{env.master_port} failed: {error}")
-        except (OSError, ValueError) as error:
-            return _failed(path, backend, f"all-reduce worker left no readable result: {error}")
     return measurement_from_worker(path, result)
+
+
+WORLD_OF_ONE = ("a world of one rank moves no data between ranks (busbw's factor 2(n-1)/n is 0): "
+                "algbw is reported, and compared with no spec")
 
 
 def measurement_from_worker(path: str, result: dict) -> Measurement:
     rows = result["rows"]
     largest = max(rows, key=lambda r: r["size_bytes"])
     details = {"rows": rows, "nodes": result["nodes"], "pairs_with_rank0": result.get("pairs_with_rank0", {})}
+    method = METHOD.format(backend=result.get("backend", "gloo"))
+    if result.get("world_size") == 1:
+        details["note"] = WORLD_OF_ONE
+        return Measurement.measured(path, "allreduce", largest["algbw"], None, largest["size_bytes"], method, "algbw", details)
     return Measurement.measured(path, "allreduce", largest["busbw"], result.get("spec_bytes_per_second"), largest["size_bytes"],
-                                METHOD.format(backend=result.get("backend", "gloo")), "busbw", details)
+                                method, "busbw", details)
 
 
 def _failed(path: str, backend: str, error: str) -> Measurement:

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 from nodecheck.errors import NodecheckError
-from nodecheck.host import run_command
+from nodecheck.bench.results import run_worker
 from nodecheck.model import Measurement, Report
 
 MiB = 1 << 20
@@ -40,8 +40,8 @@ def slowest_pair_spec(report: Report) -> float | None:
 def _worker(argv: list[str], timeout: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="nodecheck-gpu-") as tmp:
         out = Path(tmp) / "result.json"
-        run_command([sys.executable, "-m", "nodecheck.bench.gpu_worker", *argv, "--out", str(out)], timeout, what="the GPU worker")
-        return json.loads(out.read_text())
+        return run_worker([sys.executable, "-m", "nodecheck.bench.gpu_worker", *argv, "--out", str(out)], out, timeout,
+                          what="the GPU worker")
 
 
 def copy_tests(report: Report, tests: set[str], level: str, timeout: float) -> list[Measurement]:
@@ -111,9 +111,9 @@ def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str
                     "--warmup", str(plan["warmup"]), "--iters", str(plan["iters"]), "--timeout", str(timeout),
                     "--spec", str(spec or 0), "--node", report.node.get("hostname") or "?", "--out", f"{tmp}/rank{r}.json"]
             try:
-                run_command(argv, timeout + 15, env=env, what=f"NCCL rank {r}")
+                run_worker(argv, Path(f"{tmp}/rank{r}.json"), timeout + 15, env=env, what=f"NCCL rank {r}")
             except NodecheckError as error:
-                errors.append(str(error))
+                errors.append(f"rank {r}: {error}")
 
         threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(world)]
         for thread in threads:

@@ -13,12 +13,12 @@ on one stream per device), timed by the wall clock between device synchronisatio
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
 
+from nodecheck.bench.results import guarded
 from nodecheck.units import parse_cpulist
 
 
@@ -115,13 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _args(sys.argv[1:] if argv is None else argv)
     import torch
 
-    if not torch.cuda.is_available():
-        print(f"CUDA is not available to torch {torch.__version__} (built for CUDA {torch.version.cuda})", file=sys.stderr)
-        return 3
-    result = copy_test(torch, args) if args.test == "copy" else p2p_test(torch, args)
-    with open(args.out, "w") as out:
-        json.dump(result, out)
-    return 0
+
+    def work() -> dict:
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"CUDA is not available to torch {torch.__version__} (built for CUDA {torch.version.cuda})")
+        return copy_test(torch, args) if args.test == "copy" else p2p_test(torch, args)
+
+    return guarded(args.out, work)
 
 
 if __name__ == "__main__":

@@ -13,11 +13,11 @@ from nodecheck.model import Measurement, Report
 TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests")
 
 
-def applicable(report: Report, distributed: bool, nccl_tests_installed: bool = False) -> list[str]:
+def applicable(report: Report, across_nodes: bool, nccl_tests_installed: bool = False) -> list[str]:
     tests = ["h2d", "d2h"] if report.gpus else []
     if len(report.gpus) >= 2:
         tests.append("p2p")
-    if distributed or len(report.gpus) >= 2:
+    if across_nodes or report.gpus:
         tests.append("allreduce")
     if nccl_tests_installed and len(report.gpus) >= 2:
         tests.append("nccl_tests")
@@ -38,7 +38,10 @@ def run(report: Report, config, tests: list[str], level: str, timeout: float, en
     if find_spec("torch") is None:
         return out + [_failed("bench", t, "torch is not installed: pip install 'nodecheck[bench]'") for t in tests]
     wanted = set(tests)
-    in_node = wanted & {"h2d", "d2h", "p2p"} | ({"allreduce"} if "allreduce" in wanted and env is None else set())
+    across = env is not None and env.across_nodes
+    in_node = wanted & {"h2d", "d2h", "p2p"} | ({"allreduce"} if "allreduce" in wanted and not across else set())
+    if across and local_rank(environ) != 0:
+        in_node = set()  # N ranks on a node: the first one measures the node, every rank joins the all-reduce
     if in_node and not report.gpus:
         reason = report.gpus_absent_reason or "no NVIDIA GPU found"
         out += [_failed("gpus", t, f"no GPU to test: {reason}") for t in sorted(in_node)]
@@ -46,15 +49,22 @@ def run(report: Report, config, tests: list[str], level: str, timeout: float, en
         if wanted & {"h2d", "d2h"}:
             out += gpu.copy_tests(report, wanted, level, timeout)
         for test in sorted(in_node & {"p2p", "allreduce"}):
-            if len(report.gpus) < 2:  # NCCL refuses two ranks on one GPU, and p2p needs a peer
-                out.append(_failed("gpus", test, f"{test} inside the node needs at least two GPUs (found {len(report.gpus)})"))
+            if test == "p2p" and len(report.gpus) < 2:
+                out.append(_failed("gpus", test, f"p2p needs at least two GPUs (found {len(report.gpus)})"))
             elif test == "p2p":
                 out += gpu.p2p_tests(report, level, timeout)
-            else:
+            else:  # one GPU: a world of one rank, algbw only (NCCL refuses two ranks on one GPU)
                 out.append(gpu.node_allreduce(report, level, timeout, environ))
-    if env is not None and "allreduce" in wanted:
+    if across and "allreduce" in wanted:
         out.append(distributed.run_allreduce(report, config, env, level, timeout, environ))
     return out
+
+
+def local_rank(environ: dict[str, str]) -> int:
+    """This process's rank on its node (torchrun's LOCAL_RANK, srun's SLURM_LOCALID); 0 when unknown."""
+    from nodecheck.units import to_int
+
+    return to_int(environ.get("LOCAL_RANK", environ.get("SLURM_LOCALID", "0"))) or 0
 
 
 def _failed(path: str, test: str, error: str) -> Measurement:

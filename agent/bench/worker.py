@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import socket
 import sys
 import time
+
+from nodecheck.bench.results import guarded
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
@@ -78,6 +79,10 @@ def _hub_exchange(dist, torch, device, rank: int, world: int, size: int) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     args = _args(sys.argv[1:] if argv is None else argv)
+    return guarded(args.out, lambda: _run(args))
+
+
+def _run(args) -> dict:
     import torch
     import torch.distributed as dist
 
@@ -86,6 +91,13 @@ def main(argv: list[str] | None = None) -> int:
         device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
         torch.cuda.set_device(device)
     dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout))
+    try:
+        return _measure(args, dist, torch, device)
+    finally:  # also when a collective fails: NCCL warns of a leak otherwise, and that warning hid the error
+        dist.destroy_process_group()
+
+
+def _measure(args, dist, torch, device) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     me = {"rank": rank, "node": args.node, "nic": args.nic, "address": args.address,
           "nic_spec_bytes_per_second": args.nic_spec or None, "pid": os.getpid()}
@@ -106,12 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         for part in gathered:  # rank 0 timed what it received, each peer what it received
             for peer, rates in part.items():
                 diagnosis.setdefault(str(peer), {}).update(rates)
-    result = {"world_size": world, "backend": args.backend, "nodes": nodes, "spec_bytes_per_second": spec,
-              "rows": rows, "pairs_with_rank0": diagnosis, "rank": rank}
-    dist.destroy_process_group()
-    with open(args.out, "w") as out:
-        json.dump(result, out)
-    return 0
+    return {"world_size": world, "backend": args.backend, "nodes": nodes, "spec_bytes_per_second": spec,
+            "rows": rows, "pairs_with_rank0": diagnosis, "rank": rank}
 
 
 if __name__ == "__main__":

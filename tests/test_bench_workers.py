@@ -1,0 +1,83 @@
+"""Bench workers report their own exception (type and message), not the last line of stderr; ranks
+on one node share the in-node tests; only rank 0 prints the job's Report."""
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import nodecheck
+from nodecheck.bench.plan import local_rank
+from nodecheck.bench.results import guarded, own_error, run_worker
+from nodecheck.errors import NodecheckError
+
+torch = pytest.importorskip("torch", reason="needs torch (pip install 'nodecheck[bench]')")
+
+
+def test_guarded_writes_the_exception_not_a_traceback_line(tmp_path):
+    out = tmp_path / "out.json"
+    assert guarded(str(out), lambda: {"rows": [1]}) == 0 and json.loads(out.read_text()) == {"rows": [1]}
+
+    def fails():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    assert guarded(str(out), fails) == 1
+    assert own_error(out) == "RuntimeError: CUDA error: an illegal memory access was encountered"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU node the NCCL worker would run")
+def test_an_nccl_worker_without_cuda_names_torchs_error(tmp_path):
+    out = tmp_path / "rank0.json"
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="0", LOCAL_RANK="0")
+    with pytest.raises(NodecheckError) as error:
+        run_worker([sys.executable, "-m", "nodecheck.bench.worker", "--backend", "nccl", "--sizes", "1024",
+                    "--out", str(out)], out, 120, env=env)
+    message = str(error.value)
+    assert message.split(":")[0] in ("AttributeError", "AssertionError", "RuntimeError", "AcceleratorError"), message
+    assert "exited with" not in message  # the worker's own exception, not run_command's summary
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU node CUDA is there")
+def test_the_gpu_worker_names_missing_cuda(tmp_path):
+    out = tmp_path / "copy.json"
+    with pytest.raises(NodecheckError, match=r"^RuntimeError: CUDA is not available to torch"):
+        run_worker([sys.executable, "-m", "nodecheck.bench.gpu_worker", "copy", "--device", "0", "--cpus", "",
+                    "--sizes", "1024", "--out", str(out)], out, 120)
+
+
+def test_a_rank_that_never_joins_is_the_workers_own_error(tmp_path):
+    """gloo, world of 2, rank 1 never starts: the store times out and the worker says so by name."""
+    from helpers import free_port
+
+    out = tmp_path / "rank0.json"
+    env = dict(os.environ, RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    with pytest.raises(NodecheckError) as error:
+        run_worker([sys.executable, "-m", "nodecheck.bench.worker", "--backend", "gloo", "--sizes", "1024", "--timeout", "3",
+                    "--out", str(out)], out, 120, env=env)
+    assert "exited with" not in str(error.value) and ":" in str(error.value), str(error.value)
+
+
+def test_a_world_of_one_gloo_worker_measures_algbw(tmp_path):
+    from helpers import free_port
+    from nodecheck.bench.distributed import measurement_from_worker
+
+    out = tmp_path / "rank0.json"
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    result = run_worker([sys.executable, "-m", "nodecheck.bench.worker", "--backend", "gloo", "--sizes", "1048576",
+                         "--out", str(out)], out, 120, env=env)
+    m = measurement_from_worker("allreduce:1-ranks", result)
+    assert m.ok and m.direction == "algbw" and m.bytes_per_second > 0 and m.ratio is None
+
+
+def test_local_rank_from_torchrun_or_srun():
+    assert local_rank({"LOCAL_RANK": "3"}) == 3 and local_rank({"SLURM_LOCALID": "1"}) == 1 and local_rank({}) == 0
+
+
+def test_only_rank_0_prints_the_jobs_report():
+    """Rank 1 of a broken 2-rank launch: it measures (here: fails the all-reduce) and exits 1, printing no
+    second Report into the job's standard output."""
+    run = nodecheck("bench", "--tests", "allreduce", "--json", env={"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": ""})
+    assert run.returncode == 1 and run.stdout.strip() == "", run.stdout[:300]
