@@ -19,20 +19,22 @@ GiB = 1 << 30
 def reference(device: int) -> dict[str, float]:
     import torch
 
-    host = torch.empty(GiB, dtype=torch.uint8, pin_memory=True)
-    dev = torch.empty(GiB, dtype=torch.uint8, device=f"cuda:{device}")
-    out = {}
-    for name, (dst, src) in {"h2d": (dev, host), "d2h": (host, dev)}.items():
-        for _ in range(3):
-            dst.copy_(src, non_blocking=True)
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(10):
-            dst.copy_(src, non_blocking=True)
-        end.record()
-        end.synchronize()
-        out[name] = 10 * GiB / (start.elapsed_time(end) / 1e3)
+    # events and copies on device N's current stream: without this the events would time device 0's
+    with torch.cuda.device(device):
+        host = torch.empty(GiB, dtype=torch.uint8, pin_memory=True)
+        dev = torch.empty(GiB, dtype=torch.uint8, device=f"cuda:{device}")
+        out = {}
+        for name, (dst, src) in {"h2d": (dev, host), "d2h": (host, dev)}.items():
+            for _ in range(3):
+                dst.copy_(src, non_blocking=True)
+            torch.cuda.synchronize(device)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(10):
+                dst.copy_(src, non_blocking=True)
+            end.record()
+            end.synchronize()
+            out[name] = 10 * GiB / (start.elapsed_time(end) / 1e3)
     return out
 
 

@@ -61,7 +61,8 @@ def copy_tests(report: Report, tests: set[str], level: str, timeout: float) -> l
             continue
         pinned = [r for r in result["rows"] if r["memory"] == "pinned"]
         largest = max(pinned, key=lambda r: r["size_bytes"])
-        details = {"rows": result["rows"], "cpus": result["cpus"], "numa_node": gpu.numa_node}
+        details = {"rows": result["rows"], "cpus": result["cpus"], "numa_node": gpu.numa_node,
+                   "binding": result.get("binding")}
         for test in wanted:
             out.append(Measurement.measured(path, test, largest[test], _spec(report, path), largest["size_bytes"], method,
                                             "unidirectional", details))

@@ -13,13 +13,12 @@ on one stream per device), timed by the wall clock between device synchronisatio
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 
 from nodecheck.bench.results import guarded
-from nodecheck.units import parse_cpulist
+from nodecheck.bench.binding import bind_to_gpu_cpus
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
@@ -51,17 +50,15 @@ def _events_seconds(torch, fn, warmup: int, repeats: int) -> float:
 
 
 def copy_test(torch, args) -> dict:
-    bound = None
-    if args.cpus:
-        os.sched_setaffinity(0, parse_cpulist(args.cpus))
-        bound = args.cpus
+    binding = bind_to_gpu_cpus(args.cpus)  # before the host buffers are touched: their pages land near the GPU
+    bound = binding["cpus"]
     torch.cuda.set_device(args.device)
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         for memory in ("pinned", "pageable") if args.pageable else ("pinned",):
             rows.append(_copy_row(torch, args, size, memory))
             torch.cuda.empty_cache()  # give the device buffer back before the next (larger) payload
-    return {"device": args.device, "cpus": bound, "rows": rows}
+    return {"device": args.device, "cpus": bound, "binding": binding, "rows": rows}
 
 
 def _copy_row(torch, args, size: int, memory: str) -> dict:
