@@ -129,15 +129,18 @@ def bench(
     full: bool = typer.Option(False, "--full", help="Payload sweep (and pageable host memory) instead of one saturating payload."),
     quick: bool = typer.Option(False, "--quick", help="One payload past saturation (the default)."),
     timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds before a test is killed and recorded as failed."),
-    nccl_log: Optional[Path] = typer.Option(None, "--nccl-log", help="Only read a saved nccl-tests log (text or -J JSON) and report every row."),
+    nccl_log: Optional[Path] = typer.Option(None, "--nccl-log", help="Only read a saved nccl-tests log (text or -J JSON), report every row, and judge its peak busbw against this node's (or --from's) slowest GPU pair."),
+    source: Optional[Path] = typer.Option(None, "--from", help="With --nccl-log: judge the log against this snapshot's node instead of this machine."),
     as_json: bool = typer.Option(False, "--json", help="Print the Report with its measurements as JSON."),
     config_path: Optional[Path] = _CONFIG,
 ) -> None:
     """Measure bandwidth and compare it with the spec of its path; below thresholds.bandwidth_ratio is a finding.
     Under torchrun or srun, `allreduce` runs across the job's nodes (NCCL on GPUs, gloo on CPUs)."""
     if nccl_log is not None:
-        _read_nccl_log(nccl_log, as_json)
+        _read_nccl_log(nccl_log, as_json, source, config_path)
         return
+    if source is not None:
+        _fail("--from goes with --nccl-log: a snapshot can be judged, not measured")
     if full and quick:
         _fail("--quick and --full exclude each other")
     import os
@@ -183,23 +186,37 @@ def bench(
     raise typer.Exit(EXIT_FINDINGS if report.fails(config.fail_severity) else EXIT_OK)
 
 
-def _read_nccl_log(nccl_log: Path, as_json: bool) -> None:
+def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config_path: Optional[Path]) -> None:
+    """Every row of the log, then its largest out-of-place busbw judged against the slowest GPU pair of
+    this node or of the snapshot: "is this log normal for this node?"."""
     from dataclasses import asdict
 
+    from nodecheck.bench.nccl_binary import measurement_from_log
     from nodecheck.bench.nccl_tests import parse_nccl_log
+    from nodecheck.config import read_config_text
+    from nodecheck.rules import measurement_findings
 
     try:
-        log = parse_nccl_log(nccl_log.read_text(errors="replace"))
-    except OSError as error:
-        _fail(f"cannot read {nccl_log}: {error.strerror or error}")
+        log = parse_nccl_log(read_config_text(nccl_log, "nccl-tests log"))
+        report, config = _report(source, config_path)
     except NodecheckError as error:
-        _fail(f"{nccl_log}: {error}")
+        _fail(str(error) if str(nccl_log) in str(error) else f"{nccl_log}: {error}")
+    measurement = measurement_from_log(log, report, "nccl-log", f"nccl-tests log {nccl_log.name}")
+    findings = measurement_findings([measurement], config) if measurement else []
+    where = f"snapshot {source}" if source else "this node"
     if as_json:
-        typer.echo(json.dumps({"nccl_log": asdict(log)}, indent=2))
+        typer.echo(json.dumps({"schema": "nodecheck.nccl_log", "nccl_log": asdict(log), "judged_against": where,
+                               "measurement": asdict(measurement) if measurement else None,
+                               "findings": [asdict(f) for f in findings]}, indent=2))
     else:
-        from nodecheck.render import render_nccl_log
+        from nodecheck.render import render_nccl_log, render_verdict
 
         render_nccl_log(log, str(nccl_log))
+        render_verdict(measurement, findings, where)
+    from nodecheck.model import SEVERITIES
+
+    failing = [f for f in findings if SEVERITIES.index(f.severity) >= SEVERITIES.index(config.fail_severity)]
+    raise typer.Exit(EXIT_FINDINGS if failing else EXIT_OK)
 
 
 @app.command()

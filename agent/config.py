@@ -69,8 +69,15 @@ class Config:
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     proximity: ProximityPolicy = field(default_factory=ProximityPolicy)
 
-    def ratio_for(self, test: str) -> float:
-        return self.test_ratios.get(test, self.bandwidth_ratio)
+    def ratio_for(self, test: str, path_kind: str | None = None) -> float:
+        """[thresholds.tests] for this test, else the calibrated default for the test on this kind of
+        path (agent/data/specs.toml [thresholds]), else [thresholds] bandwidth_ratio."""
+        from nodecheck.specs import default_ratio
+
+        if test in self.test_ratios:
+            return self.test_ratios[test]
+        calibrated = default_ratio(test, path_kind)
+        return calibrated[0] if calibrated else self.bandwidth_ratio
 
     def nic_expectation(self, nic) -> NicExpectation | None:
         return self.nics.get(nic.name) or (self.nics.get(nic.rdma_device) if nic.rdma_device else None)

@@ -159,6 +159,26 @@ def render_nccl_log(log, name: str, console: Console | None = None) -> None:
         console.print(f"[yellow]could not read[/yellow] {_esc(issue)}", highlight=False)
 
 
+def render_verdict(measurement, findings, where: str, console: Console | None = None) -> None:
+    """An nccl-tests log judged against a node: its peak busbw, the spec it is compared with, the verdict."""
+    console = console or _console()
+    if measurement is None:
+        console.print("[yellow]no out-of-place result to judge[/yellow]")
+        return
+    spec = measurement.spec_bytes_per_second
+    basis = measurement.details.get("spec_basis")
+    if spec is None:
+        console.print(f"busbw {format_rate(measurement.bytes_per_second)} at {measurement.payload_bytes} B; "
+                      f"{_esc(where)} has no GPU pair spec to compare it with (no GPU pair, or a pair's spec unknown)")
+        return
+    console.print(f"busbw {format_rate(measurement.bytes_per_second)} at {measurement.payload_bytes} B = "
+                  f"{measurement.ratio:.2f} of {format_rate(spec)} ({_esc(basis or 'slowest GPU pair')} on {_esc(where)})")
+    if not findings:
+        console.print("[green]normal for this node[/green]")
+    for f in findings:
+        console.print(Text(f"{f.severity}: {_clean(f.message)}", style=_SEVERITY_STYLE.get(f.severity, "")))
+
+
 def render_measurements(report: Report, console: Console | None = None) -> None:
     console = console or _console()
     table = Table(title="Bandwidth", title_justify="left")

@@ -148,7 +148,7 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
     """Bandwidth below the test's ratio x spec, and tests that failed, each naming its path (and the slow node)."""
     findings = []
     for m in measurements:
-        threshold = config.ratio_for(m.test)
+        threshold = config.ratio_for(m.test, m.details.get("path_kind"))
         if not m.ok:
             findings.append(Finding("bench_failed", "error", m.path, "failed", "completed", f"{m.test} on {m.path}: {m.error}"))
         elif m.ratio is not None and m.ratio < threshold:

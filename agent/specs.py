@@ -73,3 +73,10 @@ def ethernet(speed_mbps: int | None) -> Spec | None:
     row = table()["ethernet"]
     standard = "" if speed_mbps in row["known_mbps"] else ", not a standard speed"
     return Spec(speed_mbps * 1e6 / 8, f"Ethernet {speed_mbps} Mb/s{standard}", row["source"])
+
+
+def default_ratio(test: str, path_kind: str | None) -> tuple[float, str] | None:
+    """The calibrated threshold (ratio of spec) for this test on this kind of path, with its source;
+    None where healthy hardware reaches 0.8 of spec and the general bandwidth_ratio applies."""
+    row = table().get("thresholds", {}).get(f"{test}.{path_kind}") if path_kind else None
+    return (row["ratio"], row["source"]) if row else None

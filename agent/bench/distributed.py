@@ -131,7 +131,10 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
             result = run_worker(argv, out, timeout + 15, env=child_env)  # the worker's own timeout goes first
         except NodecheckError as error:
             return _failed(path, backend, f"all-reduce over {env.world_size} ranks via {env.master_addr}:{env.master_port} failed: {error}")
-    return measurement_from_worker(path, result)
+    measurement = measurement_from_worker(path, result)
+    nic_path = next((p for p in report.paths if nic and p.path == f"nic:{nic.name}"), None)
+    measurement.details["path_kind"] = nic_path.kind if nic_path else None
+    return measurement
 
 
 WORLD_OF_ONE = ("a world of one rank moves no data between ranks (busbw's factor 2(n-1)/n is 0): "

@@ -31,10 +31,23 @@ def _spec(report: Report, path: str) -> float | None:
     return found.bytes_per_second if found else None
 
 
+def slowest_pair(report: Report):
+    """The path that bounds a collective inside the node: its slowest GPU<->GPU PathSpec (None when
+    there is no pair, or any pair's spec is unknown)."""
+    pairs = [p for p in report.paths if p.path.startswith("gpu") and p.path.count(":gpu") == 1]
+    if not pairs or not all(p.bytes_per_second for p in pairs):
+        return None
+    return min(pairs, key=lambda p: p.bytes_per_second)
+
+
 def slowest_pair_spec(report: Report) -> float | None:
-    """The spec of a collective inside the node: its slowest GPU<->GPU path (None if any is unknown)."""
-    specs = [p.bytes_per_second for p in report.paths if p.path.startswith("gpu") and p.path.count(":gpu") == 1]
-    return min(specs) if specs and all(specs) else None
+    pair = slowest_pair(report)
+    return pair.bytes_per_second if pair else None
+
+
+def path_kind(report: Report, path: str) -> str | None:
+    found = next((p for p in report.paths if p.path == path), None)
+    return found.kind if found else None
 
 
 def _worker(argv: list[str], timeout: float) -> dict:
@@ -62,7 +75,7 @@ def copy_tests(report: Report, tests: set[str], level: str, timeout: float) -> l
         pinned = [r for r in result["rows"] if r["memory"] == "pinned"]
         largest = max(pinned, key=lambda r: r["size_bytes"])
         details = {"rows": result["rows"], "cpus": result["cpus"], "numa_node": gpu.numa_node,
-                   "binding": result.get("binding")}
+                   "binding": result.get("binding"), "path_kind": path_kind(report, path)}
         for test in wanted:
             out.append(Measurement.measured(path, test, largest[test], _spec(report, path), largest["size_bytes"], method,
                                             "unidirectional", details))
@@ -81,7 +94,10 @@ def p2p_tests(report: Report, level: str, timeout: float) -> list[Measurement]:
     for pair in result["pairs"]:
         a, b = pair["src"], pair["dst"]
         spec = _spec(report, f"gpu{min(a, b)}:gpu{max(a, b)}")
-        details = {"p2p_access": pair["p2p_access"]}
+        kind = path_kind(report, f"gpu{min(a, b)}:gpu{max(a, b)}")
+        if kind == "pcie" and not pair["p2p_access"]:
+            kind = "pcie-staged"  # no peer access: the copy goes through host memory, judged as such
+        details = {"p2p_access": pair["p2p_access"], "path_kind": kind}
         out.append(Measurement.measured(f"gpu{a}->gpu{b}", "p2p", pair["unidirectional"], spec, result["size_bytes"], method,
                             "unidirectional", details))
         # both directions at once: compared with twice the one-way spec (duplex), labelled as such
@@ -130,6 +146,8 @@ def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str
                                   f"NCCL all-reduce over {world} GPUs failed: " + ("; ".join(errors) or "no result"))
     measurement = measurement_from_worker(path, result)
     measurement.method = NCCL_METHOD
+    pair = slowest_pair(report)
+    measurement.details["path_kind"] = pair.kind if pair else None
     if measurement.ratio and measurement.ratio > 1:
         measurement.details["note"] = NVLS_NOTE
     return measurement

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 
-from nodecheck.bench.gpu import slowest_pair_spec
+from nodecheck.bench.gpu import slowest_pair
 from nodecheck.bench.nccl_tests import parse_nccl_log
 from nodecheck.errors import NodecheckError
 from nodecheck.host import run_command
@@ -37,13 +37,21 @@ def run_nccl_tests(report: Report, config, level: str, timeout: float, environ: 
         log = parse_nccl_log(text)
     except NodecheckError as error:
         return _failed(path, method, str(error))
+    return measurement_from_log(log, report, path, method) or _failed(path, method, f"{BINARY} printed no out-of-place result")
+
+
+def measurement_from_log(log, report: Report, path: str, method: str) -> Measurement | None:
+    """The largest out-of-place busbw of an nccl-tests log, compared with this node's slowest GPU pair
+    (the bound of a collective inside the node); None when the log holds no out-of-place row."""
     rows = [r for r in log.rows if r.out_of_place]
     if not rows:
-        return _failed(path, method, f"{BINARY} printed no out-of-place result")
+        return None
     largest = max(rows, key=lambda r: r.size_bytes)
-    details = {"avg_busbw_gbytes": log.avg_busbw_gbytes, "rows": len(log.rows), "issues": log.issues, "devices": log.devices}
-    return Measurement.measured(path, "nccl_tests", largest.out_of_place.busbw_gbytes * 1e9, slowest_pair_spec(report),
-                                largest.size_bytes, method, "busbw", details)
+    pair = slowest_pair(report)
+    details = {"avg_busbw_gbytes": log.avg_busbw_gbytes, "rows": len(log.rows), "issues": log.issues, "devices": log.devices,
+               "path_kind": pair.kind if pair else None, "spec_basis": pair.basis if pair else None}
+    return Measurement.measured(path, "nccl_tests", largest.out_of_place.busbw_gbytes * 1e9,
+                                pair.bytes_per_second if pair else None, largest.size_bytes, method, "busbw", details)
 
 
 def _failed(path: str, method: str, error: str) -> Measurement:

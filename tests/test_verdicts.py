@@ -1,0 +1,88 @@
+"""Verdicts without false alarms: healthy published baselines give no bandwidth finding under the
+calibrated per-path thresholds, degraded ones give a finding naming the path; `bench --nccl-log`
+judges a log against a node."""
+
+import json
+import re
+
+import pytest
+
+from conftest import PUBLIC, H100, answer_key, hgx_nvml, make_snapshot, need, nodecheck
+from nodecheck import specs
+from nodecheck.config import Config, loads
+from nodecheck.model import Measurement
+from nodecheck.rules import measurement_findings
+
+PCIE4_X16 = specs.pcie(4, 16).bytes_per_second
+PCIE5_X16 = specs.pcie(5, 16).bytes_per_second
+
+
+def verdict(test: str, measured: float, spec: float, kind: str, config: Config | None = None) -> list:
+    m = Measurement.measured("path", test, measured, spec, 1 << 30, "published", "unidirectional", {"path_kind": kind})
+    return [f for f in measurement_findings([m], config or Config()) if f.kind == "bandwidth_below_spec"]
+
+
+def test_every_calibrated_threshold_names_its_source():
+    rows = specs.table()["thresholds"]
+    assert rows and all(0 < row["ratio"] < 0.8 and len(row["source"]) > 40 for row in rows.values())
+
+
+def test_healthy_published_copy_baselines_give_no_finding():
+    p2p = answer_key("p2p")
+    nvb = answer_key("nvbandwidth")
+    card = p2p["p2pBandwidthLatencyTest-asus-esc8000a-4x-rtx6000ada.txt"]
+    # RTX 6000 Ada and A100 sit on PCIe 4.0 x16; the H100 capture on PCIe 5.0 x16
+    assert verdict("p2p", card["unidir_p2p_enabled_0_1"] * 1e9, PCIE4_X16, "pcie") == []
+    assert verdict("p2p", card["unidir_p2p_disabled_0_1"] * 1e9, PCIE4_X16, "pcie-staged") == []
+    bandwidth_test = p2p["bandwidthTest-asus-esc8000a-rtx6000ada-dev0.txt"]
+    assert verdict("h2d", bandwidth_test["h2d_GBps"] * 1e9, PCIE4_X16, "pcie") == []
+    assert verdict("d2h", bandwidth_test["d2h_GBps"] * 1e9, PCIE4_X16, "pcie") == []
+    a100 = nvb["nvbandwidth-1x-a100-sxm4-40gb-h2d-sm-512mib.txt"]["sum_GBps"] * 1e9
+    assert a100 / PCIE4_X16 < 0.8  # the plain 80% rule would call this healthy A100 slow ...
+    assert verdict("h2d", a100, PCIE4_X16, "pcie") == []  # ... the calibrated one does not
+    # the H100 capture's table: | 1 GiB | h2d | d2h |, measured on a healthy PCIe 5.0 x16 link
+    row = re.search(r"^\| 1 GiB \| ([0-9.]+) GB/s \| ([0-9.]+) GB/s \|", need(H100 / "README.md").read_text(), re.M)
+    assert verdict("h2d", float(row[1]) * 1e9, PCIE5_X16, "pcie") == []
+    assert verdict("d2h", float(row[2]) * 1e9, PCIE5_X16, "pcie") == []
+
+
+def test_degraded_paths_give_a_finding_naming_the_path():
+    # a PCIe link trained at x8: about 0.43 of the x16 spec
+    (finding,) = verdict("h2d", 0.43 * PCIE5_X16, PCIE5_X16, "pcie")
+    assert finding.subject == "path" and finding.expected == ">= 0.75"
+    # a NIC at a quarter of its rate
+    assert verdict("allreduce", 0.25 * 50e9, 50e9, "infiniband")
+    # an operator's own threshold for the test beats the calibrated default
+    strict = loads("[thresholds.tests]\nh2d = 0.9\n", "strict.toml")
+    assert verdict("h2d", 0.85 * PCIE5_X16, PCIE5_X16, "pcie", strict)
+
+
+def a100_node(tmp_path):
+    """An 8x A100-SXM4 NV12 node as a snapshot: the p4d topology capture, NVML reporting NVLink 3 links."""
+    return make_snapshot(tmp_path / "a100", topo="aws-p4d-24xlarge-8x-a100-nv12.txt",
+                         nvml_gpus=hgx_nvml(links_per_gpu=12, version=3))
+
+
+def test_nccl_log_is_judged_against_a_snapshots_node(tmp_path):
+    snap = a100_node(tmp_path)
+    log = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")
+    run = nodecheck("bench", "--nccl-log", str(log), "--from", str(snap), "--json")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr
+    out = json.loads(run.stdout)
+    m = out["measurement"]
+    assert m["spec_bytes_per_second"] == pytest.approx(300e9) and m["details"]["path_kind"] == "nvlink"
+    assert m["ratio"] == pytest.approx(235.26 / 300, rel=1e-3) and out["findings"] == []  # 0.78: healthy A100
+    human = nodecheck("bench", "--nccl-log", str(log), "--from", str(snap), env={"COLUMNS": "200"})
+    assert "0.78 of 300.0 GB/s" in human.stdout and "normal for this node" in human.stdout
+
+    slow = need(PUBLIC / "nccl" / "tinybox-6x-rtx4090-p2p-patched-all_reduce_perf-single-size.txt")
+    run = nodecheck("bench", "--nccl-log", str(slow), "--from", str(snap), "--json")
+    assert run.returncode == 1
+    (finding,) = json.loads(run.stdout)["findings"]
+    assert finding["kind"] == "bandwidth_below_spec" and finding["subject"] == "nccl-log"
+
+
+def test_nccl_log_on_a_node_without_gpus_says_there_is_nothing_to_compare(tmp_path):
+    log = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")
+    run = nodecheck("bench", "--nccl-log", str(log), "--from", str(tmp_path), env={"COLUMNS": "200"})
+    assert run.returncode == 0 and "no GPU pair spec to compare it with" in run.stdout
