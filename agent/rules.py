@@ -162,18 +162,20 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
 
 
 def _slow_nodes(m, threshold: float) -> list[tuple[str, float]]:
-    """From the exchanges with rank 0: peers whose link is slow; if every peer is, rank 0's node is."""
+    """From the pair exchanges (nodecheck.pairing): the nodes whose every exchange was slow, each with
+    its best exchange rate as a ratio of spec; with only two nodes, both ends of the slow pair."""
+    from nodecheck.pairing import node_rate, slow_nodes
+
     nodes = {n["rank"]: n for n in m.details.get("nodes", [])}
-    pairs = m.details.get("pairs_with_rank0", {})
-    if not pairs or not m.spec_bytes_per_second:
+    exchanges = m.details.get("pair_exchanges") or []
+    if not exchanges or not m.spec_bytes_per_second:
         return []
-    ratios = {int(peer): min(rates.values()) / m.spec_bytes_per_second for peer, rates in pairs.items() if rates}
+    spec = m.spec_bytes_per_second
+    slow, undecided = slow_nodes(exchanges, len(nodes) or 1 + max(max(e["a"], e["b"]) for e in exchanges), threshold * spec)
 
     def name(rank: int) -> str:
         node = nodes.get(rank, {})
         return f"{node.get('node', f'rank{rank}')} ({node.get('address') or 'rank ' + str(rank)})"
 
-    slow = sorted((ratio, rank) for rank, ratio in ratios.items() if ratio < threshold)
-    if slow and len(slow) == len(ratios) and len(ratios) > 1:
-        return [(name(0), max(ratios.values()))]
-    return [(name(rank), ratio) for ratio, rank in slow]
+    suspects = slow or sorted({rank for pair in undecided for rank in pair})
+    return sorted(((name(rank), (node_rate(exchanges, rank) or 0) / spec) for rank in suspects), key=lambda s: s[1])

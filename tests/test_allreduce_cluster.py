@@ -80,6 +80,27 @@ def test_healthy_then_one_slow_node(cluster):
     (finding,) = [f for f in report["findings"] if f["kind"] == "bandwidth_below_spec"]
     assert finding["subject"] == "node2 (198.18.0.3)"
     assert "slow: node2 (198.18.0.3) at 0." in finding["message"]
+    assert {(e["round"], e["a"], e["b"]) for e in m["details"]["pair_exchanges"]} == {(0, 0, 1), (1, 1, 2), (2, 0, 2)}
+
+
+def test_four_nodes_name_a_slow_rank_0(tmp_path):
+    """Four nodes, rank 0's own link at a quarter: the pairings name node0, which the old star around
+    rank 0 could not (every peer looked slow from there)."""
+    requires_root()
+    with Cluster(4) as cluster:
+        for i in range(4):
+            cluster.shape(i, "1gbit")
+        cluster.shape(0, "250mbit")
+        config = tmp_path / "node.toml"
+        config.write_text("[nics.eth0]\nspeed_mbps = 1000\n[thresholds.tests]\nallreduce = 0.6\n")
+        results = finish(launch(cluster, [0, 1, 2, 3], 4, str(config), random.randint(30000, 39999)))
+    code, report, err = results[0]
+    assert code == 1, err
+    m = allreduce_of(report)
+    assert {(e["round"], e["a"], e["b"]) for e in m["details"]["pair_exchanges"]} == {
+        (0, 0, 1), (0, 2, 3), (1, 0, 3), (1, 1, 2)}
+    (finding,) = [f for f in report["findings"] if f["kind"] == "bandwidth_below_spec"]
+    assert finding["subject"] == "node0 (198.18.0.1)" and "slow: node0 (198.18.0.1) at 0." in finding["message"]
 
 
 def test_rank_that_never_joins_is_a_failed_test(cluster):

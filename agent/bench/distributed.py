@@ -144,7 +144,7 @@ WORLD_OF_ONE = ("a world of one rank moves no data between ranks (busbw's factor
 def measurement_from_worker(path: str, result: dict) -> Measurement:
     rows = result["rows"]
     largest = max(rows, key=lambda r: r["size_bytes"])
-    details = {"rows": rows, "nodes": result["nodes"], "pairs_with_rank0": result.get("pairs_with_rank0", {})}
+    details = {"rows": rows, "nodes": result["nodes"], "pair_exchanges": result.get("pair_exchanges", [])}
     method = METHOD.format(backend=result.get("backend", "gloo"))
     if result.get("world_size") == 1:
         details["note"] = WORLD_OF_ONE

@@ -5,8 +5,9 @@ MASTER_ADDR, MASTER_PORT) of the job. Every rank writes the gathered results of 
 --out, so each node can report what it saw; rank 0's copy is the cluster's.
 
 busbw = algbw x 2(n-1)/n, the nccl-tests convention (seed 002): it is comparable to one link's rate
-whatever the number of ranks. When busbw falls below the threshold, each node exchanges a buffer with
-rank 0 in turn, both directions, to name the node whose link is slow.
+whatever the number of ranks. When busbw falls below the threshold, the nodes exchange buffers in two
+pairings (nodecheck.pairing), both directions, all pairs at once: two rounds for any node count, and
+a slow rank 0 is named like any other node.
 """
 
 from __future__ import annotations
@@ -60,21 +61,46 @@ def _time_allreduce(dist, torch, device, size: int, warmup: int, iters: int) -> 
     return float(elapsed.item())
 
 
-def _hub_exchange(dist, torch, device, rank: int, world: int, size: int) -> dict[int, dict[str, float]]:
-    """Each node in turn sends `size` bytes to rank 0 and receives as many back; timed at the receiver."""
+def _pair_exchange(dist, torch, device, rank: int, world: int, size: int) -> list[dict]:
+    """Every pair of both pairings (nodecheck.pairing) exchanges `size` bytes, all pairs at once: the
+    lower rank sends while the higher receives, then the reverse. Each direction is warmed with a
+    small message first (NCCL builds a pair's communicator at its first send/recv, which must not be
+    timed). Returns what this rank received: [{"round", "src", "dst", "rate"}], timed at the receiver."""
+    from nodecheck.pairing import pairings, partner
+
     buffer = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
-    seen: dict[int, dict[str, float]] = {}
-    for peer in range(1, world):
-        for direction, (sender, receiver) in (("to_rank0", (peer, 0)), ("from_rank0", (0, peer))):
-            dist.barrier()
-            if rank == sender:
-                dist.send(buffer, dst=receiver)
-            elif rank == receiver:
+    small = torch.ones(256, dtype=torch.float32, device=device)
+    rounds = pairings(world)
+    received = []
+    for index in range(len(rounds)):
+        other = partner(rounds, index, rank)
+        for lower_sends in (True, False):
+            sender = None if other is None else (min(rank, other) if lower_sends else max(rank, other))
+            for payload, timed in ((small, False), (buffer, True)):
+                dist.barrier()
+                if other is None:
+                    continue  # out of this round (an odd count of nodes)
+                if rank == sender:
+                    dist.send(payload, dst=other)
+                    _sync(torch, device)
+                    continue
                 started = time.perf_counter()
-                dist.recv(buffer, src=sender)
+                dist.recv(payload, src=other)
                 _sync(torch, device)
-                seen.setdefault(peer, {})[direction] = buffer.numel() * 4 / (time.perf_counter() - started)
-    return seen
+                if timed:
+                    received.append({"round": index, "src": other, "dst": rank,
+                                     "rate": payload.numel() * 4 / (time.perf_counter() - started)})
+    return received
+
+
+def exchanges_from(received: list[dict]) -> list[dict]:
+    """Every rank's receptions -> one record per pair and round: {"round", "a", "b", "a_to_b", "b_to_a"}."""
+    pairs: dict[tuple[int, int, int], dict] = {}
+    for r in received:
+        a, b = sorted((r["src"], r["dst"]))
+        entry = pairs.setdefault((r["round"], a, b), {"round": r["round"], "a": a, "b": b})
+        entry["a_to_b" if r["src"] == a else "b_to_a"] = r["rate"]
+    return [e for _, e in sorted(pairs.items()) if "a_to_b" in e and "b_to_a" in e]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,16 +136,14 @@ def _measure(args, dist, torch, device) -> dict:
     for size in (int(s) for s in args.sizes.split(",")):
         seconds = _time_allreduce(dist, torch, device, size, args.warmup, args.iters)
         rows.append({"size_bytes": size, "seconds": seconds, "algbw": size / seconds, "busbw": size / seconds * factor})
-    diagnosis = {}
+    exchanges = []
     if spec and rows and rows[-1]["busbw"] < args.threshold * spec and world > 1:
-        exchanged = _hub_exchange(dist, torch, device, rank, world, rows[-1]["size_bytes"])
+        received = _pair_exchange(dist, torch, device, rank, world, rows[-1]["size_bytes"])
         gathered: list = [None] * world
-        dist.all_gather_object(gathered, exchanged)
-        for part in gathered:  # rank 0 timed what it received, each peer what it received
-            for peer, rates in part.items():
-                diagnosis.setdefault(str(peer), {}).update(rates)
+        dist.all_gather_object(gathered, received)
+        exchanges = exchanges_from([r for part in gathered for r in part])
     return {"world_size": world, "backend": args.backend, "nodes": nodes, "spec_bytes_per_second": spec,
-            "rows": rows, "pairs_with_rank0": diagnosis, "rank": rank}
+            "rows": rows, "pair_exchanges": exchanges, "rank": rank}
 
 
 if __name__ == "__main__":
