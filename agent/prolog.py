@@ -117,7 +117,7 @@ def run_checks(host, config, environ: dict[str, str], node: str, with_bench: boo
     runs = _run_bounded(checks, first_deadline)
     if bench:
         remaining = deadline - time.monotonic()
-        runs += _run_bounded({"bench": (lambda: _bench_check(bench, config, environ, remaining), "error")}, deadline)
+        runs += _run_bounded({"bench": (lambda: _bench_check(bench, config, environ, remaining), "warning")}, deadline)
     findings = [f for run in runs for f in run.findings]
     return Verdict(node, runs, findings, failing_findings(findings, config.fail_severity))
 
@@ -178,16 +178,37 @@ def _proximity_check(environ: dict[str, str], config, node: str, share: float):
     return judge_peers(peers, config.proximity), [asdict(p) for p in peers]
 
 
+MIN_BENCH_S = 5.0  # below this much budget left, a bandwidth test is skipped rather than started
+
+
 def _bench_check(tests: list[str], config, environ: dict[str, str], share: float):
+    """The prolog's bandwidth tests, one at a time within `share` seconds. A test that does not fit in
+    what is left (not started, or stopped at the budget's end) is skipped and named at warning: running
+    out of time says nothing against the node, so it never drains it."""
     from nodecheck.bench.plan import run_in_subprocess
     from nodecheck.rules import measurement_findings
 
+    deadline = time.monotonic() + share
     env = {k: v for k, v in environ.items() if k not in _DISTRIBUTED_VARS}  # in this node only
-    tail = ["--quick", "--tests", ",".join(tests), "--timeout", f"{max(1.0, share * 0.9):g}"]
-    if config.path:
-        tail += ["--config", config.path]
-    measurements = run_in_subprocess(tail, max(1.0, share * 0.95), env)
-    return measurement_findings(measurements, config), [asdict(m) for m in measurements]
+    measurements, skipped = [], []
+    for test in tests:
+        left = deadline - time.monotonic()
+        if left < MIN_BENCH_S:
+            skipped.append(test)
+            continue
+        # the test's own --timeout lies past the budget: only the budget stops it, and that is a skip
+        tail = ["--quick", "--tests", test, "--timeout", f"{2 * left:g}"] + (["--config", config.path] if config.path else [])
+        results = run_in_subprocess(tail, left * 0.95, env)
+        if any(m.details.get("timed_out") for m in results):
+            skipped.append(test)
+        else:
+            measurements += results
+    findings = measurement_findings(measurements, config)
+    if skipped:
+        findings.append(Finding("check_timed_out", "warning", "bench", f"{len(skipped)} skipped", "every test",
+                                f"bench: {', '.join(skipped)} did not fit in what was left of [prolog] timeout_s: "
+                                "skipped, not judged (raise timeout_s or list fewer tests in [prolog] bench)"))
+    return findings, [asdict(m) for m in measurements] + [{"test": t, "skipped": True} for t in skipped]
 
 
 def plan_action(verdict: Verdict, state: NodeState | None, healthcheck: bool) -> tuple[str, str | None]:

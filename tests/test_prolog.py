@@ -156,3 +156,44 @@ def test_slurm_env_supplies_path_and_conf(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_CONF", "/etc/slurm/other.conf")
     assert slurm_env(None)["SLURM_CONF"] == "/etc/slurm/other.conf"
     assert os.environ.get("PATH") is None  # the process's own environment is left alone
+
+
+def test_bench_tests_that_do_not_fit_the_budget_are_skipped_and_never_drain(monkeypatch):
+    """The first test is stopped at the budget's end (a real `nodecheck bench` subprocess killed by its
+    time limit is what run_in_subprocess reports then); the second has no time left to start. Both
+    are named at warning, and the prolog would not drain."""
+    from nodecheck import prolog
+    from nodecheck.bench import plan
+    from nodecheck.config import Config
+    from nodecheck.model import Measurement
+
+    calls = []
+
+    def budget_runs_out(tail, timeout, env):
+        calls.append((tail, timeout))
+        time.sleep(min(timeout, 0.2))
+        failed = Measurement.failed("bench", "bench", "nodecheck bench", "-", f"did not finish within {timeout:g} s")
+        failed.details["timed_out"] = True
+        return [failed]
+
+    monkeypatch.setattr(plan, "run_in_subprocess", budget_runs_out)
+    monkeypatch.setattr(prolog, "MIN_BENCH_S", 5.0)
+    findings, details = prolog._bench_check(["h2d", "p2p"], Config(), {}, 5.1)
+    assert [t for t, _ in calls] and calls[0][0][calls[0][0].index("--tests") + 1] == "h2d"
+    assert float(calls[0][0][calls[0][0].index("--timeout") + 1]) > calls[0][1]  # only the budget stops a test
+    (finding,) = findings
+    assert finding.kind == "check_timed_out" and finding.severity == "warning" and "h2d, p2p" in finding.message
+    assert failing_findings(findings, "error") == [] and {"test": "p2p", "skipped": True} in details
+
+
+def test_a_bench_test_that_fails_in_time_is_still_an_error(monkeypatch):
+    from nodecheck import prolog
+    from nodecheck.bench import plan
+    from nodecheck.config import Config
+    from nodecheck.model import Measurement
+
+    monkeypatch.setattr(plan, "run_in_subprocess", lambda tail, timeout, env: [
+        Measurement.failed("gpu0:host", "h2d", "copy", "unidirectional", "RuntimeError: CUDA error: uncorrectable ECC error")])
+    findings, _ = prolog._bench_check(["h2d"], Config(), {}, 30)
+    (finding,) = findings
+    assert finding.kind == "bench_failed" and finding.severity == "error"

@@ -6,7 +6,7 @@ import json
 import sys
 from importlib.util import find_spec
 
-from nodecheck.errors import NodecheckError
+from nodecheck.errors import NodecheckError, TimedOut
 from nodecheck.host import run_command
 from nodecheck.model import Measurement, Report
 
@@ -78,5 +78,9 @@ def run_in_subprocess(argv_tail: list[str], timeout: float, env: dict[str, str] 
     try:
         out = run_command(argv, timeout, env=env, what="nodecheck bench", ok_returncodes=(0, 1))  # 1: findings
         return [Measurement(**m) for m in json.loads(out)["measurements"]]
+    except TimedOut as error:  # the caller's budget ran out: said so, for it to decide what that means
+        failed = Measurement.failed("bench", "bench", "nodecheck bench", "-", str(error))
+        failed.details["timed_out"] = True
+        return [failed]
     except (NodecheckError, ValueError, KeyError, TypeError) as error:
         return [Measurement.failed("bench", "bench", "nodecheck bench", "-", str(error))]
