@@ -64,7 +64,8 @@ def copy_tests(report: Report, tests: set[str], level: str, timeout: float) -> l
     for gpu in report.gpus:
         path = f"gpu{gpu.index}:host"
         method = COPY_METHOD.format(memory="pinned", **plan)
-        argv = ["copy", "--device", str(gpu.index), "--cpus", gpu.cpu_affinity, "--sizes", ",".join(map(str, plan["sizes"])),
+        identity = (["--uuid", gpu.uuid] if gpu.uuid else []) + (["--pci", gpu.pci_bus_id] if gpu.pci_bus_id else [])
+        argv = ["copy", "--device", str(gpu.index), *identity, "--cpus", gpu.cpu_affinity, "--sizes", ",".join(map(str, plan["sizes"])),
                 "--warmup", str(plan["warmup"]), "--repeats", str(plan["repeats"])] + (["--pageable"] if plan["pageable"] else [])
         try:
             result = _worker(argv, timeout)
@@ -75,7 +76,8 @@ def copy_tests(report: Report, tests: set[str], level: str, timeout: float) -> l
         pinned = [r for r in result["rows"] if r["memory"] == "pinned"]
         largest = max(pinned, key=lambda r: r["size_bytes"])
         details = {"rows": result["rows"], "cpus": result["cpus"], "numa_node": gpu.numa_node,
-                   "binding": result.get("binding"), "path_kind": path_kind(report, path)}
+                   "binding": result.get("binding"), "path_kind": path_kind(report, path),
+                   "measured_device": result.get("measured")}
         for test in wanted:
             out.append(Measurement.measured(path, test, largest[test], _spec(report, path), largest["size_bytes"], method,
                                             "unidirectional", details))

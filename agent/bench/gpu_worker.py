@@ -19,12 +19,15 @@ import time
 
 from nodecheck.bench.results import guarded
 from nodecheck.bench.binding import bind_to_gpu_cpus
+from nodecheck.bench.identity import pick_cuda_device
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m nodecheck.bench.gpu_worker")
     parser.add_argument("test", choices=("copy", "p2p"))
-    parser.add_argument("--device", type=int, default=0)
+    parser.add_argument("--device", type=int, default=0, help="NVML index (the last resort for finding the GPU)")
+    parser.add_argument("--uuid", default=None, help="the GPU's UUID (NVML), matched first")
+    parser.add_argument("--pci", default=None, help="the GPU's PCI bus id, matched when the UUID is not known")
     parser.add_argument("--cpus", default="", help="cpulist to bind to (the GPU's NUMA node)")
     parser.add_argument("--sizes", required=True)
     parser.add_argument("--warmup", type=int, default=2)
@@ -49,16 +52,31 @@ def _events_seconds(torch, fn, warmup: int, repeats: int) -> float:
     return statistics.median(times)
 
 
+def cuda_devices(torch) -> list[dict]:
+    """What CUDA calls each visible device: ordinal, UUID and PCI bus id where this torch reports them."""
+    devices = []
+    for ordinal in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(ordinal)
+        pci = None
+        if hasattr(props, "pci_bus_id"):
+            pci = f"{getattr(props, 'pci_domain_id', 0):04x}:{props.pci_bus_id:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
+        devices.append({"ordinal": ordinal, "uuid": str(getattr(props, "uuid", "") or "") or None, "pci": pci})
+    return devices
+
+
 def copy_test(torch, args) -> dict:
     binding = bind_to_gpu_cpus(args.cpus)  # before the host buffers are touched: their pages land near the GPU
     bound = binding["cpus"]
+    devices = cuda_devices(torch)
+    args.device, how = pick_cuda_device(devices, args.uuid, args.pci, args.device)
     torch.cuda.set_device(args.device)
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         for memory in ("pinned", "pageable") if args.pageable else ("pinned",):
             rows.append(_copy_row(torch, args, size, memory))
             torch.cuda.empty_cache()  # give the device buffer back before the next (larger) payload
-    return {"device": args.device, "cpus": bound, "binding": binding, "rows": rows}
+    return {"device": args.device, "cpus": bound, "binding": binding, "rows": rows,
+            "measured": dict(devices[args.device], matched=how)}
 
 
 def _copy_row(torch, args, size: int, memory: str) -> dict:
