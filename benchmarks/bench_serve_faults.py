@@ -20,6 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from helpers import free_port  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_exporter import wait_ready  # noqa: E402
+
 
 def hostile_bin(directory: Path) -> Path:
     """A PATH entry with a hung nvidia-smi and an lstopo that prints garbage."""
@@ -70,12 +73,7 @@ def main() -> None:
                                 start_new_session=True)
         url = f"http://127.0.0.1:{port}/metrics"
         try:
-            for _ in range(600):
-                try:
-                    urllib.request.urlopen(url, timeout=2).read()
-                    break
-                except OSError:
-                    time.sleep(0.1)
+            wait_ready(url)
             ok, failed = scrape_load(url, args.clients, args.seconds)
         finally:
             os.killpg(proc.pid, signal.SIGTERM)

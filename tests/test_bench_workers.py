@@ -4,8 +4,6 @@ on one node share the in-node tests; only rank 0 prints the job's Report."""
 import json
 import os
 import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 
