@@ -101,6 +101,41 @@ def _spec(report: Report, nic, config) -> float | None:
     return path.bytes_per_second if path else None
 
 
+def fabric_nics(report: Report, environ: dict[str, str]) -> list:
+    """The RDMA NICs NCCL moves inter-node data over on a GPU node: RDMA devices with an ACTIVE port,
+    as NCCL_IB_HCA selects them (NCCL's syntax), and of those the rails: the ones nearest to the node's
+    GPUs (every one of them when the topology names none). [] with NCCL_IB_DISABLE=1 or no RDMA device:
+    NCCL then falls back to sockets over the traffic NIC."""
+    if environ.get("NCCL_IB_DISABLE", "").strip() == "1":
+        return []
+    active = [n for n in report.nics if n.rdma_device and any(p.state == "ACTIVE" for p in n.ib_ports)]
+    hca = environ.get("NCCL_IB_HCA")
+    if hca and hca.strip():
+        chosen = set(nccl_selection(hca, [n.rdma_device for n in active]))
+        active = [n for n in active if n.rdma_device in chosen]
+    nearest = {name for gpu in report.gpus for name in gpu.nearest_nics}
+    rails = [n for n in active if n.rdma_device in nearest or n.name in nearest]
+    return rails or active
+
+
+def ring_bound(report: Report, nics: list, config) -> tuple[float | None, str]:
+    """The busbw bound of a ring all-reduce across nodes over these rails: NCCL runs one ring per rail,
+    each crossing between nodes once per node over its own NIC, so a node's inter-node traffic is
+    spread over all its rails and busbw (algbw x 2(n-1)/n) is bounded by the sum of their one-way data
+    rates (docs/report-schema.md, "Across nodes"). Tree, SHARP and NVLS algorithms move less data
+    between nodes and can exceed it."""
+    rates = []
+    for nic in nics:
+        expected = config.nic_speed_mbps(nic) if config else None
+        path = next((p for p in report.paths if p.path == f"nic:{nic.name}"), None)
+        rate = expected * 1e6 / 8 if expected else path.bytes_per_second if path else None
+        if rate is None:
+            return None, f"the rate of {nic.rdma_device or nic.name} is unknown"
+        rates.append(rate)
+    names = ",".join(n.rdma_device or n.name for n in nics)
+    return sum(rates), f"ring bound: {len(nics)} rail(s) ({names}), {sum(rates) * 8 / 1e9:g} Gbit/s one way in all"
+
+
 def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: float, environ: dict[str, str]) -> Measurement:
     path = f"allreduce:{env.world_size}-ranks"
     backend = "nccl" if report.gpus else "gloo"  # NCCL on GPU nodes (one GPU per rank: LOCAL_RANK)
@@ -112,6 +147,9 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
     except NodecheckError as error:
         return _failed(path, backend, str(error))
     spec = _spec(report, nic, config)
+    fabric = fabric_nics(report, environ) if backend == "nccl" else []
+    if fabric:  # NCCL's data goes over the RDMA rails; the socket NIC only carries bootstrap
+        spec, _ = ring_bound(report, fabric, config)
     address = next((a["address"] for a in (nic.addresses if nic else []) if a["family"] == "inet"), None)
     child_env = dict(environ, MASTER_ADDR=env.master_addr, MASTER_PORT=str(env.master_port),
                      RANK=str(env.rank), WORLD_SIZE=str(env.world_size),
@@ -134,7 +172,16 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
     measurement = measurement_from_worker(path, result)
     nic_path = next((p for p in report.paths if nic and p.path == f"nic:{nic.name}"), None)
     measurement.details["path_kind"] = nic_path.kind if nic_path else None
+    if fabric:
+        measurement.details["fabric"] = ring_bound(report, fabric, config)[1]
+        measurement.details["path_kind"] = "infiniband"
+        if measurement.ratio and measurement.ratio > 1:
+            measurement.details["note"] = ABOVE_RING_BOUND
     return measurement
+
+
+ABOVE_RING_BOUND = ("above the ring bound: NCCL's tree, SHARP (in-network reduction) or NVLS algorithms move less data "
+                    "between nodes than a ring, so busbw can exceed the rails' sum; not a fault")
 
 
 WORLD_OF_ONE = ("a world of one rank moves no data between ranks (busbw's factor 2(n-1)/n is 0): "
