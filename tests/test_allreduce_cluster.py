@@ -16,14 +16,15 @@ from netns_cluster import Cluster
 pytest.importorskip("torch", reason="needs torch (pip install 'nodecheck[bench]')")
 
 
-def launch(cluster: Cluster, ranks: list[int], world: int, config: str, port: int, timeout: float = 60) -> list[subprocess.Popen]:
+def launch(cluster: Cluster, ranks: list[int], world: int, config: str, port: int, timeout: float = 60,
+           tests: str = "allreduce") -> list[subprocess.Popen]:
     """One `nodecheck bench` per node, as torchrun would start it (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)."""
     procs = []
     for rank in ranks:
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR=cluster.addresses[0], MASTER_PORT=str(port))
         # each node gets its own host name (UTS namespace) so findings can name it
         argv = ["ip", "netns", "exec", cluster.nodes[rank], "unshare", "--uts", "sh", "-c", 'hostname "$0"; exec "$@"',
-                f"node{rank}", sys.executable, "-m", "nodecheck", "bench", "--tests", "allreduce", "--quick", "--json",
+                f"node{rank}", sys.executable, "-m", "nodecheck", "bench", "--tests", tests, "--quick", "--json",
                 "--config", config, "--timeout", str(timeout)]
         procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       start_new_session=True))
@@ -101,6 +102,18 @@ def test_four_nodes_name_a_slow_rank_0(tmp_path):
         (0, 0, 1), (0, 2, 3), (1, 0, 3), (1, 1, 2)}
     (finding,) = [f for f in report["findings"] if f["kind"] == "bandwidth_below_spec"]
     assert finding["subject"] == "node0 (198.18.0.1)" and "slow: node0 (198.18.0.1) at 0." in finding["message"]
+
+
+def test_rank_0_report_holds_every_nodes_own_measurements(cluster):
+    """Each node also runs an in-node test (h2d: it fails here, no GPU); rank 0's Report, the one the job
+    prints, holds the other nodes' results named by node, and its own once."""
+    results = finish(launch(cluster, [0, 1, 2], 3, cluster.config, random.randint(30000, 39999), tests="allreduce,h2d"))
+    report = results[0][1]
+    paths = sorted(m["path"] for m in report["measurements"] if m["test"] == "h2d")
+    assert paths == ["gpus", "node1/gpus", "node2/gpus"], paths
+    assert all(not m["ok"] and "no GPU to test" in m["error"] for m in report["measurements"] if m["test"] == "h2d")
+    assert results[1][1] == {} and results[2][1] == {}  # the other ranks print no Report
+    assert "node_results" not in allreduce_of(report)["details"]
 
 
 def test_rank_that_never_joins_is_a_failed_test(cluster):

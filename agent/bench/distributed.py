@@ -10,6 +10,7 @@ else its negotiated speed.
 from __future__ import annotations
 
 import ipaddress
+import json
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -136,7 +137,10 @@ def ring_bound(report: Report, nics: list, config) -> tuple[float | None, str]:
     return sum(rates), f"ring bound: {len(nics)} rail(s) ({names}), {sum(rates) * 8 / 1e9:g} Gbit/s one way in all"
 
 
-def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: float, environ: dict[str, str]) -> Measurement:
+def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: float, environ: dict[str, str],
+                  node_results: list[dict] | None = None) -> Measurement:
+    """node_results: this node's own measurements (the in-node tests), handed to every rank with the
+    all-reduce's results so that rank 0's Report holds every node's."""
     path = f"allreduce:{env.world_size}-ranks"
     backend = "nccl" if report.gpus else "gloo"  # NCCL on GPU nodes (one GPU per rank: LOCAL_RANK)
     plan = LEVELS[backend][level]
@@ -159,12 +163,14 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
         child_env.setdefault("NCCL_SOCKET_IFNAME", nic.name)
     with tempfile.TemporaryDirectory(prefix="nodecheck-bench-") as tmp:
         out = Path(tmp) / "allreduce.json"
+        mine = Path(tmp) / "node-results.json"
+        mine.write_text(json.dumps(node_results or []))
         argv = [sys.executable, "-m", "nodecheck.bench.worker", "--backend", backend,
                 "--sizes", ",".join(str(s) for s in plan["sizes"]), "--warmup", str(plan["warmup"]),
                 "--iters", str(plan["iters"]), "--timeout", str(timeout), "--out", str(out),
                 "--threshold", str(config.ratio_for("allreduce") if config else 0.8),
                 "--node", report.node.get("hostname") or "?", "--nic", nic.name if nic else "",
-                "--address", address or "", "--nic-spec", str(spec or 0)]
+                "--address", address or "", "--nic-spec", str(spec or 0), "--node-results", str(mine)]
         try:
             result = run_worker(argv, out, timeout + 15, env=child_env)  # the worker's own timeout goes first
         except NodecheckError as error:
@@ -188,10 +194,31 @@ WORLD_OF_ONE = ("a world of one rank moves no data between ranks (busbw's factor
                 "algbw is reported, and compared with no spec")
 
 
+def other_nodes_results(allreduce: Measurement, own_rank: int) -> list[Measurement]:
+    """The in-node measurements the other nodes handed over with the all-reduce, each path prefixed
+    with its node's name ("node2/gpu0:host")."""
+    out = []
+    for node in allreduce.details.get("node_results", []):
+        if node.get("rank") == own_rank:
+            continue
+        for raw in node.get("results", []):
+            try:
+                m = Measurement(**raw)
+            except TypeError:
+                continue  # another nodecheck version's fields: not this Report's to interpret
+            m.path = f"{node.get('node') or 'rank' + str(node.get('rank'))}/{m.path}"
+            m.details = dict(m.details or {}, node=node.get("node"), rank=node.get("rank"))
+            out.append(m)
+    return out
+
+
 def measurement_from_worker(path: str, result: dict) -> Measurement:
     rows = result["rows"]
     largest = max(rows, key=lambda r: r["size_bytes"])
-    details = {"rows": rows, "nodes": result["nodes"], "pair_exchanges": result.get("pair_exchanges", [])}
+    nodes = [{k: v for k, v in n.items() if k != "results"} for n in result["nodes"]]
+    node_results = [{"rank": n.get("rank"), "node": n.get("node"), "results": n.get("results", [])} for n in result["nodes"]]
+    details = {"rows": rows, "nodes": nodes, "pair_exchanges": result.get("pair_exchanges", []),
+               "node_results": node_results}
     method = METHOD.format(backend=result.get("backend", "gloo"))
     if result.get("world_size") == 1:
         details["note"] = WORLD_OF_ONE

@@ -56,7 +56,14 @@ def run(report: Report, config, tests: list[str], level: str, timeout: float, en
             else:  # one GPU: a world of one rank, algbw only (NCCL refuses two ranks on one GPU)
                 out.append(gpu.node_allreduce(report, level, timeout, environ))
     if across and "allreduce" in wanted:
-        out.append(distributed.run_allreduce(report, config, env, level, timeout, environ))
+        from dataclasses import asdict
+
+        allreduce = distributed.run_allreduce(report, config, env, level, timeout, environ,
+                                              node_results=[asdict(m) for m in out])
+        out.append(allreduce)
+        if env.rank == 0:  # the job's Report: every other node's own measurements too, named by node
+            out += distributed.other_nodes_results(allreduce, env.rank)
+        allreduce.details.pop("node_results", None)  # carried once, as measurements
     return out
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import socket
 import sys
@@ -35,6 +36,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--nic", default=None)
     parser.add_argument("--address", default=None)
     parser.add_argument("--nic-spec", type=float, default=0.0, help="this node's NIC rate, bytes/s (0: unknown)")
+    parser.add_argument("--node-results", default=None, help="JSON file: this node's own measurements, shared with every rank")
     parser.add_argument("--out", required=True)
     return parser.parse_args(argv)
 
@@ -59,6 +61,13 @@ def _time_allreduce(dist, torch, device, size: int, warmup: int, iters: int) -> 
     elapsed = torch.tensor([(time.perf_counter() - started) / iters], dtype=torch.float64, device=device)
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     return float(elapsed.item())
+
+
+def _node_results(path: str | None) -> list:
+    if not path:
+        return []
+    with open(path) as file:
+        return json.loads(file.read(4 << 20))
 
 
 def _pair_exchange(dist, torch, device, rank: int, world: int, size: int) -> list[dict]:
@@ -126,7 +135,7 @@ def _run(args) -> dict:
 def _measure(args, dist, torch, device) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     me = {"rank": rank, "node": args.node, "nic": args.nic, "address": args.address,
-          "nic_spec_bytes_per_second": args.nic_spec or None, "pid": os.getpid()}
+          "nic_spec_bytes_per_second": args.nic_spec or None, "pid": os.getpid(), "results": _node_results(args.node_results)}
     nodes: list = [None] * world
     dist.all_gather_object(nodes, me)
     specs = [n["nic_spec_bytes_per_second"] for n in nodes]
