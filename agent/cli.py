@@ -213,10 +213,9 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
 
         render_nccl_log(log, str(nccl_log))
         render_verdict(measurement, findings, where)
-    from nodecheck.model import SEVERITIES
+    from nodecheck.model import at_or_above
 
-    failing = [f for f in findings if SEVERITIES.index(f.severity) >= SEVERITIES.index(config.fail_severity)]
-    raise typer.Exit(EXIT_FINDINGS if failing else EXIT_OK)
+    raise typer.Exit(EXIT_FINDINGS if at_or_above(findings, config.fail_severity) else EXIT_OK)
 
 
 @app.command()

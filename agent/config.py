@@ -4,9 +4,7 @@ starting config (like NHC's genconf), so a fleet is checked against its own gold
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,18 +109,12 @@ MAX_CONFIG_BYTES = 1024 * 1024
 def read_config_text(path: Path, what: str) -> str:
     """A config file's UTF-8 text: a regular file of at most MAX_CONFIG_BYTES. A FIFO, a device
     (/dev/zero), a directory or bytes that are not UTF-8 are a ConfigError naming the file."""
+    from nodecheck.host import read_regular
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = read_regular(path, MAX_CONFIG_BYTES)
     except OSError as error:
         raise ConfigError(f"{path}: cannot read {what} ({error.strerror or error})") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ConfigError(f"{path}: cannot read {what} (not a regular file)")
-    with os.fdopen(fd, "rb") as file:
-        try:
-            data = file.read(MAX_CONFIG_BYTES + 1)
-        except OSError as error:
-            raise ConfigError(f"{path}: cannot read {what} ({error.strerror or error})") from None
     if len(data) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{path}: {what} larger than {MAX_CONFIG_BYTES >> 20} MiB: not read")
     try:
@@ -307,5 +299,5 @@ def generate(report: Report) -> str:
 
 
 def _nic_mbps(report: Report, nic) -> int | None:
-    spec = next((p for p in report.paths if p.path == f"nic:{nic.name}"), None)
+    spec = report.path_spec(f"nic:{nic.name}")
     return round(spec.bytes_per_second * 8 / 1e6) if spec and spec.bytes_per_second else None

@@ -5,6 +5,7 @@ snapshot.SnapshotHost replays what a RecordingHost saved. No probe has a test-on
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import platform
 import selectors
@@ -257,26 +258,29 @@ class LiveHost:
                 "nodecheck_version": __version__}
 
 
+def read_regular(path: Path, limit: int) -> bytes:
+    """At most limit + 1 bytes of a regular file (one more than `limit` says it is larger). Never blocks
+    on a FIFO or a device: OSError when the path is absent, unreadable or not a regular file (its
+    strerror says which)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        file = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with file:
+        return file.read(limit + 1)
+
+
 def read_bounded(path: Path, limit: int) -> str | None:
     """A regular file's text (at most `limit` bytes, else ProbeFailed); None when it does not exist or
-    cannot be read (sysfs refuses some reads: the speed of a down link is EINVAL). Never blocks on a
-    FIFO or a device."""
+    cannot be read (sysfs refuses some reads: the speed of a down link is EINVAL)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = read_regular(path, limit)
     except OSError:
         return None
-    try:
-        regular = stat.S_ISREG(os.fstat(fd).st_mode)
-    except OSError:
-        regular = False
-    if not regular:
-        os.close(fd)
-        return None
-    with os.fdopen(fd, "rb") as file:
-        try:
-            data = file.read(limit + 1)
-        except OSError:
-            return None
     if len(data) > limit:
         raise ProbeFailed(f"{path} is larger than {limit} bytes: not read")
     return data.decode("utf-8", errors="replace")
@@ -287,7 +291,7 @@ def atomic_file(target: Path, mode: int = 0o644):
     """A binary file that becomes `target` only when the block ends without an error: written beside it
     under a hidden temporary name, fsynced, renamed over it (never through a link at `target`), the
     directory fsynced. On any error or signal the temporary file is removed; one left by a SIGKILL is
-    removed by the next call (stale_temporaries)."""
+    removed by the next call (remove_stale_temporaries)."""
     remove_stale_temporaries(target)
     part = tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp", delete=False)
     try:

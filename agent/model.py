@@ -9,6 +9,12 @@ from nodecheck.probes.nics import Nic
 
 SCHEMA_VERSION = 1
 SEVERITIES = ("info", "warning", "error", "critical")
+
+
+def at_or_above(findings: list, severity: str) -> list:
+    """The findings at or above `severity`, in their order (what fails a run)."""
+    floor = SEVERITIES.index(severity)
+    return [f for f in findings if SEVERITIES.index(f.severity) >= floor]
 # Every finding kind the rules raise (docs/report-schema.md); the exporter publishes one health gauge each.
 FINDING_KINDS = ("gpu_count_low", "pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "gpu_link_changed",
                  "nic_missing", "nic_down", "nic_slow", "nic_speed_unknown", "nic_far_from_gpu", "probe_failed",
@@ -136,8 +142,11 @@ class Report:
 
     def fails(self, fail_severity: str) -> bool:
         """A finding at or above `fail_severity` (the CLI's exit code 1)."""
-        worst = self.worst_severity()
-        return worst is not None and SEVERITIES.index(worst) >= SEVERITIES.index(fail_severity)
+        return bool(at_or_above(self.findings, fail_severity))
+
+    def path_spec(self, path: str) -> PathSpec | None:
+        """The spec of one path ("gpu0:host", "gpu0:gpu1", "nic:eth0"), None when the Report has none."""
+        return next((p for p in self.paths if p.path == path), None)
 
     def worst_severity(self) -> str | None:
         ranks = [SEVERITIES.index(f.severity) for f in self.findings]

@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from nodecheck.errors import NodecheckError
-from nodecheck.model import SEVERITIES, Finding
+from nodecheck.model import SEVERITIES, Finding, at_or_above
 from nodecheck.slurm import MAX_REASON, REASON_PREFIX, NodeState
 
 SCONTROL_SHARE = 0.2  # of the budget, kept back from the checks for the drain or resume call
@@ -95,9 +95,8 @@ def drain_reason(failing: list[Finding]) -> str:
 
 
 def failing_findings(findings: list[Finding], fail_severity: str) -> list[Finding]:
-    floor = SEVERITIES.index(fail_severity)
-    return sorted((f for f in findings if SEVERITIES.index(f.severity) >= floor),
-                  key=lambda f: -SEVERITIES.index(f.severity))
+    """What fails the checks, gravest first (the drain reason names the first)."""
+    return sorted(at_or_above(findings, fail_severity), key=lambda f: -SEVERITIES.index(f.severity))
 
 
 def run_checks(host, config, environ: dict[str, str], node: str, with_bench: bool = True,

@@ -139,6 +139,15 @@ def capped_inspect(snap):
     return result
 
 
+def refused_before_writing(bomb, tmp_path, message: str) -> None:
+    """open_snapshot refuses the tarball with `message` and leaves its work directory empty."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    with pytest.raises(NodecheckError, match=message):
+        open_snapshot(bomb, workdir)
+    assert list(workdir.iterdir()) == []
+
+
 def test_tar_bomb_is_refused_before_anything_is_written(tmp_path):
     bomb = tmp_path / "bomb.tar.gz"
     with tarfile.open(bomb, "w:gz") as tar:
@@ -147,11 +156,7 @@ def test_tar_bomb_is_refused_before_anything_is_written(tmp_path):
         with open("/dev/zero", "rb") as source:
             tar.addfile(member, source)
     assert bomb.stat().st_size < 1 << 20
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    with pytest.raises(NodecheckError, match="MiB once extracted: not a nodecheck snapshot"):
-        open_snapshot(bomb, workdir)
-    assert list(workdir.iterdir()) == []
+    refused_before_writing(bomb, tmp_path, "MiB once extracted: not a nodecheck snapshot")
 
 
 def test_member_count_bomb_is_refused(tmp_path):
@@ -159,11 +164,7 @@ def test_member_count_bomb_is_refused(tmp_path):
     with tarfile.open(bomb, "w:gz") as tar:
         for i in range(MAX_SNAPSHOT_MEMBERS + 1):
             tar.addfile(tarfile.TarInfo(f"snap/fs/{i}"), io.BytesIO(b""))
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    with pytest.raises(NodecheckError, match="members: not a nodecheck snapshot"):
-        open_snapshot(bomb, workdir)
-    assert list(workdir.iterdir()) == []
+    refused_before_writing(bomb, tmp_path, "members: not a nodecheck snapshot")
 
 
 def test_extraction_is_removed_when_serve_is_stopped(tmp_path):

@@ -98,7 +98,7 @@ def _spec(report: Report, nic, config) -> float | None:
     expected = config.nic_speed_mbps(nic) if config and nic else None
     if expected:
         return expected * 1e6 / 8
-    path = next((p for p in report.paths if nic and p.path == f"nic:{nic.name}"), None)
+    path = report.path_spec(f"nic:{nic.name}") if nic else None
     return path.bytes_per_second if path else None
 
 
@@ -128,7 +128,7 @@ def ring_bound(report: Report, nics: list, config) -> tuple[float | None, str]:
     rates = []
     for nic in nics:
         expected = config.nic_speed_mbps(nic) if config else None
-        path = next((p for p in report.paths if p.path == f"nic:{nic.name}"), None)
+        path = report.path_spec(f"nic:{nic.name}")
         rate = expected * 1e6 / 8 if expected else path.bytes_per_second if path else None
         if rate is None:
             return None, f"the rate of {nic.rdma_device or nic.name} is unknown"
@@ -151,9 +151,12 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
     except NodecheckError as error:
         return _failed(path, backend, str(error))
     spec = _spec(report, nic, config)
+    nic_path = report.path_spec(f"nic:{nic.name}") if nic else None
+    kind, fabric_basis = (nic_path.kind if nic_path else None), None
     fabric = fabric_nics(report, environ) if backend == "nccl" else []
     if fabric:  # NCCL's data goes over the RDMA rails; the socket NIC only carries bootstrap
-        spec, _ = ring_bound(report, fabric, config)
+        spec, fabric_basis = ring_bound(report, fabric, config)
+        kind = "infiniband"
     address = next((a["address"] for a in (nic.addresses if nic else []) if a["family"] == "inet"), None)
     child_env = dict(environ, MASTER_ADDR=env.master_addr, MASTER_PORT=str(env.master_port),
                      RANK=str(env.rank), WORLD_SIZE=str(env.world_size),
@@ -168,7 +171,7 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
         argv = [sys.executable, "-m", "nodecheck.bench.worker", "--backend", backend,
                 "--sizes", ",".join(str(s) for s in plan["sizes"]), "--warmup", str(plan["warmup"]),
                 "--iters", str(plan["iters"]), "--timeout", str(timeout), "--out", str(out),
-                "--threshold", str(config.ratio_for("allreduce") if config else 0.8),
+                "--threshold", str(config.ratio_for("allreduce", kind) if config else 0.8),
                 "--node", report.node.get("hostname") or "?", "--nic", nic.name if nic else "",
                 "--address", address or "", "--nic-spec", str(spec or 0), "--node-results", str(mine)]
         try:
@@ -176,11 +179,9 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
         except NodecheckError as error:
             return _failed(path, backend, f"all-reduce over {env.world_size} ranks via {env.master_addr}:{env.master_port} failed: {error}")
     measurement = measurement_from_worker(path, result)
-    nic_path = next((p for p in report.paths if nic and p.path == f"nic:{nic.name}"), None)
-    measurement.details["path_kind"] = nic_path.kind if nic_path else None
+    measurement.details["path_kind"] = kind
     if fabric:
-        measurement.details["fabric"] = ring_bound(report, fabric, config)[1]
-        measurement.details["path_kind"] = "infiniband"
+        measurement.details["fabric"] = fabric_basis
         if measurement.ratio and measurement.ratio > 1:
             measurement.details["note"] = ABOVE_RING_BOUND
     return measurement

@@ -3,7 +3,6 @@ time limit (nodecheck.bench.gpu_worker, nodecheck.bench.worker with NCCL). Never
 
 from __future__ import annotations
 
-import json
 import socket
 import sys
 import tempfile
@@ -27,7 +26,7 @@ NVLS_NOTE = ("NCCL's NVLS/SHARP algorithms reduce inside the switch, so busbw ca
 
 
 def _spec(report: Report, path: str) -> float | None:
-    found = next((p for p in report.paths if p.path == path), None)
+    found = report.path_spec(path)
     return found.bytes_per_second if found else None
 
 
@@ -40,13 +39,8 @@ def slowest_pair(report: Report):
     return min(pairs, key=lambda p: p.bytes_per_second)
 
 
-def slowest_pair_spec(report: Report) -> float | None:
-    pair = slowest_pair(report)
-    return pair.bytes_per_second if pair else None
-
-
 def path_kind(report: Report, path: str) -> str | None:
-    found = next((p for p in report.paths if p.path == path), None)
+    found = report.path_spec(path)
     return found.kind if found else None
 
 
@@ -119,10 +113,12 @@ def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str
 
     world = len(report.gpus)
     path = f"allreduce:node-{world}-gpus"
-    spec = slowest_pair_spec(report)
+    pair = slowest_pair(report)
+    spec = pair.bytes_per_second if pair else None
     plan = LEVELS["nccl"][level]
     port = _free_port()
     errors: list[str] = []
+    results: dict[int, dict] = {}
     with tempfile.TemporaryDirectory(prefix="nodecheck-nccl-") as tmp:
         def rank(r: int) -> None:
             env = dict(environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -130,7 +126,7 @@ def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str
                     "--warmup", str(plan["warmup"]), "--iters", str(plan["iters"]), "--timeout", str(timeout),
                     "--spec", str(spec or 0), "--node", report.node.get("hostname") or "?", "--out", f"{tmp}/rank{r}.json"]
             try:
-                run_worker(argv, Path(f"{tmp}/rank{r}.json"), timeout + 15, env=env, what=f"NCCL rank {r}")
+                results[r] = run_worker(argv, Path(f"{tmp}/rank{r}.json"), timeout + 15, env=env, what=f"NCCL rank {r}")
             except NodecheckError as error:
                 errors.append(f"rank {r}: {error}")
 
@@ -139,16 +135,12 @@ def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str
             thread.start()
         for thread in threads:
             thread.join(timeout + 30)
-        try:
-            result = json.loads(Path(f"{tmp}/rank0.json").read_text())
-        except (OSError, ValueError):
-            result = None
+    result = results.get(0)
     if errors or result is None:
         return Measurement.failed(path, "allreduce", NCCL_METHOD, "busbw",
                                   f"NCCL all-reduce over {world} GPUs failed: " + ("; ".join(errors) or "no result"))
     measurement = measurement_from_worker(path, result)
     measurement.method = NCCL_METHOD
-    pair = slowest_pair(report)
     measurement.details["path_kind"] = pair.kind if pair else None
     if measurement.ratio and measurement.ratio > 1:
         measurement.details["note"] = NVLS_NOTE
