@@ -187,7 +187,8 @@ def render_measurements(report: Report, console: Console | None = None) -> None:
     for m in report.measurements:
         ratio = f"{m.ratio:.2f}" if m.ratio is not None else "-"
         payload = f"{m.payload_bytes / (1 << 20):g} MiB" if m.payload_bytes else "-"
-        table.add_row(_cell(m.path), _cell(m.test), payload, format_bits(m.bytes_per_second) if m.ok else "[red]FAILED[/red]",
+        measured = "[red]FAILED[/red]" if not m.ok else "no data moved" if m.direction == "none" else format_bits(m.bytes_per_second)
+        table.add_row(_cell(m.path), _cell(m.test), payload, measured,
                       format_bits(m.spec_bytes_per_second), ratio, _cell(m.method if m.ok else m.error))
     console.print(table)
     _findings(console, report)

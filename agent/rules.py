@@ -144,6 +144,16 @@ def _far_nics(report: Report) -> list[Finding]:
     return findings
 
 
+def _what_to_check(m) -> str:
+    """Advice for the kind of path that was slow: a GPU's host link is not a network cable."""
+    if m.path.endswith(":host"):
+        return ("check the GPU's PCIe link (`nvidia-smi -q -d PCI`: generation and width now vs max), that nothing else "
+                "was copying over it, and the host memory's NUMA node")
+    if m.details.get("path_kind") in ("nvlink", "pcie", "pcie-staged") and "-ranks" not in m.path:
+        return "check the GPUs' NVLink state (`nvidia-smi nvlink -s`) and PCIe links, and that no other job was using them"
+    return "check that node's cable, switch port and NIC speed"
+
+
 def measurement_findings(measurements, config: Config) -> list[Finding]:
     """Bandwidth below the test's ratio x spec, and tests that failed, each naming its path (and the slow node)."""
     findings = []
@@ -157,7 +167,7 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
             findings.append(Finding(
                 "bandwidth_below_spec", "error", suspects[0][0] if suspects else m.path, f"{m.ratio:.2f}", f">= {threshold:g}",
                 f"{m.path} {m.test} {format_bits(m.bytes_per_second)} = {m.ratio:.2f} of spec "
-                f"{format_bits(m.spec_bytes_per_second)}{where}: check that node's cable, switch port and NIC speed"))
+                f"{format_bits(m.spec_bytes_per_second)}{where}: {_what_to_check(m)}"))
     return findings
 
 

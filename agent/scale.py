@@ -141,7 +141,9 @@ def fabric_from_report(report: dict, gpus_per_node: int | None, grad_bytes: floa
     from nodecheck.errors import NodecheckError
     from nodecheck.units import format_bytes
 
-    measured = [m for m in report.get("measurements", []) if m.get("ok") and m.get("test") in ("allreduce", "nccl_tests")]
+    # a world of one rank carries no figure (bytes_per_second null): it says nothing of any link
+    measured = [m for m in report.get("measurements", [])
+                if m.get("ok") and m.get("bytes_per_second") is not None and m.get("test") in ("allreduce", "nccl_tests")]
     intra = [m for m in measured if ":node-" in m["path"]]
     inter = [m for m in measured if m["path"].endswith("-ranks")]
     if inter:

@@ -3,6 +3,7 @@ tests that need them skip when that folder is absent."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -17,6 +18,19 @@ SHARED = Path(os.environ.get("NODECHECK_SHARED", REPO.parent / "shared"))
 CAPTURES = SHARED / "captures"
 H100 = CAPTURES / "h100-pcie-vm"
 PUBLIC = CAPTURES / "public"
+
+
+@functools.cache
+def live_gpu_count() -> int:
+    """NVIDIA GPUs on this machine, as nodecheck sees them (0 on CI's machines)."""
+    report = json.loads(nodecheck("inspect", "--json").stdout)
+    return len(report["gpus"])
+
+
+def without_gpus() -> None:
+    """Tests of how a node without NVIDIA GPUs looks: on a GPU node they skip, saying so."""
+    if live_gpu_count():
+        pytest.skip(f"this node has {live_gpu_count()} NVIDIA GPU(s): the test is of a node without")
 
 
 def need(path: Path) -> Path:

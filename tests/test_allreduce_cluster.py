@@ -1,5 +1,6 @@
 """A real gloo all-reduce across "nodes" in network namespaces, links shaped with tc (root, torch)."""
 
+import dataclasses
 import json
 import os
 import random
@@ -178,20 +179,37 @@ def test_launch_mistakes_are_named_without_a_cluster(tmp_path):
 @pytest.mark.parametrize("launcher", [{"RANK": "0", "WORLD_SIZE": "1"}, {"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}])
 def test_a_world_of_one_is_not_a_test_across_nodes(launcher):
     """torchrun --nproc-per-node 1 or a one-task srun, without MASTER_ADDR: the in-node tests run as they
-    would unlaunched (here, on a node without GPUs, the in-node all-reduce says there is no GPU), and
-    nothing exits 2 for the missing MASTER_ADDR."""
+    would unlaunched (on a node without GPUs, the in-node all-reduce says there is no GPU; on a GPU node
+    it runs there), and nothing exits 2 for the missing MASTER_ADDR."""
     env = dict(launcher, MASTER_ADDR="")
-    run = nodecheck_cli("bench", "--tests", "allreduce", "--json", env=env)
-    assert run.returncode == 1 and "MASTER_ADDR" not in run.stdout + run.stderr, run.stdout + run.stderr
-    (m,) = json.loads(run.stdout)["measurements"]
-    assert "no GPU to test" in m["error"] and "ranks" not in m["path"]
+    run = nodecheck_cli("bench", "--tests", "allreduce", "--json", env=env, timeout=300)
+    assert run.returncode in (0, 1) and "MASTER_ADDR" not in run.stdout + run.stderr, run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    (m,) = report["measurements"]
+    assert "ranks" not in m["path"]
+    if not report["gpus"]:
+        assert run.returncode == 1 and "no GPU to test" in m["error"]
+    else:
+        assert m["path"] == f"allreduce:node-{len(report['gpus'])}-gpus" and m["ok"], m
 
 
-def test_a_world_of_one_reports_algbw_and_no_spec():
+def test_a_world_of_one_reports_no_figure(tmp_path):
+    """NCCL on one H100 took ~40 us per all-reduce for 1 MiB and 4 GiB alike (a no-op): no bandwidth is
+    reported, the Report says so, and `scale --from` does not take it for a fabric's busbw."""
     from nodecheck.bench.distributed import measurement_from_worker
+    from nodecheck.model import Report
+    from nodecheck.render import render_measurements
+    from rich.console import Console
 
     result = {"world_size": 1, "backend": "nccl", "nodes": [{"node": "n"}], "spec_bytes_per_second": 50e9,
-              "rows": [{"size_bytes": 1 << 30, "seconds": 0.01, "algbw": (1 << 30) / 0.01, "busbw": 0.0}]}
+              "rows": [{"size_bytes": 1 << 32, "seconds": 3.4e-05, "algbw": (1 << 32) / 3.4e-05, "busbw": 0.0}]}
     m = measurement_from_worker("allreduce:node-1-gpus", result)
-    assert m.ok and m.direction == "algbw" and m.bytes_per_second == (1 << 30) / 0.01
+    assert m.ok and m.direction == "none" and m.bytes_per_second is None and m.details["seconds_per_call"] == 3.4e-05
     assert m.spec_bytes_per_second is None and m.ratio is None and "world of one rank" in m.details["note"]
+    console = Console(record=True, width=200)
+    render_measurements(Report(0, "t", {}, [], None, [], None, [], [], [], measurements=[m]), console)
+    assert "no data moved" in console.export_text()
+    report = tmp_path / "bench.json"
+    report.write_text(json.dumps({"gpus": [{}], "paths": [], "measurements": [dataclasses.asdict(m)]}))
+    run = nodecheck_cli("scale", "--params", "25M", "--step-time", "0.2", "--from", str(report))
+    assert run.returncode == 2 and "no all-reduce measurement" in run.stderr, run.stdout + run.stderr

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import h100_node_snapshot, nodecheck
+from conftest import h100_node_snapshot, nodecheck, without_gpus
 from nodecheck.bench import plan
 from nodecheck.build import build_report
 from nodecheck.config import Config
@@ -47,12 +47,13 @@ def test_applicable_tests():
 
     assert plan.applicable(report(0), across_nodes=False) == []
     assert plan.applicable(report(0), across_nodes=True) == ["allreduce"]
-    # one GPU: the in-node all-reduce is a world of one rank (algbw, no spec comparison)
-    assert plan.applicable(report(1), across_nodes=False) == ["h2d", "d2h", "allreduce"]
+    # one GPU: a world of one rank moves no data, so no all-reduce unless asked for
+    assert plan.applicable(report(1), across_nodes=False) == ["h2d", "d2h"]
     assert plan.applicable(report(8), across_nodes=False) == ["h2d", "d2h", "p2p", "allreduce"]
 
 
 def test_cli_on_a_node_without_gpu():
+    without_gpus()
     result = nodecheck("bench", "--tests", "h2d", "--json")
     assert result.returncode == 1
     report = json.loads(result.stdout)
@@ -120,3 +121,57 @@ def test_nccl_tests_binary_on_an_8x_a100_node(tmp_path):
     assert not hung.ok and "all_reduce_perf did not finish within 1 s and was killed" in hung.error
     (absent,) = plan.run(report, Config(), ["nccl_tests"], "quick", 1, {"PATH": "/nonexistent"}, None)
     assert not absent.ok and "not installed" in absent.error
+
+
+# --- a slow copy measured again before it is believed -----------------------------------------------
+
+# h2d of nodecheck's copy worker in fresh processes on a healthy H100 VM (PCIe gen5 x16, spec 63.0 GB/s),
+# one after another (benchmarks/bench_h2d_spread.py, 2026-11-23): noise, not the link
+H100_VM_H2D_RUNS_GBS = [42.7, 42.6, 48.7, 43.4, 44.9, 52.5, 54.8, 44.9]
+
+
+def _replay(monkeypatch, h2d_gbs: list[float]) -> list[int]:
+    """gpu._worker replays these h2d figures (d2h 54.8 GB/s, as measured); returns the list of calls."""
+    from nodecheck.bench import gpu
+
+    calls = []
+
+    def worker(argv, timeout):
+        rate = h2d_gbs[len(calls)] * 1e9
+        calls.append(timeout)
+        return {"rows": [{"size_bytes": 256 << 20, "memory": "pinned", "h2d": rate, "d2h": 54.8e9}], "cpus": "0-15"}
+
+    monkeypatch.setattr(gpu, "_worker", worker)
+    return calls
+
+
+def test_a_slow_copy_is_measured_again_and_the_best_run_judged(h100_report, monkeypatch):
+    from nodecheck.bench import gpu
+
+    calls = _replay(monkeypatch, H100_VM_H2D_RUNS_GBS)
+    h2d, d2h = gpu.copy_tests(h100_report, Config(), {"h2d", "d2h"}, "quick", 60)
+    assert len(calls) == 3 and h2d.details["runs"] == [42.7e9, 42.6e9, 48.7e9] and h2d.bytes_per_second == 48.7e9
+    assert h2d.method.endswith("best of 3 runs") and h2d.ratio == pytest.approx(48.7 / 63.0, abs=0.01)
+    assert measurement_findings([h2d, d2h], Config()) == []  # 0.77 >= the calibrated 0.75: no drain
+
+
+def test_a_narrow_link_stays_slow_in_every_run(h100_report, monkeypatch):
+    """gen5 x8 caps every run near half the spec: three runs, one finding, PCIe advice (not a NIC's)."""
+    from nodecheck.bench import gpu
+
+    calls = _replay(monkeypatch, [27.4, 27.5, 27.3])
+    h2d, d2h = gpu.copy_tests(h100_report, Config(), {"h2d", "d2h"}, "quick", 60)
+    assert len(calls) == 3 and h2d.bytes_per_second == 27.5e9
+    (finding,) = measurement_findings([h2d, d2h], Config())
+    assert finding.subject == "gpu0:host" and "PCIe link" in finding.message and "cable" not in finding.message
+
+
+def test_a_healthy_copy_runs_once_and_retries_fit_the_time_left(h100_report, monkeypatch):
+    from nodecheck.bench import gpu
+
+    calls = _replay(monkeypatch, [54.8])
+    (h2d,) = gpu.copy_tests(h100_report, Config(), {"h2d"}, "quick", 60)
+    assert len(calls) == 1 and "runs" not in h2d.details and not h2d.method.endswith("runs")
+    calls = _replay(monkeypatch, H100_VM_H2D_RUNS_GBS)
+    gpu.copy_tests(h100_report, Config(), {"h2d"}, "quick", 0)  # no time left after the first run: no retry
+    assert len(calls) == 1

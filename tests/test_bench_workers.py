@@ -58,16 +58,46 @@ def test_a_rank_that_never_joins_is_the_workers_own_error(tmp_path):
     assert "exited with" not in str(error.value) and ":" in str(error.value), str(error.value)
 
 
-def test_a_world_of_one_gloo_worker_measures_algbw(tmp_path):
+def test_an_in_node_rank_under_torchrun_does_not_wait_for_torchruns_store(tmp_path):
+    """Under torchrun (TORCHELASTIC_USE_AGENT_STORE=True) a worker of nodecheck's own in-node group, on a
+    port of its own, waited for torchrun's store until its time-out: `torchrun --nproc-per-node 1
+    nodecheck bench --tests allreduce` hung 120 s on an H100 node. gloo shows it on any machine."""
     from helpers import free_port
     from nodecheck.bench.distributed import measurement_from_worker
+    from nodecheck.bench.gpu import in_node_env
 
     out = tmp_path / "rank0.json"
-    env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    job = dict(os.environ, TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="none", RANK="0", WORLD_SIZE="1")
+    env = in_node_env(job, 0, 1, free_port())
     result = run_worker([sys.executable, "-m", "nodecheck.bench.worker", "--backend", "gloo", "--sizes", "1048576",
-                         "--out", str(out)], out, 120, env=env)
-    m = measurement_from_worker("allreduce:1-ranks", result)
-    assert m.ok and m.direction == "algbw" and m.bytes_per_second > 0 and m.ratio is None
+                         "--timeout", "20", "--out", str(out)], out, 120, env=env)
+    m = measurement_from_worker("allreduce:node-1-gpus", result)
+    assert m.ok and m.direction == "none" and m.bytes_per_second is None and m.details["seconds_per_call"] > 0
+
+
+def test_torchs_hints_are_not_the_error():
+    """What torch raised on an H100 node for a rank past the GPUs: the drain reason keeps the error."""
+    from nodecheck.bench.results import essential
+
+    raised = ("CUDA error: invalid device ordinal\nGPU device may be out of range, do you have enough GPUs?\n"
+              "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+              "might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+              "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
+    assert essential(raised) == "CUDA error: invalid device ordinal; GPU device may be out of range, do you have enough GPUs?"
+    # two ranks on one GPU, as torch 2.11 raised it there: NCCL's own words first
+    duplicate = ("NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with "
+                 "NCCL_DEBUG=WARN for details), NCCL version 2.28.9\nncclInvalidUsage: This usually reflects invalid usage "
+                 "of NCCL library.\nLast error:\nDuplicate GPU detected : rank 0 and rank 1 both on CUDA device 60")
+    assert essential(duplicate) == ("Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60 "
+                                    "(ncclInvalidUsage, NCCL 2.28.9)")
+
+
+def test_a_rank_past_the_nodes_gpus_is_named():
+    from nodecheck.bench.worker import own_gpu
+
+    assert own_gpu(0, 1) == 0 and own_gpu(7, 8) == 7
+    with pytest.raises(RuntimeError, match=r"local rank 1 has no GPU of its own: this process sees 1 CUDA device"):
+        own_gpu(1, 1)
 
 
 def test_local_rank_from_torchrun_or_srun():

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import h100_node_snapshot, h100_nvml_records, hgx_nvml, make_snapshot, nodecheck
+from conftest import h100_node_snapshot, h100_nvml_records, hgx_nvml, make_snapshot, live_gpu_count, nodecheck
 from nodecheck.build import build_report
 from nodecheck.config import Config
 from nodecheck.exporters.prometheus import write_textfile
@@ -78,7 +78,7 @@ def test_check_writes_the_textfile_atomically(tmp_path):
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == ["nodecheck.prom"]  # no temporary file left behind
     got = samples((tmp_path / "nodecheck.prom").read_text())
-    assert got[("nodecheck_probe_success", (("probe", "nics"),))] == 1 and got[("nodecheck_gpus", ())] == 0
+    assert got[("nodecheck_probe_success", (("probe", "nics"),))] == 1 and got[("nodecheck_gpus", ())] == live_gpu_count()
     missing = nodecheck("check", "--textfile-dir", str(tmp_path / "nope"))
     assert missing.returncode == 2 and "is not a directory" in missing.stderr
 

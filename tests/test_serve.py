@@ -227,8 +227,8 @@ def test_listen_address_from_config_flag_or_default(tmp_path):
     assert bad.returncode == 2 and "expected HOST:PORT" in out
     empty = tmp_path / "empty.toml"
     empty.write_text("")
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("the default port is tried in a network namespace of its own (root, unshare)")
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("the default port is tried in a network namespace of its own (root, unshare, ip)")
     # in a private network namespace: the fixed default port cannot meet another suite's exporter
     probe = ("import subprocess, sys, time, urllib.request\n"
              f"proc = subprocess.Popen([sys.executable, '-m', 'nodecheck', 'serve', '--from', {snap!r}, '--config', {str(empty)!r}])\n"

@@ -7,6 +7,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from nodecheck.errors import NodecheckError
@@ -51,29 +52,57 @@ def _worker(argv: list[str], timeout: float) -> dict:
                           what="the GPU worker")
 
 
-def copy_tests(report: Report, tests: set[str], level: str, timeout: float) -> list[Measurement]:
+# A slow copy is measured again, in fresh processes, before it is believed: on an H100 VM, runs of the
+# same healthy link ranged 29..55 GB/s (benchmarks/bench_h2d_spread.py) while a narrower or slower
+# link caps every run. So the best run is the verdict, and each run is kept in details["runs"].
+RETRIES = 2
+
+
+def _largest_pinned(result: dict) -> dict:
+    return max((r for r in result["rows"] if r["memory"] == "pinned"), key=lambda r: r["size_bytes"])
+
+
+def best_of_runs(run, wanted: list[str], floor: dict[str, float], deadline: float) -> list[dict]:
+    """Results of `run()`: once, then again (RETRIES at most) while a wanted direction's best rate is below
+    its floor (bytes/s) and the last run's duration still fits before `deadline` (time.monotonic())."""
+    results: list[dict] = []
+    while True:
+        started = time.monotonic()
+        results.append(run())
+        best = {t: max(_largest_pinned(r)[t] for r in results) for t in wanted}
+        slow = any(best[t] < floor.get(t, 0) for t in wanted)
+        if not slow or len(results) > RETRIES or time.monotonic() + (time.monotonic() - started) > deadline:
+            return results
+
+
+def copy_tests(report: Report, config, tests: set[str], level: str, timeout: float) -> list[Measurement]:
     plan = COPY_LEVELS[level]
     wanted = [t for t in ("h2d", "d2h") if t in tests]
     out = []
     for gpu in report.gpus:
+        deadline = time.monotonic() + timeout  # each GPU's runs, retries included
         path = f"gpu{gpu.index}:host"
+        spec, kind = _spec(report, path), path_kind(report, path)
         method = COPY_METHOD.format(memory="pinned", **plan)
         identity = (["--uuid", gpu.uuid] if gpu.uuid else []) + (["--pci", gpu.pci_bus_id] if gpu.pci_bus_id else [])
         argv = ["copy", "--device", str(gpu.index), *identity, "--cpus", gpu.cpu_affinity, "--sizes", ",".join(map(str, plan["sizes"])),
                 "--warmup", str(plan["warmup"]), "--repeats", str(plan["repeats"])] + (["--pageable"] if plan["pageable"] else [])
+        floor = {t: config.ratio_for(t, kind) * spec for t in wanted} if spec else {}
         try:
-            result = _worker(argv, timeout)
+            runs = best_of_runs(lambda: _worker(argv, max(1.0, deadline - time.monotonic())), wanted, floor, deadline)
         except (NodecheckError, OSError, ValueError) as error:
             out += [Measurement.failed(path, t, method, "unidirectional", f"{t} on gpu{gpu.index} failed: {error}")
                     for t in wanted]
             continue
-        pinned = [r for r in result["rows"] if r["memory"] == "pinned"]
-        largest = max(pinned, key=lambda r: r["size_bytes"])
-        details = {"rows": result["rows"], "cpus": result["cpus"], "numa_node": gpu.numa_node,
-                   "binding": result.get("binding"), "path_kind": path_kind(report, path),
-                   "measured_device": result.get("measured")}
         for test in wanted:
-            out.append(Measurement.measured(path, test, largest[test], _spec(report, path), largest["size_bytes"], method,
+            best = max(runs, key=lambda r: _largest_pinned(r)[test])
+            largest = _largest_pinned(best)
+            details = {"rows": best["rows"], "cpus": best["cpus"], "numa_node": gpu.numa_node, "binding": best.get("binding"),
+                       "path_kind": kind, "measured_device": best.get("measured")}
+            if len(runs) > 1:
+                details["runs"] = [_largest_pinned(r)[test] for r in runs]
+            out.append(Measurement.measured(path, test, largest[test], spec, largest["size_bytes"],
+                                            method + (f", best of {len(runs)} runs" if len(runs) > 1 else ""),
                                             "unidirectional", details))
     return out
 
@@ -108,6 +137,14 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def in_node_env(environ: dict[str, str], rank: int, world: int, port: int) -> dict[str, str]:
+    """A rank of nodecheck's own in-node group. Under torchrun the job's TORCHELASTIC_* variables must go:
+    with TORCHELASTIC_USE_AGENT_STORE the worker would wait for torchrun's store on our private port and
+    hang until its time-out (seen on an H100 node under `torchrun --nproc-per-node 1`)."""
+    env = {k: v for k, v in environ.items() if not k.startswith("TORCHELASTIC_")}
+    return dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+
 def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str, str]) -> Measurement:
     from nodecheck.bench.distributed import LEVELS, measurement_from_worker
 
@@ -121,7 +158,7 @@ def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str
     results: dict[int, dict] = {}
     with tempfile.TemporaryDirectory(prefix="nodecheck-nccl-") as tmp:
         def rank(r: int) -> None:
-            env = dict(environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            env = in_node_env(environ, r, world, port)
             argv = [sys.executable, "-m", "nodecheck.bench.worker", "--backend", "nccl", "--sizes", ",".join(map(str, plan["sizes"])),
                     "--warmup", str(plan["warmup"]), "--iters", str(plan["iters"]), "--timeout", str(timeout),
                     "--spec", str(spec or 0), "--node", report.node.get("hostname") or "?", "--out", f"{tmp}/rank{r}.json"]

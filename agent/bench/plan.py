@@ -17,7 +17,7 @@ def applicable(report: Report, across_nodes: bool, nccl_tests_installed: bool = 
     tests = ["h2d", "d2h"] if report.gpus else []
     if len(report.gpus) >= 2:
         tests.append("p2p")
-    if across_nodes or report.gpus:
+    if across_nodes or len(report.gpus) >= 2:  # one GPU alone moves no data: `--tests allreduce` still checks NCCL
         tests.append("allreduce")
     if nccl_tests_installed and len(report.gpus) >= 2:
         tests.append("nccl_tests")
@@ -47,13 +47,13 @@ def run(report: Report, config, tests: list[str], level: str, timeout: float, en
         out += [_failed("gpus", t, f"no GPU to test: {reason}") for t in sorted(in_node)]
     else:
         if wanted & {"h2d", "d2h"}:
-            out += gpu.copy_tests(report, wanted, level, timeout)
+            out += gpu.copy_tests(report, config, wanted, level, timeout)
         for test in sorted(in_node & {"p2p", "allreduce"}):
             if test == "p2p" and len(report.gpus) < 2:
                 out.append(_failed("gpus", test, f"p2p needs at least two GPUs (found {len(report.gpus)})"))
             elif test == "p2p":
                 out += gpu.p2p_tests(report, level, timeout)
-            else:  # one GPU: a world of one rank, algbw only (NCCL refuses two ranks on one GPU)
+            else:  # one GPU: a world of one rank, NCCL completing or not, no figure (NCCL refuses two ranks on one GPU)
                 out.append(gpu.node_allreduce(report, level, timeout, environ))
     if across and "allreduce" in wanted:
         from dataclasses import asdict

@@ -7,6 +7,7 @@ as "compile with TORCH_USE_CUDA_DSA", or a destroy_process_group() warning)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -16,6 +17,26 @@ from nodecheck.errors import NodecheckError
 from nodecheck.host import run_command
 
 MAX_MESSAGE = 2000
+# Lines torch appends to every CUDA error (seen on an H100 node: "CUDA error: invalid device ordinal"
+# followed by these three): advice to the developer of the program, not news about the node.
+TORCH_HINTS = ("CUDA kernel errors might be asynchronously reported", "For debugging consider passing CUDA_LAUNCH_BLOCKING",
+               "Compile with `TORCH_USE_CUDA_DSA`", "Search for `cudaErrorInvalidDeviceOrdinal'")
+
+
+# torch's wording of an NCCL failure: where in torch, then NCCL's code, then NCCL's own "Last error"
+NCCL_FAILURE = re.compile(r"NCCL version (?P<version>[\d.]+).*?(?P<code>nccl[A-Z]\w*):.*?Last error:\s*(?P<last>\S.*)", re.S)
+
+
+def essential(message: str) -> str:
+    """The error on one line without torch's developer hints ("CUDA error: invalid device ordinal;
+    GPU device may be out of range, do you have enough GPUs?"); for an NCCL failure, NCCL's own last
+    error first ("Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60 (ncclInvalidUsage,
+    NCCL 2.28.9)"), not torch's source file."""
+    nccl = NCCL_FAILURE.search(message)
+    if nccl:
+        return f"{' '.join(nccl['last'].split())} ({nccl['code']}, NCCL {nccl['version']})"
+    lines = [line.strip() for line in message.splitlines()]
+    return "; ".join(line for line in lines if line and not line.startswith(TORCH_HINTS))
 
 
 def guarded(out: str, work: Callable[[], dict]) -> int:
@@ -24,7 +45,7 @@ def guarded(out: str, work: Callable[[], dict]) -> int:
         result = work()
     except BaseException as error:  # whatever it was, the runner is told its type and message
         traceback.print_exc(file=sys.stderr)
-        Path(out).write_text(json.dumps({"error": {"type": type(error).__name__, "message": str(error)[:MAX_MESSAGE]}}))
+        Path(out).write_text(json.dumps({"error": {"type": type(error).__name__, "message": essential(str(error))[:MAX_MESSAGE]}}))
         return 1
     Path(out).write_text(json.dumps(result))
     return 0

@@ -123,13 +123,23 @@ def _run(args) -> dict:
 
     device = torch.device("cpu")
     if args.backend == "nccl":  # one GPU per process: the launcher's LOCAL_RANK
-        device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
+        device = torch.device(f"cuda:{own_gpu(int(os.environ.get('LOCAL_RANK', '0')), torch.cuda.device_count())}")
         torch.cuda.set_device(device)
     dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout))
     try:
         return _measure(args, dist, torch, device)
     finally:  # also when a collective fails: NCCL warns of a leak otherwise, and that warning hid the error
         dist.destroy_process_group()
+
+
+def own_gpu(local_rank: int, visible: int) -> int:
+    """The CUDA ordinal of this rank's GPU: its local rank, which must name a GPU it can see (else CUDA
+    only says "invalid device ordinal" once NCCL starts)."""
+    if not 0 <= local_rank < visible:
+        raise RuntimeError(f"local rank {local_rank} has no GPU of its own: this process sees {visible} CUDA device(s) "
+                           f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); launch at most "
+                           f"{visible} rank(s) per node (torchrun --nproc-per-node, srun --ntasks-per-node)")
+    return local_rank
 
 
 def _measure(args, dist, torch, device) -> dict:

@@ -27,6 +27,10 @@ def fuzz(target, count: int, seed: int, seconds: float) -> tuple[int, list[tuple
     """(inputs tried, [(exception type, message, input excerpt)]) for one target."""
     rng = random.Random(f"{target.name}:{seed}")
     seeds = target.seeds()
+    if not seeds:  # the captures are not where SHARED points (NODECHECK_SHARED, else ../shared)
+        from fuzz.targets import SHARED
+
+        raise FileNotFoundError(f"no seed captures for {target.name} under {SHARED}")
     escapes = []
 
     def alarm(*_):

@@ -5,6 +5,7 @@ is skipped by the runner."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from fuzz.mutate import mutate_text, mutate_value
 
 TESTS = Path(__file__).resolve().parent.parent
 REPO = TESTS.parent
-SHARED = REPO.parent / "shared"
+SHARED = Path(os.environ.get("NODECHECK_SHARED", REPO.parent / "shared"))  # as tests/conftest.py
 CAPTURES, PEER = SHARED / "captures", SHARED / "peer"
 
 

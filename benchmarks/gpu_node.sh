@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# On a GPU node: every GPU path of nodecheck, each step printed with its command, exit status and wall
+# time, into DIR/log.txt (DIR = $OUT, else ./gpu-node-run). Used for the "Measured on" table of README.md.
+#   bash benchmarks/gpu_node.sh [steps...]     steps: facts install gpu inspect bench h2d nccl prolog suite
+# nodecheck is installed into the Python that holds the node's CUDA torch (NODECHECK_PY, default python3).
+# Offline nodes: wheels in .whl/ are installed with --no-index; hwloc's .deb files in .hw/ are unpacked
+# under /tmp/hw when lstopo is missing.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+DIR=${OUT:-$PWD/gpu-node-run}
+mkdir -p "$DIR"
+LOG=$DIR/log.txt
+PY=$(command -v "${NODECHECK_PY:-python3}")
+export PYTHONUNBUFFERED=1
+[ -d .shared ] && export NODECHECK_SHARED=$PWD/.shared  # ../shared, carried in when it cannot travel
+
+step() {  # step TIMEOUT CMD...: run, log command, status and seconds
+  local limit=$1; shift
+  echo "### \$ $*" >>"$LOG"
+  local t0; t0=$(date +%s%N)
+  timeout -k 5 "$limit" "$@" >>"$LOG" 2>&1
+  local rc=$? ms=$((($(date +%s%N) - t0) / 1000000))
+  echo "### rc=$rc wall=$((ms / 1000)).$(printf %03d $((ms % 1000))) s" >>"$LOG"
+  echo >>"$LOG"
+}
+
+facts() {
+  step 30 nvidia-smi
+  step 30 nvidia-smi topo -m
+  step 30 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.max,pcie.link.gen.current,pcie.link.width.current,pcie.link.width.max --format=csv
+  step 30 python3 -c "import torch, sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0), torch.cuda.nccl.version())"
+  step 10 uname -r
+  step 10 nproc
+}
+
+install() {
+  if ! command -v lstopo-no-graphics >/dev/null && ls .hw/*.deb >/dev/null 2>&1; then
+    for f in .hw/*.deb; do dpkg -x "$f" /tmp/hw; done
+  fi
+  hwloc_path
+  local wheels=(); [ -d .whl ] && wheels=(--no-index --find-links .whl)
+  step 300 "$PY" -m pip install -q --disable-pip-version-check "${wheels[@]}" '.[test,bench,web,plot]'
+}
+
+hwloc_path() {  # hwloc unpacked by install()
+  if [ -d /tmp/hw/usr/bin ]; then
+    export PATH=/tmp/hw/usr/bin:$PATH LD_LIBRARY_PATH=/tmp/hw/usr/lib/x86_64-linux-gnu
+    export HWLOC_PLUGINS_PATH=/tmp/hw/usr/lib/x86_64-linux-gnu/hwloc
+  fi
+}
+hwloc_path
+
+gpu() { step 300 "$PY" -m pytest -m gpu -ra -v -p no:cacheprovider; }
+
+TMP=$(mktemp -d)  # what the log shows but need not come back as a file
+
+inspect() {
+  step 60 lstopo-no-graphics --version
+  step 60 "$PY" -m nodecheck inspect
+  step 60 sh -c "$PY -m nodecheck inspect --json > $DIR/inspect.json"
+  step 120 "$PY" -m nodecheck snapshot "$DIR/snapshot.tar.gz"
+  step 60 sh -c "$PY -m nodecheck inspect --json --from $DIR/snapshot.tar.gz > $TMP/replayed.json"
+  step 30 "$PY" -c "import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); print('keys that differ, replayed vs live:', [k for k in sorted(set(a)|set(b)) if a.get(k)!=b.get(k)])" "$DIR/inspect.json" "$TMP/replayed.json"
+  step 60 "$PY" -m nodecheck check --textfile-dir "$DIR"
+}
+
+bench() {
+  step 120 sh -c "$PY -m nodecheck bench --quick --json > $DIR/bench-quick.json"
+  step 120 "$PY" -m nodecheck bench --quick
+  step 300 sh -c "$PY -m nodecheck bench --full --json > $DIR/bench-full.json"
+  step 300 "$PY" -m nodecheck bench --full
+}
+
+h2d() { step 300 "$PY" benchmarks/bench_h2d.py; }
+
+nccl() {
+  # a world of one rank: NCCL completes, no figure
+  step 120 "$PY" -m torch.distributed.run --nproc-per-node 1 -m nodecheck bench --tests allreduce
+  # two ranks, one GPU: the rank without a GPU of its own is named
+  step 180 "$PY" -m torch.distributed.run --nproc-per-node 2 -m nodecheck bench --tests allreduce --quick
+  # two ranks both on GPU 0 (each the first of its "node"): NCCL's "Duplicate GPU" named
+  local dup="WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29533 $PY -m nodecheck bench --tests allreduce --quick --json"
+  step 180 sh -c "RANK=1 $dup > $TMP/dup1.json & RANK=0 $dup; wait"
+  # a worker given a GPU that is not there: named in its result
+  step 60 sh -c "$PY -m nodecheck.bench.gpu_worker copy --device 7 --pci 0000:ff:00.0 --sizes 1048576 --out $TMP/wrong.json; cat $TMP/wrong.json"
+}
+
+prolog() {
+  printf '[prolog]\nbench = ["h2d"]\ntimeout_s = 30\n' >"$TMP/prolog.toml"
+  step 60 "$PY" -m nodecheck prolog --dry-run --json --config "$TMP/prolog.toml"
+}
+
+suite() { step 330 "$PY" -m pytest -ra -q -p no:cacheprovider --timeout 120; }
+
+for s in "${@:-facts install gpu inspect bench h2d nccl prolog suite}"; do
+  for one in $s; do echo "===== $one" >>"$LOG"; "$one"; done
+done
+echo "log: $LOG"

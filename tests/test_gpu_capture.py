@@ -1,0 +1,63 @@
+"""A snapshot taken by `nodecheck snapshot` on a real GPU node (one H100 80GB HBM3, PCIe gen5 x16, driver
+580.159.04, a Firecracker VM; tests/fixtures/h100-vm-1gpu), with what nodecheck reported live there in
+the same run: replayed here, without a GPU, it must give the same Report and the same metrics."""
+
+import json
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import REPO, nodecheck
+
+FIXTURE = REPO / "tests" / "fixtures" / "h100-vm-1gpu"
+# what differs between two runs of the same node by nature: when, from where, how long each probe took
+VOLATILE_KEYS = ("generated_at", "source", "measured_at")
+VOLATILE_METRICS = ("nodecheck_report_timestamp_seconds", "nodecheck_probe_duration_seconds")
+
+
+def _stable(report: dict) -> dict:
+    out = {k: v for k, v in report.items() if k not in VOLATILE_KEYS}
+    out["probes"] = [{k: v for k, v in p.items() if k != "duration_seconds"} for p in report["probes"]]
+    return out
+
+
+def test_replayed_gpu_snapshot_is_the_live_report():
+    live = json.loads((FIXTURE / "live-inspect.json").read_text())
+    run = nodecheck("inspect", "--json", "--from", str(FIXTURE))
+    assert run.returncode == 0, run.stderr
+    replayed = json.loads(run.stdout)
+    assert _stable(replayed) == _stable(live)
+    (gpu,) = replayed["gpus"]
+    assert gpu["name"] == "NVIDIA H100 80GB HBM3" and (gpu["pcie"]["gen_current"], gpu["pcie"]["width_current"]) == (5, 16)
+    host = {p["path"]: p for p in replayed["paths"]}["gpu0:host"]
+    assert host["bytes_per_second"] == pytest.approx(63.0e9, rel=0.001) and replayed["findings"] == []
+
+
+def test_replayed_gpu_snapshot_gives_the_live_metrics(tmp_path):
+    def samples(text: str) -> dict:
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value for family in text_string_to_metric_families(text)
+                for s in family.samples if s.name not in VOLATILE_METRICS}
+
+    run = nodecheck("check", "--textfile-dir", str(tmp_path), "--from", str(FIXTURE))
+    assert run.returncode == 0, run.stderr
+    replayed = samples((tmp_path / "nodecheck.prom").read_text())
+    assert replayed == samples((FIXTURE / "live-metrics.prom").read_text())
+    assert replayed[("nodecheck_gpus", ())] == 1
+
+
+def test_the_live_h2d_sweep_of_that_node_judged_again():
+    """What `nodecheck bench --full --json` measured there (0.87 of the PCIe gen5 x16 spec), judged again by
+    today's rules: no finding under the calibrated thresholds; under an operator's 0.9, one that points
+    at the GPU's PCIe link. Pinned memory is at least 3x pageable at 1 GiB (README's payload table)."""
+    from nodecheck.config import Config
+    from nodecheck.model import Measurement
+    from nodecheck.rules import measurement_findings
+
+    report = json.loads((FIXTURE / "live-bench-full.json").read_text())
+    measurements = [Measurement(**m) for m in report["measurements"]]
+    assert [m.test for m in measurements] == ["h2d", "d2h"] and measurement_findings(measurements, Config()) == []
+    strict = measurement_findings(measurements, Config(test_ratios={"h2d": 0.9, "d2h": 0.9}))
+    assert [f.subject for f in strict] == ["gpu0:host"] * 2 and all("PCIe link" in f.message for f in strict)
+    for m in measurements:
+        rows = {(r["size_bytes"], r["memory"]): r[m.test] for r in m.details["rows"]}
+        assert rows[(1 << 30, "pinned")] > 3 * rows[(1 << 30, "pageable")]
