@@ -74,13 +74,13 @@ def main() -> None:
     if cuda_ref:
         print(f"reference without torch (h2d_reference.cu, cudaMemcpyAsync 1 GiB): h2d {cuda_ref['h2d'] / 1e9:.1f} GB/s  "
               f"d2h {cuda_ref['d2h'] / 1e9:.1f} GB/s")
-    row = quick["rows"][0]
+    row = quick["gpus"][0]["rows"][0]
     for d in ("h2d", "d2h"):
         print(f"nodecheck --quick {d}: {row[d] / 1e9:.1f} GB/s = {row[d] / ref[d]:.3f} x reference"
               + (f", {row[d] / cuda_ref[d]:.3f} x the CUDA reference" if cuda_ref else ""))
     print(f"nodecheck --quick worker wall time, both directions incl. torch import and CUDA init: {quick_wall:.2f} s")
     print(f"\n{'size':>10} {'memory':>9} {'h2d GB/s':>9} {'d2h GB/s':>9}")
-    for r in sweep["rows"]:
+    for r in sweep["gpus"][0]["rows"]:
         print(f"{r['size_bytes'] >> 20:>7} MiB {r['memory']:>9} {r['h2d'] / 1e9:9.1f} {r['d2h'] / 1e9:9.1f}")
 
 

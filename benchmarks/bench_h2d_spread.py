@@ -23,7 +23,7 @@ def fresh_processes(device: int, runs: int) -> list[tuple[float, float]]:
             argv = [sys.executable, "-m", "nodecheck.bench.gpu_worker", "copy", "--device", str(device), "--sizes", str(SIZE),
                     "--out", f"{tmp}/{i}.json"]
             subprocess.run(argv, check=True, timeout=120, capture_output=True)
-            row = json.loads(Path(f"{tmp}/{i}.json").read_text())["rows"][0]
+            row = json.loads(Path(f"{tmp}/{i}.json").read_text())["gpus"][0]["rows"][0]
             out.append((row["h2d"], row["d2h"]))
     return out
 

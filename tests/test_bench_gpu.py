@@ -91,6 +91,50 @@ def test_real_p2p_and_node_allreduce(live_gpus):
         assert m.ok, m.error
 
 
+@pytest.mark.gpu
+def test_real_nccl_world_of_one_completes_with_no_figure(live_gpus):
+    run = nodecheck("bench", "--tests", "allreduce", "--json", timeout=300,
+                    env={"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "TORCHELASTIC_USE_AGENT_STORE": "True"})
+    (m,) = json.loads(run.stdout)["measurements"]
+    assert m["ok"], m  # and torchrun's store variable made no in-node rank wait for a store that is not there
+    if len(live_gpus.gpus) == 1:
+        assert m["direction"] == "none" and m["bytes_per_second"] is None and m["details"]["seconds_per_call"] > 0, m
+
+
+@pytest.mark.gpu
+def test_real_two_ranks_on_one_gpu_name_nccls_duplicate_gpu(live_gpus):
+    """Both ranks the first of their "node" (LOCAL_RANK 0), so both on GPU 0: NCCL refuses, and the Report
+    says so in NCCL's words, without torch's hints."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers import free_port
+
+    env = dict(os.environ, WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    argv = [sys.executable, "-m", "nodecheck", "bench", "--tests", "allreduce", "--json", "--timeout", "60"]
+    other = subprocess.Popen(argv, env=dict(env, RANK="1"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        run = subprocess.run(argv, env=dict(env, RANK="0"), capture_output=True, text=True, timeout=240)
+    finally:
+        other.wait(timeout=240)
+    (m,) = json.loads(run.stdout)["measurements"]
+    assert not m["ok"] and "Duplicate GPU detected" in m["error"] and "TORCH_USE_CUDA_DSA" not in m["error"], m
+
+
+@pytest.mark.gpu
+def test_real_pair_timing_runs_on_one_gpu(live_gpus):
+    """The p2p timing (events on the source stream, both ways on two joined streams), on GPU 0 with itself
+    where there is no second GPU: it runs and gives device-copy rates."""
+    import torch
+
+    from nodecheck.bench.gpu_worker import pair_rates
+
+    b = 1 if torch.cuda.device_count() > 1 else 0
+    rates = pair_rates(torch, 0, b, 64 << 20, 1, 3, both_ways=True)
+    assert rates["unidirectional"] > 1e9 and rates["bidirectional"] > 1e9, rates
+
+
 def test_nccl_tests_binary_on_an_8x_a100_node(tmp_path):
     """all_reduce_perf stands in by printing what the real one printed on an 8x A100 node (superbench log);
     the node's facts are that node's kind: 8 A100 with NV12 (NVLink 3) between every pair -> 300 GB/s spec."""
@@ -107,7 +151,7 @@ def test_nccl_tests_binary_on_an_8x_a100_node(tmp_path):
     environ = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
     assert plan.applicable(report, False, nccl_tests_installed=True)[-1] == "nccl_tests"
     (m,) = plan.run(report, Config(), ["nccl_tests"], "quick", 30, environ, None)
-    assert m.ok and (tmp_path / "args").read_text().split() == ["-b", "32M", "-e", "256M", "-f", "2", "-g", "8"]
+    assert m.ok and (tmp_path / "args").read_text().split() == ["-b", "1G", "-e", "2G", "-f", "2", "-g", "8"]
     assert (m.bytes_per_second, m.spec_bytes_per_second, m.payload_bytes) == (235.26e9, 300e9, 8589934592)
     assert m.ratio == pytest.approx(0.784, abs=0.001)  # seed 002: ~80% of the unidirectional 300 GB/s is normal
     # healthy A100s reach 0.78 of NVLink's line rate: no finding under the calibrated default (0.7) ...
@@ -139,7 +183,8 @@ def _replay(monkeypatch, h2d_gbs: list[float]) -> list[int]:
     def worker(argv, timeout):
         rate = h2d_gbs[len(calls)] * 1e9
         calls.append(timeout)
-        return {"rows": [{"size_bytes": 256 << 20, "memory": "pinned", "h2d": rate, "d2h": 54.8e9}], "cpus": "0-15"}
+        return {"gpus": [{"index": 0, "rows": [{"size_bytes": 256 << 20, "memory": "pinned", "h2d": rate, "d2h": 54.8e9}],
+                          "cpus": "0-15"}]}
 
     monkeypatch.setattr(gpu, "_worker", worker)
     return calls
@@ -175,3 +220,40 @@ def test_a_healthy_copy_runs_once_and_retries_fit_the_time_left(h100_report, mon
     calls = _replay(monkeypatch, H100_VM_H2D_RUNS_GBS)
     gpu.copy_tests(h100_report, Config(), {"h2d"}, "quick", 0)  # no time left after the first run: no retry
     assert len(calls) == 1
+
+
+def test_one_worker_measures_every_gpu_and_a_failed_gpu_fails_alone(tmp_path, monkeypatch):
+    """8 H100s in one worker process (torch imported once); gpu3 hidden from CUDA fails by itself, and only
+    the slow gpu5 is measured again, alone."""
+    from conftest import hgx_nvml, make_snapshot
+    from nodecheck.bench import gpu
+
+    report = build_report(SnapshotHost(make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt",
+                                                     nvml_gpus=hgx_nvml())))
+    asked = []
+
+    def worker(argv, timeout):
+        listed = json.loads(argv[argv.index("--gpus") + 1])
+        asked.append([g["index"] for g in listed])
+        out = []
+        for g in listed:
+            if g["index"] == 3:
+                out.append({"index": 3, "error": {"type": "LookupError", "message": "GPU GPU-hgx-3 is not among the CUDA devices"}})
+                continue
+            rate = 30e9 if g["index"] == 5 and len(asked) == 1 else 55e9
+            out.append({"index": g["index"], "cpus": g["cpus"], "rows": [{"size_bytes": 1 << 28, "memory": "pinned", "h2d": rate, "d2h": rate}]})
+        return {"gpus": out}
+
+    monkeypatch.setattr(gpu, "_worker", worker)
+    measurements = gpu.copy_tests(report, Config(), {"h2d", "d2h"}, "quick", 60)
+    assert asked == [list(range(8)), [5]]
+    failed = [m for m in measurements if not m.ok]
+    assert {m.path for m in failed} == {"gpu3:host"} and "LookupError: GPU GPU-hgx-3" in failed[0].error
+    gpu5 = [m for m in measurements if m.path == "gpu5:host"]
+    assert all(m.bytes_per_second == 55e9 and m.details["runs"] == [30e9, 55e9] for m in gpu5)
+
+
+def test_copies_are_timed_in_bulk_at_small_payloads():
+    from nodecheck.bench.gpu_worker import copies_per_sample
+
+    assert [copies_per_sample(s) for s in (1 << 20, 16 << 20, 256 << 20, 1 << 30)] == [64, 16, 1, 1]

@@ -3,6 +3,7 @@ time limit (nodecheck.bench.gpu_worker, nodecheck.bench.worker with NCCL). Never
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 import tempfile
@@ -19,8 +20,10 @@ COPY_LEVELS = {
     "quick": {"sizes": [256 * MiB], "warmup": 2, "repeats": 5, "pageable": False},
     "full": {"sizes": [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB], "warmup": 3, "repeats": 10, "pageable": True},
 }
-COPY_METHOD = "torch copy_ with {memory} host memory, CUDA events, median of {repeats} after {warmup} warm-ups"
-P2P_METHOD = "torch copy_ between devices, wall clock between device synchronisations, {repeats} repeats"
+COPY_METHOD = ("torch copy_ with {memory} host memory, copies queued behind a GPU sleep and timed by CUDA events, "
+               "median of {repeats} samples after {warmup} warm-ups")
+P2P_METHOD = ("torch copy_ between devices, copies queued behind a GPU sleep and timed by CUDA events on the source's "
+              "stream, median of {repeats} samples")
 NCCL_METHOD = "torch.distributed nccl all_reduce of float32, one process per GPU; busbw = algbw x 2(n-1)/n"
 NVLS_NOTE = ("NCCL's NVLS/SHARP algorithms reduce inside the switch, so busbw can exceed the link rate "
              "(nccl-tests issues #153, #312): above spec is not a fault")
@@ -52,7 +55,7 @@ def _worker(argv: list[str], timeout: float) -> dict:
                           what="the GPU worker")
 
 
-# A slow copy is measured again, in fresh processes, before it is believed: on an H100 VM, runs of the
+# A slow copy is measured again, in a fresh process, before it is believed: on an H100 VM, runs of the
 # same healthy link ranged 29..55 GB/s (benchmarks/bench_h2d_spread.py) while a narrower or slower
 # link caps every run. So the best run is the verdict, and each run is kept in details["runs"].
 RETRIES = 2
@@ -62,47 +65,67 @@ def _largest_pinned(result: dict) -> dict:
     return max((r for r in result["rows"] if r["memory"] == "pinned"), key=lambda r: r["size_bytes"])
 
 
-def best_of_runs(run, wanted: list[str], floor: dict[str, float], deadline: float) -> list[dict]:
-    """Results of `run()`: once, then again (RETRIES at most) while a wanted direction's best rate is below
-    its floor (bytes/s) and the last run's duration still fits before `deadline` (time.monotonic())."""
-    results: list[dict] = []
-    while True:
+def _copy_argv(gpus, plan: dict) -> list[str]:
+    """One worker for these GPUs (torch imported once), each found by UUID, else PCI bus id, else index."""
+    listed = [{"index": g.index, "uuid": g.uuid, "pci": g.pci_bus_id, "cpus": g.cpu_affinity} for g in gpus]
+    return ["copy", "--gpus", json.dumps(listed), "--sizes", ",".join(map(str, plan["sizes"])), "--warmup", str(plan["warmup"]),
+            "--repeats", str(plan["repeats"])] + (["--pageable"] if plan["pageable"] else [])
+
+
+def copy_runs(gpus, plan: dict, wanted: list[str], floors: dict[int, dict[str, float]], timeout: float):
+    """({gpu index: [each run's result]}, {gpu index: error}): every GPU in one worker; then the GPUs whose
+    best run of a wanted direction is below its floor (bytes/s) again, RETRIES times at most, while a run
+    as long as the last still fits in `timeout`."""
+    deadline = time.monotonic() + timeout
+    runs: dict[int, list[dict]] = {g.index: [] for g in gpus}
+    errors: dict[int, str] = {}
+    todo = list(gpus)
+    for attempt in range(RETRIES + 1):
         started = time.monotonic()
-        results.append(run())
-        best = {t: max(_largest_pinned(r)[t] for r in results) for t in wanted}
-        slow = any(best[t] < floor.get(t, 0) for t in wanted)
-        if not slow or len(results) > RETRIES or time.monotonic() + (time.monotonic() - started) > deadline:
-            return results
+        try:
+            result = _worker(_copy_argv(todo, plan), max(1.0, deadline - started))
+            by_index = {r.get("index"): r for r in result["gpus"]}
+        except (NodecheckError, OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            errors.update({g.index: str(error) for g in todo if not runs[g.index]})
+            break
+        for g in todo:
+            got = by_index.get(g.index) or {"error": {"type": "LookupError", "message": "the worker did not measure it"}}
+            if "error" in got:
+                errors.setdefault(g.index, f"{got['error'].get('type')}: {got['error'].get('message')}")
+            else:
+                runs[g.index].append(got)
+        todo = [g for g in todo if runs[g.index] and any(
+            max(_largest_pinned(r)[t] for r in runs[g.index]) < floors[g.index].get(t, 0) for t in wanted)]
+        if not todo or time.monotonic() + (time.monotonic() - started) > deadline:
+            break
+    return runs, errors
 
 
 def copy_tests(report: Report, config, tests: set[str], level: str, timeout: float) -> list[Measurement]:
     plan = COPY_LEVELS[level]
     wanted = [t for t in ("h2d", "d2h") if t in tests]
+    method = COPY_METHOD.format(memory="pinned", **plan)
+    kinds = {g.index: path_kind(report, f"gpu{g.index}:host") for g in report.gpus}
+    specs = {g.index: _spec(report, f"gpu{g.index}:host") for g in report.gpus}
+    floors = {i: {t: config.ratio_for(t, kinds[i]) * specs[i] for t in wanted} if specs[i] else {} for i in specs}
+    runs, errors = copy_runs(report.gpus, plan, wanted, floors, timeout)
     out = []
     for gpu in report.gpus:
-        deadline = time.monotonic() + timeout  # each GPU's runs, retries included
         path = f"gpu{gpu.index}:host"
-        spec, kind = _spec(report, path), path_kind(report, path)
-        method = COPY_METHOD.format(memory="pinned", **plan)
-        identity = (["--uuid", gpu.uuid] if gpu.uuid else []) + (["--pci", gpu.pci_bus_id] if gpu.pci_bus_id else [])
-        argv = ["copy", "--device", str(gpu.index), *identity, "--cpus", gpu.cpu_affinity, "--sizes", ",".join(map(str, plan["sizes"])),
-                "--warmup", str(plan["warmup"]), "--repeats", str(plan["repeats"])] + (["--pageable"] if plan["pageable"] else [])
-        floor = {t: config.ratio_for(t, kind) * spec for t in wanted} if spec else {}
-        try:
-            runs = best_of_runs(lambda: _worker(argv, max(1.0, deadline - time.monotonic())), wanted, floor, deadline)
-        except (NodecheckError, OSError, ValueError) as error:
-            out += [Measurement.failed(path, t, method, "unidirectional", f"{t} on gpu{gpu.index} failed: {error}")
-                    for t in wanted]
+        if not runs[gpu.index]:
+            error = errors.get(gpu.index, "no result")
+            out += [Measurement.failed(path, t, method, "unidirectional", f"{t} on gpu{gpu.index} failed: {error}") for t in wanted]
             continue
         for test in wanted:
-            best = max(runs, key=lambda r: _largest_pinned(r)[test])
+            mine = runs[gpu.index]
+            best = max(mine, key=lambda r: _largest_pinned(r)[test])
             largest = _largest_pinned(best)
             details = {"rows": best["rows"], "cpus": best["cpus"], "numa_node": gpu.numa_node, "binding": best.get("binding"),
-                       "path_kind": kind, "measured_device": best.get("measured")}
-            if len(runs) > 1:
-                details["runs"] = [_largest_pinned(r)[test] for r in runs]
-            out.append(Measurement.measured(path, test, largest[test], spec, largest["size_bytes"],
-                                            method + (f", best of {len(runs)} runs" if len(runs) > 1 else ""),
+                       "path_kind": kinds[gpu.index], "measured_device": best.get("measured")}
+            if len(mine) > 1:
+                details["runs"] = [_largest_pinned(r)[test] for r in mine]
+            out.append(Measurement.measured(path, test, largest[test], specs[gpu.index], largest["size_bytes"],
+                                            method + (f", best of {len(mine)} runs" if len(mine) > 1 else ""),
                                             "unidirectional", details))
     return out
 
@@ -125,6 +148,8 @@ def p2p_tests(report: Report, level: str, timeout: float) -> list[Measurement]:
         details = {"p2p_access": pair["p2p_access"], "path_kind": kind}
         out.append(Measurement.measured(f"gpu{a}->gpu{b}", "p2p", pair["unidirectional"], spec, result["size_bytes"], method,
                             "unidirectional", details))
+        if "bidirectional" not in pair:
+            continue  # measured once per unordered pair
         # both directions at once: compared with twice the one-way spec (duplex), labelled as such
         out.append(Measurement.measured(f"gpu{a}<->gpu{b}", "p2p", pair["bidirectional"], 2 * spec if spec else None,
                             result["size_bytes"], method, "bidirectional", details))

@@ -1,54 +1,76 @@
 """GPU copy tests in their own process (the only other place torch is imported).
 
-    python -m nodecheck.bench.gpu_worker copy --device 0 --cpus 0-15 --sizes ... --out FILE
+    python -m nodecheck.bench.gpu_worker copy --gpus '[{"index": 0, "uuid": ..., "pci": ..., "cpus": "0-15"}, ...]' --sizes ... --out FILE
+    python -m nodecheck.bench.gpu_worker copy --device 0 --sizes ... --out FILE      (one GPU by index)
     python -m nodecheck.bench.gpu_worker p2p --sizes ... --out FILE
 
-copy: host<->device with pinned host memory (and pageable in full mode), timed with CUDA events
-around each copy; median of the repeats after warm-up. The process first binds itself to the GPU's
-CPUs (its NUMA node), so the pinned buffer is first-touched on that node.
-p2p: every ordered GPU pair, unidirectional (one copy) and bidirectional (both directions at once,
-on one stream per device), timed by the wall clock between device synchronisations.
+One process for all GPUs of the node: torch is imported and CUDA started once.
+copy: host<->device with pinned host memory (and pageable in full mode), for each GPU in turn: the
+process first binds itself to that GPU's CPUs (its NUMA node), so the host buffers are first-touched
+there. Timing as nvbandwidth and cuda-samples do it: the stream is held by a short GPU sleep while
+the copies of a sample are queued, so they run back to back with no launch gap in the window; a
+sample is N copies between two CUDA events (N larger for small payloads); the figure is the median of
+the samples. The link is first warmed at the largest payload (an idle GPU's link idles at a low
+PCIe generation). A GPU that fails is reported as such; the others are still measured.
+p2p: every ordered GPU pair one way, and every unordered pair both ways at once (one stream per
+device, joined by events), timed by CUDA events on the source device's stream.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import sys
-import time
 
-from nodecheck.bench.results import guarded
+from nodecheck.bench.results import essential, guarded
 from nodecheck.bench.binding import bind_to_gpu_cpus
 from nodecheck.bench.identity import pick_cuda_device
+
+MiB = 1 << 20
+HOLD_CYCLES = 2_000_000  # ~1 ms of GPU sleep: long enough to queue a sample's copies behind it
+SAMPLE_BYTES = 256 * MiB  # a sample moves at least this much (at most 64 copies): small payloads are timed in bulk
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m nodecheck.bench.gpu_worker")
     parser.add_argument("test", choices=("copy", "p2p"))
-    parser.add_argument("--device", type=int, default=0, help="NVML index (the last resort for finding the GPU)")
-    parser.add_argument("--uuid", default=None, help="the GPU's UUID (NVML), matched first")
-    parser.add_argument("--pci", default=None, help="the GPU's PCI bus id, matched when the UUID is not known")
-    parser.add_argument("--cpus", default="", help="cpulist to bind to (the GPU's NUMA node)")
+    parser.add_argument("--gpus", default=None, help='JSON list of {"index", "uuid", "pci", "cpus"}: the GPUs to measure, in turn')
+    parser.add_argument("--device", type=int, default=0, help="with no --gpus: one GPU by NVML index")
+    parser.add_argument("--uuid", default=None, help="with no --gpus: the GPU's UUID (NVML), matched first")
+    parser.add_argument("--pci", default=None, help="with no --gpus: the GPU's PCI bus id, matched when the UUID is not known")
+    parser.add_argument("--cpus", default="", help="with no --gpus: cpulist to bind to (the GPU's NUMA node)")
     parser.add_argument("--sizes", required=True)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="samples per figure (median)")
     parser.add_argument("--pageable", action="store_true", help="also measure pageable host memory")
     parser.add_argument("--out", required=True)
     return parser.parse_args(argv)
 
 
-def _events_seconds(torch, fn, warmup: int, repeats: int) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
+def copies_per_sample(size: int) -> int:
+    return max(1, min(64, SAMPLE_BYTES // max(1, size)))
+
+
+def _events_seconds(torch, copy, warmup: int, samples: int, per_sample: int, stream=None) -> float:
+    """Seconds per copy: median over `samples` of (one sample's `per_sample` back-to-back copies) / per_sample."""
+    stream = stream or torch.cuda.current_stream()
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            copy()
+    stream.synchronize()
     times = []
-    for _ in range(repeats):
+    for _ in range(samples):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(HOLD_CYCLES)  # the copies below are queued while the stream sleeps
+            start.record(stream)
+            for _ in range(per_sample):
+                copy()
+            end.record(stream)
         end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
+        times.append(start.elapsed_time(end) / 1e3 / per_sample)
     return statistics.median(times)
 
 
@@ -64,72 +86,116 @@ def cuda_devices(torch) -> list[dict]:
     return devices
 
 
+def _gpus(args) -> list[dict]:
+    if args.gpus is None:
+        return [{"index": args.device, "uuid": args.uuid, "pci": args.pci, "cpus": args.cpus}]
+    gpus = json.loads(args.gpus)
+    if not isinstance(gpus, list) or not all(isinstance(g, dict) and isinstance(g.get("index"), int) for g in gpus):
+        raise ValueError('--gpus: expected a JSON list of {"index": N, ...}')
+    return gpus
+
+
 def copy_test(torch, args) -> dict:
-    binding = bind_to_gpu_cpus(args.cpus)  # before the host buffers are touched: their pages land near the GPU
-    bound = binding["cpus"]
     devices = cuda_devices(torch)
-    args.device, how = pick_cuda_device(devices, args.uuid, args.pci, args.device)
-    torch.cuda.set_device(args.device)
+    allowed = os.sched_getaffinity(0)  # each GPU's binding starts from what this process may use
+    out = []
+    for gpu in _gpus(args):
+        os.sched_setaffinity(0, allowed)
+        try:
+            out.append(_copy_gpu(torch, args, devices, gpu))
+        except Exception as error:  # this GPU's failure, named; the next GPU is still measured
+            out.append({"index": gpu["index"], "error": {"type": type(error).__name__, "message": essential(str(error))}})
+        torch.cuda.empty_cache()
+    return {"gpus": out}
+
+
+def _copy_gpu(torch, args, devices: list[dict], gpu: dict) -> dict:
+    binding = bind_to_gpu_cpus(gpu.get("cpus") or "")  # before the host buffers are touched: their pages land near the GPU
+    ordinal, how = pick_cuda_device(devices, gpu.get("uuid"), gpu.get("pci"), gpu["index"])
+    torch.cuda.set_device(ordinal)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    _warm_link(torch, ordinal, max(sizes))
     rows = []
-    for size in (int(s) for s in args.sizes.split(",")):
+    for size in sizes:
         for memory in ("pinned", "pageable") if args.pageable else ("pinned",):
-            rows.append(_copy_row(torch, args, size, memory))
+            rows.append(_copy_row(torch, args, ordinal, size, memory))
             torch.cuda.empty_cache()  # give the device buffer back before the next (larger) payload
-    return {"device": args.device, "cpus": bound, "binding": binding, "rows": rows,
-            "measured": dict(devices[args.device], matched=how)}
+    return {"index": gpu["index"], "device": ordinal, "cpus": binding["cpus"], "binding": binding, "rows": rows,
+            "measured": dict(devices[ordinal], matched=how)}
 
 
-def _copy_row(torch, args, size: int, memory: str) -> dict:
-    device_buffer = torch.empty(size, dtype=torch.uint8, device=f"cuda:{args.device}")
+def _warm_link(torch, ordinal: int, size: int) -> None:
+    device_buffer = torch.empty(size, dtype=torch.uint8, device=f"cuda:{ordinal}")
+    host = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+    for _ in range(2):
+        device_buffer.copy_(host, non_blocking=True)
+        host.copy_(device_buffer, non_blocking=True)
+    torch.cuda.synchronize(ordinal)
+
+
+def _copy_row(torch, args, ordinal: int, size: int, memory: str) -> dict:
+    device_buffer = torch.empty(size, dtype=torch.uint8, device=f"cuda:{ordinal}")
     host = torch.empty(size, dtype=torch.uint8, pin_memory=memory == "pinned")
     host.fill_(1)  # first touch, on the bound CPUs
-    h2d = _events_seconds(torch, lambda: device_buffer.copy_(host, non_blocking=True), args.warmup, args.repeats)
-    d2h = _events_seconds(torch, lambda: host.copy_(device_buffer, non_blocking=True), args.warmup, args.repeats)
-    return {"size_bytes": size, "memory": memory, "h2d": size / h2d, "d2h": size / d2h}
+    n = copies_per_sample(size)
+    h2d = _events_seconds(torch, lambda: device_buffer.copy_(host, non_blocking=True), args.warmup, args.repeats, n)
+    d2h = _events_seconds(torch, lambda: host.copy_(device_buffer, non_blocking=True), args.warmup, args.repeats, n)
+    return {"size_bytes": size, "memory": memory, "h2d": size / h2d, "d2h": size / d2h, "copies_per_sample": n}
 
 
-def _wall_seconds(torch, devices: list[int], fn, warmup: int, repeats: int) -> float:
-    for _ in range(warmup):
-        fn()
-    for d in devices:
-        torch.cuda.synchronize(d)
-    started = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    for d in devices:
-        torch.cuda.synchronize(d)
-    return (time.perf_counter() - started) / repeats
+def pair_rates(torch, a: int, b: int, size: int, warmup: int, samples: int, both_ways: bool) -> dict:
+    """GPU a -> GPU b one way, and (both_ways) a <-> b at once, in bytes/s.
+    One way: events on a's stream, where torch runs a cross-device copy. Both ways: a->b on a's stream,
+    b->a on b's, b's stream joined to a's start and a's end waiting for b's last copy."""
+    src, dst = torch.empty(size, dtype=torch.uint8, device=f"cuda:{a}"), torch.empty(size, dtype=torch.uint8, device=f"cuda:{b}")
+    stream_a, stream_b = torch.cuda.Stream(device=a), torch.cuda.Stream(device=b)
+    n = copies_per_sample(size)
+    with torch.cuda.device(a):
+        one_way = _events_seconds(torch, lambda: dst.copy_(src, non_blocking=True), warmup, samples, n, stream_a)
+    rates = {"unidirectional": size / one_way}
+    if not both_ways:
+        return rates
+    back_src, back_dst = torch.empty(size, dtype=torch.uint8, device=f"cuda:{b}"), torch.empty(size, dtype=torch.uint8, device=f"cuda:{a}")
+    times = []
+    for sample in range(warmup + samples):
+        with torch.cuda.device(a):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            with torch.cuda.stream(stream_a):
+                torch.cuda._sleep(HOLD_CYCLES)
+                start.record(stream_a)
+        stream_b.wait_event(start)
+        for _ in range(n):
+            with torch.cuda.stream(stream_a):
+                dst.copy_(src, non_blocking=True)
+            with torch.cuda.stream(stream_b):
+                back_dst.copy_(back_src, non_blocking=True)
+        b_done = torch.cuda.Event()
+        b_done.record(stream_b)
+        stream_a.wait_event(b_done)
+        end.record(stream_a)
+        end.synchronize()
+        if sample >= warmup:
+            times.append(start.elapsed_time(end) / 1e3 / n)
+    rates["bidirectional"] = 2 * size / statistics.median(times)
+    return rates
 
 
 def p2p_test(torch, args) -> dict:
     size = max(int(s) for s in args.sizes.split(","))
     count = torch.cuda.device_count()
-    buffers = {d: torch.empty(size, dtype=torch.uint8, device=f"cuda:{d}") for d in range(count)}
-    spare = {d: torch.empty(size, dtype=torch.uint8, device=f"cuda:{d}") for d in range(count)}
-    streams = {d: torch.cuda.Stream(device=d) for d in range(count)}
     pairs = []
     for a in range(count):
         for b in range(count):
             if a == b:
                 continue
-            one_way = _wall_seconds(torch, [a, b], lambda: spare[b].copy_(buffers[a], non_blocking=True), args.warmup, args.repeats)
-
-            def both_ways():
-                with torch.cuda.stream(streams[a]):
-                    spare[b].copy_(buffers[a], non_blocking=True)
-                with torch.cuda.stream(streams[b]):
-                    spare[a].copy_(buffers[b], non_blocking=True)
-
-            two_ways = _wall_seconds(torch, [a, b], both_ways, args.warmup, args.repeats)
-            pairs.append({"src": a, "dst": b, "p2p_access": bool(torch.cuda.can_device_access_peer(a, b)),
-                          "unidirectional": size / one_way, "bidirectional": 2 * size / two_ways})
+            rates = pair_rates(torch, a, b, size, args.warmup, args.repeats, both_ways=a < b)  # one row per unordered pair
+            pairs.append({"src": a, "dst": b, "p2p_access": bool(torch.cuda.can_device_access_peer(a, b)), **rates})
     return {"size_bytes": size, "pairs": pairs}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _args(sys.argv[1:] if argv is None else argv)
     import torch
-
 
     def work() -> dict:
         if not torch.cuda.is_available():

@@ -12,7 +12,7 @@ from nodecheck.host import run_command
 from nodecheck.model import Measurement, Report
 
 BINARY = "all_reduce_perf"
-SIZES = {"quick": ("32M", "256M"), "full": ("8", "8G")}
+SIZES = {"quick": ("1G", "2G"), "full": ("8", "8G")}  # quick: payloads past saturation (nccl-tests captures)
 METHOD = "nccl-tests all_reduce_perf -b {low} -e {high} -f 2 -g {gpus}; busbw of the largest out-of-place row"
 
 

@@ -46,8 +46,18 @@ def _sync(torch, device) -> None:
         torch.cuda.synchronize(device)
 
 
+# With NCCL an all-reduce below this payload takes microseconds: at least MIN_SMALL_ITERS of them are timed.
+# (gloo's 32 MiB on a 1-10 Gbit/s link takes tenths of a second: its own count is enough.)
+SMALL = 64 << 20
+MIN_SMALL_ITERS = 20
+
+
 def _time_allreduce(dist, torch, device, size: int, warmup: int, iters: int) -> float:
-    """Seconds per all-reduce of `size` bytes, the slowest rank's view (every rank gets the same number)."""
+    """Seconds per all-reduce of `size` bytes, the slowest rank's view (every rank gets the same number).
+    The ranks start together (a barrier before the window); the window itself holds only the all-reduces
+    and this rank's wait for its GPU, as nccl-tests times it: a barrier inside would add its own latency."""
+    if size < SMALL and device.type == "cuda":
+        iters = max(iters, MIN_SMALL_ITERS)
     x = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
     for _ in range(warmup):
         dist.all_reduce(x)
@@ -57,7 +67,6 @@ def _time_allreduce(dist, torch, device, size: int, warmup: int, iters: int) -> 
     for _ in range(iters):
         dist.all_reduce(x)
     _sync(torch, device)  # NCCL returns before the GPU is done
-    dist.barrier()
     elapsed = torch.tensor([(time.perf_counter() - started) / iters], dtype=torch.float64, device=device)
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     return float(elapsed.item())
