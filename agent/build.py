@@ -102,7 +102,7 @@ def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | No
         if n:
             gpu.name, gpu.uuid, gpu.pci_bus_id = n.name, n.uuid, n.pci_bus_id
             gpu.pcie = {k: getattr(n, f"pcie_{k}") for k in ("gen_current", "gen_max", "gen_gpu_max", "width_current", "width_max")}
-            gpu.utilization_percent = n.utilization_gpu
+            gpu.utilization_percent, gpu.memory_bytes = n.utilization_gpu, n.memory_total_bytes
             gpu.nvlinks = [{"link": link, "active": active, "version": version} for link, active, version in n.nvlinks]
             gpu.ecc_enabled, gpu.remapped_rows_pending, gpu.remapped_rows_failed = n.ecc_enabled, n.remapped_rows_pending, n.remapped_rows_failed
             gpu.cpu_affinity = n.cpu_affinity

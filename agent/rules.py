@@ -7,6 +7,8 @@ the GPU is busy (utilization >= BUSY_UTILIZATION); otherwise the bandwidth test 
 
 from __future__ import annotations
 
+import re
+
 from nodecheck.build import BUSY_UTILIZATION
 from nodecheck.config import Config
 from nodecheck.model import Finding, Report
@@ -154,6 +156,21 @@ def _what_to_check(m) -> str:
     return "check that node's cable, switch port and NIC speed"
 
 
+FABRIC_KINDS = ("infiniband", "ethernet")
+
+
+def algorithm_bound(m) -> float | None:
+    """For an all-reduce across nodes judged against the ring bound of its rails: the most any algorithm can
+    reach, as a ratio to that bound. A ring sends 2(n-1)/n x S of each node's data over its rails, a tree
+    or SHARP about S, so busbw (algbw x 2(n-1)/n) can reach 2(n-1)/n x the ring bound and no more.
+    None for other measurements."""
+    match = re.search(r":(\d+)-ranks$", m.path)
+    if m.test != "allreduce" or not match or m.details.get("path_kind") not in FABRIC_KINDS or int(match[1]) < 2:
+        return None
+    n = int(match[1])
+    return 2 * (n - 1) / n
+
+
 def measurement_findings(measurements, config: Config) -> list[Finding]:
     """Bandwidth below the test's ratio x spec, and tests that failed, each naming its path (and the slow node)."""
     findings = []
@@ -161,6 +178,13 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
         threshold = config.ratio_for(m.test, m.details.get("path_kind"))
         if not m.ok:
             findings.append(Finding("bench_failed", "error", m.path, "failed", "completed", f"{m.test} on {m.path}: {m.error}"))
+        elif m.ratio is not None and (algorithm_bound(m) or float("inf")) < m.ratio:
+            bound = algorithm_bound(m)
+            findings.append(Finding(
+                "bandwidth_above_bound", "warning", m.path, f"{m.ratio:.2f}", f"<= {bound:.2f}",
+                f"{m.path} {m.test} {format_bits(m.bytes_per_second)} = {m.ratio:.2f} x the ring bound of the rails nodecheck "
+                f"read, more than any all-reduce algorithm moves over them ({bound:.2f} x): NCCL used other or more NICs, "
+                "or a rail's rate was misread (set [nics] speed_mbps); this verdict cannot be trusted"))
         elif m.ratio is not None and m.ratio < threshold:
             suspects = _slow_nodes(m, threshold)
             where = "; slow: " + ", ".join(f"{name} at {ratio:.2f} of spec" for name, ratio in suspects) if suspects else ""

@@ -66,6 +66,7 @@ def _dump_gpu(pynvml, index: int) -> dict:
     pci = _ask(pynvml, pynvml.nvmlDeviceGetPciInfo, handle)
     words = max(1, ((os.cpu_count() or 64) + 63) // 64)
     utilization = _ask(pynvml, pynvml.nvmlDeviceGetUtilizationRates, handle)
+    memory = _ask(pynvml, pynvml.nvmlDeviceGetMemoryInfo, handle)
     return {
         "index": index,
         "name": _ask(pynvml, pynvml.nvmlDeviceGetName, handle),
@@ -78,6 +79,7 @@ def _dump_gpu(pynvml, index: int) -> dict:
         "pcie_width_max": _ask(pynvml, pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
         "pcie_speed_mts": _ask(pynvml, pynvml.nvmlDeviceGetPcieSpeed, handle),
         "utilization_gpu": utilization if isinstance(utilization, dict) else utilization.gpu,
+        "memory_total_bytes": memory if isinstance(memory, dict) else memory.total,
         "numa_node": _ask(pynvml, pynvml.nvmlDeviceGetNumaNodeId, handle),
         "ecc_mode": _ask(pynvml, pynvml.nvmlDeviceGetEccMode, handle),
         "remapped_rows": _ask(pynvml, pynvml.nvmlDeviceGetRemappedRows, handle),
@@ -115,6 +117,7 @@ class NvmlGpu:
     pcie_width_current: int | None = None
     pcie_width_max: int | None = None
     utilization_gpu: int | None = None
+    memory_total_bytes: int | None = None
     numa_node: int | None = None
     ecc_enabled: bool | None = None
     remapped_rows_pending: bool | None = None
@@ -156,7 +159,7 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
     for name in ("name", "uuid", "pci_bus_id"):
         setattr(gpu, name, _field(gpu, raw, name, str))
     for name in ("pcie_gen_current", "pcie_gen_max", "pcie_gen_gpu_max", "pcie_width_current",
-                 "pcie_width_max", "utilization_gpu"):
+                 "pcie_width_max", "utilization_gpu", "memory_total_bytes"):
         value = _field(gpu, raw, name, int)
         setattr(gpu, name, value if value is None or value >= 0 else None)
     numa = _field(gpu, raw, "numa_node", int)

@@ -9,24 +9,48 @@ from nodecheck.bench.nccl_tests import parse_nccl_log
 from nodecheck.build import build_report
 from nodecheck.config import Config
 from nodecheck.model import Measurement
-from nodecheck.rules import measurement_findings
+from nodecheck.rules import algorithm_bound, measurement_findings
 from nodecheck.snapshot import SnapshotHost
 
 
-def hgx_h100_with_ndr(tmp_path, storage_nic: bool = True):
-    """An HGX H100 node: the published 8-GPU/8-NIC topology (one mlx5 per GPU), NVML as such a board
-    reports, and /sys/class/infiniband with every rail an ACTIVE 400 Gb/sec (4X NDR) port, plus a
-    100 Gb/s storage NIC near no GPU, as such nodes are built."""
-    snap = make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
-    devices = [(f"mlx5_{i}", "400 Gb/sec (4X NDR)") for i in range(8)] + ([("mlx5_8", "100 Gb/sec (4X EDR)")] if storage_nic else [])
-    for name, rate in devices:
+def gpu_node_with_rdma(root, topo: str, nvml_gpus: list[dict], devices: list[tuple[str, str, str]]):
+    """A GPU node: a published topology, NVML as such a board reports, and /sys/class/infiniband with
+    these (device, rate, link layer) ports ACTIVE, as the kernel shows them."""
+    snap = make_snapshot(root, topo=topo, nvml_gpus=nvml_gpus)
+    for name, rate, layer in devices:
         port = snap / "fs/sys/class/infiniband" / name / "ports" / "1"
         port.mkdir(parents=True)
-        for file, text in (("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"), ("rate", rate), ("link_layer", "InfiniBand")):
+        for file, text in (("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"), ("rate", rate), ("link_layer", layer)):
             (port / file).write_text(text + "\n")
     (snap / "fs/sys/class/net/lo").mkdir(parents=True)
     (snap / "fs/sys/class/net/lo/type").write_text("772\n")
     return build_report(SnapshotHost(snap))
+
+
+def hgx_h100_with_ndr(tmp_path, storage_nic: bool = True):
+    """An HGX H100 node: the published 8-GPU/8-NIC topology (one mlx5 per GPU), every rail an ACTIVE
+    400 Gb/sec (4X NDR) port, plus a 100 Gb/s storage NIC near no GPU, as such nodes are built."""
+    devices = [(f"mlx5_{i}", "400 Gb/sec (4X NDR)", "InfiniBand") for i in range(8)]
+    devices += [("mlx5_8", "100 Gb/sec (4X EDR)", "InfiniBand")] if storage_nic else []
+    return gpu_node_with_rdma(tmp_path / "hgx", "hgx-h100-8gpu-8nic-sglang30401.txt", hgx_nvml(), devices)
+
+
+def efa_node(tmp_path, topo: str, nvml_gpus: list[dict], adapters: int):
+    """An AWS EFA node: `adapters` EFA devices, each reporting 100 Gb/sec (4X EDR) with no link layer, as the
+    efa driver answers (p4d/p4de: 4 adapters = 400 Gbit/s; p5.48xlarge: 32 = 3200 Gbit/s, AWS's figures)."""
+    devices = [(f"rdmap{16 + i}s0", "100 Gb/sec (4X EDR)", "Unspecified") for i in range(adapters)]
+    return gpu_node_with_rdma(tmp_path / topo, topo, nvml_gpus, devices)
+
+
+def judged(report, log_name: str, ranks: int, environ: dict | None = None):
+    """The largest out-of-place busbw of a published log as nodecheck's all-reduce across `ranks` ranks,
+    against the ring bound of this node's rails; with its findings."""
+    bound, _ = ring_bound(report, fabric_nics(report, environ or {}), Config())
+    log = parse_nccl_log(need(PUBLIC / "nccl" / log_name).read_text())
+    largest = max((r for r in log.rows if r.out_of_place), key=lambda r: r.size_bytes)
+    m = Measurement.measured(f"allreduce:{ranks}-ranks", "allreduce", largest.out_of_place.busbw_gbytes * 1e9, bound,
+                             largest.size_bytes, "nccl-tests", "busbw", {"path_kind": "infiniband"})
+    return m, measurement_findings([m], Config())
 
 
 def test_the_rails_are_the_rdma_nics_nearest_the_gpus(tmp_path):
@@ -58,3 +82,47 @@ def test_a_published_healthy_ib_run_reads_as_healthy_against_the_ring_bound(tmp_
     assert 0.9 < m.ratio < 1.1 and measurement_findings([m], Config()) == []
     # the same run judged against the socket NIC alone (what nodecheck did before) reads absurdly high
     assert largest.out_of_place.busbw_gbytes * 1e9 / (100e9 / 8) > 30
+
+
+def test_published_aws_efa_runs_read_as_healthy(tmp_path):
+    """2x p4de (16 A100, 4 EFA each) and p5 runs (8 H100, 32 EFA each): above the ring bound (NCCL picks a
+    tree for few nodes, which sends each node's data across once rather than 2(n-1)/n times), below what
+    any algorithm can reach (2(n-1)/n x the ring bound), no finding. The AWS Batch log names no rank count:
+    judged as the fewest ranks it can have across nodes (two p5 nodes, 16), the strictest bound."""
+    p4de = efa_node(tmp_path, "aws-p4d-24xlarge-8x-a100-nv12.txt", hgx_nvml(12, version=3), adapters=4)
+    p5 = efa_node(tmp_path, "aws-p5-48xlarge-8x-h100-nv18.txt", hgx_nvml(18, version=4), adapters=32)
+    assert ring_bound(p4de, fabric_nics(p4de, {}), Config())[0] == pytest.approx(50e9)
+    assert ring_bound(p5, fabric_nics(p5, {}), Config())[0] == pytest.approx(400e9)
+    for report, log, expected in ((p4de, "aws-2x-p4de-all_reduce_perf-srun-prefixed-noavg.txt", 78.33 / 50),
+                                  (p5, "aws-eks-2x-p5-all_reduce_perf-mpirun-tagged-elided.txt", 437.79 / 400),
+                                  (p5, "aws-batch-p5-all_reduce_perf-mpirun-tagged.txt", 483.05 / 400)):
+        m, findings = judged(report, log, ranks=16)
+        assert m.ratio == pytest.approx(expected, abs=0.01) and 1 < m.ratio < algorithm_bound(m) == 1.875, (log, m.ratio)
+        assert findings == [], (log, findings)
+
+
+def test_a_fabric_misread_is_said_not_passed(tmp_path):
+    """The same p5 run judged against one 100 Gbit/s rail (NCCL_IB_HCA naming one adapter, as a wrong
+    config would): 35 x the bound, which no algorithm reaches: a warning that the verdict cannot be
+    trusted, not a pass and not a drain."""
+    p5 = efa_node(tmp_path, "aws-p5-48xlarge-8x-h100-nv18.txt", hgx_nvml(18, version=4), adapters=32)
+    m, findings = judged(p5, "aws-eks-2x-p5-all_reduce_perf-mpirun-tagged-elided.txt", 16, {"NCCL_IB_HCA": "=rdmap16s0"})
+    assert m.ratio == pytest.approx(35.0, abs=0.1)
+    (finding,) = findings
+    assert (finding.kind, finding.severity) == ("bandwidth_above_bound", "warning") and "misread" in finding.message
+
+
+def test_a_published_gb200_nvl72_rack_reads_as_healthy_against_nvlink5():
+    """CoreWeave's one-rack GB200 NVL72 run: 72 GPUs in one NVLink domain, each with 18 NVLink 5 links
+    through the switches (900 GB/s one way), so the bound is a GPU's NVLink rate, not a NIC's:
+    0.93 of it, no finding. (The 20-rack run crosses racks over InfiniBand beneath NVLink domains: its
+    bound is neither the rails' sum nor NVLink's, and nodecheck does not judge it.)"""
+    from nodecheck.specs import nvlink
+
+    spec = nvlink(5, 18).bytes_per_second
+    log = parse_nccl_log(need(PUBLIC / "nccl" / "coreweave-gb200-nvl72-1rack-all_reduce_perf-partial.txt").read_text())
+    largest = max((r for r in log.rows if r.out_of_place), key=lambda r: r.size_bytes)
+    m = Measurement.measured("nccl-tests:node-72-gpus", "nccl_tests", largest.out_of_place.busbw_gbytes * 1e9, spec,
+                             largest.size_bytes, "nccl-tests", "busbw", {"path_kind": "nvlink"})
+    assert spec == pytest.approx(900e9) and m.ratio == pytest.approx(0.927, abs=0.002)
+    assert measurement_findings([m], Config()) == []

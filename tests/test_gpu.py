@@ -28,6 +28,7 @@ def test_real_nvml(nvml_facts):
     for gpu in nvml_facts.gpus:
         assert gpu.name and gpu.uuid.startswith("GPU-") and gpu.pci_bus_id
         assert gpu.pcie_gen_max and gpu.pcie_width_max and gpu.pcie_width_current <= gpu.pcie_width_max
+        assert gpu.memory_total_bytes and gpu.memory_total_bytes > 1 << 30
 
 
 def test_real_topo_matches_nvml(nvml_facts):

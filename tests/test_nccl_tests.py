@@ -103,3 +103,16 @@ def test_fuzz_log_shaped_noise(parts):
         parse_nccl_log("".join(parts))
     except ParseError:
         pass
+
+
+def test_the_full_sweep_fits_the_smallest_gpu():
+    from nodecheck.bench.nccl_binary import full_sweep_end
+    from nodecheck.model import Gpu, Report
+
+    def node(*memory):
+        return Report(0, "t", {}, [], None, [Gpu(i, memory_bytes=m) for i, m in enumerate(memory)], None, [], [], [])
+
+    assert full_sweep_end(node(None, None)) == "8G"  # NVML did not say: nccl-tests' own limit stands
+    assert full_sweep_end(node(85520809984)) == "8G"  # an 80 GB H100 (81559 MiB, as NVML read it there)
+    assert full_sweep_end(node(85520809984, 17179869184)) == "4G"  # a 16 GiB GPU beside it bounds the node
+    assert full_sweep_end(node(2 << 30)) == "512M"

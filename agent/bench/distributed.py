@@ -188,7 +188,7 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
 
 
 ABOVE_RING_BOUND = ("above the ring bound: NCCL's tree, SHARP (in-network reduction) or NVLS algorithms move less data "
-                    "between nodes than a ring, so busbw can exceed the rails' sum; not a fault")
+                    "between nodes than a ring, so busbw can exceed the rails' sum, up to 2(n-1)/n times it; not a fault")
 
 
 WORLD_OF_ONE = ("a world of one rank moves no data (on an H100, NCCL took ~40 us per call for 1 MiB and for 4 GiB "

@@ -16,6 +16,17 @@ SIZES = {"quick": ("1G", "2G"), "full": ("8", "8G")}  # quick: payloads past sat
 METHOD = "nccl-tests all_reduce_perf -b {low} -e {high} -f 2 -g {gpus}; busbw of the largest out-of-place row"
 
 
+def full_sweep_end(report: Report) -> str:
+    """-e of the --full sweep: 8G, or less where the smallest GPU could not hold it (all_reduce_perf keeps a send
+    and a receive buffer of that size, and NCCL needs room of its own): a quarter of its memory, as a power of 2."""
+    known = [g.memory_bytes for g in report.gpus if g.memory_bytes]
+    if not known:
+        return "8G"
+    fits = max(64 << 20, min(8 << 30, min(known) // 4))
+    size = 1 << (fits.bit_length() - 1)
+    return f"{size >> 30}G" if size >= 1 << 30 else f"{size >> 20}M"
+
+
 def find_binary(config, environ: dict[str, str]) -> str | None:
     if config is not None and config.nccl_tests:
         return config.nccl_tests
@@ -25,6 +36,8 @@ def find_binary(config, environ: dict[str, str]) -> str | None:
 def run_nccl_tests(report: Report, config, level: str, timeout: float, environ: dict[str, str]) -> Measurement:
     gpus = len(report.gpus)
     low, high = SIZES[level]
+    if level == "full":
+        high = full_sweep_end(report)
     method = METHOD.format(low=low, high=high, gpus=gpus)
     path = f"nccl-tests:node-{gpus}-gpus"
     binary = find_binary(config, environ)

@@ -50,6 +50,7 @@ def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Excep
     m.nvmlDeviceGetMaxPcieLinkWidth = lambda h: _value(h["maxwidth"])
     m.nvmlDeviceGetPcieSpeed = lambda h: _value(h["pcie_speed"])
     m.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=h.get("util", 0), memory=0)
+    m.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=_value(h.get("memory_total", "ERR")), used=0, free=0)
     m.nvmlDeviceGetNumaNodeId = lambda h: _value(h["numa"])
     m.nvmlDeviceGetEccMode = lambda h: _value(h["ecc_mode"])
     m.nvmlDeviceGetRemappedRows = lambda h: tuple(_value(h["retired"]))
