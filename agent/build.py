@@ -7,14 +7,14 @@ import time
 
 from nodecheck import specs
 from nodecheck.errors import NodecheckError
-from nodecheck.model import Cpu, Gpu, Link, PathSpec, ProbeOutcome, Report
+from nodecheck.model import Cpu, Gpu, Link, PathSpec, ProbeOutcome, Report, link_class, link_distance, nvlink_count
 from nodecheck.probes import ProbeResult, run_probes
 from nodecheck.probes.lstopo import LstopoFacts
-from nodecheck.probes.nics import Nic, NicFacts
+from nodecheck.model import Nic
+from nodecheck.probes.nics import NicFacts
 from nodecheck.probes.nvml import NvmlFacts
-from nodecheck.probes.topo import GpuTopology, link_class, link_distance, nvlink_count
+from nodecheck.probes.topo import GpuTopology
 
-BUSY_UTILIZATION = 10  # % GPU utilization above which a low PCIe generation is not power saving
 
 
 def build_report(host, config=None, probe_timeout: float | None = None) -> Report:
@@ -26,7 +26,7 @@ def build_report(host, config=None, probe_timeout: float | None = None) -> Repor
     results = run_probes(host, timeout=probe_timeout)
     report = merge(results, _identity(host), host.label, started)
     report.paths = path_specs(report, config)
-    report.findings = evaluate(report, results, config)
+    report.findings = evaluate(report, config)
     report.advice = binding_advice(report)
     return report
 
@@ -156,7 +156,7 @@ def host_link_spec(gpu: Gpu) -> PathSpec:
     gen_max, width = pcie.get("gen_max"), pcie.get("width_current")
     if gen_max is None or width is None:
         return PathSpec(path, "pcie", None, "PCIe generation/width unknown (NVML did not report them)")
-    busy = (gpu.utilization_percent or 0) >= BUSY_UTILIZATION
+    busy = (gpu.utilization_percent or 0) >= specs.BUSY_UTILIZATION
     gen = min(pcie.get("gen_current") or gen_max, gen_max) if busy else gen_max
     width = min(width, pcie.get("width_max") or width)
     spec = specs.pcie(gen, width)

@@ -147,7 +147,7 @@ def bench(
 
     from nodecheck.bench import plan
     from nodecheck.bench.distributed import distributed_env
-    from nodecheck.rules import measurement_findings
+    from nodecheck.rules import with_measurements
 
     try:
         env = distributed_env(dict(os.environ))
@@ -167,14 +167,13 @@ def bench(
               "for an all-reduce across nodes")
     level = "full" if full else "quick"
     if as_json:
-        report.measurements = plan.run(report, config, chosen, level, timeout, dict(os.environ), env)
+        measurements = plan.run(report, config, chosen, level, timeout, dict(os.environ), env)
     else:
         from rich.console import Console
 
         with Console(stderr=True).status(f"nodecheck bench: {', '.join(chosen)} ({level})"):
-            report.measurements = plan.run(report, config, chosen, level, timeout, dict(os.environ), env)
-    report.measured_at = time.time()
-    report.findings += measurement_findings(report.measurements, config)
+            measurements = plan.run(report, config, chosen, level, timeout, dict(os.environ), env)
+    report = with_measurements(report, measurements, time.time(), config)
     if as_json and across and env.rank != 0:
         pass  # one Report for the job on standard output: rank 0's, which holds every node's all-reduce figures
     elif as_json:

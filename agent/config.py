@@ -10,7 +10,6 @@ from pathlib import Path
 
 from nodecheck.errors import ConfigError
 from nodecheck.model import SEVERITIES, Report
-from nodecheck.proximity import ProximityPolicy
 
 try:
     import tomllib
@@ -25,6 +24,19 @@ BENCH_TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests")
 # The Prometheus allocation list's range 9100-9999 is full; 10042 sits just above it and clashes with
 # nothing a GPU node runs (README, "Default port").
 DEFAULT_PORT = 10042
+
+
+SLURMD_PORT = 6818
+
+
+@dataclass
+class ProximityPolicy:
+    interface: str | None = None  # the job-traffic interface; None: the route to each peer decides
+    port: int = SLURMD_PORT
+    connect_timeout_s: float = 1.0
+    rtt_factor: float = 3.0  # slower than this many times the peers' median ...
+    rtt_floor_ms: float = 0.5  # ... and by at least this much: "far slower than the rest"
+    severity: str = "warning"  # a far peer is the allocation's doing, not this node's: no drain by default
 
 
 @dataclass

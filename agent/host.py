@@ -39,8 +39,8 @@ class Host(Protocol):
 
     def list_dir(self, path: str) -> list[str]: ...
 
-    def nvml(self, timeout: float) -> dict:
-        """The raw NVML values (probes.nvml.dump_nvml). NoData without a driver."""
+    def nvml(self, timeout: float, dump: Callable[[], dict]) -> dict:
+        """The raw NVML values, as `dump` (the NVML probe's reader) returns them. NoData without a driver."""
 
     def addresses(self) -> dict[str, list[dict]]:
         """Interface name -> [{family, address, prefixlen}]."""
@@ -233,10 +233,8 @@ class LiveHost:
         except OSError:
             return []
 
-    def nvml(self, timeout: float) -> dict:
-        from nodecheck.probes.nvml import dump_nvml  # pynvml is imported only when NVML is asked
-
-        return call_with_timeout(dump_nvml, timeout, "NVML", single_flight=True)
+    def nvml(self, timeout: float, dump: Callable[[], dict]) -> dict:
+        return call_with_timeout(dump, timeout, "NVML", single_flight=True)
 
     def addresses(self) -> dict[str, list[dict]]:
         import psutil

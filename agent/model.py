@@ -5,10 +5,41 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from nodecheck.probes.nics import Nic
 
 SCHEMA_VERSION = 1
 SEVERITIES = ("info", "warning", "error", "critical")
+
+
+# What each link type crosses, nearest first (the nvidia-smi legend). SOC is the pre-2017 name of SYS.
+LINK_CLASS = {
+    "X": "self",
+    "NV": "nvlink",
+    "PIX": "pcie-single-bridge",
+    "PXB": "pcie-multiple-bridges",
+    "PHB": "pcie-host-bridge",
+    "NODE": "numa-node-interconnect",
+    "SYS": "socket-interconnect",
+    "SOC": "socket-interconnect",
+}
+LINK_DISTANCE = {"X": 0, "NV": 1, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 5, "SYS": 6, "SOC": 6}
+
+
+def link_family(link_type: str) -> str:
+    return "NV" if link_type.startswith("NV") else link_type
+
+
+def link_class(link_type: str) -> str:
+    return LINK_CLASS[link_family(link_type)]
+
+
+def link_distance(link_type: str) -> int:
+    """Smaller is closer: NV# < PIX < PXB < PHB < NODE < SYS."""
+    return LINK_DISTANCE[link_family(link_type)]
+
+
+def nvlink_count(link_type: str) -> int | None:
+    return int(link_type[2:]) if link_type.startswith("NV") else None
+
 
 
 def at_or_above(findings: list, severity: str) -> list:
@@ -116,6 +147,33 @@ class ProbeOutcome:
     duration_seconds: float
     error: str | None
     timed_out: bool = False
+
+
+@dataclass
+class IbPort:
+    device: str  # mlx5_0
+    port: int
+    state: str | None  # ACTIVE, DOWN, INIT ...
+    phys_state: str | None  # LinkUp, Disabled, Polling ...
+    rate: str | None  # as sysfs prints it: "400 Gb/sec (4X NDR)"
+    link_layer: str | None  # InfiniBand or Ethernet (RoCE)
+
+
+@dataclass
+class Nic:
+    name: str
+    kind: str  # ethernet, infiniband, loopback, other
+    virtual: bool  # no PCI device behind it (bridge, veth, lo ...)
+    state: str | None
+    speed_mbps: int | None
+    mtu: int | None
+    driver: str | None
+    pci_address: str | None
+    numa_node: int | None
+    mac: str | None
+    addresses: list[dict] = field(default_factory=list)
+    rdma_device: str | None = None  # mlx5_0 when this netdev belongs to an RDMA device
+    ib_ports: list[IbPort] = field(default_factory=list)
 
 
 @dataclass

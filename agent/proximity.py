@@ -16,11 +16,11 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from nodecheck.config import ProximityPolicy  # noqa: F401 (where callers found it)
 from nodecheck.errors import NodecheckError, ParseError
 from nodecheck.host import call_with_timeout, run_until
 from nodecheck.model import Finding
 
-SLURMD_PORT = 6818
 CONNECT_ATTEMPTS = 3  # the fastest of these is the round trip: one slow SYN is noise, not distance
 
 
@@ -35,16 +35,6 @@ class Peer:
     rtt_ms: float | None = None
     error: str | None = None
     examined: bool = True  # False: the check's time ran out before this peer's turn or answer
-
-
-@dataclass
-class ProximityPolicy:
-    interface: str | None = None  # the job-traffic interface; None: the route to each peer decides
-    port: int = SLURMD_PORT
-    connect_timeout_s: float = 1.0
-    rtt_factor: float = 3.0  # slower than this many times the peers' median ...
-    rtt_floor_ms: float = 0.5  # ... and by at least this much: "far slower than the rest"
-    severity: str = "warning"  # a far peer is the allocation's doing, not this node's: no drain by default
 
 
 MAX_JOB_NODES = 65536  # the largest Slurm clusters; a node list naming more is refused before expanding

@@ -7,20 +7,19 @@ the GPU is busy (utilization >= BUSY_UTILIZATION); otherwise the bandwidth test 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
-from nodecheck.build import BUSY_UTILIZATION
 from nodecheck.config import Config
-from nodecheck.model import Finding, Report
-from nodecheck.probes import ProbeResult
-from nodecheck.probes.topo import link_family
+from nodecheck.model import Finding, Report, link_family
+from nodecheck.specs import BUSY_UTILIZATION
 from nodecheck.units import format_bits
 
 
-def evaluate(report: Report, results: dict[str, ProbeResult], config: Config | None) -> list[Finding]:
+def evaluate(report: Report, config: Config | None) -> list[Finding]:
     config = config or Config()
     findings: list[Finding] = []
-    findings += _probe_failures(results)
+    findings += _probe_failures(report)
     findings += _gpu_count(report, config)
     for gpu in report.gpus:
         findings += _pcie(gpu, config)
@@ -31,13 +30,13 @@ def evaluate(report: Report, results: dict[str, ProbeResult], config: Config | N
     return findings
 
 
-def _probe_failures(results: dict[str, ProbeResult]) -> list[Finding]:
+def _probe_failures(report: Report) -> list[Finding]:
     """Garbled output is a warning (the tool changed, the facts are unknown); a source that hung until
     killed is an error: a hung nvidia-smi or NVML call is how a failing GPU or driver shows (NHC drains on it)."""
     return [Finding("probe_failed", "error" if r.timed_out else "warning", f"probe:{r.name}",
                     "timed out" if r.timed_out else "failed", "ok",
                     f"probe {r.name} {'timed out' if r.timed_out else 'failed'}: {r.error}")
-            for r in results.values() if not r.ok and not r.no_data]
+            for r in report.probes if not r.ok and not r.no_data]
 
 
 def _gpu_count(report: Report, config: Config) -> list[Finding]:
@@ -169,6 +168,12 @@ def algorithm_bound(m) -> float | None:
         return None
     n = int(match[1])
     return 2 * (n - 1) / n
+
+
+def with_measurements(report: Report, measurements: list, measured_at: float, config: Config | None) -> Report:
+    """The Report with these measurements attached and judged: the one way `bench` and `serve` add them."""
+    return dataclasses.replace(report, measurements=measurements, measured_at=measured_at,
+                               findings=report.findings + measurement_findings(measurements, config or Config()))
 
 
 def measurement_findings(measurements, config: Config) -> list[Finding]:

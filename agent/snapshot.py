@@ -78,8 +78,8 @@ class RecordingHost:
         self.dirs[path] = names
         return names
 
-    def nvml(self, timeout: float) -> dict:
-        return self._document("nvml.json", lambda: self.inner.nvml(timeout))
+    def nvml(self, timeout: float, dump) -> dict:
+        return self._document("nvml.json", lambda: self.inner.nvml(timeout, dump))
 
     def addresses(self) -> dict[str, list[dict]]:
         return self._document("addresses.json", self.inner.addresses)
@@ -190,8 +190,8 @@ class SnapshotHost:
         # a listed name is one path component: `../../etc` would walk out of the tree
         return [name for name in names if name not in ("", ".", "..") and "/" not in name and "\0" not in name]
 
-    def nvml(self, timeout: float) -> dict:
-        return self._document("nvml.json")
+    def nvml(self, timeout: float, dump=None) -> dict:
+        return self._document("nvml.json")  # what NVML said when the snapshot was taken
 
     def addresses(self) -> dict[str, list[dict]]:
         try:

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+BUSY_UTILIZATION = 10  # % GPU utilization above which a low PCIe generation is not power saving
+
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10

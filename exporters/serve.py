@@ -9,7 +9,6 @@ probe that raises or hangs never fails a scrape, and 50 concurrent scrapers cost
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import ssl
 import threading
@@ -59,14 +58,12 @@ class LatestReport:
             self._publish()
 
     def _publish(self) -> None:
-        from nodecheck.config import Config
-        from nodecheck.rules import measurement_findings
+        from nodecheck.rules import with_measurements
 
         report = self._probed
         if report is not None and self._measured is not None:
             measurements, measured_at = self._measured
-            report = dataclasses.replace(report, measurements=measurements, measured_at=measured_at,
-                                         findings=report.findings + measurement_findings(measurements, self._config or Config()))
+            report = with_measurements(report, measurements, measured_at, self._config)
         body = render(report)  # outside _lock: scrapes keep getting the previous bytes meanwhile
         with self._lock:
             self._body = body

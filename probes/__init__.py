@@ -48,7 +48,7 @@ def _lstopo(host, timeout: float):
 def _nvml(host, timeout: float):
     from nodecheck.probes import nvml
 
-    return nvml.parse_nvml(host.nvml(timeout))
+    return nvml.parse_nvml(host.nvml(timeout, nvml.dump_nvml))  # pynvml is imported only when NVML is asked
 
 
 def _nics(host, timeout: float):

@@ -11,43 +11,17 @@ import ipaddress
 import re
 import socket
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from nodecheck.errors import NoData, ParseError
 from nodecheck.limits import MAX_NICS
+from nodecheck.model import IbPort, Nic
 from nodecheck.units import to_int
 
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _NET_FILES = ("operstate", "speed", "mtu", "duplex", "address", "carrier", "type")
 _IB_PORT_FILES = ("rate", "state", "phys_state", "link_layer")
 _ARPHRD = {"1": "ethernet", "32": "infiniband", "772": "loopback"}
-
-
-@dataclass
-class IbPort:
-    device: str  # mlx5_0
-    port: int
-    state: str | None  # ACTIVE, DOWN, INIT ...
-    phys_state: str | None  # LinkUp, Disabled, Polling ...
-    rate: str | None  # as sysfs prints it: "400 Gb/sec (4X NDR)"
-    link_layer: str | None  # InfiniBand or Ethernet (RoCE)
-
-
-@dataclass
-class Nic:
-    name: str
-    kind: str  # ethernet, infiniband, loopback, other
-    virtual: bool  # no PCI device behind it (bridge, veth, lo ...)
-    state: str | None
-    speed_mbps: int | None
-    mtu: int | None
-    driver: str | None
-    pci_address: str | None
-    numa_node: int | None
-    mac: str | None
-    addresses: list[dict] = field(default_factory=list)
-    rdma_device: str | None = None  # mlx5_0 when this netdev belongs to an RDMA device
-    ib_ports: list[IbPort] = field(default_factory=list)
 
 
 @dataclass

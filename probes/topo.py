@@ -24,37 +24,6 @@ _NIC_COLUMN = re.compile(r"^(NIC\d+|[A-Za-z][A-Za-z0-9]*_\d+)$")
 _LEGEND_ENTRY = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 _KNOWN_COLUMNS = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID")
 
-# What each link type crosses, nearest first (the nvidia-smi legend). SOC is the pre-2017 name of SYS.
-LINK_CLASS = {
-    "X": "self",
-    "NV": "nvlink",
-    "PIX": "pcie-single-bridge",
-    "PXB": "pcie-multiple-bridges",
-    "PHB": "pcie-host-bridge",
-    "NODE": "numa-node-interconnect",
-    "SYS": "socket-interconnect",
-    "SOC": "socket-interconnect",
-}
-_DISTANCE = {"X": 0, "NV": 1, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 5, "SYS": 6, "SOC": 6}
-
-
-def link_family(link_type: str) -> str:
-    return "NV" if link_type.startswith("NV") else link_type
-
-
-def link_class(link_type: str) -> str:
-    return LINK_CLASS[link_family(link_type)]
-
-
-def link_distance(link_type: str) -> int:
-    """Smaller is closer: NV# < PIX < PXB < PHB < NODE < SYS."""
-    return _DISTANCE[link_family(link_type)]
-
-
-def nvlink_count(link_type: str) -> int | None:
-    return int(link_type[2:]) if link_type.startswith("NV") else None
-
-
 @dataclass
 class TopoGpu:
     index: int

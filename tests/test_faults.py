@@ -16,6 +16,7 @@ from nodecheck.errors import NoData, ParseError, ProbeFailed
 from nodecheck.host import LiveHost, kill_running_commands, run_command
 from nodecheck.probes import PROBES, Probe, run_probes
 from nodecheck.probes.nics import parse_nics
+from nodecheck.probes.nvml import dump_nvml
 from nodecheck.snapshot import RecordingHost, SnapshotHost
 
 
@@ -69,12 +70,12 @@ def test_hung_nvml_does_not_hold_the_agent_nor_gain_a_thread_per_round(monkeypat
     try:
         started = time.monotonic()
         with pytest.raises(ProbeFailed, match="NVML did not answer within 0.3 s"):
-            LiveHost().nvml(timeout=0.3)
+            LiveHost().nvml(timeout=0.3, dump=dump_nvml)
         assert time.monotonic() - started < 2
         threads = threading.active_count()
         for _ in range(5):  # later probe rounds: refused at once while the first call is stuck
             with pytest.raises(ProbeFailed, match="NVML has not returned from a call made"):
-                LiveHost().nvml(timeout=0.3)
+                LiveHost().nvml(timeout=0.3, dump=dump_nvml)
         assert threading.active_count() == threads
     finally:
         release.set()
@@ -82,7 +83,7 @@ def test_hung_nvml_does_not_hold_the_agent_nor_gain_a_thread_per_round(monkeypat
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:  # once the stuck call returns, NVML is asked again
         try:
-            assert LiveHost().nvml(timeout=2)["gpus"] == []
+            assert LiveHost().nvml(timeout=2, dump=dump_nvml)["gpus"] == []
             break
         except ProbeFailed:
             time.sleep(0.05)
@@ -95,7 +96,7 @@ def test_absurd_gpu_count_from_nvml_is_refused(monkeypatch):
     module.nvmlDeviceGetCount = lambda: 10**6
     monkeypatch.setitem(sys.modules, "pynvml", module)
     with pytest.raises(ProbeFailed, match="NVML reports 1000000 GPUs"):
-        LiveHost().nvml(timeout=5)
+        LiveHost().nvml(timeout=5, dump=dump_nvml)
 
 
 def test_commands_still_running_end_with_nodecheck(tmp_path):

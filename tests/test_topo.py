@@ -7,7 +7,8 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import H100, PUBLIC, SHARED, answer_key, need
 from nodecheck.errors import ParseError
-from nodecheck.probes.topo import link_class, parse_topo_matrix
+from nodecheck.model import link_class
+from nodecheck.probes.topo import parse_topo_matrix
 
 KEY = answer_key("topo") if (PUBLIC / "topo" / "EXPECTED.json").exists() else {}
 

@@ -1,0 +1,93 @@
+"""The layers of DESIGN.md, stated once and enforced: data flows one way, host -> probes -> Report ->
+rules -> faces. An import (at the top of a module or inside a function) may reach its own layer or a
+lower one; services and faces reach other modules of their layer only inside their own package, except
+the CLI, which wires everything."""
+
+import ast
+from pathlib import Path
+
+from conftest import REPO
+
+PACKAGES = {"agent": "nodecheck", "probes": "nodecheck.probes", "exporters": "nodecheck.exporters"}
+
+# lowest first
+LAYERS = [
+    ("bottom", ["nodecheck", "nodecheck.errors", "nodecheck.units", "nodecheck.limits", "nodecheck.specs",
+                "nodecheck.pairing", "nodecheck.bench.ifnames", "nodecheck.bench.identity"]),
+    ("model", ["nodecheck.model"]),
+    ("host", ["nodecheck.host", "nodecheck.snapshot"]),
+    ("probes", ["nodecheck.probes"]),
+    ("assembly", ["nodecheck.config", "nodecheck.build", "nodecheck.rules", "nodecheck.advice"]),
+    ("services", ["nodecheck.bench", "nodecheck.proximity", "nodecheck.slurm", "nodecheck.scale"]),
+    ("faces", ["nodecheck.render", "nodecheck.exporters", "nodecheck.prolog", "nodecheck.cli", "nodecheck.__main__"]),
+]
+ISOLATED = ("services", "faces")  # their modules import each other only within one package
+WIRING = ("nodecheck.cli", "nodecheck.__main__")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for folder, package in PACKAGES.items():
+        for path in (REPO / folder).rglob("*.py"):
+            parts = list(path.relative_to(REPO / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join([package, *parts])] = path
+    return out
+
+
+def layer_of(module: str) -> tuple[int, str]:
+    """(rank, the entry it matched): the most specific entry naming the module or a package above it."""
+    best = None
+    for rank, (_, names) in enumerate(LAYERS):
+        for name in names:
+            if module == name or module.startswith(name + "."):
+                if best is None or len(name) > len(best[1]):
+                    best = (rank, name)
+    assert best is not None, f"{module} is in no layer: add it to LAYERS"
+    return best
+
+
+def imports(path: Path, known: set[str]) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("nodecheck")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nodecheck"):
+            for alias in node.names:  # `from nodecheck import specs` imports the module nodecheck.specs
+                submodule = f"{node.module}.{alias.name}"
+                found.add(submodule if submodule in known else node.module)
+    return found
+
+
+def package_of(entry: str, module: str) -> str:
+    """The package a service or face module belongs to: its entry when that is a package, else itself."""
+    return entry if module != entry else module
+
+
+def arrows_that_run_up() -> list[str]:
+    known = modules()
+    wrong = []
+    for module, path in sorted(known.items()):
+        rank, entry = layer_of(module)
+        for target in sorted(imports(path, set(known))):
+            target_rank, target_entry = layer_of(target)
+            if target_rank > rank:
+                wrong.append(f"{module} ({LAYERS[rank][0]}) imports {target} ({LAYERS[target_rank][0]})")
+            elif (target_rank == rank and LAYERS[rank][0] in ISOLATED and module not in WIRING
+                  and package_of(entry, module) != package_of(target_entry, target)):
+                wrong.append(f"{module} imports {target}: {LAYERS[rank][0]} do not import each other")
+    return wrong
+
+
+def test_no_import_runs_up_the_layers():
+    assert arrows_that_run_up() == []
+
+
+def test_the_layer_test_sees_an_arrow_that_runs_up(tmp_path, monkeypatch):
+    """A model that imported a probe (as model.py once imported Nic from probes/nics.py) is caught."""
+    real = modules()
+    planted = tmp_path / "model.py"
+    planted.write_text(real["nodecheck.model"].read_text() + "\nfrom nodecheck.probes.nics import collect\n")
+    monkeypatch.setattr(__import__(__name__), "modules", lambda: dict(real, **{"nodecheck.model": planted}))
+    assert arrows_that_run_up() == ["nodecheck.model (model) imports nodecheck.probes.nics (probes)"]
