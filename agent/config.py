@@ -67,6 +67,7 @@ class Config:
     pcie_gen: int | None = None
     pcie_width: int | None = None
     nvlinks_per_gpu: int | None = None
+    ecc: bool | None = None  # [gpus] ecc: true makes ECC off an error, false silences it; unset: a warning
     links: dict[tuple[int, int], str] = field(default_factory=dict)
     nics: dict[str, NicExpectation] = field(default_factory=dict)
     bandwidth_ratio: float = 0.8
@@ -139,11 +140,14 @@ def parse(data: dict, source: str) -> Config:
     config = Config(path=source)
     check_known_keys(data, ("gpus", "links", "nics", "thresholds", "bench", "serve", "prolog", "slurm", "proximity"), "", source)
     gpus = _table(data, "gpus", source)
-    check_known_keys(gpus, ("count", "pcie_gen", "pcie_width", "nvlinks_per_gpu"), "gpus.", source)
+    check_known_keys(gpus, ("count", "pcie_gen", "pcie_width", "nvlinks_per_gpu", "ecc"), "gpus.", source)
     config.gpu_count = _int(gpus, "count", source, "gpus.", 0, 1024)
     config.pcie_gen = _int(gpus, "pcie_gen", source, "gpus.", 1, 7)
     config.pcie_width = _int(gpus, "pcie_width", source, "gpus.", 1, 32)
     config.nvlinks_per_gpu = _int(gpus, "nvlinks_per_gpu", source, "gpus.", 0, 64)
+    if "ecc" in gpus and not isinstance(gpus["ecc"], bool):
+        raise ConfigError(f"{source}: key 'gpus.ecc': expected true or false, got {gpus['ecc']!r}")
+    config.ecc = gpus.get("ecc")
     for key, value in _table(data, "links", source).items():
         pair = _PAIR.match(key)
         if not pair or pair[1] == pair[2]:
@@ -299,6 +303,8 @@ def generate(report: Report) -> str:
     active = [sum(1 for l in g.nvlinks if l["active"]) for g in report.gpus]
     if active and min(active) > 0:
         lines.append(f"nvlinks_per_gpu = {min(active)}")
+    if report.gpus and all(g.ecc_enabled for g in report.gpus):
+        lines.append("ecc = true")
     gpu_links = [l for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)]
     if gpu_links:
         lines += ["", "[links]"] + [f'"gpu{l.a}-gpu{l.b}" = "{l.type}"' for l in gpu_links]

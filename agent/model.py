@@ -46,12 +46,35 @@ def at_or_above(findings: list, severity: str) -> list:
     """The findings at or above `severity`, in their order (what fails a run)."""
     floor = SEVERITIES.index(severity)
     return [f for f in findings if SEVERITIES.index(f.severity) >= floor]
-# Every finding kind the rules raise (docs/report-schema.md); the exporter publishes one health gauge each.
-FINDING_KINDS = ("gpu_count_low", "pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "gpu_link_changed",
-                 "nic_missing", "nic_down", "nic_slow", "nic_speed_unknown", "nic_far_from_gpu", "probe_failed",
-                 "bandwidth_below_spec", "bench_failed",
-                 # raised by `nodecheck prolog` / `healthcheck` only
-                 "check_timed_out", "check_failed", "peer_unreachable", "peer_outside_subnet", "peer_slow")
+# Every finding kind nodecheck raises, with the figure it puts in a Slurm drain reason ({subject},
+# {measured}, {expected}; {head}: the message up to its first ": "). The rules raise only these
+# (tests/test_finding_kinds.py), docs/report-schema.md lists each, and the exporter publishes one
+# health gauge per kind.
+FINDING_KINDS = {
+    "gpu_count_low": "GPUs {measured} < {expected}",
+    "pcie_downtrained": "{subject} PCIe {measured} < {expected}",
+    "nvlink_inactive": "{subject} NVLinks active {measured} < {expected}",
+    "nvlink_count_low": "{subject} NVLinks {measured} < {expected}",
+    "ecc_disabled": "{subject} ECC off",
+    "row_remap_failed": "{subject} row remapping failed",
+    "row_remap_pending": "{subject} row remapping pending",
+    "gpu_link_changed": "{subject} link {measured} != {expected}",
+    "nic_missing": "{subject} missing",
+    "nic_down": "{subject} {measured} != {expected}",
+    "nic_slow": "{subject} {measured} < {expected}",
+    "nic_speed_unknown": "{subject} speed unknown, {expected} expected",
+    "nic_far_from_gpu": "{head}",
+    "probe_failed": "{subject} {measured}",
+    "bandwidth_below_spec": "{subject} bandwidth {measured} of spec, {expected} expected",
+    "bandwidth_above_bound": "{subject} {measured} x the rails' bound: fabric misread",
+    "bench_failed": "{head} failed",
+    # raised by `nodecheck prolog` / `healthcheck` only
+    "check_timed_out": "{subject} timed out after {expected}",
+    "check_failed": "{head}",
+    "peer_unreachable": "{subject} unreachable",
+    "peer_outside_subnet": "{subject} {measured} outside {expected}",
+    "peer_slow": "{subject} round trip {measured}, peers' median {expected}",
+}
 
 
 @dataclass

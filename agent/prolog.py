@@ -20,31 +20,13 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from nodecheck.errors import NodecheckError
-from nodecheck.model import SEVERITIES, Finding, at_or_above
+from nodecheck.model import FINDING_KINDS, SEVERITIES, Finding, at_or_above
 from nodecheck.slurm import MAX_REASON, REASON_PREFIX, NodeState
 
 SCONTROL_SHARE = 0.2  # of the budget, kept back from the checks for the drain or resume call
 
 # slurm's prolog and job environment: what launches a distributed run, kept from the bench subprocess
 _DISTRIBUTED_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS")
-_SHORT = {  # the figure each finding kind puts in a drain reason
-    "gpu_count_low": "GPUs {measured} < {expected}",
-    "pcie_downtrained": "{subject} PCIe {measured} < {expected}",
-    "nvlink_inactive": "{subject} NVLinks active {measured} < {expected}",
-    "nvlink_count_low": "{subject} NVLinks {measured} < {expected}",
-    "gpu_link_changed": "{subject} link {measured} != {expected}",
-    "nic_missing": "{subject} missing",
-    "nic_down": "{subject} {measured} != {expected}",
-    "nic_slow": "{subject} {measured} < {expected}",
-    "nic_speed_unknown": "{subject} speed unknown, {expected} expected",
-    "probe_failed": "{subject} {measured}",
-    "bandwidth_below_spec": "{subject} bandwidth {measured} of spec, {expected} expected",
-    "bench_failed": "{head} failed",  # head: the message up to its first ": " ("h2d on gpu0:host")
-    "check_timed_out": "{subject} timed out after {expected}",
-    "peer_unreachable": "{subject} unreachable",
-    "peer_outside_subnet": "{subject} {measured} outside {expected}",
-    "peer_slow": "{subject} round trip {measured}, peers' median {expected}",
-}
 
 
 @dataclass
@@ -87,7 +69,7 @@ def drain_reason(failing: list[Finding]) -> str:
         return ""
     first = failing[0]
     head = first.message.split(": ")[0]
-    template = _SHORT.get(first.kind, "{head}")
+    template = FINDING_KINDS.get(first.kind, "{head}")
     text = template.format(subject=first.subject, measured=first.measured, expected=first.expected, head=head)
     more = f" (+{len(failing) - 1} more)" if len(failing) > 1 else ""
     reason = f"{REASON_PREFIX} {text}"

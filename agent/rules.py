@@ -24,6 +24,7 @@ def evaluate(report: Report, config: Config | None) -> list[Finding]:
     for gpu in report.gpus:
         findings += _pcie(gpu, config)
         findings += _nvlinks(gpu, config)
+        findings += _memory(gpu, config)
     findings += _links(report, config)
     findings += _nics(report, config)
     findings += _far_nics(report)
@@ -66,6 +67,23 @@ def _pcie(gpu, config: Config) -> list[Finding]:
         findings.append(Finding("pcie_downtrained", "warning", subject, f"gen{gen}", f"gen{gen_max}",
                                 f"{subject} PCIe gen {gen} < gen {gen_max} while {gpu.utilization_percent}% busy: "
                                 "confirm with `nodecheck bench --tests h2d`"))
+    return findings
+
+
+def _memory(gpu, config: Config) -> list[Finding]:
+    """ECC off, and row remapping (NVIDIA's A100/H100 memory error handling): pending means the GPU must be
+    reset for a remapping to take effect; failed means NVIDIA's guidance is to replace the GPU."""
+    subject, findings = f"gpu{gpu.index}", []
+    if gpu.ecc_enabled is False and config.ecc is not False:
+        findings.append(Finding("ecc_disabled", "error" if config.ecc else "warning", subject, "off", "on",
+                                f"{subject} ECC is off: memory errors go undetected; `nvidia-smi -i {gpu.index} -e 1`, "
+                                "then reset the GPU (or set [gpus] ecc = false if that is intended)"))
+    if gpu.remapped_rows_failed:
+        findings.append(Finding("row_remap_failed", "error", subject, "failed", "none",
+                                f"{subject} row remapping failed: NVIDIA's guidance is to replace the GPU"))
+    if gpu.remapped_rows_pending:
+        findings.append(Finding("row_remap_pending", "warning", subject, "pending", "none",
+                                f"{subject} has a row remapping pending: reset the GPU when idle (`nvidia-smi -r -i {gpu.index}`)"))
     return findings
 
 

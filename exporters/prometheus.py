@@ -68,6 +68,11 @@ def _gpus(report: Report) -> Iterator[Metric]:
                            ("width_current", "width", "PCIe link width now (lanes)."),
                            ("width_max", "width_max", "Widest PCIe link the GPU can train to (lanes).")):
         yield _gauge(f"nodecheck_gpu_pcie_link_{name}", doc, ["gpu"], [([g.index], (g.pcie or {}).get(key)) for g in gpus])
+    for key, name, doc in (("ecc_enabled", "ecc_enabled", "ECC on (1) or off (0); absent when NVML does not say."),
+                           ("remapped_rows_pending", "row_remap_pending", "A row remapping waits for a GPU reset (1)."),
+                           ("remapped_rows_failed", "row_remap_failed", "A row remapping failed: replace the GPU (1).")):
+        yield _gauge(f"nodecheck_gpu_{name}", doc, ["gpu"],
+                     [([g.index], None if getattr(g, key) is None else int(getattr(g, key))) for g in gpus])
     with_nvlinks = [g for g in gpus if g.nvlinks]
     yield _gauge("nodecheck_gpu_nvlink_links", "NVLinks NVML reports for the GPU.", ["gpu"],
                  [([g.index], len(g.nvlinks)) for g in with_nvlinks])

@@ -66,6 +66,7 @@ def test_serve_defaults_to_port_10042_on_all_addresses(tmp_path):
     ("[thresholds.tests]\nh2d = 2\n", "thresholds.tests.h2d", "(0, 1]"),
     ("[thresholds]\ntests = 0.5\n", "thresholds.tests", "table"),
     ("[bench]\nnccl_tests = 3\n", "bench.nccl_tests", "path of all_reduce_perf"),
+    ("[gpus]\necc = \"on\"\n", "gpus.ecc", "true or false"),
 ])
 def test_errors_name_file_key_and_expectation(tmp_path, text, key, hint):
     path = write(tmp_path, text)

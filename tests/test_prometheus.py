@@ -113,3 +113,13 @@ def test_textfile_write_leaves_nothing_when_interrupted(tmp_path, monkeypatch):
     monkeypatch.undo()
     write_textfile(report, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nodecheck.prom", "s"]
+
+
+def test_ecc_and_row_remapping_are_published(tmp_path):
+    records = [dict(r, ecc_mode=[0, 0], retired=[0, 1, 1, 0]) for r in h100_nvml_records()]
+    report = build_report(SnapshotHost(make_snapshot(tmp_path / "s", nvml_gpus=records)))
+    got = samples(metrics_of(report, tmp_path))
+    assert got[("nodecheck_gpu_ecc_enabled", (("gpu", "0"),))] == 0
+    assert got[("nodecheck_gpu_row_remap_pending", (("gpu", "0"),))] == 1
+    assert got[("nodecheck_gpu_row_remap_failed", (("gpu", "0"),))] == 0
+    assert got[("nodecheck_check_healthy", (("check", "row_remap_pending"),))] == 0

@@ -106,3 +106,17 @@ def test_expected_nic_from_topo_only(tmp_path):
     config = Config(nics={"mlx5_0": NicExpectation(speed_mbps=400000)})
     report = report_of(tmp_path, config=config, topo="1x-h100-pcie-kvm-vm-1nic.txt")
     assert ("nic_down", "mlx5_0", "error") in kinds(report)  # state unknown from topo alone: not "up"
+
+
+def test_ecc_and_row_remapping(tmp_path):
+    """The captured H100 (ECC on, no remapping) is healthy; the same GPU with ECC off, a remapping pending
+    or one failed (NVML's remapped-rows tuple: corrected, uncorrected, pending, failure), as NVIDIA
+    documents them: reset the GPU, or replace it."""
+    assert kinds(report_of(tmp_path / "a", nvml_gpus=h100())) == set()
+    assert kinds(report_of(tmp_path / "b", nvml_gpus=h100(ecc_mode=[0, 0]))) == {("ecc_disabled", "gpu0", "warning")}
+    assert kinds(report_of(tmp_path / "c", Config(ecc=True), nvml_gpus=h100(ecc_mode=[0, 0]))) == {("ecc_disabled", "gpu0", "error")}
+    assert kinds(report_of(tmp_path / "d", Config(ecc=False), nvml_gpus=h100(ecc_mode=[0, 0]))) == set()
+    assert kinds(report_of(tmp_path / "e", nvml_gpus=h100(retired=[0, 2, 1, 0]))) == {("row_remap_pending", "gpu0", "warning")}
+    failed = report_of(tmp_path / "f", nvml_gpus=h100(retired=[0, 8, 0, 1]))
+    (finding,) = failed.findings
+    assert (finding.kind, finding.severity) == ("row_remap_failed", "error") and "replace the GPU" in finding.message

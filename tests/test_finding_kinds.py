@@ -1,0 +1,39 @@
+"""One registry of finding kinds (nodecheck.model.FINDING_KINDS): every kind the code raises is in it,
+docs/report-schema.md lists exactly its kinds, and each has a drain-reason template that formats."""
+
+import ast
+import re
+
+from conftest import REPO
+from nodecheck.model import FINDING_KINDS
+
+
+def raised_kinds() -> dict[str, str]:
+    """kind -> where, for every Finding("kind", ...) written in the code."""
+    found = {}
+    for folder in ("agent", "probes", "exporters"):
+        for path in (REPO / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Finding" and node.args
+                        and isinstance(node.args[0], ast.Constant)):
+                    found[node.args[0].value] = f"{path.relative_to(REPO)}:{node.lineno}"
+    return found
+
+
+def test_every_raised_kind_is_registered():
+    raised = raised_kinds()
+    assert len(raised) >= 15  # the scan sees the rules
+    assert {kind: where for kind, where in raised.items() if kind not in FINDING_KINDS} == {}
+
+
+def test_the_docs_list_the_registered_kinds():
+    text = (REPO / "docs" / "report-schema.md").read_text()
+    table = text.split("| kind | severity | when |", 1)[1].split("\n\n", 1)[0]
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", table, re.M))
+    assert documented == set(FINDING_KINDS)
+
+
+def test_every_drain_template_formats():
+    for kind, template in FINDING_KINDS.items():
+        text = template.format(subject="gpu3", measured="x8", expected="x16", head="h2d on gpu0:host")
+        assert text and "{" not in text, kind
