@@ -15,11 +15,11 @@ resumes only nodes whose drain reason starts so (never an admin's drain).
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 
 from nodecheck.errors import NodecheckError
+from nodecheck.host import run_until
 from nodecheck.model import FINDING_KINDS, SEVERITIES, Finding, at_or_above
 from nodecheck.slurm import MAX_REASON, REASON_PREFIX, NodeState
 
@@ -107,30 +107,24 @@ def _run_bounded(checks: dict, deadline: float) -> list[CheckRun]:
     """Each check (name -> (function returning findings and details, severity of its time-out)) in a
     daemon thread; one still running at the deadline is abandoned and named. Durations are each
     check's own, from its start."""
-    results: dict[str, tuple] = {}
-    started: dict[str, float] = {}
-
-    def run(name, check):
-        started[name] = time.monotonic()
+    def timed(check) -> tuple:
+        started = time.monotonic()
         try:
             value, error = check(), None
         except NodecheckError as failure:
             value, error = None, failure
         except Exception as failure:  # a bug in a check must not cost the verdict of the others
             value, error = None, NodecheckError(f"internal error: {type(failure).__name__}: {failure}")
-        results[name] = (value, error, time.monotonic() - started[name])
+        return value, error, time.monotonic() - started
 
-    threads = {name: threading.Thread(target=run, args=(name, check), name=f"check-{name}", daemon=True)
-               for name, (check, _) in checks.items()}
     launched = time.monotonic()
-    for thread in threads.values():
-        thread.start()
+    results = run_until({name: (lambda c=check: timed(c)) for name, (check, _) in checks.items()}, deadline,
+                        workers=max(1, len(checks)))
     runs = []
-    for name, thread in threads.items():
-        thread.join(max(0.0, deadline - time.monotonic()))
-        if name not in results:
+    for name in checks:
+        if not isinstance(results.get(name), tuple):
             allowed = f"{round(deadline - launched, 1):g} s"
-            seconds = round(time.monotonic() - started.get(name, launched), 3)
+            seconds = round(time.monotonic() - launched, 3)
             runs.append(CheckRun(name, seconds, True, [Finding("check_timed_out", checks[name][1], name, "timed out", allowed,
                                                                f"check {name} did not finish within {allowed} ([prolog] timeout_s)")]))
             continue

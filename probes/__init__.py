@@ -7,12 +7,12 @@ garbage), the others still run and the outcome is recorded, never raised.
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from nodecheck.errors import NoData, NodecheckError, TimedOut
+from nodecheck.host import run_until
 
 
 @dataclass
@@ -88,16 +88,13 @@ def run_probes(host, probes: list[Probe] | None = None, grace: float = 2.0,
     probes = PROBES if probes is None else probes
     if timeout is not None:
         probes = [dataclasses.replace(p, timeout=min(p.timeout, timeout)) for p in probes]
-    results: dict[str, ProbeResult] = {}
-    threads = []
-    for probe in probes:
-        thread = threading.Thread(target=lambda p=probe: results.__setitem__(p.name, run_probe(p, host)),
-                                  name=f"probe-{probe.name}", daemon=True)
-        thread.start()
-        threads.append((probe, thread, time.monotonic()))
-    for probe, thread, started in threads:
-        thread.join(max(0.0, started + probe.timeout + grace - time.monotonic()))
-        if probe.name not in results:
-            results[probe.name] = ProbeResult(probe.name, False, False, time.monotonic() - started, None,
-                                              f"did not return within {probe.timeout + grace:g} s", timed_out=True)
-    return {probe.name: results[probe.name] for probe in probes}
+    launched = time.monotonic()
+    deadline = launched + max((p.timeout for p in probes), default=0.0) + grace
+    done = run_until({p.name: (lambda p=p: run_probe(p, host)) for p in probes}, deadline, workers=max(1, len(probes)))
+    results = {}
+    for probe in probes:  # run_probe records every failure itself: what is missing never returned
+        result = done.get(probe.name)
+        results[probe.name] = result if isinstance(result, ProbeResult) else ProbeResult(
+            probe.name, False, False, time.monotonic() - launched, None, f"did not return within {probe.timeout + grace:g} s",
+            timed_out=True)
+    return results

@@ -7,11 +7,11 @@ import json
 import socket
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 from nodecheck.errors import NodecheckError
+from nodecheck.host import run_until
 from nodecheck.bench.results import run_worker
 from nodecheck.model import Measurement, Report
 
@@ -179,25 +179,17 @@ def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str
     spec = pair.bytes_per_second if pair else None
     plan = LEVELS["nccl"][level]
     port = _free_port()
-    errors: list[str] = []
-    results: dict[int, dict] = {}
     with tempfile.TemporaryDirectory(prefix="nodecheck-nccl-") as tmp:
-        def rank(r: int) -> None:
+        def rank(r: int) -> dict:
             env = in_node_env(environ, r, world, port)
             argv = [sys.executable, "-m", "nodecheck.bench.worker", "--backend", "nccl", "--sizes", ",".join(map(str, plan["sizes"])),
                     "--warmup", str(plan["warmup"]), "--iters", str(plan["iters"]), "--timeout", str(timeout),
                     "--spec", str(spec or 0), "--node", report.node.get("hostname") or "?", "--out", f"{tmp}/rank{r}.json"]
-            try:
-                results[r] = run_worker(argv, Path(f"{tmp}/rank{r}.json"), timeout + 15, env=env, what=f"NCCL rank {r}")
-            except NodecheckError as error:
-                errors.append(f"rank {r}: {error}")
+            return run_worker(argv, Path(f"{tmp}/rank{r}.json"), timeout + 15, env=env, what=f"NCCL rank {r}")
 
-        threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(world)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout + 30)
-    result = results.get(0)
+        done = run_until({str(r): (lambda r=r: rank(r)) for r in range(world)}, time.monotonic() + timeout + 30, workers=world)
+    errors = [f"rank {r}: {done[str(r)]}" for r in range(world) if isinstance(done.get(str(r)), BaseException)]
+    result = done.get("0") if isinstance(done.get("0"), dict) else None
     if errors or result is None:
         return Measurement.failed(path, "allreduce", NCCL_METHOD, "busbw",
                                   f"NCCL all-reduce over {world} GPUs failed: " + ("; ".join(errors) or "no result"))

@@ -1,0 +1,44 @@
+"""The whole exposition of an 8-GPU HGX H100 snapshot (published topology, NVML as such a board reports,
+one NVLink down on gpu3) with one all-reduce measurement, compared byte for byte with
+tests/golden/hgx-h100-8gpu.prom, as node_exporter's e2e-output test does: a change to any metric's
+name, help, labels or value shows here. Regenerate on purpose only:
+    NODECHECK_REGENERATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_golden_metrics.py"""
+
+import dataclasses
+import os
+
+from conftest import REPO, hgx_nvml, make_snapshot
+from nodecheck.build import build_report
+from nodecheck.config import Config
+from nodecheck.exporters.prometheus import write_textfile
+from nodecheck.model import Measurement
+from nodecheck.rules import with_measurements
+from nodecheck.snapshot import SnapshotHost
+
+GOLDEN = REPO / "tests" / "golden" / "hgx-h100-8gpu.prom"
+
+
+def exposition(tmp_path) -> str:
+    snap = make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml(inactive={3: [7]}))
+    config = Config(nvlinks_per_gpu=18)
+    report = build_report(SnapshotHost(snap), config)
+    # what differs between two runs by nature: when, and how long each probe took
+    report = dataclasses.replace(report, generated_at=1_800_000_000.0, node=dict(report.node, nodecheck_version="golden"),
+                                 probes=[dataclasses.replace(p, duration_seconds=0.5) for p in report.probes])
+    allreduce = Measurement.measured("allreduce:16-ranks", "allreduce", 380e9, 400e9, 1 << 31,
+                                     "torch.distributed nccl all_reduce", "busbw", {"path_kind": "infiniband"})
+    report = with_measurements(report, [allreduce], 1_800_000_060.0, config)
+    return write_textfile(report, tmp_path).read_text().replace(f'version="{_version()}"', 'version="golden"')
+
+
+def _version() -> str:
+    from nodecheck import __version__
+
+    return __version__
+
+
+def test_the_exposition_is_the_golden_file(tmp_path):
+    text = exposition(tmp_path)
+    if os.environ.get("NODECHECK_REGENERATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), "the exposition changed: regenerate the golden file if that was meant"
