@@ -23,7 +23,7 @@ def build_report(host, config=None, probe_timeout: float | None = None) -> Repor
     from nodecheck.rules import evaluate
 
     started = time.time()
-    results = run_probes(host, timeout=probe_timeout)
+    results = run_probes(host, timeout=probe_timeout, disabled=config.disabled_probes if config else ())
     report = merge(results, _identity(host), host.label, started)
     report.paths = path_specs(report, config)
     report.findings = evaluate(report, config)

@@ -67,6 +67,7 @@ class Config:
     pcie_gen: int | None = None
     pcie_width: int | None = None
     nvlinks_per_gpu: int | None = None
+    disabled_probes: list[str] = field(default_factory=list)  # [probes] disable: sources switched off
     ecc: bool | None = None  # [gpus] ecc: true makes ECC off an error, false silences it; unset: a warning
     links: dict[tuple[int, int], str] = field(default_factory=dict)
     nics: dict[str, NicExpectation] = field(default_factory=dict)
@@ -138,7 +139,9 @@ def read_config_text(path: Path, what: str) -> str:
 
 def parse(data: dict, source: str) -> Config:
     config = Config(path=source)
-    check_known_keys(data, ("gpus", "links", "nics", "thresholds", "bench", "serve", "prolog", "slurm", "proximity"), "", source)
+    check_known_keys(data, ("gpus", "links", "nics", "thresholds", "bench", "serve", "prolog", "slurm", "proximity", "probes"),
+                     "", source)
+    _probes(_table(data, "probes", source), config, source)
     gpus = _table(data, "gpus", source)
     check_known_keys(gpus, ("count", "pcie_gen", "pcie_width", "nvlinks_per_gpu", "ecc"), "gpus.", source)
     config.gpu_count = _int(gpus, "count", source, "gpus.", 0, 1024)
@@ -186,6 +189,17 @@ def _serve(table: dict, config: Config, source: str) -> None:
             raise ConfigError(f"{source}: key 'serve.listen': expected \"HOST:PORT\" or \":PORT\", got {table['listen']!r}")
         config.listen = listen
     config.interval = _number(table, "interval", source, "serve.", 1, 86400, config.interval)
+
+
+def _probes(table: dict, config: Config, source: str) -> None:
+    from nodecheck.probes import PROBES
+
+    check_known_keys(table, ("disable",), "probes.", source)
+    config.disabled_probes = _strings(table, "disable", source, "probes.", [])
+    names = [p.name for p in PROBES]
+    for name in config.disabled_probes:
+        if name not in names:
+            raise ConfigError(f"{source}: key 'probes.disable': unknown probe {name!r} (expected some of: {', '.join(names)})")
 
 
 def _prolog(table: dict, prolog: PrologSettings, source: str) -> None:

@@ -81,11 +81,17 @@ def run_probe(probe: Probe, host) -> ProbeResult:
     return ProbeResult(probe.name, True, False, time.monotonic() - started, facts, None)
 
 
+DISABLED = "disabled by [probes] disable in the config"
+
+
 def run_probes(host, probes: list[Probe] | None = None, grace: float = 2.0,
-               timeout: float | None = None) -> dict[str, ProbeResult]:
+               timeout: float | None = None, disabled: tuple[str, ...] | list[str] = ()) -> dict[str, ProbeResult]:
     """Run every probe concurrently (they mostly wait on subprocesses and files); each has a deadline.
-    timeout: caps every probe's own (the prolog's time budget)."""
+    timeout: caps every probe's own (the prolog's time budget). disabled: probes not run at all (a
+    misbehaving source switched off), recorded as giving no data and why."""
     probes = PROBES if probes is None else probes
+    off = {p.name: ProbeResult(p.name, False, True, 0.0, None, DISABLED) for p in probes if p.name in disabled}
+    probes = [p for p in probes if p.name not in off]
     if timeout is not None:
         probes = [dataclasses.replace(p, timeout=min(p.timeout, timeout)) for p in probes]
     launched = time.monotonic()
@@ -97,4 +103,4 @@ def run_probes(host, probes: list[Probe] | None = None, grace: float = 2.0,
         results[probe.name] = result if isinstance(result, ProbeResult) else ProbeResult(
             probe.name, False, False, time.monotonic() - launched, None, f"did not return within {probe.timeout + grace:g} s",
             timed_out=True)
-    return results
+    return {**results, **off}

@@ -67,6 +67,7 @@ def test_serve_defaults_to_port_10042_on_all_addresses(tmp_path):
     ("[thresholds]\ntests = 0.5\n", "thresholds.tests", "table"),
     ("[bench]\nnccl_tests = 3\n", "bench.nccl_tests", "path of all_reduce_perf"),
     ("[gpus]\necc = \"on\"\n", "gpus.ecc", "true or false"),
+    ("[probes]\ndisable = [\"nvml\", \"dcgm\"]\n", "probes.disable", "unknown probe 'dcgm'"),
 ])
 def test_errors_name_file_key_and_expectation(tmp_path, text, key, hint):
     path = write(tmp_path, text)
@@ -138,3 +139,16 @@ def test_fuzz_only_config_errors_escape(data):
         parse(data, "fuzz.toml")
     except ConfigError as error:
         assert str(error).startswith("fuzz.toml: ")
+
+
+def test_a_disabled_probe_is_not_run_and_says_so(tmp_path):
+    """[probes] disable switches a misbehaving source off (node_exporter's --no-collector.X): the probe is
+    not run, the Report says why, and no probe_failed finding is raised for it."""
+    snap = make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
+    (snap / "lstopo.xml").write_text("<not xml")  # garbled: probe_failed while the probe runs
+    assert "probe_failed" in {f.kind for f in build_report(SnapshotHost(snap)).findings}
+    config = load(write(tmp_path, '[probes]\ndisable = ["lstopo"]\n'))
+    report = build_report(SnapshotHost(snap), config)
+    outcome = {p.name: p for p in report.probes}["lstopo"]
+    assert not outcome.ok and outcome.no_data and "[probes] disable" in outcome.error
+    assert "probe_failed" not in {f.kind for f in report.findings} and len(report.gpus) == 8
