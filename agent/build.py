@@ -7,14 +7,12 @@ import time
 
 from nodecheck import specs
 from nodecheck.errors import NodecheckError
-from nodecheck.model import Cpu, Gpu, Link, PathSpec, ProbeOutcome, Report, link_class, link_distance, nvlink_count
+from nodecheck.model import Cpu, Gpu, Link, Nic, PathSpec, ProbeOutcome, Report, link_class, link_distance, nvlink_count
 from nodecheck.probes import ProbeResult, run_probes
 from nodecheck.probes.lstopo import LstopoFacts
-from nodecheck.model import Nic
 from nodecheck.probes.nics import NicFacts
 from nodecheck.probes.nvml import NvmlFacts
 from nodecheck.probes.topo import GpuTopology
-
 
 
 def build_report(host, config=None, probe_timeout: float | None = None) -> Report:

@@ -7,11 +7,10 @@ Only this module turns a NodecheckError into a message and an exit code.
 from __future__ import annotations
 
 import json
-import math
 import sys
-from dataclasses import asdict
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
@@ -313,7 +312,7 @@ def scale(
     from nodecheck.units import parse_count
 
     try:
-        work = model.Workload(parse_count(params), grad_dtype, _micro_step(step_time, flops, peak_tflops, mfu), accum)
+        work = model.Workload(parse_count(params), grad_dtype, model.micro_step(step_time, flops, peak_tflops, mfu), accum)
         if grad_dtype not in model.GRAD_BYTES:
             raise ValueError(f"--grad-dtype {grad_dtype!r}: expected one of {', '.join(model.GRAD_BYTES)}")
         if accum < 1 or nodes < 1 or (gpus_per_node is not None and gpus_per_node < 1) or not 0 < target < 1:
@@ -324,39 +323,21 @@ def scale(
     rows = model.table(work, fabric, nodes, target)
     levers = model.levers(work, fabric, rows[-1].gpus, target)
     if plot is not None:
-        _plot(plot, rows, work, fabric)
+        from nodecheck.render import plot_scale
+
+        try:
+            plot_scale(plot, rows, work, fabric)
+        except NodecheckError as error:
+            _fail(str(error))
     if as_json:
         document = {"schema": "nodecheck.scale", "workload": {**asdict(work), "grad_bytes": work.grad_bytes},
                     "fabric": asdict(fabric), "target": target, "rows": [r.to_dict() for r in rows],
                     "levers": [{"lever": label, **r.to_dict()} for label, r in levers]}
-        typer.echo(json.dumps(_finite(document), indent=2, allow_nan=False))  # strict JSON: no NaN or Infinity
+        typer.echo(json.dumps(model.finite(document), indent=2, allow_nan=False))  # strict JSON: no NaN or Infinity
     else:
-        _print_scale(work, fabric, rows, levers, target)
+        from nodecheck.render import scale_lines
 
-
-def _finite(value):
-    """JSON has no NaN or Infinity: a number that is not finite is written as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
-def _micro_step(step_time, flops, peak_tflops, mfu) -> float:
-    from nodecheck.units import parse_count
-
-    if (step_time is None) == (flops is None):
-        raise ValueError("give one of --step-time SECONDS or --flops N (with --peak-tflops and --mfu)")
-    if step_time is not None:
-        if not 0 < step_time < math.inf:
-            raise ValueError(f"--step-time {step_time:g}: must be above zero (and finite)")
-        return step_time
-    if not (peak_tflops and 0 < peak_tflops < math.inf) or not 0 < mfu <= 1:
-        raise ValueError("--flops needs --peak-tflops above zero (and finite) and --mfu in (0, 1]")
-    return parse_count(flops) / (peak_tflops * 1e12 * mfu)
+        typer.echo("\n".join(scale_lines(work, fabric, rows, levers, target)))
 
 
 def _fabric(source, busbw, intra_busbw, gpus_per_node, grad_bytes):
@@ -386,57 +367,6 @@ def _fabric(source, busbw, intra_busbw, gpus_per_node, grad_bytes):
         raise NodecheckError(f"{source}: not a nodecheck Report ({type(error).__name__}: {error})") from None
     except NodecheckError as error:
         raise NodecheckError(f"{source}: {error}") from None
-
-
-def _print_scale(work, fabric, rows, levers, target) -> None:
-    from nodecheck.units import format_bytes, format_count
-
-    def rate(value) -> str:
-        return "-" if value is None else "inf" if value == float("inf") else f"{value / 1e9:.3g} GB/s"
-
-    typer.echo(f"gradients: {format_count(work.params)} params x {work.grad_dtype} = {format_bytes(work.grad_bytes)} per step; "
-               f"compute {work.step_s * 1000:.4g} ms per step ({work.accum} x {work.micro_step_s * 1000:.4g} ms)")
-    typer.echo(f"busbw: across nodes {rate(fabric.inter_busbw)}, inside a node {rate(fabric.intra_busbw)} "
-               f"({fabric.source}); {fabric.gpus_per_node} GPUs per node")
-    header = (f"{'GPUs':>5} {'nodes':>5} {'comm/step':>10} {'eff':>6} {'eff(ovl)':>8} {'speed-up':>8} "
-              f"{'busbw for ' + format(target, '.0%'):>14} {'(overlap)':>11}")
-    typer.echo(header)
-    for r in rows:
-        typer.echo(f"{r.gpus:>5} {r.nodes:>5} {r.comm_s * 1000:>8.1f}ms {r.efficiency:>6.1%} {r.efficiency_overlap:>8.1%} "
-                   f"{r.speedup:>7.2f}x {rate(r.needed_busbw):>14} {rate(r.needed_busbw_overlap):>11}")
-    typer.echo(f"levers at {rows[-1].gpus} GPUs (each on top of the previous, no overlap):")
-    for label, r in levers:
-        typer.echo(f"  {label:58} comm {r.comm_s * 1000:7.1f} ms  efficiency {r.efficiency:6.1%}  speed-up {r.speedup:.2f}x")
-
-
-def _plot(path: Path, rows, work, fabric) -> None:
-    from nodecheck.units import format_count
-
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        _fail("--plot needs matplotlib: pip install 'nodecheck[plot]'")
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    gpus = [r.gpus for r in rows]
-    axes.plot(gpus, [r.efficiency * 100 for r in rows], marker="o", label="no overlap")
-    axes.plot(gpus, [r.efficiency_overlap * 100 for r in rows], marker="s", label="full overlap")
-    axes.set_xscale("log", base=2)
-    axes.set_xticks(gpus, [str(g) for g in gpus])
-    axes.set_ylim(0, 105)
-    axes.set_xlabel("GPUs")
-    axes.set_ylabel("scaling efficiency (%)")
-    axes.set_title(f"{format_count(work.params)} params, {work.grad_dtype} gradients, {work.step_s * 1000:.4g} ms/step")
-    axes.grid(True, alpha=0.3)
-    axes.legend()
-    try:
-        figure.savefig(path, dpi=100, bbox_inches="tight")
-    except OSError as error:
-        _fail(f"cannot write {path}: {error.strerror or error}")
-    finally:
-        plt.close(figure)
 
 
 _DRY_RUN = typer.Option(False, "--dry-run", help="Run the checks and print the drain or resume it would do; never call scontrol.")
@@ -491,40 +421,12 @@ def _slurm_check(mode: str, dry_run: bool, as_json: bool, source: Optional[Path]
     if as_json:
         typer.echo(json.dumps(outcome.to_dict(), indent=2))
     else:
-        _print_outcome(mode, outcome, dry_run)
+        from nodecheck.render import outcome_lines
+
+        for line, to_stderr in outcome_lines(mode, outcome, dry_run):
+            typer.echo(line, err=to_stderr)
     failed = outcome.error is not None or (outcome.verdict is not None and not outcome.verdict.passed)
     raise typer.Exit(EXIT_FINDINGS if failed else EXIT_OK)
-
-
-def _print_outcome(mode: str, outcome, dry_run: bool) -> None:
-    verdict = outcome.verdict
-    if outcome.action == "skip":
-        typer.echo(f"nodecheck {mode}: skipped ({outcome.detail})")
-        return
-    if verdict is not None:
-        for run in verdict.checks:
-            status = "timed out" if run.timed_out else "ok" if not any(f in verdict.failing for f in run.findings) else "FAILED"
-            typer.echo(f"nodecheck {mode}: {run.name}: {status} ({run.seconds:.2f} s)")
-            for peer in run.details if run.name == "proximity" else []:
-                if not peer["examined"]:
-                    continue  # counted once, in the check_timed_out finding
-                where = "same subnet" if peer["same_subnet"] else f"outside, via {peer['gateway']}" if peer["gateway"] else "outside"
-                facts = peer["error"] or f"{peer['address']} on {peer['interface']} ({peer['subnet']}): {where}, {peer['rtt_ms']:g} ms"
-                typer.echo(f"nodecheck {mode}:   peer {peer['name']}: {facts}")
-        for finding in verdict.failing + [f for f in verdict.findings if f not in verdict.failing]:
-            typer.echo(f"nodecheck {mode}: {finding.severity}: {finding.message}")
-    would = "would " if dry_run else ""
-    if outcome.error and verdict is None:
-        typer.echo(f"nodecheck {mode}: {outcome.error}", err=True)
-        return
-    if outcome.action == "drain":
-        typer.echo(f"nodecheck {mode}: {would}drain {verdict.node}: {outcome.detail}")
-    elif outcome.action == "resume":
-        typer.echo(f"nodecheck {mode}: {would}resume {verdict.node}")
-    else:
-        typer.echo(f"nodecheck {mode}: no change ({outcome.detail})")
-    if outcome.error:
-        typer.echo(f"nodecheck {mode}: {outcome.error}", err=True)
 
 
 def _version(value: bool) -> None:

@@ -75,7 +75,7 @@ class Config:
     test_ratios: dict[str, float] = field(default_factory=dict)  # per bandwidth test, overrides bandwidth_ratio
     fail_severity: str = "error"
     nccl_tests: str | None = None  # path of all_reduce_perf when it is not on PATH
-    listen: tuple[str, int] = ("0.0.0.0", DEFAULT_PORT)  # `nodecheck serve`
+    listen: tuple[str, int] = ("0.0.0.0", DEFAULT_PORT)  # noqa: S104 `nodecheck serve` on every address, as node_exporter
     interval: float = 60.0  # seconds between probe rounds of `nodecheck serve`
     prolog: PrologSettings = field(default_factory=PrologSettings)
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
@@ -262,7 +262,7 @@ def parse_listen(text: str) -> tuple[str, int] | None:
     number = to_int(port)
     if not sep or number is None or not 0 < number < 65536:
         return None
-    return host.strip("[]") or "0.0.0.0", number
+    return host.strip("[]") or "0.0.0.0", number  # noqa: S104 ":PORT" means every address, as node_exporter
 
 
 def check_known_keys(table: dict, keys: tuple[str, ...], prefix: str, source) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-
 SCHEMA_VERSION = 1
 SEVERITIES = ("info", "warning", "error", "critical")
 

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from nodecheck.errors import NodecheckError
 from nodecheck.model import Report
 from nodecheck.units import format_bits, format_rate
 
@@ -192,3 +193,93 @@ def render_measurements(report: Report, console: Console | None = None) -> None:
                       format_bits(m.spec_bytes_per_second), ratio, _cell(m.method if m.ok else m.error))
     console.print(table)
     _findings(console, report)
+
+
+def scale_lines(work, fabric, rows, levers, target) -> list[str]:
+    """`nodecheck scale` as text: the workload, the fabric, the table and the levers."""
+    from nodecheck.units import format_bytes, format_count
+
+    lines = []
+
+    def rate(value) -> str:
+        return "-" if value is None else "inf" if value == float("inf") else f"{value / 1e9:.3g} GB/s"
+
+    lines.append(f"gradients: {format_count(work.params)} params x {work.grad_dtype} = {format_bytes(work.grad_bytes)} per step; "
+               f"compute {work.step_s * 1000:.4g} ms per step ({work.accum} x {work.micro_step_s * 1000:.4g} ms)")
+    lines.append(f"busbw: across nodes {rate(fabric.inter_busbw)}, inside a node {rate(fabric.intra_busbw)} "
+               f"({fabric.source}); {fabric.gpus_per_node} GPUs per node")
+    header = (f"{'GPUs':>5} {'nodes':>5} {'comm/step':>10} {'eff':>6} {'eff(ovl)':>8} {'speed-up':>8} "
+              f"{'busbw for ' + format(target, '.0%'):>14} {'(overlap)':>11}")
+    lines.append(header)
+    for r in rows:
+        lines.append(f"{r.gpus:>5} {r.nodes:>5} {r.comm_s * 1000:>8.1f}ms {r.efficiency:>6.1%} {r.efficiency_overlap:>8.1%} "
+                   f"{r.speedup:>7.2f}x {rate(r.needed_busbw):>14} {rate(r.needed_busbw_overlap):>11}")
+    lines.append(f"levers at {rows[-1].gpus} GPUs (each on top of the previous, no overlap):")
+    for label, r in levers:
+        lines.append(f"  {label:58} comm {r.comm_s * 1000:7.1f} ms  efficiency {r.efficiency:6.1%}  speed-up {r.speedup:.2f}x")
+    return lines
+
+
+def plot_scale(path, rows, work, fabric) -> None:
+    """Efficiency vs GPUs as a PNG; NodecheckError when matplotlib is missing or the file cannot be written."""
+    from nodecheck.units import format_count
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise NodecheckError("--plot needs matplotlib: pip install 'nodecheck[plot]'") from None
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    gpus = [r.gpus for r in rows]
+    axes.plot(gpus, [r.efficiency * 100 for r in rows], marker="o", label="no overlap")
+    axes.plot(gpus, [r.efficiency_overlap * 100 for r in rows], marker="s", label="full overlap")
+    axes.set_xscale("log", base=2)
+    axes.set_xticks(gpus, [str(g) for g in gpus])
+    axes.set_ylim(0, 105)
+    axes.set_xlabel("GPUs")
+    axes.set_ylabel("scaling efficiency (%)")
+    axes.set_title(f"{format_count(work.params)} params, {work.grad_dtype} gradients, {work.step_s * 1000:.4g} ms/step")
+    axes.grid(True, alpha=0.3)
+    axes.legend()
+    try:
+        figure.savefig(path, dpi=100, bbox_inches="tight")
+    except OSError as error:
+        raise NodecheckError(f"cannot write {path}: {error.strerror or error}") from None
+    finally:
+        plt.close(figure)
+
+
+def outcome_lines(mode: str, outcome, dry_run: bool) -> list[tuple[str, bool]]:
+    """A prolog or health check outcome as (line, for standard error) pairs."""
+    lines: list[tuple[str, bool]] = []
+    verdict = outcome.verdict
+    if outcome.action == "skip":
+        lines.append((f"nodecheck {mode}: skipped ({outcome.detail})", False))
+        return lines
+    if verdict is not None:
+        for run in verdict.checks:
+            status = "timed out" if run.timed_out else "ok" if not any(f in verdict.failing for f in run.findings) else "FAILED"
+            lines.append((f"nodecheck {mode}: {run.name}: {status} ({run.seconds:.2f} s)", False))
+            for peer in run.details if run.name == "proximity" else []:
+                if not peer["examined"]:
+                    continue  # counted once, in the check_timed_out finding
+                where = "same subnet" if peer["same_subnet"] else f"outside, via {peer['gateway']}" if peer["gateway"] else "outside"
+                facts = peer["error"] or f"{peer['address']} on {peer['interface']} ({peer['subnet']}): {where}, {peer['rtt_ms']:g} ms"
+                lines.append((f"nodecheck {mode}:   peer {peer['name']}: {facts}", False))
+        for finding in verdict.failing + [f for f in verdict.findings if f not in verdict.failing]:
+            lines.append((f"nodecheck {mode}: {finding.severity}: {finding.message}", False))
+    would = "would " if dry_run else ""
+    if outcome.error and verdict is None:
+        lines.append((f"nodecheck {mode}: {outcome.error}", True))
+        return lines
+    if outcome.action == "drain":
+        lines.append((f"nodecheck {mode}: {would}drain {verdict.node}: {outcome.detail}", False))
+    elif outcome.action == "resume":
+        lines.append((f"nodecheck {mode}: {would}resume {verdict.node}", False))
+    else:
+        lines.append((f"nodecheck {mode}: no change ({outcome.detail})", False))
+    if outcome.error:
+        lines.append((f"nodecheck {mode}: {outcome.error}", True))
+    return lines

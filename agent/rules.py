@@ -121,7 +121,7 @@ def _nics(report: Report, config: Config) -> list[Finding]:
     findings = []
     specs = {p.path: p for p in report.paths}
     present = {n.name for n in report.nics} | {n.rdma_device for n in report.nics if n.rdma_device}
-    for name, expectation in sorted(config.nics.items()):
+    for name in sorted(config.nics):
         if name not in present:
             findings.append(Finding("nic_missing", "error", name, "absent", "present",
                                     f"{name} expected but not found: check the driver (`ip link`, `ibstat`) and the card"))

@@ -172,3 +172,29 @@ def _busbw_at(measurement: dict, grad_bytes: float) -> tuple[float, float]:
     if chosen is None:
         return measurement["bytes_per_second"], measurement.get("payload_bytes") or 0
     return chosen["busbw"], chosen["size_bytes"]
+
+
+def finite(value):
+    """JSON has no NaN or Infinity: a number that is not finite is written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
+
+
+def micro_step(step_time, flops, peak_tflops, mfu) -> float:
+    """Seconds of one micro-step: --step-time as given, or --flops / (--peak-tflops x --mfu)."""
+    from nodecheck.units import parse_count
+
+    if (step_time is None) == (flops is None):
+        raise ValueError("give one of --step-time SECONDS or --flops N (with --peak-tflops and --mfu)")
+    if step_time is not None:
+        if not 0 < step_time < math.inf:
+            raise ValueError(f"--step-time {step_time:g}: must be above zero (and finite)")
+        return step_time
+    if not (peak_tflops and 0 < peak_tflops < math.inf) or not 0 < mfu <= 1:
+        raise ValueError("--flops needs --peak-tflops above zero (and finite) and --mfu in (0, 1]")
+    return parse_count(flops) / (peak_tflops * 1e12 * mfu)

@@ -158,7 +158,7 @@ def parse_proc_route(text: str) -> list[Route]:
             prefix = ipaddress.IPv4Network(f"0.0.0.0/{mask}").prefixlen
         except (ValueError, struct.error):
             raise ParseError(f"/proc/net/route: unreadable line {line[:80]!r}") from None
-        routes.append(Route(fields[0], f"{dest}/{prefix}", None if gateway == "0.0.0.0" else gateway))
+        routes.append(Route(fields[0], f"{dest}/{prefix}", None if gateway == "0.0.0.0" else gateway))  # noqa: S104 a route, not a bind
     return routes
 
 

@@ -141,7 +141,7 @@ def _link_cells(label: str, tokens: list[str], columns: list[str]) -> list[str]:
     cells = tokens[: len(columns)]
     if len(cells) < len(columns):
         raise ParseError(f"nvidia-smi topo -m: row {label} has {len(cells)} link cells for {len(columns)} devices")
-    for column, cell in zip(columns, cells):
+    for column, cell in zip(columns, cells, strict=False):
         if not _LINK.match(cell):
             raise ParseError(f"nvidia-smi topo -m: row {label}, column {column}: {cell[:20]!r} is not a link type")
         if (cell == "X") != (column == label):
@@ -179,7 +179,7 @@ def _assign_trailing(column: str, values: list[str], trailing: list[str]) -> dic
     if len(values) > len(trailing):
         raise ParseError(f"nvidia-smi topo -m: row {column} has {len(values)} values after the links, header has {len(trailing)}")
     if len(values) == len(trailing):
-        return dict(zip(trailing, values))
+        return dict(zip(trailing, values, strict=False))
     # Fewer values than columns: an empty cell was printed as nothing. An affinity that is absent
     # shifts the rest left; a CPU affinity looks like a cpulist with ',' or '-'.
     out: dict[str, str] = {}

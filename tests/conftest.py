@@ -71,6 +71,7 @@ def make_snapshot(root: Path, topo: str | None = None, nvml_gpus: list[dict] | N
         (root / "nvidia-smi-topo-m.txt").write_text(need(PUBLIC / "topo" / topo).read_text())
     if nvml_gpus is not None:
         from fakes import fake_pynvml
+
         from nodecheck.probes.nvml import dump_nvml
 
         saved = sys.modules.get("pynvml")

@@ -25,7 +25,7 @@ class Cluster:
             ip("netns", "add", self.fabric)
             ip("-n", self.fabric, "link", "add", "br0", "type", "bridge")
             ip("-n", self.fabric, "link", "set", "br0", "up")
-            for node, address, port in zip(self.nodes, self.addresses, self.ports):
+            for node, address, port in zip(self.nodes, self.addresses, self.ports, strict=True):
                 ip("netns", "add", node)
                 ip("link", "add", "eth0", "netns", node, "type", "veth", "peer", "name", port, "netns", self.fabric)
                 ip("-n", self.fabric, "link", "set", port, "master", "br0", "up")

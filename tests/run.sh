@@ -20,4 +20,6 @@ python3 -m venv .venv
 # torch CPU 2.13.0 first (a local wheel on the CI machine): asked for as a range, pip would fetch a CUDA build
 .venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0 numpy
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,bench,web,plot]'
+# lint first (pyflakes, bugbear, import order, bandit's security rules; pyproject.toml [tool.ruff])
+.venv/bin/ruff check agent probes exporters tests benchmarks
 exec .venv/bin/python -m pytest -ra "$@"

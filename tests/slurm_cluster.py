@@ -130,7 +130,7 @@ PartitionName=scratch Nodes=ALL MaxTime=INFINITE State=UP
             try:
                 pid = int(pidfile.read_text())
                 os.kill(pid, signal.SIGTERM)
-                self.wait_for(lambda: not Path(f"/proc/{pid}").exists(), 15, f"{daemon} to stop")
+                self.wait_for(lambda pid=pid: not Path(f"/proc/{pid}").exists(), 15, f"{daemon} to stop")
             except (OSError, ValueError, TimeoutError):
                 pass
         if self._munged is not None:  # stopped last: slurmd and slurmctld talk through it until they exit

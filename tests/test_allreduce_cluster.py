@@ -10,8 +10,8 @@ import sys
 import time
 
 import pytest
-
-from conftest import nodecheck as nodecheck_cli, requires_root
+from conftest import nodecheck as nodecheck_cli
+from conftest import requires_root
 from netns_cluster import Cluster
 
 pytest.importorskip("torch", reason="needs torch (pip install 'nodecheck[bench]')")
@@ -65,7 +65,7 @@ def allreduce_of(report: dict) -> dict:
 def test_healthy_then_one_slow_node(cluster):
     port = random.randint(30000, 39999)
     results = finish(launch(cluster, [0, 1, 2], 3, cluster.config, port))
-    for code, report, err in results:
+    for code, _report, err in results:
         assert code == 0, err
     m = allreduce_of(results[0][1])
     assert m["ok"] and m["spec_bytes_per_second"] == 1000e6 / 8 and m["payload_bytes"] == 32 << 20
@@ -196,10 +196,11 @@ def test_a_world_of_one_is_not_a_test_across_nodes(launcher):
 def test_a_world_of_one_reports_no_figure(tmp_path):
     """NCCL on one H100 took ~40 us per all-reduce for 1 MiB and 4 GiB alike (a no-op): no bandwidth is
     reported, the Report says so, and `scale --from` does not take it for a fabric's busbw."""
+    from rich.console import Console
+
     from nodecheck.bench.distributed import measurement_from_worker
     from nodecheck.model import Report
     from nodecheck.render import render_measurements
-    from rich.console import Console
 
     result = {"world_size": 1, "backend": "nccl", "nodes": [{"node": "n"}], "spec_bytes_per_second": 50e9,
               "rows": [{"size_bytes": 1 << 32, "seconds": 3.4e-05, "algbw": (1 << 32) / 3.4e-05, "busbw": 0.0}]}

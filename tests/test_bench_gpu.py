@@ -4,8 +4,8 @@ but whose torch has no CUDA, too few GPUs, no torch. On a GPU node the `gpu` tes
 import json
 
 import pytest
-
 from conftest import h100_node_snapshot, nodecheck, without_gpus
+
 from nodecheck.bench import plan
 from nodecheck.build import build_report
 from nodecheck.config import Config
@@ -226,6 +226,7 @@ def test_one_worker_measures_every_gpu_and_a_failed_gpu_fails_alone(tmp_path, mo
     """8 H100s in one worker process (torch imported once); gpu3 hidden from CUDA fails by itself, and only
     the slow gpu5 is measured again, alone."""
     from conftest import hgx_nvml, make_snapshot
+
     from nodecheck.bench import gpu
 
     report = build_report(SnapshotHost(make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt",

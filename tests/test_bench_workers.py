@@ -6,8 +6,8 @@ import os
 import sys
 
 import pytest
-
 from conftest import nodecheck
+
 from nodecheck.bench.plan import local_rank
 from nodecheck.bench.results import guarded, own_error, run_worker
 from nodecheck.errors import NodecheckError
@@ -63,6 +63,7 @@ def test_an_in_node_rank_under_torchrun_does_not_wait_for_torchruns_store(tmp_pa
     port of its own, waited for torchrun's store until its time-out: `torchrun --nproc-per-node 1
     nodecheck bench --tests allreduce` hung 120 s on an H100 node. gloo shows it on any machine."""
     from helpers import free_port
+
     from nodecheck.bench.distributed import measurement_from_worker
     from nodecheck.bench.gpu import in_node_env
 

@@ -5,7 +5,6 @@ import shutil
 import tarfile
 
 import pytest
-
 from conftest import H100, REPO, hgx_nvml, make_snapshot, need, nodecheck, without_gpus
 
 STABLE = ("cpu", "gpus", "nics", "links", "paths", "findings", "advice")

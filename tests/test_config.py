@@ -4,9 +4,10 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from conftest import hgx_nvml, make_snapshot, nodecheck
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from nodecheck.build import build_report
 from nodecheck.config import generate, load, parse
 from nodecheck.errors import ConfigError

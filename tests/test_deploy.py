@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 import yaml
+from conftest import REPO, hgx_nvml, make_snapshot, nodecheck
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import REPO, hgx_nvml, make_snapshot, nodecheck
 from nodecheck.build import build_report
 from nodecheck.exporters.prometheus import write_textfile
 from nodecheck.model import Measurement

@@ -2,8 +2,8 @@
 not the socket NIC: the spec is the ring bound over those rails."""
 
 import pytest
-
 from conftest import PUBLIC, hgx_nvml, make_snapshot, need
+
 from nodecheck.bench.distributed import fabric_nics, ring_bound
 from nodecheck.bench.nccl_tests import parse_nccl_log
 from nodecheck.build import build_report

@@ -8,9 +8,10 @@ import threading
 import time
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from fakes import fake_pynvml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from nodecheck.build import build_report
 from nodecheck.errors import NoData, ParseError, ProbeFailed
 from nodecheck.host import LiveHost, kill_running_commands, run_command

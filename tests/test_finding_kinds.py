@@ -5,6 +5,7 @@ import ast
 import re
 
 from conftest import REPO
+
 from nodecheck.model import FINDING_KINDS
 
 

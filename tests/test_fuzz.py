@@ -2,7 +2,8 @@
 (shape-aware fuzzing of each parser lives beside its other tests)."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nodecheck.bench.nccl_tests import parse_nccl_log
 from nodecheck.errors import ParseError

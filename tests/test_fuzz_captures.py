@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, SHARED
 
 TARGETS = ["topo", "lstopo", "nvml", "nics", "proc_route", "nccl_tests", "config", "web_config", "cpulist",

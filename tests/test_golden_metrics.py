@@ -8,6 +8,7 @@ import dataclasses
 import os
 
 from conftest import REPO, hgx_nvml, make_snapshot
+
 from nodecheck.build import build_report
 from nodecheck.config import Config
 from nodecheck.exporters.prometheus import write_textfile

@@ -5,8 +5,8 @@ import json
 import shutil
 
 import pytest
-
 from conftest import nodecheck
+
 from nodecheck.errors import NoData
 from nodecheck.host import LiveHost
 from nodecheck.probes.nvml import dump_nvml, parse_nvml

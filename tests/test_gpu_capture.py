@@ -5,9 +5,8 @@ the same run: replayed here, without a GPU, it must give the same Report and the
 import json
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
 from conftest import REPO, nodecheck
+from prometheus_client.parser import text_string_to_metric_families
 
 FIXTURE = REPO / "tests" / "fixtures" / "h100-vm-1gpu"
 # what differs between two runs of the same node by nature: when, from where, how long each probe took

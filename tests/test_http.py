@@ -7,7 +7,8 @@ import threading
 import time
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nodecheck.exporters import http
 from nodecheck.exporters.http import ScrapeServer, listening_socket, parse_request

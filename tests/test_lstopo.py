@@ -7,9 +7,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from conftest import H100, PUBLIC, SHARED, answer_key, need
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from nodecheck.errors import ParseError
 from nodecheck.host import LiveHost
 from nodecheck.probes.lstopo import ARGV, parse_lstopo_xml

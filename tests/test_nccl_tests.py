@@ -3,9 +3,10 @@
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from conftest import PUBLIC, answer_key, need, nodecheck
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from nodecheck.bench.nccl_tests import parse_nccl_log
 from nodecheck.errors import ParseError
 

@@ -8,9 +8,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 import sysfs_trees
 from conftest import H100, PUBLIC, need, nodecheck, requires_root
+
 from nodecheck.build import nic_spec
 from nodecheck.host import LiveHost
 from nodecheck.probes.nics import collect, parse_proc_route, pci_address_from_path
@@ -170,8 +170,8 @@ def peer_tree(case: str) -> Path:
 def test_node_exporters_sysfs_tree_bonding_masters_is_not_a_nic():
     """node_exporter's fixture: bonding_masters is a plain file in /sys/class/net whenever the bonding
     driver is loaded; every other entry is a netdev."""
-    from nodecheck.snapshot import SnapshotHost
     from nodecheck.probes.nics import collect
+    from nodecheck.snapshot import SnapshotHost
 
     tree = peer_tree("node_exporter-sys")
     facts = collect(SnapshotHost(tree))
@@ -187,8 +187,8 @@ def test_every_ib_rate_in_the_peer_trees_gets_a_data_rate_spec(case):
     """Each port's spec is its data rate: 8b/10b for SDR/DDR/QDR (the kernel prints SDR without a name:
     '10 Gb/sec (4X)'), 64b/66b from FDR on."""
     from nodecheck import specs
-    from nodecheck.snapshot import SnapshotHost
     from nodecheck.probes.nics import collect
+    from nodecheck.snapshot import SnapshotHost
 
     facts = collect(SnapshotHost(peer_tree(case)))
     ports = [port for ports in facts.rdma_devices.values() for port in ports]

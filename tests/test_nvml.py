@@ -5,10 +5,11 @@ import json
 import sys
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from conftest import H100, need
 from fakes import fake_pynvml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from nodecheck.errors import NoData, ParseError, ProbeFailed
 from nodecheck.probes.nvml import dump_nvml, parse_nvml
 

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import hgx_nvml, make_snapshot
+
 from nodecheck.build import build_report
 from nodecheck.config import Config, PrologSettings
 from nodecheck.errors import ParseError

@@ -4,9 +4,9 @@ import shutil
 import subprocess
 
 import pytest
+from conftest import h100_node_snapshot, h100_nvml_records, hgx_nvml, live_gpu_count, make_snapshot, nodecheck
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import h100_node_snapshot, h100_nvml_records, hgx_nvml, make_snapshot, live_gpu_count, nodecheck
 from nodecheck.build import build_report
 from nodecheck.config import Config
 from nodecheck.exporters.prometheus import write_textfile

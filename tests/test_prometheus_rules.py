@@ -6,9 +6,9 @@ import shutil
 import subprocess
 
 import pytest
+from conftest import REPO, hgx_nvml, make_snapshot
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import REPO, hgx_nvml, make_snapshot
 from nodecheck.build import build_report
 from nodecheck.exporters.prometheus import write_textfile
 from nodecheck.model import Measurement

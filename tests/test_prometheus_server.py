@@ -16,9 +16,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
-from helpers import free_port
 from conftest import REPO, h100_node_snapshot, h100_nvml_records, make_snapshot
+from helpers import free_port
 
 DEADLINE = 90  # seconds for the whole chain: first scrape (~5 s), rule evaluation, Alertmanager
 

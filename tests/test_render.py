@@ -4,9 +4,9 @@ as written (or with '?' for control characters), and nodecheck's own bracketed t
 
 import json
 
+from conftest import PUBLIC, h100_node_snapshot, need, nodecheck
 from rich.console import Console
 
-from conftest import PUBLIC, h100_node_snapshot, need, nodecheck
 from nodecheck.build import build_report
 from nodecheck.model import Measurement
 from nodecheck.render import render, render_measurements

@@ -1,8 +1,8 @@
 """Findings from facts: snapshots of real captures, with faults injected where a test needs one."""
 
 import pytest
-
 from conftest import h100_nvml_records, hgx_nvml, make_snapshot
+
 from nodecheck.build import build_report
 from nodecheck.config import Config, NicExpectation
 from nodecheck.snapshot import SnapshotHost

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from slurm_cluster import SlurmNode, missing
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
@@ -98,7 +97,7 @@ def test_job_comment_and_partition_skip_the_prolog(slurm, tmp_path):
         for args in (["--comment=nodecheck:skip"], ["-p", "scratch"]):
             job = slurm.sbatch("-o", str(tmp_path / "skip.txt"), *args, "--wrap", "echo skipped the prolog")
             try:
-                slurm.wait_for(lambda: finished(slurm, job) or slurm.node_state().startswith("drain"), 120, f"job {job}")
+                slurm.wait_for(lambda job=job: finished(slurm, job) or slurm.node_state().startswith("drain"), 120, f"job {job}")
                 assert slurm.job(job)["JobState"] == "COMPLETED", (args, slurm.node_reason())
             finally:
                 slurm.cancel(job)

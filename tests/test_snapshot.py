@@ -3,8 +3,8 @@
 import json
 
 import pytest
-
 from conftest import REPO, h100_node_snapshot, nodecheck
+
 from nodecheck.build import build_report
 from nodecheck.snapshot import SnapshotHost
 

@@ -12,8 +12,8 @@ import tarfile
 import time
 
 import pytest
-
 from conftest import REPO, nodecheck
+
 from nodecheck.build import build_report
 from nodecheck.errors import NodecheckError
 from nodecheck.limits import MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_MEMBERS

@@ -3,9 +3,10 @@
 import re
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from conftest import H100, PUBLIC, SHARED, answer_key, need
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from nodecheck.errors import ParseError
 from nodecheck.model import link_class
 from nodecheck.probes.topo import parse_topo_matrix

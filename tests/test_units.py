@@ -1,8 +1,17 @@
-from hypothesis import given, strategies as st
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from nodecheck.units import (format_bits, format_cpulist, format_rate, hwloc_bitmap_to_set, mask_words_to_cpus, parse_count,
-                             parse_cpulist, parse_rate)
+from nodecheck.units import (
+    format_bits,
+    format_cpulist,
+    format_rate,
+    hwloc_bitmap_to_set,
+    mask_words_to_cpus,
+    parse_count,
+    parse_cpulist,
+    parse_rate,
+)
 
 
 def test_cpulist_forms():

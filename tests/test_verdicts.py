@@ -6,8 +6,8 @@ import json
 import re
 
 import pytest
+from conftest import H100, PUBLIC, answer_key, hgx_nvml, make_snapshot, need, nodecheck
 
-from conftest import PUBLIC, H100, answer_key, hgx_nvml, make_snapshot, need, nodecheck
 from nodecheck import specs
 from nodecheck.config import Config, loads
 from nodecheck.model import Measurement

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodecheck.bench.ifnames import gloo_selection, nccl_selection
-from nodecheck.errors import NodecheckError
 from nodecheck.bench.results import run_worker
+from nodecheck.errors import NodecheckError
 from nodecheck.model import Measurement, Report
 from nodecheck.units import to_int
 

@@ -10,9 +10,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from nodecheck.bench.results import run_worker
 from nodecheck.errors import NodecheckError
 from nodecheck.host import run_until
-from nodecheck.bench.results import run_worker
 from nodecheck.model import Measurement, Report
 
 MiB = 1 << 20
@@ -80,7 +80,7 @@ def copy_runs(gpus, plan: dict, wanted: list[str], floors: dict[int, dict[str, f
     runs: dict[int, list[dict]] = {g.index: [] for g in gpus}
     errors: dict[int, str] = {}
     todo = list(gpus)
-    for attempt in range(RETRIES + 1):
+    for _ in range(RETRIES + 1):
         started = time.monotonic()
         try:
             result = _worker(_copy_argv(todo, plan), max(1.0, deadline - started))

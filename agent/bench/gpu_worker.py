@@ -24,9 +24,9 @@ import os
 import statistics
 import sys
 
-from nodecheck.bench.results import essential, guarded
 from nodecheck.bench.binding import bind_to_gpu_cpus
 from nodecheck.bench.identity import pick_cuda_device
+from nodecheck.bench.results import essential, guarded
 
 MiB = 1 << 20
 HOLD_CYCLES = 2_000_000  # ~1 ms of GPU sleep: long enough to queue a sample's copies behind it

@@ -23,7 +23,7 @@ def pick_cuda_device(devices: list[dict], uuid: str | None, pci_bus_id: str | No
     """devices: [{"ordinal", "uuid", "pci"}] as CUDA sees them. (ordinal, how it was matched); raises
     LookupError when the GPU is not among them (hidden by CUDA_VISIBLE_DEVICES)."""
     want_uuid, want_pci = normal_uuid(uuid), normal_pci(pci_bus_id)
-    for key, want, how in (("uuid", want_uuid, "by UUID"), ("pci", want_pci, "by PCI bus id")):
+    for want, how in ((want_uuid, "by UUID"), (want_pci, "by PCI bus id")):
         if want:
             found = [d["ordinal"] for d in devices if normal_uuid(d.get("uuid")) == want or normal_pci(d.get("pci")) == want]
             if found:

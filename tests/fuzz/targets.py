@@ -45,6 +45,7 @@ def _topo():
 def _nvml_seeds() -> list:
     sys.path.insert(0, str(TESTS))
     from fakes import fake_pynvml
+
     from nodecheck.probes.nvml import dump_nvml
 
     records = [json.loads(line) for line in (CAPTURES / "h100-pcie-vm" / "nvml.json").read_text().splitlines() if line.strip()]
@@ -89,11 +90,13 @@ def _config_seeds() -> list[str]:
     readme = (REPO / "README.md").read_text()
     blocks = [b.split("```", 1)[0] for b in readme.split("```toml\n")[1:]]
     sys.path.insert(0, str(TESTS))
+    import tempfile
+
     from conftest import h100_node_snapshot  # noqa: F401 (needs pytest only for need(): present in the suite)
+
     from nodecheck.build import build_report
     from nodecheck.config import generate
     from nodecheck.snapshot import SnapshotHost
-    import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         generated = generate(build_report(SnapshotHost(h100_node_snapshot(Path(tmp) / "h"))))
