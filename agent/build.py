@@ -8,7 +8,7 @@ import time
 from nodecheck import specs
 from nodecheck.errors import NodecheckError
 from nodecheck.model import Cpu, Gpu, Link, Nic, PathSpec, ProbeOutcome, Report, link_class, link_distance, nvlink_count
-from nodecheck.probes import ProbeResult, run_probes
+from nodecheck.probes import PROBES, ProbeResult, run_probes
 from nodecheck.probes.lstopo import LstopoFacts
 from nodecheck.probes.nics import NicFacts
 from nodecheck.probes.nvml import NvmlFacts
@@ -23,6 +23,10 @@ def build_report(host, config=None, probe_timeout: float | None = None) -> Repor
     started = time.time()
     results = run_probes(host, timeout=probe_timeout, disabled=config.disabled_probes if config else ())
     report = merge(results, _identity(host), host.label, started)
+    for probe in PROBES:  # the sources that fill their own part of the Report
+        result = results.get(probe.name)
+        if probe.fill is not None and result is not None and result.ok:
+            probe.fill(report, result.facts)
     report.paths = path_specs(report, config)
     report.findings = evaluate(report, config)
     report.advice = binding_advice(report)

@@ -8,61 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
-from typing import Callable
 
 from nodecheck.errors import NoData, NodecheckError, TimedOut
 from nodecheck.host import run_until
+from nodecheck.probes import lstopo, nics, nvml, topo
+from nodecheck.probes.base import Probe, ProbeResult
+
+__all__ = ["PROBES", "Probe", "ProbeResult", "run_probe", "run_probes"]
 
 
-@dataclass
-class ProbeResult:
-    name: str
-    ok: bool
-    no_data: bool
-    duration: float
-    facts: object | None
-    error: str | None
-    timed_out: bool = False  # its source hung until killed or abandoned
-
-
-@dataclass(frozen=True)
-class Probe:
-    name: str
-    collect: Callable[[object, float], object]  # (host, timeout) -> facts
-    timeout: float
-
-
-def _topo(host, timeout: float):
-    from nodecheck.probes import topo
-
-    return topo.parse_topo_matrix(host.command(topo.SOURCE, topo.ARGV, timeout))
-
-
-def _lstopo(host, timeout: float):
-    from nodecheck.probes import lstopo
-
-    return lstopo.parse_lstopo_xml(host.command(lstopo.SOURCE, lstopo.ARGV, timeout))
-
-
-def _nvml(host, timeout: float):
-    from nodecheck.probes import nvml
-
-    return nvml.parse_nvml(host.nvml(timeout, nvml.dump_nvml))  # pynvml is imported only when NVML is asked
-
-
-def _nics(host, timeout: float):
-    from nodecheck.probes import nics
-
-    return nics.collect(host)
-
-
-PROBES: list[Probe] = [
-    Probe("nvidia_smi_topo", _topo, 15.0),
-    Probe("nvml", _nvml, 15.0),
-    Probe("lstopo", _lstopo, 15.0),
-    Probe("nics", _nics, 10.0),
-]
+# Every source of facts, in the order the Report lists them. A probe module declares itself once
+# (PROBE: its name, its collect(host, timeout), its default timeout, and how it fills the Report when
+# no other source's facts are fused with its own); adding a source is its module, its tests and a row here.
+PROBES: list[Probe] = [topo.PROBE, nvml.PROBE, lstopo.PROBE, nics.PROBE]
 
 
 def run_probe(probe: Probe, host) -> ProbeResult:

@@ -7,10 +7,18 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 from nodecheck.errors import ParseError
+from nodecheck.probes.base import Probe
 from nodecheck.units import format_cpulist, hwloc_bitmap_to_set, to_int
 
 SOURCE = "lstopo.xml"
 ARGV = ["lstopo-no-graphics", "--of", "xml"]
+
+
+def collect(host, timeout: float) -> "LstopoFacts":
+    return parse_lstopo_xml(host.command(SOURCE, ARGV, timeout))
+
+
+PROBE = Probe("lstopo", collect, 15.0)
 
 _IO_TYPES = {"Bridge", "PCIDev", "OSDev", "Misc"}
 # osdev_type: hwloc 1.x/2.x XML write an enum, hwloc 3.x XML ("version 3.0") a bitmask.

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from nodecheck.errors import NoData, ParseError
 from nodecheck.limits import MAX_NICS
 from nodecheck.model import IbPort, Nic
+from nodecheck.probes.base import Probe
 from nodecheck.units import to_int
 
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -37,6 +38,13 @@ class NicFacts:
     rdma_devices: dict[str, list[IbPort]]  # every RDMA device, with or without a netdev
     rdma_pci: dict[str, str]  # RDMA device -> PCI address
     routes: list[Route]
+
+
+def _collect(host, timeout: float) -> NicFacts:
+    return collect(host)  # sysfs and /proc reads: bounded by the host, each one quick
+
+
+PROBE = Probe("nics", _collect, 10.0)
 
 
 def collect(host) -> NicFacts:

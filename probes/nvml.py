@@ -12,9 +12,17 @@ from dataclasses import dataclass, field
 
 from nodecheck.errors import NoData, ParseError, ProbeFailed
 from nodecheck.limits import MAX_GPUS, MAX_NVLINKS
+from nodecheck.probes.base import Probe
 from nodecheck.units import format_cpulist, mask_words_to_cpus
 
 SOURCE = "nvml.json"
+
+
+def collect(host, timeout: float) -> "NvmlFacts":
+    return parse_nvml(host.nvml(timeout, dump_nvml))  # pynvml is imported only when NVML is asked
+
+
+PROBE = Probe("nvml", collect, 15.0)
 
 # NVML error class names that mean "there is no NVIDIA GPU stack here", not "it is broken".
 _ABSENT = ("LibraryNotFound", "DriverNotLoaded", "NoPermission")

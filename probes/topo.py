@@ -12,10 +12,18 @@ from dataclasses import dataclass, field
 
 from nodecheck.errors import ParseError
 from nodecheck.limits import MAX_GPUS, MAX_TOPO_DEVICES
+from nodecheck.probes.base import Probe
 from nodecheck.units import is_cpulist, parse_cpulist, to_int
 
 SOURCE = "nvidia-smi-topo-m.txt"
 ARGV = ["nvidia-smi", "topo", "-m"]
+
+
+def collect(host, timeout: float) -> "GpuTopology":
+    return parse_topo_matrix(host.command(SOURCE, ARGV, timeout))
+
+
+PROBE = Probe("nvidia_smi_topo", collect, 15.0)
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _LINK = re.compile(r"^(X|PIX|PXB|PHB|NODE|SYS|SOC|NV\d{1,3})$")

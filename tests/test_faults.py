@@ -163,3 +163,31 @@ def test_hung_nvidia_smi_is_an_error_that_replays_from_a_snapshot(tmp_path, monk
     assert (finding.severity, finding.measured) == ("error", "timed out")
     replayed = build_report(SnapshotHost(recording.write(tmp_path / "snap")))
     assert {p.name: p for p in replayed.probes}["nvidia_smi_topo"].timed_out
+
+
+def test_a_new_source_is_its_module_and_a_row(tmp_path, monkeypatch):
+    """Table-driven probes: a source declared as one Probe (name, collect through the host, timeout, fill)
+    is run, recorded and replayed like the others, fills its part of the Report, and can be disabled."""
+    import nodecheck.probes as registry
+    from conftest import make_snapshot
+    from nodecheck.config import Config
+
+    def collect(host, timeout):
+        text = host.read_text("/sys/class/dmi/id/product_name")
+        if text is None:
+            raise NoData("no DMI product name")
+        return text.strip()
+
+    def fill(report, product):
+        report.node["product"] = product
+
+    dmi = Probe("dmi", collect, 5.0, fill)
+    monkeypatch.setattr(registry, "PROBES", [*registry.PROBES, dmi])
+    monkeypatch.setattr("nodecheck.build.PROBES", registry.PROBES)
+    snap = make_snapshot(tmp_path / "snap")
+    (snap / "fs/sys/class/dmi/id").mkdir(parents=True)
+    (snap / "fs/sys/class/dmi/id/product_name").write_text("ProLiant XL675d Gen10 Plus\n")
+    report = build_report(SnapshotHost(snap))
+    assert report.node.get("product") == "ProLiant XL675d Gen10 Plus", report.probes
+    off = build_report(SnapshotHost(snap), Config(disabled_probes=["dmi"]))
+    assert "product" not in off.node and {p.name: p.no_data for p in off.probes}["dmi"]
