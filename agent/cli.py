@@ -354,12 +354,12 @@ def _fabric(source, busbw, intra_busbw, gpus_per_node, grad_bytes):
     try:
         if source.is_file() and source.suffix == ".json":
             from nodecheck.config import read_config_text
+            from nodecheck.model import Report
 
-            report = json.loads(read_config_text(source, "Report"))
+            report = Report.from_dict(json.loads(read_config_text(source, "Report")))
         else:
             report, _ = _report(source, None)
-            report = report.to_dict()
-    except (OSError, ValueError, RecursionError, ConfigError) as error:
+    except (OSError, ValueError, TypeError, RecursionError, ConfigError) as error:
         raise NodecheckError(f"{source}: cannot read a Report ({str(error)[:300]})") from None
     try:
         return model.fabric_from_report(report, gpus_per_node, grad_bytes)

@@ -3,9 +3,10 @@ documented in docs/report-schema.md; bump SCHEMA_VERSION on any incompatible cha
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import re
+from dataclasses import MISSING, asdict, dataclass, field, fields
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: paths and measurements carry scope (and endpoints, ranks); GPUs memory_bytes
 SEVERITIES = ("info", "warning", "error", "critical")
 
 
@@ -103,6 +104,35 @@ class Link:
     path_class: str  # nvlink, pcie-host-bridge, socket-interconnect ...
 
 
+# How nodecheck spells paths, read in this one place: (pattern, scope, endpoint groups, ranks group).
+# A measurement from another node carries its node's name first ("node2/gpu0:host").
+_PATHS = [
+    (re.compile(r"gpu(\d+):host"), "host-link"),
+    (re.compile(r"gpu(\d+)(?::|->|<->)gpu(\d+)"), "gpu-pair"),
+    (re.compile(r"nic:(.+)"), "nic"),
+    (re.compile(r"(?:allreduce|nccl-tests):node-(\d+)-gpus"), "node"),
+    (re.compile(r"allreduce:(\d+)-ranks"), "cluster"),
+]
+
+
+def path_identity(path: str) -> tuple[str | None, list[str], int | None]:
+    """(scope, endpoints, ranks) of a path: host-link (gpu0:host), gpu-pair (gpu0:gpu1, gpu0->gpu1,
+    gpu0<->gpu1), nic (nic:eth0), node (an all-reduce inside one node) or cluster (across nodes)."""
+    bare = path.rsplit("/", 1)[-1]
+    for pattern, scope in _PATHS:
+        match = pattern.fullmatch(bare)
+        if match is None:
+            continue
+        if scope == "host-link":
+            return scope, [f"gpu{match[1]}", "host"], None
+        if scope == "gpu-pair":
+            return scope, [f"gpu{match[1]}", f"gpu{match[2]}"], None
+        if scope == "nic":
+            return scope, [match[1]], None
+        return scope, [], int(match[1])
+    return None, [], None
+
+
 @dataclass
 class PathSpec:
     """Theoretical unidirectional rate of one path; None with the reason when it cannot be derived."""
@@ -113,6 +143,12 @@ class PathSpec:
     basis: str
     source: str | None = None
     expected_bytes_per_second: float | None = None  # from config, when it states one
+    scope: str | None = None  # host-link, gpu-pair, nic: from the path when not given
+    endpoints: list[str] = field(default_factory=list)  # ["gpu0", "host"], ["gpu0", "gpu1"], ["eth0"]
+
+    def __post_init__(self) -> None:
+        if self.scope is None:
+            self.scope, self.endpoints, _ = path_identity(self.path)
 
 
 @dataclass
@@ -140,6 +176,13 @@ class Measurement:
     direction: str  # unidirectional, bidirectional, busbw
     details: dict = field(default_factory=dict)  # sweep rows, per-node figures ...
     error: str | None = None
+    scope: str | None = None  # host-link, gpu-pair, node, cluster: from the path when not given
+    ranks: int | None = None  # all-reduce: the ranks it ran over
+
+    def __post_init__(self) -> None:
+        if self.scope is None:
+            self.scope, _, ranks = path_identity(self.path)
+            self.ranks = self.ranks if self.ranks is not None else ranks
 
     @classmethod
     def measured(cls, path: str, test: str, rate: float, spec: float | None, payload: int | None, method: str,
@@ -221,6 +264,26 @@ class Report:
         data["schema"] = "nodecheck.report"
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "Report":
+        """A Report from its JSON form (`inspect --json`, `bench --json`), earlier schema versions too:
+        a field they lack takes its default (None where it has none), scopes come from the paths.
+        ValueError when the document is not a Report's shape."""
+        if not isinstance(data, dict):
+            raise ValueError("a Report is a JSON object")
+        nics = [_record(Nic, raw) for raw in _list(data, "nics")]
+        for nic in nics:
+            nic.ib_ports = [_record(IbPort, raw) for raw in (nic.ib_ports or [])]
+        cpu = data.get("cpu")
+        return cls(
+            generated_at=data.get("generated_at") or 0.0, source=str(data.get("source") or ""),
+            node=dict(data.get("node") or {}), probes=[_record(ProbeOutcome, r) for r in _list(data, "probes")],
+            cpu=_record(Cpu, cpu) if cpu else None, gpus=[_record(Gpu, r) for r in _list(data, "gpus")],
+            gpus_absent_reason=data.get("gpus_absent_reason"), nics=nics, links=[_record(Link, r) for r in _list(data, "links")],
+            paths=[_record(PathSpec, r) for r in _list(data, "paths")],
+            findings=[_record(Finding, r) for r in _list(data, "findings")], advice=_list(data, "advice"),
+            measurements=[_record(Measurement, r) for r in _list(data, "measurements")], measured_at=data.get("measured_at"))
+
     def fails(self, fail_severity: str) -> bool:
         """A finding at or above `fail_severity` (the CLI's exit code 1)."""
         return bool(at_or_above(self.findings, fail_severity))
@@ -232,3 +295,24 @@ class Report:
     def worst_severity(self) -> str | None:
         ranks = [SEVERITIES.index(f.severity) for f in self.findings]
         return SEVERITIES[max(ranks)] if ranks else None
+
+
+def _list(data: dict, key: str) -> list:
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"{key}: expected a list")
+    return value
+
+
+def _record(kind, raw):
+    """One dataclass from its JSON object: unknown keys (a later version's) dropped, missing ones None."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{kind.__name__}: expected an object, got {type(raw).__name__}")
+    known = {f.name: f for f in fields(kind)}
+    values = {k: v for k, v in raw.items() if k in known}
+    for name, spec in known.items():
+        if name not in values and spec.default is MISSING and spec.default_factory is MISSING:  # required
+            values[name] = None
+    return kind(**values)

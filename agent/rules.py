@@ -8,7 +8,6 @@ the GPU is busy (utilization >= BUSY_UTILIZATION); otherwise the bandwidth test 
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from nodecheck.config import Config
 from nodecheck.model import Finding, Report, link_family
@@ -165,10 +164,10 @@ def _far_nics(report: Report) -> list[Finding]:
 
 def _what_to_check(m) -> str:
     """Advice for the kind of path that was slow: a GPU's host link is not a network cable."""
-    if m.path.endswith(":host"):
+    if m.scope == "host-link":
         return ("check the GPU's PCIe link (`nvidia-smi -q -d PCI`: generation and width now vs max), that nothing else "
                 "was copying over it, and the host memory's NUMA node")
-    if m.details.get("path_kind") in ("nvlink", "pcie", "pcie-staged") and "-ranks" not in m.path:
+    if m.details.get("path_kind") in ("nvlink", "pcie", "pcie-staged") and m.scope != "cluster":
         return "check the GPUs' NVLink state (`nvidia-smi nvlink -s`) and PCIe links, and that no other job was using them"
     return "check that node's cable, switch port and NIC speed"
 
@@ -181,11 +180,9 @@ def algorithm_bound(m) -> float | None:
     reach, as a ratio to that bound. A ring sends 2(n-1)/n x S of each node's data over its rails, a tree
     or SHARP about S, so busbw (algbw x 2(n-1)/n) can reach 2(n-1)/n x the ring bound and no more.
     None for other measurements."""
-    match = re.search(r":(\d+)-ranks$", m.path)
-    if m.test != "allreduce" or not match or m.details.get("path_kind") not in FABRIC_KINDS or int(match[1]) < 2:
+    if m.test != "allreduce" or m.scope != "cluster" or not m.ranks or m.ranks < 2 or m.details.get("path_kind") not in FABRIC_KINDS:
         return None
-    n = int(match[1])
-    return 2 * (n - 1) / n
+    return 2 * (m.ranks - 1) / m.ranks
 
 
 def with_measurements(report: Report, measurements: list, measured_at: float, config: Config | None) -> Report:

@@ -134,7 +134,7 @@ def pick_row(rows: list[dict], grad_bytes: float) -> dict | None:
     return min(larger, key=lambda r: r["size_bytes"]) if larger else max(rows, key=lambda r: r["size_bytes"])
 
 
-def fabric_from_report(report: dict, gpus_per_node: int | None, grad_bytes: float) -> Fabric:
+def fabric_from_report(report, gpus_per_node: int | None, grad_bytes: float) -> Fabric:
     """Intra- and inter-node all-reduce busbw from a Report (`nodecheck bench --json`), at the payload
     the gradients give (pick_row over the measured sweep); without measurements, the specs of the
     slowest GPU pair and NIC, said so."""
@@ -142,23 +142,21 @@ def fabric_from_report(report: dict, gpus_per_node: int | None, grad_bytes: floa
     from nodecheck.units import format_bytes
 
     # a world of one rank carries no figure (bytes_per_second null): it says nothing of any link
-    measured = [m for m in report.get("measurements", [])
-                if m.get("ok") and m.get("bytes_per_second") is not None and m.get("test") in ("allreduce", "nccl_tests")]
-    intra = [m for m in measured if ":node-" in m["path"]]
-    inter = [m for m in measured if m["path"].endswith("-ranks")]
+    measured = [m for m in report.measurements
+                if m.ok and m.bytes_per_second is not None and m.test in ("allreduce", "nccl_tests")]
+    intra = [m for m in measured if m.scope == "node"]
+    inter = [m for m in measured if m.scope == "cluster"]
     if inter:
-        nodes = {n.get("node") for n in inter[0].get("details", {}).get("nodes", [])} or {None}
-        ranks = int(inter[0]["path"].split(":")[1].split("-")[0])
-        gpus_per_node = gpus_per_node or max(1, ranks // len(nodes))
-    gpus_per_node = gpus_per_node or len(report.get("gpus", [])) or 1
+        nodes = {n.get("node") for n in inter[0].details.get("nodes", [])} or {None}
+        gpus_per_node = gpus_per_node or max(1, (inter[0].ranks or 1) // len(nodes))
+    gpus_per_node = gpus_per_node or len(report.gpus) or 1
     if intra or inter:
         across, inside = (inter or intra)[0], (intra or inter)[0]  # one measured level stands for both
         (across_bw, across_at), (inside_bw, inside_at) = _busbw_at(across, grad_bytes), _busbw_at(inside, grad_bytes)
-        return Fabric(gpus_per_node, across_bw, inside_bw, f"measured: {across['path']} at {format_bytes(across_at)}, "
-                                                           f"{inside['path']} at {format_bytes(inside_at)}")
-    specs = {p["path"]: p["bytes_per_second"] for p in report.get("paths", []) if p.get("bytes_per_second")}
-    nic_specs = [v for k, v in specs.items() if k.startswith("nic:")]
-    pair_specs = [v for k, v in specs.items() if k.count("gpu") == 2]
+        return Fabric(gpus_per_node, across_bw, inside_bw, f"measured: {across.path} at {format_bytes(across_at)}, "
+                                                           f"{inside.path} at {format_bytes(inside_at)}")
+    nic_specs = [p.bytes_per_second for p in report.paths if p.scope == "nic" and p.bytes_per_second]
+    pair_specs = [p.bytes_per_second for p in report.paths if p.scope == "gpu-pair" and p.bytes_per_second]
     if not nic_specs:
         raise NodecheckError("it holds no all-reduce measurement and no NIC speed: run `nodecheck bench --tests "
                              "allreduce --json` under torchrun/srun and pass that, or give --busbw")
@@ -166,11 +164,11 @@ def fabric_from_report(report: dict, gpus_per_node: int | None, grad_bytes: floa
                   "spec, not measured (slowest NIC; slowest GPU pair): applications reach ~80% of it")
 
 
-def _busbw_at(measurement: dict, grad_bytes: float) -> tuple[float, float]:
-    rows = [r for r in measurement.get("details", {}).get("rows", []) if isinstance(r, dict) and "busbw" in r]
+def _busbw_at(measurement, grad_bytes: float) -> tuple[float, float]:
+    rows = [r for r in (measurement.details or {}).get("rows", []) if isinstance(r, dict) and "busbw" in r]
     chosen = pick_row(rows, grad_bytes)
     if chosen is None:
-        return measurement["bytes_per_second"], measurement.get("payload_bytes") or 0
+        return measurement.bytes_per_second, measurement.payload_bytes or 0
     return chosen["busbw"], chosen["size_bytes"]
 
 

@@ -32,7 +32,7 @@ def test_live_inspect_on_a_node_without_nvidia_driver():
 def test_json_schema_documented_keys(tmp_path):
     snap = make_snapshot(tmp_path / "s", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
     report = inspect_json("--from", str(snap))
-    assert (report["schema"], report["schema_version"]) == ("nodecheck.report", 1)
+    assert (report["schema"], report["schema_version"]) == ("nodecheck.report", 2)
     gpu = report["gpus"][0]
     assert (gpu["index"], gpu["cpu_affinity"], gpu["numa_node"], gpu["nearest_nics"]) == (0, "0-47,96-143", 0, ["mlx5_0"])
     assert {"a": 0, "b": 1, "type": "NV18", "path_class": "nvlink"} in report["links"]

@@ -168,8 +168,9 @@ def test_hung_nvidia_smi_is_an_error_that_replays_from_a_snapshot(tmp_path, monk
 def test_a_new_source_is_its_module_and_a_row(tmp_path, monkeypatch):
     """Table-driven probes: a source declared as one Probe (name, collect through the host, timeout, fill)
     is run, recorded and replayed like the others, fills its part of the Report, and can be disabled."""
-    import nodecheck.probes as registry
     from conftest import make_snapshot
+
+    import nodecheck.probes as registry
     from nodecheck.config import Config
 
     def collect(host, timeout):

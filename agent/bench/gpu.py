@@ -37,7 +37,7 @@ def _spec(report: Report, path: str) -> float | None:
 def slowest_pair(report: Report):
     """The path that bounds a collective inside the node: its slowest GPU<->GPU PathSpec (None when
     there is no pair, or any pair's spec is unknown)."""
-    pairs = [p for p in report.paths if p.path.startswith("gpu") and p.path.count(":gpu") == 1]
+    pairs = [p for p in report.paths if p.scope == "gpu-pair"]
     if not pairs or not all(p.bytes_per_second for p in pairs):
         return None
     return min(pairs, key=lambda p: p.bytes_per_second)
