@@ -94,7 +94,7 @@ def run_checks(host, config, environ: dict[str, str], node: str, with_bench: boo
     # a check that runs out of time is as grave as the findings it could have made, no graver:
     # proximity findings are warnings by default, so its time-out is too (it must never drain a node)
     checks = {"node": (lambda: _node_check(host, config, first_share), "error"),
-              "proximity": (lambda: _proximity_check(environ, config, node, first_share), config.proximity.severity)}
+              "proximity": (lambda: _proximity_check(host, environ, config, node, first_share), config.proximity.severity)}
     runs = _run_bounded(checks, first_deadline)
     if bench:
         remaining = deadline - time.monotonic()
@@ -142,14 +142,14 @@ def _node_check(host, config, share: float):
     return build_report(host, config, probe_timeout=max(1.0, share * 0.8)).findings, []
 
 
-def _proximity_check(environ: dict[str, str], config, node: str, share: float):
+def _proximity_check(host, environ: dict[str, str], config, node: str, share: float):
     from nodecheck.proximity import collect_peers, expand_nodelist, judge_peers
 
     nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")  # the prolog gets the latter
-    if not nodelist:
+    if not nodelist or not host.label.startswith("live"):  # a replayed snapshot reaches no other node
         return [], []
     local = {node, socket.gethostname().split(".")[0]}
-    peers = collect_peers(expand_nodelist(nodelist), local, config.proximity, max(0.5, share * 0.8))
+    peers = collect_peers(host, expand_nodelist(nodelist), local, config.proximity, max(0.5, share * 0.8))
     return judge_peers(peers, config.proximity), [asdict(p) for p in peers]
 
 

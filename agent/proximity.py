@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import socket
 import statistics
 import time
 from dataclasses import dataclass
 
 from nodecheck.config import ProximityPolicy  # noqa: F401 (where callers found it)
 from nodecheck.errors import NodecheckError, ParseError
-from nodecheck.host import call_with_timeout, run_until
+from nodecheck.host import run_until
 from nodecheck.model import Finding
-
-CONNECT_ATTEMPTS = 3  # the fastest of these is the round trip: one slow SYN is noise, not distance
 
 
 @dataclass
@@ -98,75 +95,37 @@ def _item_size(item: str) -> int:
 PEER_WORKERS = 64  # peers examined at once: a slow resolver costs one timeout per round of this many
 
 
-def collect_peers(names: list[str], local_names: set[str], policy: ProximityPolicy, timeout: float) -> list[Peer]:
-    """Every peer but this node, examined concurrently, all of it within `timeout`: a peer not
-    examined by then (a slow resolver, a large job) is returned with examined=False."""
+def collect_peers(host, names: list[str], local_names: set[str], policy: ProximityPolicy, timeout: float) -> list[Peer]:
+    """Every peer but this node, examined concurrently through the host (name, route, TCP connect), all
+    of it within `timeout`: a peer not examined by then (a slow resolver, a large job) is returned with
+    examined=False."""
     deadline = time.monotonic() + timeout
     peers = [name for name in dict.fromkeys(names) if name.split(".")[0] not in local_names]
     if not peers:
         return []
-    local_addresses = _local_addresses()
-    done = run_until({name: (lambda n=name: _examine(n, local_addresses, policy, deadline)) for name in peers},
+    local_addresses = {entry["address"] for entries in host.addresses().values() for entry in entries}
+    done = run_until({name: (lambda n=name: _examine(host, n, local_addresses, policy, deadline)) for name in peers},
                      deadline, PEER_WORKERS)
     examined = [done[name] if isinstance(done.get(name), Peer) else Peer(name, examined=False) for name in peers]
     return [peer for peer in examined if peer.address not in local_addresses]  # this node under another name
 
 
-def _examine(name: str, local_addresses: set[str], policy: ProximityPolicy, deadline: float) -> Peer:
+def _examine(host, name: str, local_addresses: set[str], policy: ProximityPolicy, deadline: float) -> Peer:
     peer = Peer(name)
 
     def left() -> float:  # what remains of the check's time, never quite nothing
         return max(0.1, deadline - time.monotonic())
 
     try:
-        peer.address = call_with_timeout(lambda: _resolve(name, policy.port), left(), f"resolving {name}")
+        peer.address = host.resolve(name, policy.port, left())
         if peer.address in local_addresses:
             return peer
-        route = call_with_timeout(lambda: route_to(peer.address, policy.interface), left(), f"route to {name}")
-        peer.interface, peer.gateway, networks = route
+        peer.interface, peer.gateway, networks = host.route(peer.address, policy.interface, left())
         peer.same_subnet, peer.subnet = in_subnet(peer.address, networks, peer.gateway)
-        peer.rtt_ms = connect_rtt_ms(peer.address, policy.port, min(policy.connect_timeout_s, left()))
+        peer.rtt_ms = host.connect_rtt_ms(peer.address, policy.port, min(policy.connect_timeout_s, left()))
     except NodecheckError as error:
         peer.error = str(error)
     return peer
-
-
-def _resolve(name: str, port: int) -> str:
-    try:
-        infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as error:
-        raise NodecheckError(f"{name} does not resolve ({error.strerror})") from None
-    return infos[0][4][0]
-
-
-def _local_addresses() -> set[str]:
-    from nodecheck.host import LiveHost
-
-    return {entry["address"] for entries in LiveHost().addresses().values() for entry in entries}
-
-
-def route_to(address: str, interface: str | None) -> tuple[str, str | None, list[str]]:
-    """(interface, gateway, the interface's networks) the kernel would use to reach `address`; with
-    `interface` given, that interface's networks (the route is still the kernel's, for the gateway)."""
-    from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
-
-    with IPRoute() as ipr:
-        try:
-            route = ipr.route("get", dst=address)[0]
-        except NetlinkError as error:
-            raise NodecheckError(f"no route to {address} ({error})") from None
-        gateway = route.get_attr("RTA_GATEWAY")
-        if interface is not None:
-            links = ipr.link_lookup(ifname=interface)
-            if not links:
-                raise NodecheckError(f"interface {interface} (config [proximity] interface) does not exist")
-            index = links[0]
-        else:
-            index = route.get_attr("RTA_OIF")
-            interface = ipr.get_links(index)[0].get_attr("IFLA_IFNAME")
-        networks = [f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}" for a in ipr.get_addr(index=index)]
-    return interface, gateway, networks
 
 
 def in_subnet(address: str, networks: list[str], gateway: str | None) -> tuple[bool, str | None]:
@@ -178,27 +137,6 @@ def in_subnet(address: str, networks: list[str], gateway: str | None) -> tuple[b
         return True, str(same[0])
     usable = [n for n in candidates if n.version == peer.version and not n.is_link_local]
     return False, str(usable[0]) if usable else None
-
-
-def connect_rtt_ms(address: str, port: int, timeout: float) -> float:
-    """The fastest of a few TCP connects (SYN -> SYN-ACK or RST), in milliseconds."""
-    best = None
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    for _ in range(CONNECT_ATTEMPTS):
-        with socket.socket(family, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout)
-            started = time.perf_counter()
-            try:
-                sock.connect((address, port))
-            except ConnectionRefusedError:
-                pass  # the RST came back: a round trip all the same
-            except socket.timeout:
-                raise NodecheckError(f"no answer from {address}:{port} within {timeout:g} s") from None
-            except OSError as error:
-                raise NodecheckError(f"cannot reach {address}:{port} ({error.strerror or error})") from None
-            elapsed = (time.perf_counter() - started) * 1000
-        best = elapsed if best is None else min(best, elapsed)
-    return round(best, 3)
 
 
 # ---- judging (pure) ---------------------------------------------------------------------------

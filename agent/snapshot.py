@@ -29,6 +29,9 @@ from nodecheck.limits import MAX_COMMAND_OUTPUT, MAX_JSON_DOCUMENT, MAX_SNAPSHOT
 _FAILURES = {"no_data": NoData, "failed": ProbeFailed, "timed_out": TimedOut}
 
 
+PEERS_NOT_IN_SNAPSHOT = "a snapshot holds this node only: other nodes are not reached when replaying one"
+
+
 class RecordingHost:
     """Wraps a host and keeps everything read through it, to write as a snapshot."""
 
@@ -82,6 +85,15 @@ class RecordingHost:
 
     def addresses(self) -> dict[str, list[dict]]:
         return self._document("addresses.json", self.inner.addresses)
+
+    def resolve(self, name: str, port: int, timeout: float) -> str:  # other nodes are not this node's record
+        return self.inner.resolve(name, port, timeout)
+
+    def route(self, address: str, interface: str | None, timeout: float):
+        return self.inner.route(address, interface, timeout)
+
+    def connect_rtt_ms(self, address: str, port: int, timeout: float) -> float:
+        return self.inner.connect_rtt_ms(address, port, timeout)
 
     def identity(self) -> dict:
         return self._document("identity.json", self.inner.identity)
@@ -197,6 +209,15 @@ class SnapshotHost:
             return self._document("addresses.json", _addresses_shape)
         except NoData:
             return {}
+
+    def resolve(self, name: str, port: int, timeout: float) -> str:
+        raise NoData(PEERS_NOT_IN_SNAPSHOT)
+
+    def route(self, address: str, interface: str | None, timeout: float):
+        raise NoData(PEERS_NOT_IN_SNAPSHOT)
+
+    def connect_rtt_ms(self, address: str, port: int, timeout: float) -> float:
+        raise NoData(PEERS_NOT_IN_SNAPSHOT)
 
     def identity(self) -> dict:
         try:

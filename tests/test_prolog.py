@@ -2,6 +2,7 @@
 drains the health check may lift, skipping, the time budget (a hung nvidia-smi, a hung check), a
 broken config, and scontrol's node line as Slurm 22.05 prints it."""
 
+import json
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from conftest import hgx_nvml, make_snapshot
 
 from nodecheck.build import build_report
 from nodecheck.config import Config, PrologSettings
-from nodecheck.errors import ParseError
+from nodecheck.errors import NoData, ParseError
 from nodecheck.model import Finding
 from nodecheck.prolog import Verdict, _run_bounded, drain_reason, failing_findings, plan_action, skip_reason
 from nodecheck.slurm import NodeState, parse_node, slurm_env
@@ -197,3 +198,21 @@ def test_a_bench_test_that_fails_in_time_is_still_an_error(monkeypatch):
     findings, _ = prolog._bench_check(["h2d"], Config(), {}, 30)
     (finding,) = findings
     assert finding.kind == "bench_failed" and finding.severity == "error"
+
+
+def test_a_replayed_snapshot_reaches_no_other_node(tmp_path):
+    """`prolog --from SNAPSHOT` judges the recorded node: the job's peers are not resolved or connected
+    to (proximity goes through the host, and a snapshot host reaches no other node)."""
+    from conftest import h100_node_snapshot
+
+    from nodecheck.snapshot import PEERS_NOT_IN_SNAPSHOT, SnapshotHost
+
+    snap = h100_node_snapshot(tmp_path / "h100")
+    with pytest.raises(NoData, match="other nodes are not reached"):
+        SnapshotHost(snap).resolve("peer1", 6818, 1.0)
+    assert "snapshot" in PEERS_NOT_IN_SNAPSHOT
+    run = run_nodecheck("prolog", "--dry-run", "--json", "--from", str(snap),
+                        env_extra={"SLURM_JOB_NODELIST": "no-such-peer[1-3].invalid"})
+    outcome = json.loads(run.stdout)
+    proximity = {c["name"]: c for c in outcome["checks"]}["proximity"]
+    assert proximity["details"] == [] and proximity["findings"] == [], proximity
