@@ -13,11 +13,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
-from helpers import free_port
+from helpers import free_port, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 BINARIES = ("munged", "slurmctld", "slurmd", "scontrol", "sbatch", "sinfo")
@@ -172,16 +171,8 @@ PartitionName=scratch Nodes=ALL MaxTime=INFINITE State=UP
         return out.strip().split(";")[0]
 
     @staticmethod
-    def wait_for(condition, seconds: float, what: str) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            try:
-                if condition():
-                    return
-            except subprocess.SubprocessError:
-                pass
-            time.sleep(0.25)
-        raise TimeoutError(f"waited {seconds:g} s for {what}")
+    def wait_for(condition, seconds: float, what: str):
+        return wait_until(condition, seconds, what, pause=0.25, tolerate=(subprocess.SubprocessError,))
 
     def log(self, name: str) -> str:
         path = self.root / "log" / name

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from helpers import wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,15 +34,6 @@ def running():
 @pytest.fixture
 def server(running):
     return running[:2]
-
-
-def wait_until(condition, seconds: float = 10) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 class Client:
@@ -237,8 +229,8 @@ def test_a_client_that_never_reads_is_closed(monkeypatch):
                 hog.sendall(b"GET /metrics HTTP/1.1\r\n\r\n" * 64)  # pipelined, never read
             except OSError:
                 pass  # the server may have closed it already
-            assert wait_until(lambda: len(scrape._connections) == 1)  # accepted, answering into a full buffer
-            assert wait_until(lambda: not scrape._connections), "the server still holds the connection"
+            wait_until(lambda: len(scrape._connections) == 1, 10, "the connection to be accepted")  # answering into a full buffer
+            wait_until(lambda: not scrape._connections, 10, "the server to drop the connection")
             with Client(port) as other:
                 other.sendall(b"HEAD /metrics HTTP/1.1\r\n\r\n")
                 assert other.reply(head_only=True)[0].endswith("200 OK")

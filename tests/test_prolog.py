@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import hgx_nvml, make_snapshot
+from helpers import fake_executable
 
 from nodecheck.build import build_report
 from nodecheck.config import Config, PrologSettings
@@ -117,8 +118,7 @@ def run_nodecheck(*args, env_extra=None, path_prefix=None, timeout=60):
 
 
 def test_hung_nvidia_smi_drains_within_the_budget_naming_the_probe(tmp_path):
-    (tmp_path / "nvidia-smi").write_text("#!/bin/sh\nsleep 60\n")
-    (tmp_path / "nvidia-smi").chmod(0o755)
+    fake_executable(tmp_path / "nvidia-smi", "sleep 60\n")
     config = tmp_path / "c.toml"
     config.write_text("[prolog]\ntimeout_s = 4\n")
     started = time.monotonic()

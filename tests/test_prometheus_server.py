@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, h100_node_snapshot, h100_nvml_records, make_snapshot
-from helpers import free_port
+from helpers import free_port, wait_until
 
 DEADLINE = 90  # seconds for the whole chain: first scrape (~5 s), rule evaluation, Alertmanager
 
@@ -29,15 +29,7 @@ def get_json(url: str) -> dict:
 
 
 def wait_for(check, what: str, deadline: float):
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except OSError:
-            value = None
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait_until(check, max(0.0, deadline - time.monotonic()), what, pause=0.5, tolerate=(OSError,))
 
 
 class Webhook(http.server.BaseHTTPRequestHandler):

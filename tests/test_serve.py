@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench_serve_faults  # noqa: E402
 from conftest import h100_node_snapshot
-from helpers import free_port, in_private_network
+from helpers import fake_executable, free_port, in_private_network
 
 
 def start_serve(*args: str, env: dict | None = None) -> subprocess.Popen:
@@ -247,8 +247,7 @@ def test_before_the_first_report_503_and_sigterm_ends_hung_probes(tmp_path):
     Report); SIGTERM then ends the daemon and the hung nvidia-smi with it."""
     bin_dir, pidfile = tmp_path / "bin", tmp_path / "nvidia-smi.pid"
     bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 120\n")
-    (bin_dir / "nvidia-smi").chmod(0o755)
+    fake_executable(bin_dir / "nvidia-smi", f"echo $$ > {pidfile}\nexec sleep 120\n")
     port = free_port()
     proc = start_serve("--listen", f"127.0.0.1:{port}", "--interval", "60",
                        env=dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}"))

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import fake_executable
 from slurm_cluster import SlurmNode, missing
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
@@ -112,9 +113,7 @@ def test_wrapper_drains_when_nodecheck_itself_hangs(slurm, tmp_path):
     wrapper = tmp_path / "nodecheck-prolog"
     wrapper.write_text((Path(__file__).parent.parent / "deploy/slurm/nodecheck-slurm").read_text())
     wrapper.chmod(0o755)
-    stuck = tmp_path / "stuck-nodecheck"
-    stuck.write_text("#!/bin/sh\nsleep 60\n")
-    stuck.chmod(0o755)
+    stuck = fake_executable(tmp_path / "stuck-nodecheck", "sleep 60\n")
     (tmp_path / "nodecheck.env").write_text(f"NODECHECK={stuck}\nNODECHECK_KILL_AFTER=1\n")
     started = time.monotonic()
     run = subprocess.run([str(wrapper)], env={"SLURMD_NODENAME": slurm.name, "SLURM_CONF": str(slurm.conf)},
