@@ -1,0 +1,53 @@
+"""Rules on an in-memory Report, NHC-style: set the facts, call the rule, read the findings. (The
+snapshot tests in test_rules.py take the same facts through the probes.)"""
+
+from nodecheck.config import Config
+from nodecheck.model import Gpu, ProbeOutcome, Report
+from nodecheck.rules import evaluate
+
+
+def node(*gpus: Gpu, probes: list[ProbeOutcome] | None = None) -> Report:
+    return Report(0.0, "memory", {}, probes or [], None, list(gpus), None, [], [], [])
+
+
+def found(report: Report, config: Config | None = None) -> set[tuple[str, str, str]]:
+    return {(f.kind, f.subject, f.severity) for f in evaluate(report, config or Config())}
+
+
+def pcie(width: int = 16, gen: int = 5, width_max: int = 16, gen_max: int = 5) -> dict:
+    return {"gen_current": gen, "gen_max": gen_max, "gen_gpu_max": gen_max, "width_current": width, "width_max": width_max}
+
+
+def test_a_healthy_gpu_raises_nothing():
+    assert found(node(Gpu(0, pcie=pcie(), ecc_enabled=True, remapped_rows_pending=False, remapped_rows_failed=False))) == set()
+
+
+def test_a_narrow_link_is_an_error_and_an_idle_low_generation_is_not():
+    assert found(node(Gpu(0, pcie=pcie(width=8)))) == {("pcie_downtrained", "gpu0", "error")}
+    assert found(node(Gpu(0, pcie=pcie(gen=1), utilization_percent=0))) == set()
+    assert found(node(Gpu(0, pcie=pcie(gen=1), utilization_percent=90))) == {("pcie_downtrained", "gpu0", "warning")}
+
+
+def test_memory_health():
+    assert found(node(Gpu(0, ecc_enabled=False))) == {("ecc_disabled", "gpu0", "warning")}
+    assert found(node(Gpu(0, ecc_enabled=False)), Config(ecc=True)) == {("ecc_disabled", "gpu0", "error")}
+    assert found(node(Gpu(0, ecc_enabled=None))) == set()  # NVML did not say: nothing to judge
+    assert found(node(Gpu(1, remapped_rows_pending=True, remapped_rows_failed=True))) == {
+        ("row_remap_pending", "gpu1", "warning"), ("row_remap_failed", "gpu1", "error")}
+
+
+def test_an_inactive_nvlink_and_too_few():
+    links = [{"link": i, "active": i != 5, "version": 4} for i in range(18)]
+    assert found(node(Gpu(0, pcie=pcie(), nvlinks=links)), Config(nvlinks_per_gpu=18)) == {
+        ("nvlink_inactive", "gpu0", "error"), ("nvlink_count_low", "gpu0", "error")}
+
+
+def test_a_probe_that_hung_is_an_error_and_one_that_garbled_a_warning():
+    probes = [ProbeOutcome("nvml", False, False, 15.0, "NVML did not answer within 15 s", timed_out=True),
+              ProbeOutcome("lstopo", False, False, 0.1, "lstopo XML is not well-formed"),
+              ProbeOutcome("nvidia_smi_topo", False, True, 0.0, "nvidia-smi not found on PATH")]
+    assert found(node(probes=probes)) == {("probe_failed", "probe:nvml", "error"), ("probe_failed", "probe:lstopo", "warning")}
+
+
+def test_too_few_gpus():
+    assert found(node(Gpu(0, pcie=pcie())), Config(gpu_count=8)) == {("gpu_count_low", "node", "error")}
