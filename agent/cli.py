@@ -184,33 +184,90 @@ def bench(
     raise typer.Exit(EXIT_FINDINGS if report.fails(config.fail_severity) else EXIT_OK)
 
 
+@app.command("nccl-log")
+def nccl_log(
+    log: Path = typer.Argument(..., help="An NCCL_DEBUG=INFO log (mpirun or srun prefixes, nccl-tests output mixed in)."),
+    source: Optional[Path] = typer.Option(None, "--from", help="Judge it against this snapshot's node instead of this machine."),
+    as_json: bool = typer.Option(False, "--json", help="Print the facts and findings as JSON."),
+    config_path: Optional[Path] = _CONFIG,
+) -> None:
+    """What NCCL really did, from its debug log: version, network, HCAs and interfaces, the transport inside
+    and between nodes, GPUDirect RDMA, NVLS, its warnings; findings judged against this node (or --from)."""
+    from dataclasses import asdict
+
+    from nodecheck.bench.nccl_debug import nccl_findings, parse_nccl_debug
+    from nodecheck.model import at_or_above
+
+    try:
+        run = parse_nccl_debug(_read_log(log))
+        report, config = _report(source, config_path)
+    except NodecheckError as error:
+        _fail(str(error) if str(log) in str(error) else f"{log}: {error}")
+    findings = nccl_findings(run, report)
+    where = f"snapshot {source}" if source else "this node"
+    if as_json:
+        typer.echo(json.dumps({"schema": "nodecheck.nccl_debug", "nccl": asdict(run), "judged_against": where,
+                               "findings": [asdict(f) for f in findings]}, indent=2))
+    else:
+        from nodecheck.render import nccl_run_lines
+
+        typer.echo("\n".join(nccl_run_lines(run, findings, where)))
+    raise typer.Exit(EXIT_FINDINGS if at_or_above(findings, config.fail_severity) else EXIT_OK)
+
+
+def _read_log(path: Path) -> str:
+    """A log's text, bounded (MAX_COMMAND_OUTPUT); bytes that are not UTF-8 replaced."""
+    from nodecheck.host import read_regular
+    from nodecheck.limits import MAX_COMMAND_OUTPUT
+
+    try:
+        data = read_regular(path, MAX_COMMAND_OUTPUT)
+    except OSError as error:
+        raise NodecheckError(f"{path}: cannot read it ({error.strerror or error})") from None
+    if len(data) > MAX_COMMAND_OUTPUT:
+        raise NodecheckError(f"{path}: larger than {MAX_COMMAND_OUTPUT >> 20} MiB: not read")
+    return data.decode("utf-8", errors="replace")
+
+
 def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config_path: Optional[Path]) -> None:
     """Every row of the log, then its largest out-of-place busbw judged against the slowest GPU pair of
     this node or of the snapshot: "is this log normal for this node?"."""
     from dataclasses import asdict
 
     from nodecheck.bench.nccl_binary import measurement_from_log
+    from nodecheck.bench.nccl_debug import nccl_findings, parse_nccl_debug
     from nodecheck.bench.nccl_tests import parse_nccl_log
-    from nodecheck.config import read_config_text
+    from nodecheck.errors import ParseError
     from nodecheck.rules import measurement_findings
 
     try:
-        log = parse_nccl_log(read_config_text(nccl_log, "nccl-tests log"))
+        text = _read_log(nccl_log)
+        log = parse_nccl_log(text)
         report, config = _report(source, config_path)
     except NodecheckError as error:
         _fail(str(error) if str(nccl_log) in str(error) else f"{nccl_log}: {error}")
+    try:  # run with NCCL_DEBUG=INFO, the same log also says what NCCL chose
+        run = parse_nccl_debug(text)
+    except ParseError:
+        run = None
     measurement = measurement_from_log(log, report, "nccl-log", f"nccl-tests log {nccl_log.name}")
     findings = measurement_findings([measurement], config) if measurement else []
+    findings += nccl_findings(run, report) if run else []
     where = f"snapshot {source}" if source else "this node"
     if as_json:
         typer.echo(json.dumps({"schema": "nodecheck.nccl_log", "nccl_log": asdict(log), "judged_against": where,
                                "measurement": asdict(measurement) if measurement else None,
+                               "nccl": asdict(run) if run else None,
                                "findings": [asdict(f) for f in findings]}, indent=2))
     else:
         from nodecheck.render import render_nccl_log, render_verdict
 
         render_nccl_log(log, str(nccl_log))
-        render_verdict(measurement, findings, where)
+        render_verdict(measurement, [f for f in findings if not f.kind.startswith("nccl_")], where)
+        if run:
+            from nodecheck.render import nccl_run_lines
+
+            typer.echo("\n".join(nccl_run_lines(run, [f for f in findings if f.kind.startswith("nccl_")], where)))
     from nodecheck.model import at_or_above
 
     raise typer.Exit(EXIT_FINDINGS if at_or_above(findings, config.fail_severity) else EXIT_OK)

@@ -68,6 +68,10 @@ FINDING_KINDS = {
     "bandwidth_below_spec": "{subject} bandwidth {measured} of spec, {expected} expected",
     "bandwidth_above_bound": "{subject} {measured} x the rails' bound: fabric misread",
     "bench_failed": "{head} failed",
+    "nccl_socket_fallback": "NCCL over sockets, RDMA NICs up",
+    "nccl_no_gdr": "NCCL without GPUDirect RDMA",
+    "nccl_p2p_disabled": "NCCL over {measured} inside the node",
+    "nccl_warning": "{head}",
     # raised by `nodecheck prolog` / `healthcheck` only
     "check_timed_out": "{subject} timed out after {expected}",
     "check_failed": "{head}",

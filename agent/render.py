@@ -283,3 +283,20 @@ def outcome_lines(mode: str, outcome, dry_run: bool) -> list[tuple[str, bool]]:
     if outcome.error:
         lines.append((f"nodecheck {mode}: {outcome.error}", True))
     return lines
+
+
+def nccl_run_lines(run, findings, where: str) -> list[str]:
+    """`nodecheck nccl-log` as text: what NCCL did, then what is wrong with it on `where`."""
+    def listed(values) -> str:
+        return ", ".join(values) if values else "-"
+
+    gdr = {True: "yes", False: "no", None: "-"}[run.gdr]
+    nvls = {True: "in use", False: "not in use", None: "-"}[run.nvls]
+    lines = [f"NCCL {run.nccl_version or '(version not in the log)'} on {len(run.nodes)} node(s): {listed(run.nodes[:8])}"
+             + (" ..." if len(run.nodes) > 8 else ""),
+             f"network: {run.network or '-'}  HCAs: {listed(run.ib_devices)}  socket interfaces: {listed(run.socket_ifaces)}",
+             f"between nodes: {listed(run.inter_node_transports)}  (GPUDirect RDMA: {gdr})",
+             f"inside a node: {listed(run.intra_node_transports)}  (NVLS: {nvls})",
+             f"NCCL WARN lines: {run.warning_count}"]
+    lines += [f"{f.severity}: {_clean(f.message)}" for f in findings] or [f"nothing wrong for {where}"]
+    return lines

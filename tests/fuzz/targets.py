@@ -131,6 +131,7 @@ def _scontrol_line() -> list[str]:
 
 def targets() -> list[Target]:
     from nodecheck import units
+    from nodecheck.bench.nccl_debug import parse_nccl_debug
     from nodecheck.bench.nccl_tests import parse_nccl_log
     from nodecheck.config import loads
     from nodecheck.errors import ConfigError, NodecheckError, ParseError
@@ -153,6 +154,7 @@ def targets() -> list[Target]:
         Target("proc_route", lambda: [(REPO / "tests/fixtures/cpu-vm-2core/fs/proc/net/route").read_text()],
                parse_proc_route, (ParseError,)),
         Target("nccl_tests", lambda: _texts("captures/public/nccl/*.txt"), parse_nccl_log, (ParseError,)),
+        Target("nccl_debug", lambda: _texts("captures/public/nccl-debug/*.txt"), parse_nccl_debug, (ParseError,)),
         Target("config", _config_seeds, lambda text: loads(text, "fuzz.toml"), (ConfigError,)),
         Target("web_config", _web_config_seeds, lambda text: parse_web_config(text, "fuzz.yml"), (ConfigError,)),
         Target("cpulist", _affinity_seeds, units.parse_cpulist, (ValueError,)),
