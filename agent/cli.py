@@ -217,16 +217,10 @@ def nccl_log(
 
 def _read_log(path: Path) -> str:
     """A log's text, bounded (MAX_COMMAND_OUTPUT); bytes that are not UTF-8 replaced."""
-    from nodecheck.host import read_regular
+    from nodecheck.host import read_user_file
     from nodecheck.limits import MAX_COMMAND_OUTPUT
 
-    try:
-        data = read_regular(path, MAX_COMMAND_OUTPUT)
-    except OSError as error:
-        raise NodecheckError(f"{path}: cannot read it ({error.strerror or error})") from None
-    if len(data) > MAX_COMMAND_OUTPUT:
-        raise NodecheckError(f"{path}: larger than {MAX_COMMAND_OUTPUT >> 20} MiB: not read")
-    return data.decode("utf-8", errors="replace")
+    return read_user_file(path, MAX_COMMAND_OUTPUT, "the log").decode("utf-8", errors="replace")
 
 
 def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config_path: Optional[Path]) -> None:

@@ -123,14 +123,13 @@ MAX_CONFIG_BYTES = 1024 * 1024
 def read_config_text(path: Path, what: str) -> str:
     """A config file's UTF-8 text: a regular file of at most MAX_CONFIG_BYTES. A FIFO, a device
     (/dev/zero), a directory or bytes that are not UTF-8 are a ConfigError naming the file."""
-    from nodecheck.host import read_regular
+    from nodecheck.errors import NodecheckError
+    from nodecheck.host import read_user_file
 
     try:
-        data = read_regular(path, MAX_CONFIG_BYTES)
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read {what} ({error.strerror or error})") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: {what} larger than {MAX_CONFIG_BYTES >> 20} MiB: not read")
+        data = read_user_file(path, MAX_CONFIG_BYTES, what)
+    except NodecheckError as error:
+        raise ConfigError(str(error)) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:

@@ -348,6 +348,18 @@ def read_regular(path: Path, limit: int) -> bytes:
         return file.read(limit + 1)
 
 
+def read_user_file(path: Path, limit: int, what: str) -> bytes:
+    """A file a person named (a config, a log): its bytes, or NodecheckError naming the file and why (absent,
+    not a regular file, larger than `limit`)."""
+    try:
+        data = read_regular(path, limit)
+    except OSError as error:
+        raise NodecheckError(f"{path}: cannot read {what} ({error.strerror or error})") from None
+    if len(data) > limit:
+        raise NodecheckError(f"{path}: {what} larger than {limit >> 20} MiB: not read")
+    return data
+
+
 def read_bounded(path: Path, limit: int) -> str | None:
     """A regular file's text (at most `limit` bytes, else ProbeFailed); None when it does not exist or
     cannot be read (sysfs refuses some reads: the speed of a down link is EINVAL)."""

@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from nodecheck.bench.nccl_tests import LAUNCHER_PREFIX
 from nodecheck.errors import ParseError
 from nodecheck.limits import MAX_COMMAND_OUTPUT
 
-_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: )")
 _NCCL_LINE = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?P<level>INFO|WARN) ?(?P<text>.*)$")
 _VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
 _NETWORK = re.compile(r"^Using network (.+?)\s*$")
@@ -57,7 +57,7 @@ def parse_nccl_debug(text: str) -> NcclRun:
     inter, intra, net_names, nodes, warnings = set(), set(), [], {}, {}
     nvls_channels: list[int] = []
     for raw in text.splitlines():
-        line = _PREFIX.sub("", raw.rstrip("\r"))
+        line = LAUNCHER_PREFIX.sub("", raw.rstrip("\r"))
         if run.nccl_version is None and (version := _VERSION.search(line)):
             run.nccl_version = version[1]
         if tests_host := _TESTS_HOST.match(line):

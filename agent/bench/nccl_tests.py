@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from nodecheck.errors import ParseError
 
-_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: )")
+LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: )")  # mpirun --tag-output, srun -l
 _ROW_START = re.compile(r"^\s*(\d+)\s+(\d+)\s+([A-Za-z_][A-Za-z0-9_]*)\b(.*)$")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
 _COLLECTIVE = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
@@ -60,7 +60,7 @@ def parse_nccl_log(text: str) -> NcclLog:
         return _parse_json(text)
     log = NcclLog("text", None, None, None, [], [], None)
     for number, raw in enumerate(text.splitlines(), start=1):
-        line = _PREFIX.sub("", raw.rstrip("\r"), count=1)
+        line = LAUNCHER_PREFIX.sub("", raw.rstrip("\r"), count=1)
         if line.lstrip().startswith("#"):
             _header_line(log, line.strip())
         elif start := _ROW_START.match(line):
