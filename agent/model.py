@@ -64,6 +64,8 @@ FINDING_KINDS = {
     "nic_slow": "{subject} {measured} < {expected}",
     "nic_speed_unknown": "{subject} speed unknown, {expected} expected",
     "nic_far_from_gpu": "{head}",
+    "gpudirect_rdma_unavailable": "no GPUDirect RDMA peer-memory module",
+    "iommu_translated": "{subject} IOMMU {measured}",
     "probe_failed": "{subject} {measured}",
     "bandwidth_below_spec": "{subject} bandwidth {measured} of spec, {expected} expected",
     "bandwidth_above_bound": "{subject} {measured} x the rails' bound: fabric misread",
@@ -261,6 +263,7 @@ class Report:
     advice: list[dict] = field(default_factory=list)
     measurements: list[Measurement] = field(default_factory=list)
     measured_at: float | None = None  # when the measurements were taken (`bench`, or the daemon's last bench run)
+    platform: dict | None = None  # GPUDirect RDMA's peer-memory module, IOMMU group types (probes/platform.py)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
@@ -286,7 +289,8 @@ class Report:
             gpus_absent_reason=data.get("gpus_absent_reason"), nics=nics, links=[_record(Link, r) for r in _list(data, "links")],
             paths=[_record(PathSpec, r) for r in _list(data, "paths")],
             findings=[_record(Finding, r) for r in _list(data, "findings")], advice=_list(data, "advice"),
-            measurements=[_record(Measurement, r) for r in _list(data, "measurements")], measured_at=data.get("measured_at"))
+            measurements=[_record(Measurement, r) for r in _list(data, "measurements")], measured_at=data.get("measured_at"),
+            platform=data.get("platform") if isinstance(data.get("platform"), dict) else None)
 
     def fails(self, fail_severity: str) -> bool:
         """A finding at or above `fail_severity` (the CLI's exit code 1)."""

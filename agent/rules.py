@@ -27,6 +27,7 @@ def evaluate(report: Report, config: Config | None) -> list[Finding]:
     findings += _links(report, config)
     findings += _nics(report, config)
     findings += _far_nics(report)
+    findings += _platform(report)
     return findings
 
 
@@ -189,6 +190,32 @@ def with_measurements(report: Report, measurements: list, measured_at: float, co
     """The Report with these measurements attached and judged: the one way `bench` and `serve` add them."""
     return dataclasses.replace(report, measurements=measurements, measured_at=measured_at,
                                findings=report.findings + measurement_findings(measurements, config or Config()))
+
+
+def _platform(report: Report) -> list[Finding]:
+    """GPUDirect RDMA without its peer-memory module, and IOMMU translation on a GPU's or an RDMA NIC's
+    group (NCCL's troubleshooting guide: both slow or break inter-node and peer-to-peer traffic)."""
+    from nodecheck.bench.identity import normal_pci
+    from nodecheck.probes.platform import TRANSLATED
+
+    facts = report.platform or {}
+    findings = []
+    rdma = [n for n in report.nics if n.rdma_device and any(p.state == "ACTIVE" for p in n.ib_ports)]
+    if report.gpus and rdma and facts.get("modules_known") and not facts.get("peer_memory"):
+        findings.append(Finding("gpudirect_rdma_unavailable", "warning", "node", "not loaded", "nvidia_peermem",
+                                "GPUDirect RDMA: neither nvidia_peermem nor nv_peer_mem is loaded, so NICs cannot reach GPU "
+                                "memory unless NCCL uses DMA-BUF (open kernel modules, kernel >= 5.12): `modprobe nvidia_peermem`"))
+    groups = {normal_pci(k): v for k, v in (facts.get("iommu") or {}).items()}
+    devices = [(f"gpu{g.index}", g.pci_bus_id) for g in report.gpus] + [(n.name, n.pci_address) for n in rdma]
+    for subject, pci in devices:
+        kind = groups.get(normal_pci(pci))
+        if kind in TRANSLATED:
+            cmdline = " ".join(facts.get("iommu_cmdline") or []) or "no iommu parameter"
+            findings.append(Finding("iommu_translated", "warning", subject, kind, "identity",
+                                    f"{subject}'s IOMMU group translates its DMA ({kind}; kernel command line: {cmdline}): "
+                                    "peer-to-peer and RDMA traffic pays for it; boot with iommu=pt (or the group in "
+                                    "identity mode)"))
+    return findings
 
 
 def measurement_findings(measurements, config: Config) -> list[Finding]:

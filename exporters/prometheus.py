@@ -91,6 +91,10 @@ def _links_and_nics(report: Report) -> Iterator[Metric]:
                  [([n.name], n.speed_mbps * 1e6 / 8 if n.speed_mbps else None) for n in report.nics])
     yield _gauge("nodecheck_path_spec_bytes_per_second", "Theoretical unidirectional rate of each path.", ["path", "kind"],
                  [([p.path, p.kind], p.bytes_per_second) for p in report.paths])
+    platform = report.platform or {}
+    loaded = None if not platform.get("modules_known") else int(bool(platform.get("peer_memory")))
+    yield _gauge("nodecheck_gpudirect_peer_memory_loaded", "GPUDirect RDMA's peer-memory module is loaded (absent: unknown).",
+                 [], [([], loaded)])
 
 
 def _measurements(report: Report) -> Iterator[Metric]:

@@ -1,0 +1,77 @@
+"""GPUDirect RDMA's peer-memory module and the IOMMU's treatment of GPUs and RDMA NICs: read through the
+host (this machine's real /sys and /proc; snapshots laid out as the kernel lays them out), recorded and
+replayed, judged."""
+
+import json
+
+from conftest import nodecheck
+from test_fabric import gpu_node_with_rdma, hgx_h100_with_ndr
+
+from nodecheck.host import LiveHost
+from nodecheck.probes.platform import collect, parse_cmdline
+
+
+def test_this_machine():
+    """The CI kind of VM: modules listed, no peer-memory module, an IOMMU groups folder with no group."""
+    facts = collect(LiveHost(), 5.0)
+    assert facts.modules_known and facts.peer_memory is None and facts.iommu == {}
+
+
+def test_a_snapshot_replays_the_live_facts(tmp_path):
+    assert nodecheck("snapshot", str(tmp_path / "snap")).returncode == 0
+    live = json.loads(nodecheck("inspect", "--json").stdout)["platform"]
+    replayed = json.loads(nodecheck("inspect", "--json", "--from", str(tmp_path / "snap")).stdout)["platform"]
+    assert replayed == live and live["modules_known"]
+
+
+def test_the_command_lines_iommu_parameters():
+    assert parse_cmdline("BOOT_IMAGE=/vmlinuz ro intel_iommu=on iommu=pt quiet amd_iommu=off") == [
+        "intel_iommu=on", "iommu=pt", "amd_iommu=off"]
+    assert parse_cmdline("") == []
+
+
+def with_platform(tmp_path, modules: list[str], groups: dict[str, tuple[str, list[str]]], cmdline: str = ""):
+    """An HGX H100 node with NDR rails whose /sys/module and /sys/kernel/iommu_groups are as given."""
+    report = hgx_h100_with_ndr(tmp_path)  # builds tmp_path/hgx
+    snap = tmp_path / "hgx"
+    for name in modules:
+        (snap / "fs/sys/module" / name).mkdir(parents=True)
+    for group, (kind, devices) in groups.items():
+        folder = snap / "fs/sys/kernel/iommu_groups" / group
+        (folder / "devices").mkdir(parents=True)
+        (folder / "type").write_text(kind + "\n")
+        for device in devices:
+            (folder / "devices" / device).mkdir()
+    (snap / "fs/proc").mkdir(parents=True, exist_ok=True)
+    (snap / "fs/proc/cmdline").write_text(cmdline + "\n")
+    from nodecheck.build import build_report
+    from nodecheck.snapshot import SnapshotHost
+
+    assert report.gpus
+    return build_report(SnapshotHost(snap))
+
+
+def kinds(report):
+    return sorted((f.kind, f.subject) for f in report.findings if f.kind in ("gpudirect_rdma_unavailable", "iommu_translated"))
+
+
+def test_gpudirect_rdma_needs_its_module(tmp_path):
+    assert kinds(with_platform(tmp_path / "a", ["nvidia", "mlx5_core"], {})) == [("gpudirect_rdma_unavailable", "node")]
+    assert kinds(with_platform(tmp_path / "b", ["nvidia", "mlx5_core", "nvidia_peermem"], {})) == []
+    assert kinds(with_platform(tmp_path / "c", ["nvidia", "nv_peer_mem"], {})) == []
+
+
+def test_a_translated_iommu_group_is_named(tmp_path):
+    """gpu0 (0000:18:00.0 on this board) in a DMA-FQ group, gpu1 in an identity one."""
+    report = with_platform(tmp_path, ["nvidia_peermem"], {"27": ("DMA-FQ", ["0000:18:00.0"]), "28": ("identity", ["0000:28:00.0"])},
+                           "intel_iommu=on")
+    assert kinds(report) == [("iommu_translated", "gpu0")]
+    (finding,) = [f for f in report.findings if f.kind == "iommu_translated"]
+    assert "DMA-FQ" in finding.message and "intel_iommu=on" in finding.message and "iommu=pt" in finding.message
+
+
+def test_without_rdma_nics_no_module_is_needed(tmp_path):
+    from conftest import hgx_nvml
+
+    report = gpu_node_with_rdma(tmp_path / "plain", "hgx-h100-8gpu-8nic-sglang30401.txt", hgx_nvml(), [])
+    assert kinds(report) == []
