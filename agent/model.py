@@ -66,6 +66,7 @@ FINDING_KINDS = {
     "nic_far_from_gpu": "{head}",
     "gpudirect_rdma_unavailable": "no GPUDirect RDMA peer-memory module",
     "iommu_translated": "{subject} IOMMU {measured}",
+    "pcie_hop_narrow": "{subject} PCIe {measured} < {expected}",
     "probe_failed": "{subject} {measured}",
     "bandwidth_below_spec": "{subject} bandwidth {measured} of spec, {expected} expected",
     "bandwidth_above_bound": "{subject} {measured} x the rails' bound: fabric misread",
@@ -264,6 +265,7 @@ class Report:
     measurements: list[Measurement] = field(default_factory=list)
     measured_at: float | None = None  # when the measurements were taken (`bench`, or the daemon's last bench run)
     platform: dict | None = None  # GPUDirect RDMA's peer-memory module, IOMMU group types (probes/platform.py)
+    pcie_paths: dict | None = None  # GPU and NIC PCI address -> its hops up to the root port (probes/pcie.py)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
@@ -290,7 +292,8 @@ class Report:
             paths=[_record(PathSpec, r) for r in _list(data, "paths")],
             findings=[_record(Finding, r) for r in _list(data, "findings")], advice=_list(data, "advice"),
             measurements=[_record(Measurement, r) for r in _list(data, "measurements")], measured_at=data.get("measured_at"),
-            platform=data.get("platform") if isinstance(data.get("platform"), dict) else None)
+            platform=data.get("platform") if isinstance(data.get("platform"), dict) else None,
+            pcie_paths=data.get("pcie_paths") if isinstance(data.get("pcie_paths"), dict) else None)
 
     def fails(self, fail_severity: str) -> bool:
         """A finding at or above `fail_severity` (the CLI's exit code 1)."""

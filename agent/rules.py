@@ -28,6 +28,7 @@ def evaluate(report: Report, config: Config | None) -> list[Finding]:
     findings += _nics(report, config)
     findings += _far_nics(report)
     findings += _platform(report)
+    findings += _pcie_hops(report)
     return findings
 
 
@@ -190,6 +191,27 @@ def with_measurements(report: Report, measurements: list, measured_at: float, co
     """The Report with these measurements attached and judged: the one way `bench` and `serve` add them."""
     return dataclasses.replace(report, measurements=measurements, measured_at=measured_at,
                                findings=report.findings + measurement_findings(measurements, config or Config()))
+
+
+def _pcie_hops(report: Report) -> list[Finding]:
+    """A link on a GPU's or NIC's PCIe path (a switch port, a riser, the root port) trained narrower than
+    both its ends allow, named once per link with every device behind it. A GPU's own link is NVML's to
+    judge (pcie_downtrained)."""
+    from nodecheck.bench.identity import normal_pci
+    from nodecheck.probes.pcie import Hop, narrow_hops
+
+    paths = {normal_pci(bdf): [Hop(**hop) for hop in hops] for bdf, hops in (report.pcie_paths or {}).items()}
+    devices = [(f"gpu{g.index}", normal_pci(g.pci_bus_id), True) for g in report.gpus]
+    devices += [(n.name, normal_pci(n.pci_address), False) for n in report.nics if n.pci_address]
+    narrow: dict[str, tuple] = {}
+    for subject, pci, is_gpu in devices:
+        for position, hop, capable in narrow_hops(paths.get(pci, [])):
+            if not (position == 0 and is_gpu):
+                narrow.setdefault(hop.bdf, (hop, capable, []))[2].append(subject)
+    return [Finding("pcie_hop_narrow", "error", f"pci:{bdf}", f"x{hop.width}", f"x{capable}",
+                    f"the PCIe link of {bdf} trained at x{hop.width} (x{capable} capable): {', '.join(behind)} behind it "
+                    f"get {hop.width / capable:.0%} of its bandwidth; reseat the card or riser, check the slot and the BIOS")
+            for bdf, (hop, capable, behind) in sorted(narrow.items())]
 
 
 def _platform(report: Report) -> list[Finding]:

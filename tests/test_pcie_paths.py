@@ -1,0 +1,86 @@
+"""The PCIe path of each GPU and NIC, hop by hop, from sysfs: this machine's real tree, the H100 node's
+values (../shared/captures/h100-pcie-vm/sysfs.txt), and switch trees laid out as the kernel lays them out."""
+
+import json
+
+from conftest import hgx_nvml, make_snapshot, nodecheck
+
+from nodecheck.build import build_report
+from nodecheck.host import LiveHost
+from nodecheck.probes.pcie import Hop, collect, narrow_hops
+from nodecheck.snapshot import SnapshotHost
+
+
+def test_this_machine():
+    """Every PCI NIC of this node has a path starting with itself (virtio NICs report no link widths)."""
+    report = json.loads(nodecheck("inspect", "--json").stdout)
+    paths = collect(LiveHost(), 5.0)
+    for nic in report["nics"]:
+        if nic["pci_address"]:
+            assert paths[nic["pci_address"]][0].bdf == nic["pci_address"]
+
+
+def tree(snap, devices: dict[str, tuple[str, str, int | None, int | None]]):
+    """devices: PCI address -> (class, its path under /sys/devices, current width, max width)."""
+    links = json.loads((snap / "fs-links.json").read_text()) if (snap / "fs-links.json").exists() else {}
+    dirs = json.loads((snap / "fs-dirs.json").read_text()) if (snap / "fs-dirs.json").exists() else {}
+    for bdf, (kind, real, width, width_max) in devices.items():
+        folder = snap / "fs/sys/bus/pci/devices" / bdf
+        folder.mkdir(parents=True)
+        (folder / "class").write_text(kind + "\n")
+        for name, value in (("current_link_width", width), ("max_link_width", width_max)):
+            if value is not None:
+                (folder / name).write_text(f"{value}\n")
+        (folder / "current_link_speed").write_text("32.0 GT/s PCIe\n")
+        links[f"/sys/bus/pci/devices/{bdf}"] = "../../../devices/" + real
+    dirs["/sys/bus/pci/devices"] = sorted(devices)
+    (snap / "fs-links.json").write_text(json.dumps(links))
+    (snap / "fs-dirs.json").write_text(json.dumps(dirs))
+    return build_report(SnapshotHost(snap))
+
+
+def test_the_h100_nodes_gpu_sits_under_the_root_complex_at_full_width(tmp_path):
+    """sysfs.txt of the H100 VM: 0000:00:06.0, class 0x030200, 32 GT/s x16 of x16, parent pci0000:00."""
+    report = tree(make_snapshot(tmp_path / "h100"), {"0000:00:06.0": ("0x030200", "pci0000:00/0000:00:06.0", 16, 16)})
+    assert report.pcie_paths["0000:00:06.0"] == [{"bdf": "0000:00:06.0", "width": 16, "width_max": 16,
+                                                  "speed": "32.0 GT/s PCIe", "speed_max": None}]
+    assert not [f for f in report.findings if f.kind == "pcie_hop_narrow"]
+
+
+SWITCH = "pci0000:00/0000:00:01.0/0000:16:00.0"  # root port, then the switch's upstream port
+
+
+def switch_node(tmp_path, uplink_width: int):
+    """gpu0 (0000:18:00.0) and gpu1 (0000:28:00.0) behind one switch: root port x16, the switch's upstream
+    port trained at `uplink_width` of x16, each downstream port and GPU at x16."""
+    snap = make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
+    return tree(snap, {
+        "0000:00:01.0": ("0x060400", "pci0000:00/0000:00:01.0", 16, 16),
+        "0000:16:00.0": ("0x060400", SWITCH, uplink_width, 16),
+        "0000:17:00.0": ("0x060400", f"{SWITCH}/0000:17:00.0", 16, 16),
+        "0000:17:01.0": ("0x060400", f"{SWITCH}/0000:17:01.0", 16, 16),
+        "0000:18:00.0": ("0x030200", f"{SWITCH}/0000:17:00.0/0000:18:00.0", 16, 16),
+        "0000:28:00.0": ("0x030200", f"{SWITCH}/0000:17:01.0/0000:28:00.0", 16, 16),
+    })
+
+
+def test_a_switch_uplink_at_x8_is_named_once_with_every_gpu_behind_it(tmp_path):
+    report = switch_node(tmp_path, uplink_width=8)
+    (finding,) = [f for f in report.findings if f.kind == "pcie_hop_narrow"]
+    assert (finding.subject, finding.measured, finding.expected, finding.severity) == ("pci:0000:16:00.0", "x8", "x16", "error")
+    assert "gpu0, gpu1 behind it get 50%" in finding.message
+    assert [h["bdf"] for h in report.pcie_paths["0000:18:00.0"]] == ["0000:18:00.0", "0000:17:00.0", "0000:16:00.0", "0000:00:01.0"]
+
+
+def test_a_healthy_switch_tree_raises_nothing(tmp_path):
+    assert not [f for f in switch_node(tmp_path, uplink_width=16).findings if f.kind == "pcie_hop_narrow"]
+
+
+def test_what_is_not_narrow():
+    """A x8 card in a x16 slot trains x8 as it should; a link that is down, or widths sysfs does not give,
+    are unknown, never narrow."""
+    assert narrow_hops([Hop("a", 8, 8, None, None), Hop("port", 16, 16, None, None)]) == []
+    assert narrow_hops([Hop("a", None, 16, None, None), Hop("port", 16, 16, None, None)]) == []
+    assert narrow_hops([Hop("a", 4, None, None, None)]) == []
+    (found,) = narrow_hops([Hop("nic", 4, 8, None, None), Hop("port", 16, 16, None, None)])
+    assert found[0] == 0 and found[2] == 8
