@@ -299,6 +299,10 @@ class Report:
         """A finding at or above `fail_severity` (the CLI's exit code 1)."""
         return bool(at_or_above(self.findings, fail_severity))
 
+    def rdma_nics_up(self) -> list[Nic]:
+        """The NICs of an RDMA device with an ACTIVE port (InfiniBand, RoCE, EFA)."""
+        return [n for n in self.nics if n.rdma_device and any(p.state == "ACTIVE" for p in n.ib_ports)]
+
     def path_spec(self, path: str) -> PathSpec | None:
         """The spec of one path ("gpu0:host", "gpu0:gpu1", "nic:eth0"), None when the Report has none."""
         return next((p for p in self.paths if p.path == path), None)

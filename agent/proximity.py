@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from nodecheck.config import ProximityPolicy  # noqa: F401 (where callers found it)
-from nodecheck.errors import NodecheckError, ParseError
+from nodecheck.errors import NoData, NodecheckError, ParseError
 from nodecheck.host import run_until
 from nodecheck.model import Finding
 
@@ -106,6 +106,9 @@ def collect_peers(host, names: list[str], local_names: set[str], policy: Proximi
     local_addresses = {entry["address"] for entries in host.addresses().values() for entry in entries}
     done = run_until({name: (lambda n=name: _examine(host, n, local_addresses, policy, deadline)) for name in peers},
                      deadline, PEER_WORKERS)
+    unreachable = next((value for value in done.values() if isinstance(value, NoData)), None)
+    if unreachable is not None:  # this host reaches no other node (a replayed snapshot): nothing to judge
+        raise unreachable
     examined = [done[name] if isinstance(done.get(name), Peer) else Peer(name, examined=False) for name in peers]
     return [peer for peer in examined if peer.address not in local_addresses]  # this node under another name
 
@@ -123,6 +126,8 @@ def _examine(host, name: str, local_addresses: set[str], policy: ProximityPolicy
         peer.interface, peer.gateway, networks = host.route(peer.address, policy.interface, left())
         peer.same_subnet, peer.subnet = in_subnet(peer.address, networks, peer.gateway)
         peer.rtt_ms = host.connect_rtt_ms(peer.address, policy.port, min(policy.connect_timeout_s, left()))
+    except NoData:
+        raise  # not this peer's doing: the host reaches no other node
     except NodecheckError as error:
         peer.error = str(error)
     return peer

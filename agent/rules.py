@@ -222,7 +222,7 @@ def _platform(report: Report) -> list[Finding]:
 
     facts = report.platform or {}
     findings = []
-    rdma = [n for n in report.nics if n.rdma_device and any(p.state == "ACTIVE" for p in n.ib_ports)]
+    rdma = report.rdma_nics_up()
     if report.gpus and rdma and facts.get("modules_known") and not facts.get("peer_memory"):
         findings.append(Finding("gpudirect_rdma_unavailable", "warning", "node", "not loaded", "nvidia_peermem",
                                 "GPUDirect RDMA: neither nvidia_peermem nor nv_peer_mem is loaded, so NICs cannot reach GPU "

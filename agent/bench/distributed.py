@@ -109,7 +109,7 @@ def fabric_nics(report: Report, environ: dict[str, str]) -> list:
     NCCL then falls back to sockets over the traffic NIC."""
     if environ.get("NCCL_IB_DISABLE", "").strip() == "1":
         return []
-    active = [n for n in report.nics if n.rdma_device and any(p.state == "ACTIVE" for p in n.ib_ports)]
+    active = report.rdma_nics_up()
     hca = environ.get("NCCL_IB_HCA")
     if hca and hca.strip():
         chosen = set(nccl_selection(hca, [n.rdma_device for n in active]))

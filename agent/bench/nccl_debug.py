@@ -127,7 +127,7 @@ def nccl_findings(run: NcclRun, report) -> list:
     findings = []
     over_sockets = any(t.startswith("NET/Socket") for t in run.inter_node_transports) or (
         run.network == "Socket" and bool(run.inter_node_transports))
-    rdma_up = [n.rdma_device for n in report.nics if n.rdma_device and any(p.state == "ACTIVE" for p in n.ib_ports)]
+    rdma_up = [n.rdma_device for n in report.rdma_nics_up()]
     if over_sockets and rdma_up:
         findings.append(Finding("nccl_socket_fallback", "warning", "nccl", "NET/Socket", ", ".join(rdma_up),
                                 f"NCCL sent inter-node traffic over TCP sockets while RDMA NICs are up ({', '.join(rdma_up)}): "
