@@ -6,12 +6,14 @@ import re
 import time
 
 from nodecheck import specs
+from nodecheck.bench.identity import normal_pci
 from nodecheck.errors import NodecheckError
 from nodecheck.model import Cpu, Gpu, Link, Nic, PathSpec, ProbeOutcome, Report, link_class, link_distance, nvlink_count
 from nodecheck.probes import PROBES, ProbeResult, run_probes
 from nodecheck.probes.lstopo import LstopoFacts
 from nodecheck.probes.nics import NicFacts
 from nodecheck.probes.nvml import NvmlFacts
+from nodecheck.probes.pcie import hops_from_report
 from nodecheck.probes.topo import GpuTopology
 
 
@@ -152,7 +154,23 @@ def _nearest_nics(gpu: int, links: list[Link]) -> list[str]:
     return [name for d, name in to_nics if d == best]
 
 
-def host_link_spec(gpu: Gpu) -> PathSpec:
+def host_link_spec(gpu: Gpu, hops: list | None = None) -> PathSpec:
+    """The GPU's own PCIe link (NVML), or a slower hop above it on its way to the root port (sysfs):
+    a GPU at gen5 x16 behind a gen4 switch moves no more than gen4 x16 to the host."""
+    own = _own_link_spec(gpu)
+    if own.bytes_per_second is None:
+        return own
+    for hop in (hops or [])[1:]:
+        gen, width = specs.pcie_generation(hop.speed_max), hop.width or hop.width_max
+        spec = specs.pcie(gen, width) if gen and width else None
+        if spec and spec.bytes_per_second < own.bytes_per_second:
+            own = PathSpec(own.path, "pcie", spec.bytes_per_second,
+                           f"{spec.basis} at {hop.bdf}, the slowest hop on the way to the CPU (the GPU's own link: "
+                           f"{own.basis})", spec.source)
+    return own
+
+
+def _own_link_spec(gpu: Gpu) -> PathSpec:
     path = f"gpu{gpu.index}:host"
     pcie = gpu.pcie or {}
     gen_max, width = pcie.get("gen_max"), pcie.get("width_current")
@@ -200,7 +218,8 @@ def nic_spec(nic: Nic, expected_mbps: int | None) -> PathSpec:
 
 
 def path_specs(report: Report, config=None) -> list[PathSpec]:
-    host_specs = {g.index: host_link_spec(g) for g in report.gpus}
+    hops = hops_from_report(report.pcie_paths)
+    host_specs = {g.index: host_link_spec(g, hops.get(normal_pci(g.pci_bus_id))) for g in report.gpus}
     by_index = {g.index: g for g in report.gpus}
     paths = list(host_specs.values())
     for link in report.links:

@@ -195,8 +195,9 @@ def nccl_log(
     and between nodes, GPUDirect RDMA, NVLS, its warnings; findings judged against this node (or --from)."""
     from dataclasses import asdict
 
-    from nodecheck.bench.nccl_debug import nccl_findings, parse_nccl_debug
+    from nodecheck.bench.nccl_debug import parse_nccl_debug
     from nodecheck.model import at_or_above
+    from nodecheck.nccl_run import nccl_findings
 
     try:
         run = parse_nccl_debug(_read_log(log))
@@ -229,9 +230,10 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
     from dataclasses import asdict
 
     from nodecheck.bench.nccl_binary import measurement_from_log
-    from nodecheck.bench.nccl_debug import nccl_findings, parse_nccl_debug
+    from nodecheck.bench.nccl_debug import parse_nccl_debug
     from nodecheck.bench.nccl_tests import parse_nccl_log
     from nodecheck.errors import ParseError
+    from nodecheck.nccl_run import nccl_findings
     from nodecheck.rules import measurement_findings
 
     try:

@@ -67,6 +67,7 @@ FINDING_KINDS = {
     "gpudirect_rdma_unavailable": "no GPUDirect RDMA peer-memory module",
     "iommu_translated": "{subject} IOMMU {measured}",
     "pcie_hop_narrow": "{subject} PCIe {measured} < {expected}",
+    "pcie_acs_redirect": "{subject} ACS redirects peer traffic",
     "probe_failed": "{subject} {measured}",
     "bandwidth_below_spec": "{subject} bandwidth {measured} of spec, {expected} expected",
     "bandwidth_above_bound": "{subject} {measured} x the rails' bound: fabric misread",
@@ -74,6 +75,7 @@ FINDING_KINDS = {
     "nccl_socket_fallback": "NCCL over sockets, RDMA NICs up",
     "nccl_no_gdr": "NCCL without GPUDirect RDMA",
     "nccl_p2p_disabled": "NCCL over {measured} inside the node",
+    "nccl_rail_mismatch": "{subject} NCCL on {measured}, nearest {expected}",
     "nccl_warning": "{head}",
     # raised by `nodecheck prolog` / `healthcheck` only
     "check_timed_out": "{subject} timed out after {expected}",
@@ -266,6 +268,7 @@ class Report:
     measured_at: float | None = None  # when the measurements were taken (`bench`, or the daemon's last bench run)
     platform: dict | None = None  # GPUDirect RDMA's peer-memory module, IOMMU group types (probes/platform.py)
     pcie_paths: dict | None = None  # GPU and NIC PCI address -> its hops up to the root port (probes/pcie.py)
+    pcie_acs: dict | None = None  # ACS P2P redirect per bridge, or why it is unknown (probes/acs.py)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
@@ -293,7 +296,8 @@ class Report:
             findings=[_record(Finding, r) for r in _list(data, "findings")], advice=_list(data, "advice"),
             measurements=[_record(Measurement, r) for r in _list(data, "measurements")], measured_at=data.get("measured_at"),
             platform=data.get("platform") if isinstance(data.get("platform"), dict) else None,
-            pcie_paths=data.get("pcie_paths") if isinstance(data.get("pcie_paths"), dict) else None)
+            pcie_paths=data.get("pcie_paths") if isinstance(data.get("pcie_paths"), dict) else None,
+            pcie_acs=data.get("pcie_acs") if isinstance(data.get("pcie_acs"), dict) else None)
 
     def fails(self, fail_severity: str) -> bool:
         """A finding at or above `fail_severity` (the CLI's exit code 1)."""

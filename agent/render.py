@@ -60,6 +60,8 @@ def render(report: Report, console: Console | None = None) -> None:
     _gpus(console, report)
     _matrix(console, report)
     _nics(console, report)
+    for line in platform_lines(report):
+        console.print(_clean(line), highlight=False, markup=False)
     _findings(console, report)
     _advice(console, report)
 
@@ -116,6 +118,35 @@ def _nics(console: Console, report: Report) -> None:
         table.add_row(_cell(name), _cell(n.kind), _unknown(n.state), speed, format_bits(spec.bytes_per_second if spec else None),
                       _unknown(n.mtu), _unknown(n.numa_node), _unknown(n.driver), _unknown(n.pci_address), _cell(addresses or "-"))
     console.print(table)
+
+
+def platform_lines(report: Report) -> list[str]:
+    """What peer-to-peer and GPUDirect traffic depend on: the peer-memory module, the IOMMU mode of the GPUs'
+    and NICs' groups, ACS on the PCIe bridges; each said as known, or why it is not."""
+    from nodecheck.bench.identity import normal_pci
+
+    lines = []
+    platform = report.platform if isinstance(report.platform, dict) else None
+    if platform is not None:
+        module = platform.get("peer_memory")
+        lines.append("GPUDirect RDMA peer memory: " + (f"{module} loaded" if module else
+                     "not loaded (nvidia_peermem, nv_peer_mem)" if platform.get("modules_known") else "unknown"))
+        groups = {normal_pci(k): v for k, v in (platform.get("iommu") or {}).items() if isinstance(k, str)}
+        devices = [(f"gpu{g.index}", g.pci_bus_id) for g in report.gpus] + [(n.name, n.pci_address) for n in report.nics
+                                                                           if n.pci_address]
+        modes: dict[str, list[str]] = {}
+        for name, pci in devices:
+            modes.setdefault(str(groups.get(normal_pci(pci), "no IOMMU group")), []).append(name)
+        if modes:
+            lines.append("IOMMU: " + "; ".join(f"{mode} ({', '.join(names)})" for mode, names in sorted(modes.items())))
+    acs = report.pcie_acs if isinstance(report.pcie_acs, dict) else None
+    if acs is not None:
+        redirect = acs.get("redirect") if isinstance(acs.get("redirect"), dict) else {}
+        on = sorted(str(bdf) for bdf, value in redirect.items() if value is True)
+        lines.append("ACS: " + (str(acs.get("why")) if not acs.get("known") else
+                                f"P2P redirect on {', '.join(on)}" if on else
+                                f"no P2P redirect ({len(redirect)} ACS-capable bridge(s) read)"))
+    return lines
 
 
 def _findings(console: Console, report: Report) -> None:
@@ -192,6 +223,13 @@ def render_measurements(report: Report, console: Console | None = None) -> None:
         table.add_row(_cell(m.path), _cell(m.test), payload, measured,
                       format_bits(m.spec_bytes_per_second), ratio, _cell(m.method if m.ok else m.error))
     console.print(table)
+    for m in report.measurements:
+        nccl = (m.details or {}).get("nccl") if isinstance(m.details, dict) else None
+        if isinstance(nccl, dict):
+            transports = ", ".join(str(t) for t in (nccl.get("inter_node_transports") or []) + (nccl.get("intra_node_transports") or []))
+            console.print(_clean(f"{m.path}: NCCL {nccl.get('nccl_version') or '?'}, network {nccl.get('network') or '-'}, "
+                                 f"transports {transports or '-'}, {nccl.get('warning_count') or 0} NCCL WARN"),
+                          highlight=False, markup=False)
     _findings(console, report)
 
 

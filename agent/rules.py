@@ -29,6 +29,7 @@ def evaluate(report: Report, config: Config | None) -> list[Finding]:
     findings += _far_nics(report)
     findings += _platform(report)
     findings += _pcie_hops(report)
+    findings += _acs_redirect(report)
     return findings
 
 
@@ -190,7 +191,22 @@ def algorithm_bound(m) -> float | None:
 def with_measurements(report: Report, measurements: list, measured_at: float, config: Config | None) -> Report:
     """The Report with these measurements attached and judged: the one way `bench` and `serve` add them."""
     return dataclasses.replace(report, measurements=measurements, measured_at=measured_at,
-                               findings=report.findings + measurement_findings(measurements, config or Config()))
+                               findings=report.findings + measurement_findings(measurements, config or Config())
+                               + _what_nccl_did(report, measurements))
+
+
+def _what_nccl_did(report: Report, measurements: list) -> list[Finding]:
+    """The findings of what NCCL logged during the measurements (details["nccl"]), each named once."""
+    from nodecheck.nccl_run import nccl_findings, nccl_run_from_details
+
+    findings, seen = [], set()
+    for m in measurements:
+        run = nccl_run_from_details((m.details or {}).get("nccl") if isinstance(m.details, dict) else None)
+        for finding in nccl_findings(run, report) if run else []:
+            if (finding.kind, finding.subject, finding.message) not in seen:
+                seen.add((finding.kind, finding.subject, finding.message))
+                findings.append(finding)
+    return findings
 
 
 def _pcie_hops(report: Report) -> list[Finding]:
@@ -198,9 +214,9 @@ def _pcie_hops(report: Report) -> list[Finding]:
     both its ends allow, named once per link with every device behind it. A GPU's own link is NVML's to
     judge (pcie_downtrained)."""
     from nodecheck.bench.identity import normal_pci
-    from nodecheck.probes.pcie import Hop, narrow_hops
+    from nodecheck.probes.pcie import hops_from_report, narrow_hops
 
-    paths = {normal_pci(bdf): [Hop(**hop) for hop in hops] for bdf, hops in (report.pcie_paths or {}).items()}
+    paths = hops_from_report(report.pcie_paths)
     devices = [(f"gpu{g.index}", normal_pci(g.pci_bus_id), True) for g in report.gpus]
     devices += [(n.name, normal_pci(n.pci_address), False) for n in report.nics if n.pci_address]
     narrow: dict[str, tuple] = {}
@@ -212,6 +228,44 @@ def _pcie_hops(report: Report) -> list[Finding]:
                     f"the PCIe link of {bdf} trained at x{hop.width} (x{capable} capable): {', '.join(behind)} behind it "
                     f"get {hop.width / capable:.0%} of its bandwidth; reseat the card or riser, check the slot and the BIOS")
             for bdf, (hop, capable, behind) in sorted(narrow.items())]
+
+
+def _acs_redirect(report: Report) -> list[Finding]:
+    """For every GPU pair and GPU-RDMA NIC pair under a common switch, the bridges between them (the ports
+    below the switch's upstream port where each one's traffic enters it): one with ACS P2P request or
+    completion redirect on sends their peer traffic up to the root complex. Named once per bridge."""
+    from nodecheck.bench.identity import normal_pci
+    from nodecheck.probes.pcie import hops_from_report
+
+    acs = report.pcie_acs or {}
+    redirect = {normal_pci(bdf): on is True for bdf, on in _mapping(acs.get("redirect")).items()}
+    if not acs.get("known") or not any(redirect.values()):
+        return []
+    chains = {bdf: [hop.bdf for hop in hops] for bdf, hops in hops_from_report(report.pcie_paths).items()}
+    gpus = [(f"gpu{g.index}", chains.get(normal_pci(g.pci_bus_id))) for g in report.gpus]
+    nics = [(n.name, chains.get(normal_pci(n.pci_address))) for n in report.rdma_nics_up() if n.pci_address]
+    pairs = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:] + nics]
+    redirecting: dict[str, list[str]] = {}
+    for (name_a, chain_a), (name_b, chain_b) in pairs:
+        if not chain_a or not chain_b:
+            continue
+        common = set(chain_a[1:]) & set(chain_b[1:])
+        if not common:
+            continue  # they meet only at the root complex: their traffic goes up there anyway
+        below = [bdf for chain in (chain_a, chain_b) for bdf in chain[1:next(i for i, b in enumerate(chain) if b in common)]]
+        for bdf in below:
+            if redirect.get(bdf):
+                redirecting.setdefault(bdf, []).append(f"{name_a}-{name_b}")
+    return [Finding("pcie_acs_redirect", "warning", f"pci:{bdf}", "ReqRedir+ or CmpltRedir+", "ReqRedir- CmpltRedir-",
+                    f"ACS on the PCIe switch port {bdf} redirects peer-to-peer requests to the root complex: "
+                    f"{', '.join(sorted(set(affected)))} go through the CPU instead of across the switch (lower P2P and "
+                    "GPUDirect RDMA bandwidth); disable ACS in the BIOS, boot with pci=disable_acs_redir=" + bdf +
+                    f" (or config_acs=), or `setpci -s {bdf} ECAP_ACS+6.w=0000` until the next boot")
+            for bdf, affected in sorted(redirecting.items())]
+
+
+def _mapping(value) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
 def _platform(report: Report) -> list[Finding]:

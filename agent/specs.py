@@ -41,6 +41,15 @@ def pcie(gen: int, width: int) -> Spec | None:
     return Spec(rate, f"PCIe {gen}.0 x{width} ({row['gt_per_s']:g} GT/s, {row['encoding']})", row["source"])
 
 
+def pcie_generation(speed: str | None) -> int | None:
+    """The generation of a link speed as sysfs writes it ("32.0 GT/s PCIe" -> 5); None when unknown."""
+    match = re.match(r"^\s*([0-9.]+)\s*GT/s", speed or "")
+    if not match:
+        return None
+    rate = float(match[1])
+    return next((int(gen) for gen, row in table()["pcie"].items() if row["gt_per_s"] == rate), None)
+
+
 def nvlink(version: int, links: int) -> Spec | None:
     row = table()["nvlink"].get(str(version))
     if row is None or links <= 0:

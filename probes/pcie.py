@@ -59,6 +59,25 @@ def _hop(host, bdf: str) -> Hop:
     return Hop(bdf, lanes("current_link_width"), lanes("max_link_width"), read("current_link_speed"), read("max_link_speed"))
 
 
+def hops_from_report(raw) -> dict[str, list[Hop]]:
+    """Report.pcie_paths back to Hops, dropping what is not a hop's shape (a Report read from a file is
+    untrusted): {normalized PCI address: hops}."""
+    from nodecheck.bench.identity import normal_pci
+
+    def value(hop: dict, key: str, kind: type):
+        got = hop.get(key)
+        return got if isinstance(got, kind) and not isinstance(got, bool) else None
+
+    paths = {}
+    for bdf, hops in (raw.items() if isinstance(raw, dict) else ()):
+        chain = [Hop(normal_pci(h["bdf"]), value(h, "width", int), value(h, "width_max", int), value(h, "speed", str),
+                     value(h, "speed_max", str))
+                 for h in (hops if isinstance(hops, list) else ()) if isinstance(h, dict) and isinstance(h.get("bdf"), str)]
+        if isinstance(bdf, str) and normal_pci(bdf) and chain:
+            paths[normal_pci(bdf)] = chain
+    return paths
+
+
 def narrow_hops(hops: list[Hop]) -> list[tuple[int, Hop, int]]:
     """(position, hop, lanes it could have) for every hop whose upstream link trained narrower than both
     ends allow: min(its own max, the max of the port above it). A x8 card in a x16 slot is not narrow."""

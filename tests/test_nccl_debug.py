@@ -8,9 +8,10 @@ import pytest
 from conftest import PUBLIC, answer_key, hgx_nvml, make_snapshot, need, nodecheck
 from test_fabric import hgx_h100_with_ndr
 
-from nodecheck.bench.nccl_debug import NcclRun, nccl_findings, parse_nccl_debug
+from nodecheck.bench.nccl_debug import parse_nccl_debug
 from nodecheck.build import build_report
 from nodecheck.errors import ParseError
+from nodecheck.nccl_run import NcclRun, nccl_findings
 from nodecheck.snapshot import SnapshotHost
 
 DEBUG = PUBLIC / "nccl-debug"
@@ -89,3 +90,32 @@ def test_the_nccl_log_command(tmp_path):
 def test_asdict_is_plain_json():
     run = parse_nccl_debug(need(DEBUG / "2node-g5-efa-aws-libfabric-gdr-disabled-nccl2234.txt").read_text())
     assert json.loads(json.dumps(asdict(run)))["network"] == "AWS Libfabric"
+
+
+def test_a_gpu_on_an_hca_that_is_not_its_rail(tmp_path):
+    """kolyoz1's published channels (gpu0 over NET/IBext_v8/0, gpu3 over /3) with NCCL's list of HCAs in its own
+    `NET/IB : Using` format (the excerpt cut it): listed in rail order nothing is wrong; listed in reverse,
+    gpu0's traffic leaves through mlx5_3 and gpu3's through mlx5_0, across the node. Only this node's lines count."""
+    import dataclasses
+
+    text = need(DEBUG / "2node-h100-ibext-v8-gdrdma-cumem-nccltests-ngc.txt").read_text()
+    report = hgx_h100_with_ndr(tmp_path)
+    here = dataclasses.replace(report, node=dict(report.node, hostname="kolyoz1.cluster"))
+
+    def rails(order):
+        using = " ".join(f"[{i}]mlx5_{n}:1/IB" for i, n in enumerate(order))
+        run = parse_nccl_debug(f"kolyoz1:1:1 [0] NCCL INFO NET/IBext_v8 : Using {using} ; OOB ib0:10.0.0.1<0>\n{text}")
+        return [(f.subject, f.measured, f.expected) for f in nccl_findings(run, here) if f.kind == "nccl_rail_mismatch"]
+
+    assert parse_nccl_debug(text).gpu_net_devices["kolyoz1"] == {"0": [0], "3": [3]}
+    assert rails(range(8)) == []
+    assert rails(reversed(range(8))) == [("gpu0", "mlx5_7", "mlx5_0"), ("gpu3", "mlx5_4", "mlx5_3")]
+    elsewhere = parse_nccl_debug(f"kolyoz1:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_7:1/IB\n{text}")
+    assert [f for f in nccl_findings(elsewhere, report) if f.kind == "nccl_rail_mismatch"] == []  # not this node
+
+
+def test_nccl_bus_ids():
+    from nodecheck.nccl_run import nccl_bus_id
+
+    assert (nccl_bus_id("0000:92:00.0"), nccl_bus_id("00000000:4A:00.0"), nccl_bus_id(None), nccl_bus_id("x")) == (
+        0x92000, 0x4A000, None, None)

@@ -20,11 +20,11 @@ def test_this_machine():
             assert paths[nic["pci_address"]][0].bdf == nic["pci_address"]
 
 
-def tree(snap, devices: dict[str, tuple[str, str, int | None, int | None]]):
-    """devices: PCI address -> (class, its path under /sys/devices, current width, max width)."""
+def tree(snap, devices: dict[str, tuple]):
+    """devices: PCI address -> (class, its path under /sys/devices, current width, max width[, max speed])."""
     links = json.loads((snap / "fs-links.json").read_text()) if (snap / "fs-links.json").exists() else {}
     dirs = json.loads((snap / "fs-dirs.json").read_text()) if (snap / "fs-dirs.json").exists() else {}
-    for bdf, (kind, real, width, width_max) in devices.items():
+    for bdf, (kind, real, width, width_max, *speed_max) in devices.items():
         folder = snap / "fs/sys/bus/pci/devices" / bdf
         folder.mkdir(parents=True)
         (folder / "class").write_text(kind + "\n")
@@ -32,6 +32,8 @@ def tree(snap, devices: dict[str, tuple[str, str, int | None, int | None]]):
             if value is not None:
                 (folder / name).write_text(f"{value}\n")
         (folder / "current_link_speed").write_text("32.0 GT/s PCIe\n")
+        if speed_max:
+            (folder / "max_link_speed").write_text(f"{speed_max[0]}\n")
         links[f"/sys/bus/pci/devices/{bdf}"] = "../../../devices/" + real
     dirs["/sys/bus/pci/devices"] = sorted(devices)
     (snap / "fs-links.json").write_text(json.dumps(links))
@@ -50,13 +52,13 @@ def test_the_h100_nodes_gpu_sits_under_the_root_complex_at_full_width(tmp_path):
 SWITCH = "pci0000:00/0000:00:01.0/0000:16:00.0"  # root port, then the switch's upstream port
 
 
-def switch_node(tmp_path, uplink_width: int):
+def switch_node(tmp_path, uplink_width: int, uplink_speed: str = "32.0 GT/s PCIe"):
     """gpu0 (0000:18:00.0) and gpu1 (0000:28:00.0) behind one switch: root port x16, the switch's upstream
     port trained at `uplink_width` of x16, each downstream port and GPU at x16."""
     snap = make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
     return tree(snap, {
         "0000:00:01.0": ("0x060400", "pci0000:00/0000:00:01.0", 16, 16),
-        "0000:16:00.0": ("0x060400", SWITCH, uplink_width, 16),
+        "0000:16:00.0": ("0x060400", SWITCH, uplink_width, 16, uplink_speed),
         "0000:17:00.0": ("0x060400", f"{SWITCH}/0000:17:00.0", 16, 16),
         "0000:17:01.0": ("0x060400", f"{SWITCH}/0000:17:01.0", 16, 16),
         "0000:18:00.0": ("0x030200", f"{SWITCH}/0000:17:00.0/0000:18:00.0", 16, 16),
@@ -84,3 +86,22 @@ def test_what_is_not_narrow():
     assert narrow_hops([Hop("a", 4, None, None, None)]) == []
     (found,) = narrow_hops([Hop("nic", 4, 8, None, None), Hop("port", 16, 16, None, None)])
     assert found[0] == 0 and found[2] == 8
+
+
+def test_the_host_link_spec_is_the_slowest_hop_on_the_way_to_the_cpu(tmp_path):
+    """NVML says gen5 x16 for each GPU; behind a gen4 switch uplink (or one trained at x8) the GPU moves no
+    more than that hop to the host, and h2d/d2h are judged against it."""
+    from nodecheck import specs
+
+    def host_spec(report, gpu=0):
+        return next(p for p in report.paths if p.path == f"gpu{gpu}:host")
+
+    healthy = host_spec(switch_node(tmp_path / "a", uplink_width=16))
+    assert healthy.bytes_per_second == specs.pcie(5, 16).bytes_per_second and "slowest hop" not in healthy.basis
+    gen4 = host_spec(switch_node(tmp_path / "b", uplink_width=16, uplink_speed="16.0 GT/s PCIe"))
+    assert gen4.bytes_per_second == specs.pcie(4, 16).bytes_per_second
+    assert gen4.basis.startswith("PCIe 4.0 x16 (16 GT/s, 128b/130b) at 0000:16:00.0, the slowest hop")
+    narrow = switch_node(tmp_path / "c", uplink_width=8)
+    assert host_spec(narrow, 1).bytes_per_second == specs.pcie(5, 8).bytes_per_second
+    gpu2 = host_spec(narrow, 2)  # not behind that switch: its own link
+    assert gpu2.bytes_per_second == specs.pcie(5, 16).bytes_per_second

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodecheck.bench.ifnames import gloo_selection, nccl_selection
+from nodecheck.bench.nccl_debug import attach, debug_env, read_debug_files
 from nodecheck.bench.results import run_worker
 from nodecheck.errors import NodecheckError
 from nodecheck.model import Measurement, Report
@@ -165,6 +166,8 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
         child_env.setdefault("GLOO_SOCKET_IFNAME", nic.name)
         child_env.setdefault("NCCL_SOCKET_IFNAME", nic.name)
     with tempfile.TemporaryDirectory(prefix="nodecheck-bench-") as tmp:
+        if backend == "nccl":  # what NCCL chose (network, HCAs, GPUDirect RDMA), in files read below
+            child_env = debug_env(child_env, tmp)
         out = Path(tmp) / "allreduce.json"
         mine = Path(tmp) / "node-results.json"
         mine.write_text(json.dumps(node_results or []))
@@ -177,8 +180,10 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
         try:
             result = run_worker(argv, out, timeout + 15, env=child_env)  # the worker's own timeout goes first
         except NodecheckError as error:
-            return _failed(path, backend, f"all-reduce over {env.world_size} ranks via {env.master_addr}:{env.master_port} failed: {error}")
-    measurement = measurement_from_worker(path, result)
+            return attach(_failed(path, backend, f"all-reduce over {env.world_size} ranks via {env.master_addr}:{env.master_port} "
+                                                 f"failed: {error}"), read_debug_files(tmp))
+        nccl = read_debug_files(tmp) if backend == "nccl" else None
+    measurement = attach(measurement_from_worker(path, result), nccl)
     measurement.details["path_kind"] = kind
     if fabric:
         measurement.details["fabric"] = fabric_basis

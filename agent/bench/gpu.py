@@ -10,6 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from nodecheck.bench.nccl_debug import attach, debug_env, read_debug_files
 from nodecheck.bench.results import run_worker
 from nodecheck.errors import NodecheckError
 from nodecheck.host import run_until
@@ -181,21 +182,22 @@ def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="nodecheck-nccl-") as tmp:
         def rank(r: int) -> dict:
-            env = in_node_env(environ, r, world, port)
+            env = debug_env(in_node_env(environ, r, world, port), tmp)
             argv = [sys.executable, "-m", "nodecheck.bench.worker", "--backend", "nccl", "--sizes", ",".join(map(str, plan["sizes"])),
                     "--warmup", str(plan["warmup"]), "--iters", str(plan["iters"]), "--timeout", str(timeout),
                     "--spec", str(spec or 0), "--node", report.node.get("hostname") or "?", "--out", f"{tmp}/rank{r}.json"]
             return run_worker(argv, Path(f"{tmp}/rank{r}.json"), timeout + 15, env=env, what=f"NCCL rank {r}")
 
         done = run_until({str(r): (lambda r=r: rank(r)) for r in range(world)}, time.monotonic() + timeout + 30, workers=world)
+        nccl = read_debug_files(tmp)
     errors = [f"rank {r}: {done[str(r)]}" for r in range(world) if isinstance(done.get(str(r)), BaseException)]
     result = done.get("0") if isinstance(done.get("0"), dict) else None
     if errors or result is None:
-        return Measurement.failed(path, "allreduce", NCCL_METHOD, "busbw",
-                                  f"NCCL all-reduce over {world} GPUs failed: " + ("; ".join(errors) or "no result"))
+        return attach(Measurement.failed(path, "allreduce", NCCL_METHOD, "busbw",
+                                         f"NCCL all-reduce over {world} GPUs failed: " + ("; ".join(errors) or "no result")), nccl)
     measurement = measurement_from_worker(path, result)
     measurement.method = NCCL_METHOD
     measurement.details["path_kind"] = pair.kind if pair else None
     if measurement.ratio and measurement.ratio > 1:
         measurement.details["note"] = NVLS_NOTE
-    return measurement
+    return attach(measurement, nccl)

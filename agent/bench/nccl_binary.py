@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 
 from nodecheck.bench.gpu import slowest_pair
+from nodecheck.bench.nccl_debug import attach, debug_env, debug_run
 from nodecheck.bench.nccl_tests import parse_nccl_log
 from nodecheck.errors import NodecheckError
 from nodecheck.host import run_command
@@ -46,11 +47,13 @@ def run_nccl_tests(report: Report, config, level: str, timeout: float, environ: 
     if gpus < 2:
         return _failed(path, method, f"all_reduce_perf inside the node needs at least two GPUs (found {gpus})")
     try:
-        text = run_command([binary, "-b", low, "-e", high, "-f", "2", "-g", str(gpus)], timeout, env=environ, what=BINARY)
+        text = run_command([binary, "-b", low, "-e", high, "-f", "2", "-g", str(gpus)], timeout, env=debug_env(environ),
+                           what=BINARY)
         log = parse_nccl_log(text)
     except NodecheckError as error:
         return _failed(path, method, str(error))
-    return measurement_from_log(log, report, path, method) or _failed(path, method, f"{BINARY} printed no out-of-place result")
+    measurement = measurement_from_log(log, report, path, method) or _failed(path, method, f"{BINARY} printed no out-of-place result")
+    return attach(measurement, debug_run(text))  # NCCL's debug lines come mixed into the table
 
 
 def measurement_from_log(log, report: Report, path: str, method: str) -> Measurement | None:

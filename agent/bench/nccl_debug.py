@@ -11,11 +11,14 @@ inside a node otherwise; `/GDRDMA` at its end means GPUDirect RDMA.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict
+from pathlib import Path
 
 from nodecheck.bench.nccl_tests import LAUNCHER_PREFIX
-from nodecheck.errors import ParseError
+from nodecheck.errors import ParseError, ProbeFailed
+from nodecheck.host import read_bounded
 from nodecheck.limits import MAX_COMMAND_OUTPUT
+from nodecheck.nccl_run import MAX_HOSTS, MAX_NET_DEVICES, NcclRun
 
 _NCCL_LINE = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?P<level>INFO|WARN) ?(?P<text>.*)$")
 _VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
@@ -24,29 +27,14 @@ _SOCKET = re.compile(r"^(?:Bootstrap|NET/Socket) : Using (.*)$")
 _SOCKET_IFACE = re.compile(r"(?:\[\d+\])?([A-Za-z0-9_.@-]+):[0-9a-fA-F.:%]+<\d+>")
 _IB = re.compile(r"^NET/(IB\S*) : Using (.*)$")
 _IB_DEVICE = re.compile(r"\[\d+\]([A-Za-z0-9_.-]+:\d+)")
-_CHANNEL = re.compile(r"^Channel \d+(?:/\d+)? : (?P<src>\d+)\[[0-9a-fA-F]+\] -> (?P<dst>\d+)\[[0-9a-fA-F]+\]"
-                      r"(?: \[(?:send|receive)\])? via (?P<via>.+?)\s*$")
+_CHANNEL = re.compile(r"^Channel \d+(?:/\d+)? : (?P<src>\d+)\[(?P<src_gpu>[0-9a-fA-F]+)\] -> (?P<dst>\d+)\[(?P<dst_gpu>[0-9a-fA-F]+)\]"
+                      r"(?: \[(?P<side>send|receive)\])? via (?P<via>.+?)\s*$")
 _NVLS_CHANNELS = re.compile(r"\b(\d+) nvls channels\b")
 _NVLS_UNAVAILABLE = re.compile(r"NVLS (?:multicast support is not available|disabled)", re.I)
 _NVLS_IN_USE = re.compile(r"\bNVLS (?:comm|multicast support is available)", re.I)
+_IB_INDEXED = re.compile(r"\[(\d+)\]([A-Za-z0-9_.-]+:\d+)")
 _TESTS_HOST = re.compile(r"^#\s+Rank\s+\d+\b.*?\bon\s+(\S+)\s+device\b")
 MAX_WARNINGS = 50  # quoted warnings kept; the count is always whole
-
-
-@dataclass
-class NcclRun:
-    nccl_version: str | None = None
-    network: str | None = None  # "Using network X", else the NET/<name> NCCL set up or its channels name
-    ib_devices: list[str] = field(default_factory=list)  # HCA:port from "NET/IB : Using"
-    socket_ifaces: list[str] = field(default_factory=list)  # Bootstrap and NET/Socket interfaces
-    inter_node_transports: list[str] = field(default_factory=list)  # sorted, distinct
-    intra_node_transports: list[str] = field(default_factory=list)
-    gdr: bool | None = None  # any NET channel with /GDRDMA; False: NET channels without it; None: no NET channel
-    nvls: bool | None = None  # NVLS in use; False: reported unavailable or 0 channels; None: not said
-    warning_count: int = 0
-    warnings: list[str] = field(default_factory=list)  # the NCCL WARN lines' text, distinct, in order
-    nodes: list[str] = field(default_factory=list)  # host names, in order of appearance
-    nccl_lines: int = 0  # lines that were NCCL's own (0: this is not an NCCL debug log)
 
 
 def parse_nccl_debug(text: str) -> NcclRun:
@@ -74,7 +62,7 @@ def parse_nccl_debug(text: str) -> NcclRun:
             if len(warnings) < MAX_WARNINGS:
                 warnings.setdefault(body, None)
             continue
-        _read_info(body, run, inter, intra, net_names, nvls_channels)
+        _read_info(body, match["host"], run, inter, intra, net_names, nvls_channels)
     if run.nccl_lines == 0:
         raise ParseError("no NCCL debug line (host:pid:tid [dev] NCCL INFO ...): run with NCCL_DEBUG=INFO")
     run.inter_node_transports, run.intra_node_transports = sorted(inter), sorted(intra)
@@ -87,7 +75,7 @@ def parse_nccl_debug(text: str) -> NcclRun:
     return run
 
 
-def _read_info(body: str, run: NcclRun, inter: set, intra: set, net_names: list, nvls_channels: list) -> None:
+def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_names: list, nvls_channels: list) -> None:
     if network := _NETWORK.match(body):
         run.network = run.network or network[1]
     elif socket := _SOCKET.match(body):
@@ -98,12 +86,15 @@ def _read_info(body: str, run: NcclRun, inter: set, intra: set, net_names: list,
             net_names.append("Socket")
     elif ib := _IB.match(body):
         run.ib_devices += [d for d in _IB_DEVICE.findall(ib[2]) if d not in run.ib_devices]
+        if host not in run.net_device_names and len(run.net_device_names) < MAX_HOSTS:
+            run.net_device_names[host] = dict(_IB_INDEXED.findall(ib[2])[:MAX_NET_DEVICES])
         if ib[1] not in net_names:
             net_names.append(ib[1])
     elif channel := _CHANNEL.match(body):
         via = channel["via"]
         if via.startswith("NET/"):
             inter.add(via)
+            _note_rail(run, host, channel)
             name = via.split("/")[1]
             if name not in net_names:
                 net_names.append(name)
@@ -117,36 +108,64 @@ def _read_info(body: str, run: NcclRun, inter: set, intra: set, net_names: list,
         run.nvls = True
 
 
-MAX_QUOTED = 10  # NCCL warnings turned into findings, each quoted; the rest counted in the last
+def _note_rail(run: NcclRun, host: str, channel: re.Match) -> None:
+    """Which network device the local GPU of a NET channel uses: the sender's for [send], the receiver's for
+    [receive] (a line without the tag, older NCCL, is the sender's). `NET/IB/3(1)`: PXN, through a peer."""
+    parts = channel["via"].split("/")
+    if len(parts) < 3 or not parts[2].isdigit():
+        return
+    gpu = channel["dst_gpu"] if channel["side"] == "receive" else channel["src_gpu"]
+    gpus = run.gpu_net_devices.setdefault(host, {}) if len(run.gpu_net_devices) < MAX_HOSTS else {}
+    devices = gpus.setdefault(gpu.lower(), []) if len(gpus) < MAX_NET_DEVICES else []
+    if int(parts[2]) not in devices and len(devices) < MAX_NET_DEVICES:
+        devices.append(int(parts[2]))
+        devices.sort()
 
 
-def nccl_findings(run: NcclRun, report) -> list:
-    """What the log says went wrong on a node like `report` (this node, or a snapshot's)."""
-    from nodecheck.model import Finding, link_family
+# What bench asks of NCCL: INFO level for the INIT and NET subsystems only (the version, the network and its
+# HCAs, every channel's transport, warnings), a few hundred lines per rank instead of thousands.
+DEBUG_SUBSYS = "INIT,NET"
 
-    findings = []
-    over_sockets = any(t.startswith("NET/Socket") for t in run.inter_node_transports) or (
-        run.network == "Socket" and bool(run.inter_node_transports))
-    rdma_up = [n.rdma_device for n in report.rdma_nics_up()]
-    if over_sockets and rdma_up:
-        findings.append(Finding("nccl_socket_fallback", "warning", "nccl", "NET/Socket", ", ".join(rdma_up),
-                                f"NCCL sent inter-node traffic over TCP sockets while RDMA NICs are up ({', '.join(rdma_up)}): "
-                                "check NCCL_IB_DISABLE, NCCL_IB_HCA, the net plugin, and `NCCL INFO NET/IB` in the log"))
-    if run.gdr is False and not over_sockets:
-        findings.append(Finding("nccl_no_gdr", "warning", "nccl", ", ".join(run.inter_node_transports), "/GDRDMA",
-                                "NCCL's network channels run without GPUDirect RDMA: inter-node data is staged through "
-                                "host memory; load nvidia_peermem (or use DMA-BUF), check NCCL_NET_GDR_LEVEL and the "
-                                "GPU-NIC distance"))
-    near = [l for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)
-            and link_family(l.type) in ("NV", "PIX", "PXB")]
-    shm = [t for t in run.intra_node_transports if t.startswith("SHM")]
-    if shm and near:
-        findings.append(Finding("nccl_p2p_disabled", "warning", "nccl", ", ".join(shm), "P2P or NVLS",
-                                f"GPUs of one node talked over {', '.join(shm)} (host memory) although they are linked by "
-                                f"{near[0].type}: P2P is off (NCCL_P2P_DISABLE, ACS redirect, the IOMMU, or a container "
-                                "without IPC)"))
-    for text in run.warnings[:MAX_QUOTED]:
-        findings.append(Finding("nccl_warning", "warning", "nccl", "NCCL WARN", "none", f"NCCL WARN {text}"[:500]))
-    if run.warning_count > MAX_QUOTED:
-        findings[-1].message += f" (+{run.warning_count - MAX_QUOTED} more NCCL WARN lines)"
-    return findings
+
+def debug_env(environ: dict[str, str], directory: str | None = None) -> dict[str, str]:
+    """environ with NCCL's debug output turned on (a job's own NCCL_DEBUG=TRACE stays), written to files in
+    `directory` (one per process: %h host, %p pid), or mixed into stdout when None (nccl-tests)."""
+    env = dict(environ)
+    if env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
+        env["NCCL_DEBUG"] = "INFO"
+        env["NCCL_DEBUG_SUBSYS"] = DEBUG_SUBSYS
+    if directory is not None:
+        env["NCCL_DEBUG_FILE"] = f"{directory}/nccl-debug.%h.%p.log"
+    else:
+        env.pop("NCCL_DEBUG_FILE", None)
+    return env
+
+
+def read_debug_files(directory: str | Path) -> NcclRun | None:
+    """What the ranks' debug files in `directory` say, read up to MAX_COMMAND_OUTPUT in all; None when NCCL
+    wrote nothing readable (it may not have started)."""
+    texts, left = [], MAX_COMMAND_OUTPUT
+    for path in sorted(Path(directory).glob("nccl-debug.*.log"))[:256]:
+        try:
+            text = read_bounded(path, left) if left > 0 else None
+        except ProbeFailed:  # past what is left to read: the files read so far say enough
+            text = None
+        if text:
+            texts.append(text)
+            left -= len(text)
+    return debug_run("\n".join(texts))
+
+
+def debug_run(text: str) -> NcclRun | None:
+    """The NcclRun of text that may hold NCCL debug lines; None when it holds none."""
+    try:
+        return parse_nccl_debug(text[:MAX_COMMAND_OUTPUT])
+    except ParseError:
+        return None
+
+
+def attach(measurement, run: NcclRun | None):
+    """The measurement with what NCCL did during it in details["nccl"] (rules judge it: nccl_run)."""
+    if run is not None:
+        measurement.details["nccl"] = asdict(run)
+    return measurement

@@ -1,0 +1,133 @@
+"""What NCCL really did (NcclRun: read from a debug log by bench.nccl_debug, or from its JSON form in a
+measurement's details) and what is wrong with that on a node like the Report's. Pure: no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from nodecheck.model import Finding, link_family
+
+MAX_HOSTS, MAX_NET_DEVICES = 1024, 64
+
+
+@dataclass
+class NcclRun:
+    nccl_version: str | None = None
+    network: str | None = None  # "Using network X", else the NET/<name> NCCL set up or its channels name
+    ib_devices: list[str] = field(default_factory=list)  # HCA:port from "NET/IB : Using"
+    socket_ifaces: list[str] = field(default_factory=list)  # Bootstrap and NET/Socket interfaces
+    inter_node_transports: list[str] = field(default_factory=list)  # sorted, distinct
+    intra_node_transports: list[str] = field(default_factory=list)
+    gdr: bool | None = None  # any NET channel with /GDRDMA; False: NET channels without it; None: no NET channel
+    nvls: bool | None = None  # NVLS in use; False: reported unavailable or 0 channels; None: not said
+    warning_count: int = 0
+    warnings: list[str] = field(default_factory=list)  # the NCCL WARN lines' text, distinct, in order
+    nodes: list[str] = field(default_factory=list)  # host names, in order of appearance
+    # per host, per local GPU (as NCCL prints it in a channel line: a bus id such as "92000", or a CUDA device
+    # number), the network devices its channels use (the N of NET/IB/N; PXN channels through a peer excluded)
+    gpu_net_devices: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    net_device_names: dict[str, dict[str, str]] = field(default_factory=dict)  # per host: "N" -> HCA:port (NET/IB : Using)
+    nccl_lines: int = 0  # lines that were NCCL's own (0: this is not an NCCL debug log)
+
+
+MAX_QUOTED = 10  # NCCL warnings turned into findings, each quoted; the rest counted in the last
+
+
+def nccl_findings(run: NcclRun, report) -> list:
+    """What the log says went wrong on a node like `report` (this node, or a snapshot's)."""
+    findings = []
+    over_sockets = any(t.startswith("NET/Socket") for t in run.inter_node_transports) or (
+        run.network == "Socket" and bool(run.inter_node_transports))
+    rdma_up = [n.rdma_device for n in report.rdma_nics_up()]
+    if over_sockets and rdma_up:
+        findings.append(Finding("nccl_socket_fallback", "warning", "nccl", "NET/Socket", ", ".join(rdma_up),
+                                f"NCCL sent inter-node traffic over TCP sockets while RDMA NICs are up ({', '.join(rdma_up)}): "
+                                "check NCCL_IB_DISABLE, NCCL_IB_HCA, the net plugin, and `NCCL INFO NET/IB` in the log"))
+    if run.gdr is False and not over_sockets:
+        findings.append(Finding("nccl_no_gdr", "warning", "nccl", ", ".join(run.inter_node_transports), "/GDRDMA",
+                                "NCCL's network channels run without GPUDirect RDMA: inter-node data is staged through "
+                                "host memory; load nvidia_peermem (or use DMA-BUF), check NCCL_NET_GDR_LEVEL and the "
+                                "GPU-NIC distance"))
+    near = [l for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)
+            and link_family(l.type) in ("NV", "PIX", "PXB")]
+    shm = [t for t in run.intra_node_transports if t.startswith("SHM")]
+    if shm and near:
+        findings.append(Finding("nccl_p2p_disabled", "warning", "nccl", ", ".join(shm), "P2P or NVLS",
+                                f"GPUs of one node talked over {', '.join(shm)} (host memory) although they are linked by "
+                                f"{near[0].type}: P2P is off (NCCL_P2P_DISABLE, ACS redirect, the IOMMU, or a container "
+                                "without IPC)"))
+    findings += _rail_mismatches(run, report)
+    for text in run.warnings[:MAX_QUOTED]:
+        findings.append(Finding("nccl_warning", "warning", "nccl", "NCCL WARN", "none", f"NCCL WARN {text}"[:500]))
+    if run.warning_count > MAX_QUOTED:
+        findings[-1].message += f" (+{run.warning_count - MAX_QUOTED} more NCCL WARN lines)"
+    return findings
+
+
+def nccl_bus_id(pci: str | None) -> int | None:
+    """NCCL's number for a PCI address: '0000:92:00.0' -> 0x92000 (printed "92000" in channel lines)."""
+    digits = (pci or "").replace(":", "").replace(".", "")
+    return int(digits, 16) if digits and all(c in "0123456789abcdefABCDEF" for c in digits) else None
+
+
+def _local_gpu(label: str, gpus: list):
+    """The GPU a channel line's bracket names: a bus id when one of this node's GPUs has it, else a CUDA
+    device number (NCCL 2.19 and later print that)."""
+    bus = nccl_bus_id(label)
+    by_bus = [g for g in gpus if nccl_bus_id(g.pci_bus_id) == bus]
+    if by_bus:
+        return by_bus[0]
+    return gpus[int(label)] if label.isdigit() and int(label) < len(gpus) else None
+
+
+def _rail_mismatches(run: NcclRun, report) -> list:
+    """A GPU of this node whose network channels use only HCAs that are not its nearest NICs by the
+    topology (nvidia-smi topo -m): its inter-node traffic crosses PCIe switches or sockets. Judged only
+    for the log's lines from this node (by host name) and when NCCL named its HCAs."""
+    hostname = (report.node.get("hostname") or "").split(".")[0]
+    host = next((h for h in run.gpu_net_devices if h.split(".")[0] == hostname), None) if hostname else None
+    names = run.net_device_names.get(host or "", {})
+    findings = []
+    for label, devices in (run.gpu_net_devices.get(host, {}) if host else {}).items():
+        gpu = _local_gpu(label, report.gpus)
+        used = sorted({names[str(d)].split(":")[0] for d in devices if str(d) in names})
+        if gpu is None or not gpu.nearest_nics or not used or set(used) & set(gpu.nearest_nics):
+            continue
+        findings.append(Finding("nccl_rail_mismatch", "warning", f"gpu{gpu.index}", ", ".join(used), ", ".join(gpu.nearest_nics),
+                                f"NCCL sent gpu{gpu.index}'s inter-node traffic over {', '.join(used)}, not its nearest NIC "
+                                f"({', '.join(gpu.nearest_nics)}) by the topology: the data crosses PCIe switches or the "
+                                "socket interconnect; check NCCL_IB_HCA, the NIC's state, and NCCL_CROSS_NIC"))
+    return sorted(findings, key=lambda f: int(f.subject[3:]))
+
+
+def _strings(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _per_host(inner):
+    return lambda value: isinstance(value, dict) and all(
+        isinstance(host, str) and isinstance(gpus, dict) and all(isinstance(k, str) and inner(v) for k, v in gpus.items())
+        for host, gpus in value.items())
+
+
+_SHAPES = {
+    "nccl_version": lambda v: isinstance(v, str), "network": lambda v: isinstance(v, str),
+    "ib_devices": _strings, "socket_ifaces": _strings, "inter_node_transports": _strings,
+    "intra_node_transports": _strings, "warnings": _strings, "nodes": _strings,
+    "gdr": lambda v: isinstance(v, bool), "nvls": lambda v: isinstance(v, bool),
+    "warning_count": lambda v: type(v) is int and v >= 0, "nccl_lines": lambda v: type(v) is int and v >= 0,
+    "gpu_net_devices": _per_host(lambda v: isinstance(v, list) and all(type(i) is int for i in v)),
+    "net_device_names": _per_host(lambda v: isinstance(v, str)),
+}
+
+
+def nccl_run_from_details(data) -> NcclRun | None:
+    """An NcclRun from its JSON form (a measurement's details["nccl"]); a Report read from a file is
+    untrusted: a field of the wrong shape takes its default. None when it is not an object."""
+    if not isinstance(data, dict):
+        return None
+    run = NcclRun()
+    for f in fields(NcclRun):
+        if f.name in data and _SHAPES[f.name](data[f.name]):
+            setattr(run, f.name, data[f.name])
+    return run
