@@ -129,8 +129,11 @@ def platform_lines(report: Report) -> list[str]:
     platform = report.platform if isinstance(report.platform, dict) else None
     if platform is not None:
         module = platform.get("peer_memory")
-        lines.append("GPUDirect RDMA peer memory: " + (f"{module} loaded" if module else
-                     "not loaded (nvidia_peermem, nv_peer_mem)" if platform.get("modules_known") else "unknown"))
+        dma_buf = {True: "DMA-BUF possible (open kernel modules, Linux >= 5.12)", False: "no DMA-BUF",
+                   None: "DMA-BUF unknown"}.get(platform.get("dma_buf"), "DMA-BUF unknown")
+        lines.append("GPUDirect RDMA: " + (f"{module} loaded" if module else
+                     f"no peer-memory module (nvidia_peermem, nv_peer_mem); {dma_buf}" if platform.get("modules_known")
+                     else "unknown"))
         groups = {normal_pci(k): v for k, v in (platform.get("iommu") or {}).items() if isinstance(k, str)}
         devices = [(f"gpu{g.index}", g.pci_bus_id) for g in report.gpus] + [(n.name, n.pci_address) for n in report.nics
                                                                            if n.pci_address]

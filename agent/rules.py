@@ -277,10 +277,14 @@ def _platform(report: Report) -> list[Finding]:
     facts = report.platform or {}
     findings = []
     rdma = report.rdma_nics_up()
-    if report.gpus and rdma and facts.get("modules_known") and not facts.get("peer_memory"):
+    if report.gpus and rdma and facts.get("modules_known") and not facts.get("peer_memory") and facts.get("dma_buf") is not True:
+        why = "and the driver's proprietary kernel modules" if facts.get("open_kernel_modules") is False else \
+            f"and kernel {facts.get('kernel')} is older than 5.12" if facts.get("dma_buf") is False else \
+            "and DMA-BUF support is unknown"
         findings.append(Finding("gpudirect_rdma_unavailable", "warning", "node", "not loaded", "nvidia_peermem",
-                                "GPUDirect RDMA: neither nvidia_peermem nor nv_peer_mem is loaded, so NICs cannot reach GPU "
-                                "memory unless NCCL uses DMA-BUF (open kernel modules, kernel >= 5.12): `modprobe nvidia_peermem`"))
+                                f"GPUDirect RDMA: neither nvidia_peermem nor nv_peer_mem is loaded, {why} cannot give NICs "
+                                "DMA-BUF access to GPU memory: inter-node data bounces through host memory; "
+                                "`modprobe nvidia_peermem`, or the open kernel modules on Linux >= 5.12"))
     groups = {normal_pci(k): v for k, v in (facts.get("iommu") or {}).items()}
     devices = [(f"gpu{g.index}", g.pci_bus_id) for g in report.gpus] + [(n.name, n.pci_address) for n in rdma]
     for subject, pci in devices:

@@ -6,6 +6,7 @@ snapshot records them."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 
 from nodecheck.errors import NoData
@@ -23,6 +24,15 @@ class PlatformFacts:
     modules_known: bool  # /sys/module could be listed (a snapshot without it says nothing)
     iommu: dict[str, str] = field(default_factory=dict)  # PCI address -> its IOMMU group's type
     iommu_cmdline: list[str] = field(default_factory=list)  # iommu=pt, intel_iommu=on ...
+    # GPUDirect RDMA without a peer-memory module: DMA-BUF, which needs NVIDIA's open kernel modules and
+    # Linux >= 5.12 (NCCL >= 2.13 uses it by itself). None when the driver's version file is unreadable.
+    open_kernel_modules: bool | None = None
+    kernel: str | None = None
+    dma_buf: bool | None = None
+
+    @property
+    def gpudirect(self) -> str | None:
+        return self.peer_memory or ("dma-buf" if self.dma_buf else None)
 
 
 def collect(host, timeout: float) -> PlatformFacts:
@@ -36,7 +46,19 @@ def collect(host, timeout: float) -> PlatformFacts:
         kind = (host.read_text(f"/sys/kernel/iommu_groups/{group}/type") or "").strip()
         for device in host.list_dir(f"/sys/kernel/iommu_groups/{group}/devices"):
             iommu[device] = kind or "unknown"
-    return PlatformFacts(peer_memory, bool(modules), iommu, parse_cmdline(cmdline or ""))
+    driver = host.read_text("/proc/driver/nvidia/version")
+    open_modules = None if driver is None else "Open Kernel Module" in driver
+    kernel = str(host.identity().get("kernel") or "")[:64] or None
+    return PlatformFacts(peer_memory, bool(modules), iommu, parse_cmdline(cmdline or ""), open_modules, kernel,
+                         dma_buf_capable(open_modules, kernel))
+
+
+def dma_buf_capable(open_modules: bool | None, kernel: str | None) -> bool | None:
+    """GPUDirect RDMA through DMA-BUF: open kernel modules on Linux 5.12 or later; None when either is unknown."""
+    release = re.match(r"^(\d+)\.(\d+)", kernel or "")
+    if open_modules is None or release is None:
+        return None
+    return open_modules and (int(release[1]), int(release[2])) >= (5, 12)
 
 
 def parse_cmdline(text: str) -> list[str]:
@@ -45,7 +67,7 @@ def parse_cmdline(text: str) -> list[str]:
 
 
 def fill(report, facts: PlatformFacts) -> None:
-    report.platform = asdict(facts)
+    report.platform = dict(asdict(facts), gpudirect=facts.gpudirect)
 
 
 PROBE = Probe("platform", collect, 5.0, fill)

@@ -4,7 +4,7 @@ replayed, judged."""
 
 import json
 
-from conftest import nodecheck
+from conftest import REPO, nodecheck
 from test_fabric import gpu_node_with_rdma, hgx_h100_with_ndr
 
 from nodecheck.host import LiveHost
@@ -30,7 +30,8 @@ def test_the_command_lines_iommu_parameters():
     assert parse_cmdline("") == []
 
 
-def with_platform(tmp_path, modules: list[str], groups: dict[str, tuple[str, list[str]]], cmdline: str = ""):
+def with_platform(tmp_path, modules: list[str], groups: dict[str, tuple[str, list[str]]], cmdline: str = "",
+                  driver: str | None = None, kernel: str | None = None):
     """An HGX H100 node with NDR rails whose /sys/module and /sys/kernel/iommu_groups are as given."""
     report = hgx_h100_with_ndr(tmp_path)  # builds tmp_path/hgx
     snap = tmp_path / "hgx"
@@ -44,6 +45,11 @@ def with_platform(tmp_path, modules: list[str], groups: dict[str, tuple[str, lis
             (folder / "devices" / device).mkdir()
     (snap / "fs/proc").mkdir(parents=True, exist_ok=True)
     (snap / "fs/proc/cmdline").write_text(cmdline + "\n")
+    if driver is not None:
+        (snap / "fs/proc/driver/nvidia").mkdir(parents=True)
+        (snap / "fs/proc/driver/nvidia/version").write_text(driver)
+    if kernel is not None:
+        (snap / "identity.json").write_text(json.dumps({"hostname": "hgx", "kernel": kernel}))
     from nodecheck.build import build_report
     from nodecheck.snapshot import SnapshotHost
 
@@ -75,3 +81,31 @@ def test_without_rdma_nics_no_module_is_needed(tmp_path):
 
     report = gpu_node_with_rdma(tmp_path / "plain", "hgx-h100-8gpu-8nic-sglang30401.txt", hgx_nvml(), [])
     assert kinds(report) == []
+
+
+H100_OPEN = (REPO / "tests/fixtures/h100-vm-1gpu/fs/proc/driver/nvidia/version").read_text()  # the H100 node's, as read
+PROPRIETARY = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
+
+
+def test_dma_buf_stands_in_for_the_peer_memory_module(tmp_path):
+    """The open kernel modules (the H100 node's driver) on Linux >= 5.12 give NICs GPU memory through DMA-BUF:
+    no finding without nvidia_peermem. The proprietary modules, an older kernel, or an unknown driver do not."""
+    base = ["nvidia", "mlx5_core"]
+    report = with_platform(tmp_path / "a", base, {}, driver=H100_OPEN, kernel="6.8.0-45-generic")
+    assert kinds(report) == [] and report.platform["gpudirect"] == "dma-buf"
+    proprietary = with_platform(tmp_path / "b", base, {}, driver=PROPRIETARY, kernel="6.8.0-45-generic")
+    assert kinds(proprietary) == [("gpudirect_rdma_unavailable", "node")]
+    (finding,) = [f for f in proprietary.findings if f.kind == "gpudirect_rdma_unavailable"]
+    assert "proprietary kernel modules" in finding.message
+    old = with_platform(tmp_path / "c", base, {}, driver=H100_OPEN, kernel="5.4.0-216-generic")
+    assert kinds(old) == [("gpudirect_rdma_unavailable", "node")] and old.platform["dma_buf"] is False
+    loaded = with_platform(tmp_path / "d", [*base, "nvidia_peermem"], {}, driver=PROPRIETARY, kernel="5.4.0")
+    assert loaded.platform["gpudirect"] == "nvidia_peermem"
+
+
+def test_dma_buf_capability():
+    from nodecheck.probes.platform import dma_buf_capable
+
+    assert [dma_buf_capable(True, "5.12.0"), dma_buf_capable(True, "5.11.22"), dma_buf_capable(False, "6.1"),
+            dma_buf_capable(None, "6.1"), dma_buf_capable(True, None), dma_buf_capable(True, "garbage")] == [
+        True, False, False, None, None, None]
