@@ -4,6 +4,7 @@ closest to it, as ready-to-use lines (numactl, NCCL_SOCKET_IFNAME, NCCL_IB_HCA).
 from __future__ import annotations
 
 from nodecheck.model import Report
+from nodecheck.units import natural_key
 
 
 def binding_advice(report: Report) -> list[dict]:
@@ -16,8 +17,8 @@ def binding_advice(report: Report) -> list[dict]:
     for gpu in report.gpus:
         nics = gpu.nearest_nics or _same_numa_nics(report, gpu.numa_node)
         hcas = sorted({by_name[n].rdma_device for n in nics if n in by_name and by_name[n].rdma_device}
-                      | {n for n in nics if n not in by_name and not n.startswith("NIC")})
-        netdevs = sorted({by_name[n].name for n in nics if n in by_name and by_name[n].kind != "unknown"})
+                      | {n for n in nics if n not in by_name and not n.startswith("NIC")}, key=natural_key)
+        netdevs = sorted({by_name[n].name for n in nics if n in by_name and by_name[n].kind != "unknown"}, key=natural_key)
         # every VAR=value before the command: pasted as one line, a variable after it would be an argument
         lines = [f"CUDA_VISIBLE_DEVICES={gpu.index}"]
         if hcas:

@@ -15,6 +15,7 @@ from nodecheck.probes.nics import NicFacts
 from nodecheck.probes.nvml import NvmlFacts
 from nodecheck.probes.pcie import hops_from_report
 from nodecheck.probes.topo import GpuTopology
+from nodecheck.units import natural_key
 
 
 def build_report(host, config=None, probe_timeout: float | None = None) -> Report:
@@ -138,7 +139,9 @@ def _nics(topo: GpuTopology | None, net: NicFacts | None, hw: LstopoFacts | None
         if name not in known:  # seen by nvidia-smi only (a topo-only snapshot, or sysfs unreadable)
             nics.append(Nic(name, "unknown", False, None, None, None, None, None, None, None,
                             rdma_device=None if name.startswith("NIC") else name))
-    return nics
+    legend = {name: i for i, name in enumerate(topo.nics if topo else [])}
+    # nvidia-smi's legend order first (NIC0, NIC1, ...), then the rest with numbers sorted as numbers
+    return sorted(nics, key=lambda n: (legend.get(n.rdma_device, legend.get(n.name, len(legend))), natural_key(n.name)))
 
 
 def _port_state(ports) -> str | None:

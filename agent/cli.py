@@ -20,7 +20,7 @@ from nodecheck import __version__
 from nodecheck.errors import ConfigError, NodecheckError
 
 # rich_markup_mode=None: help texts are plain text, so `[prolog]` and `nodecheck[web]` print as written
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode=None,
                   help="What a GPU node is, and whether it performs to spec.")
 config_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Expectations file (TOML).")
 app.add_typer(config_app, name="config")
@@ -207,7 +207,7 @@ def nccl_log(
     findings = nccl_findings(run, report)
     where = f"snapshot {source}" if source else "this node"
     if as_json:
-        typer.echo(json.dumps({"schema": "nodecheck.nccl_debug", "nccl": asdict(run), "judged_against": where,
+        typer.echo(json.dumps({"schema": "nodecheck.nccl_debug", "schema_version": 1, "nccl": asdict(run), "judged_against": where,
                                "findings": [asdict(f) for f in findings]}, indent=2))
     else:
         from nodecheck.render import nccl_run_lines
@@ -251,7 +251,7 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
     findings += nccl_findings(run, report) if run else []
     where = f"snapshot {source}" if source else "this node"
     if as_json:
-        typer.echo(json.dumps({"schema": "nodecheck.nccl_log", "nccl_log": asdict(log), "judged_against": where,
+        typer.echo(json.dumps({"schema": "nodecheck.nccl_log", "schema_version": 1, "nccl_log": asdict(log), "judged_against": where,
                                "measurement": asdict(measurement) if measurement else None,
                                "nccl": asdict(run) if run else None,
                                "findings": [asdict(f) for f in findings]}, indent=2))
@@ -298,6 +298,7 @@ def serve(
     web_config: Optional[Path] = typer.Option(None, "--web-config", help="TLS and basic auth, in the exporter-toolkit web config format node_exporter reads (needs nodecheck[web])."),
     bench_every: float = typer.Option(0.0, "--bench-every", min=0, help="Run `nodecheck bench --quick` in a subprocess every N seconds (0: never; leave 0 on nodes that run jobs)."),
     bench_timeout: float = typer.Option(600.0, "--bench-timeout", min=1, help="Seconds before a scheduled bench run is killed."),
+    log_level: str = typer.Option("info", "--log-level", help="debug (a line per probe round), info (start, recoveries, bench runs), warning (probe failures), or error."),
     config_path: Optional[Path] = _CONFIG,
 ) -> None:
     """Serve the latest Report as Prometheus metrics (docs/metrics.md). A scrape never waits for a probe."""
@@ -311,7 +312,10 @@ def serve(
     from nodecheck.host import LiveHost
     from nodecheck.snapshot import open_snapshot
 
-    logging.basicConfig(level=logging.INFO, format="nodecheck serve: %(message)s")
+    levels = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+    if log_level.lower() not in levels:
+        raise typer.BadParameter(f"{log_level!r}: one of {', '.join(levels)}", param_hint="'--log-level'")
+    logging.basicConfig(level=levels[log_level.lower()], format="nodecheck serve: %(levelname)s %(message)s")
     try:
         config = config_module.load(config_path)
         address = config_module.parse_listen(listen) if listen is not None else config.listen
@@ -379,11 +383,12 @@ def scale(
         from nodecheck.render import plot_scale
 
         try:
-            plot_scale(plot, rows, work, fabric)
+            plot_scale(plot, rows, work, fabric, target)
         except NodecheckError as error:
             _fail(str(error))
+        typer.echo(f"nodecheck scale: chart written to {plot}", err=True)  # stderr: --json stays one document
     if as_json:
-        document = {"schema": "nodecheck.scale", "workload": {**asdict(work), "grad_bytes": work.grad_bytes},
+        document = {"schema": "nodecheck.scale", "schema_version": 1, "workload": {**asdict(work), "grad_bytes": work.grad_bytes},
                     "fabric": asdict(fabric), "target": target, "rows": [r.to_dict() for r in rows],
                     "levers": [{"lever": label, **r.to_dict()} for label, r in levers]}
         typer.echo(json.dumps(model.finite(document), indent=2, allow_nan=False))  # strict JSON: no NaN or Infinity
@@ -395,13 +400,13 @@ def scale(
 
 def _fabric(source, busbw, intra_busbw, gpus_per_node, grad_bytes):
     from nodecheck import scale as model
-    from nodecheck.units import format_bits, parse_rate
+    from nodecheck.units import parse_rate
 
     if busbw is not None:
         inter = parse_rate(busbw)
         intra = parse_rate(intra_busbw) if intra_busbw else inter
-        return model.Fabric(gpus_per_node or 8, inter, intra, f"by hand: --busbw {format_bits(inter)}"
-                            + (f", --intra-busbw {format_bits(intra)}" if intra_busbw else ""))
+        return model.Fabric(gpus_per_node or 8, inter, intra, f"by hand: --busbw {_clean_arg(busbw)}"
+                            + (f", --intra-busbw {_clean_arg(intra_busbw)}" if intra_busbw else ""))
     if source is None:
         raise ValueError("give --busbw RATE, or --from a Report (nodecheck bench --json) or a snapshot")
     try:
@@ -420,6 +425,11 @@ def _fabric(source, busbw, intra_busbw, gpus_per_node, grad_bytes):
         raise NodecheckError(f"{source}: not a nodecheck Report ({type(error).__name__}: {error})") from None
     except NodecheckError as error:
         raise NodecheckError(f"{source}: {error}") from None
+
+
+def _clean_arg(text: str) -> str:
+    """An argument echoed as the user wrote it (its unit kept), bounded and printable."""
+    return "".join(c if c.isprintable() else "?" for c in text.strip())[:40]
 
 
 _DRY_RUN = typer.Option(False, "--dry-run", help="Run the checks and print the drain or resume it would do; never call scontrol.")
@@ -479,7 +489,7 @@ def _slurm_check(mode: str, dry_run: bool, as_json: bool, source: Optional[Path]
         for line, to_stderr in outcome_lines(mode, outcome, dry_run):
             typer.echo(line, err=to_stderr)
     failed = outcome.error is not None or (outcome.verdict is not None and not outcome.verdict.passed)
-    raise typer.Exit(EXIT_FINDINGS if failed else EXIT_OK)
+    raise typer.Exit(EXIT_USAGE if outcome.slurm_error else EXIT_FINDINGS if failed else EXIT_OK)
 
 
 def _version(value: bool) -> None:
@@ -489,7 +499,7 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version.")) -> None:
+def _main(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True, help="Show the version.")) -> None:
     pass
 
 

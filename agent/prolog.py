@@ -212,12 +212,13 @@ class Outcome:
     detail: str | None  # the drain reason, or why nothing was done
     done: bool  # scontrol was called and succeeded (False under --dry-run)
     error: str | None = None  # scontrol or the config failed: said here, exit code 1
+    slurm_error: str | None = None  # Slurm could not be asked the node's state (not configured here): exit code 2
 
     def to_dict(self) -> dict:
         verdict = self.verdict
-        return {"schema": "nodecheck.prolog", "node": verdict.node if verdict else None,
+        return {"schema": "nodecheck.prolog", "schema_version": 1, "node": verdict.node if verdict else None,
                 "passed": verdict.passed if verdict else False, "action": self.action, "detail": self.detail,
-                "done": self.done, "error": self.error,
+                "done": self.done, "error": self.error, "slurm_error": self.slurm_error,
                 "checks": [asdict(c) for c in verdict.checks] if verdict else [],
                 "failing": [asdict(f) for f in verdict.failing] if verdict else []}
 
@@ -238,16 +239,18 @@ def execute(mode: str, host, config, environ: dict[str, str], dry_run: bool) -> 
     def scontrol() -> Scontrol:  # never past the budget's end
         return Scontrol(config.slurm.conf, max(0.5, min(config.slurm.scontrol_timeout_s, deadline - time.monotonic())))
 
-    state = None
+    state, slurm_error = None, None
     if mode == "healthcheck":
         try:
             state = Scontrol(config.slurm.conf, scontrol_share).node(node)
-        except NodecheckError as error:
-            return Outcome(None, "none", None, False, f"cannot read node {node}'s state: {error}")
+        except NodecheckError as error:  # the checks still run and are shown; nothing is resumed blind
+            slurm_error = f"cannot read node {node}'s state from Slurm: {error}"
     # bandwidth tests only in the prolog: a health check runs every few minutes, jobs or not
     verdict = run_checks(host, config, environ, node, with_bench=mode == "prolog", deadline=deadline - scontrol_share)
     action, detail = plan_action(verdict, state, mode == "healthcheck")
-    return _apply(scontrol(), Outcome(verdict, action, detail, False), node, dry_run)
+    if slurm_error and action == "none":
+        detail = f"{detail}; the node's Slurm state is unknown, so nothing is resumed"
+    return _apply(scontrol(), Outcome(verdict, action, detail, False, slurm_error=slurm_error), node, dry_run)
 
 
 def config_failure(config_error: str, dry_run: bool) -> Outcome:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from nodecheck.errors import NodecheckError
-from nodecheck.model import Report
-from nodecheck.units import format_bits, format_rate
+from nodecheck.model import Report, link_distance
+from nodecheck.units import format_bits, format_rate, natural_key
 
 _SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "error": "red", "critical": "bold red"}
 # C0 and C1 control characters (ESC starts terminal escape sequences; CSI is 0x9b): never to a terminal
@@ -38,15 +41,64 @@ def _unknown(value) -> Text:
     return Text("unknown") if value is None or value == "" else _cell(value)
 
 
+PLAIN_WIDTH = 1000  # a console this wide prints plain output: unboxed tables, lines as long as they need
+
+
 def _console() -> Console:
+    """A terminal's own width; piped (`| less`), the width of the terminal the command runs in (stderr or
+    stdin is still that terminal) or $COLUMNS; with no terminal at all (cron, a file), plain output."""
     console = Console()
-    return console if console.is_terminal else Console(width=160)  # piped: do not squeeze tables into 80 columns
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return console
+    for stream in (sys.stderr, sys.stdin):
+        try:
+            return Console(width=os.get_terminal_size(stream.fileno()).columns)
+        except (OSError, ValueError, AttributeError):
+            continue
+    return Console(width=PLAIN_WIDTH)
+
+
+def _table(console: Console, title: str, columns: list[tuple[str, int, list]], note_dropped: bool = True) -> Table:
+    """A table that fits the console: columns are (header, role, cells) with role IDENTITY (names, CPU lists:
+    never cut, never dropped), LIST (names separated by ", ": wrapped between names, never inside one), or a
+    positive number: the order in which the column is left out when the table would not fit (1 first).
+    Other text wraps instead of being cut. Says which columns it left out."""
+    def natural(header, cells):
+        return max([len(header)] + [len(c.plain if isinstance(c, Text) else str(c)) for c in cells])
+
+    def needed(cols):
+        return sum(natural(h, cells) + 3 for h, _, cells in cols) + 1
+
+    kept = list(columns)
+    dropped = []
+    while needed(kept) > console.width and any(role > 0 for _, role, _ in kept):
+        victim = min((c for c in kept if c[1] > 0), key=lambda c: c[1])
+        kept.remove(victim)
+        dropped.append(victim[0])
+    plain = console.width >= PLAIN_WIDTH
+    caption = f"not shown at {console.width} columns: {', '.join(dropped)} (widen the terminal, or --json)" if dropped and note_dropped else None
+    table = Table(title=title, title_justify="left", box=None if plain else box.HEAVY_HEAD, caption=caption,
+                  caption_justify="left")
+    for header, role, cells in kept:
+        if role == IDENTITY:
+            table.add_column(header, no_wrap=True, min_width=natural(header, cells))
+        elif role == LIST:
+            longest = max([len(header)] + [len(p) for c in cells for p in str(c.plain if isinstance(c, Text) else c).split(", ")])
+            table.add_column(header, min_width=longest, overflow="fold")
+        else:
+            table.add_column(header, overflow="fold")
+    for row in zip(*(cells for _, _, cells in kept), strict=True):
+        table.add_row(*row)
+    return table
+
+
+IDENTITY, LIST = 0, -1
 
 
 def render(report: Report, console: Console | None = None) -> None:
     console = console or _console()
     node = report.node
-    console.print(f"[bold]nodecheck[/bold] {_esc(node.get('hostname') or '?')}  kernel {_esc(node.get('kernel') or 'unknown')}  "
+    console.print(f"[bold]nodecheck[/bold] {_esc(node.get('hostname') or '(host name not recorded)')}  kernel {_esc(node.get('kernel') or 'unknown')}  "
                   f"driver {_esc(node.get('driver_version') or 'unknown')}  [dim]({_esc(report.source)})[/dim]")
     console.print("probes: " + "  ".join(
         f"{p.name} [{'green' if p.ok else 'dim' if p.no_data else 'red'}]"
@@ -71,18 +123,27 @@ def _gpus(console: Console, report: Report) -> None:
         console.print(f"[yellow]No GPUs:[/yellow] {_esc(report.gpus_absent_reason)}")
         return
     specs = {p.path: p for p in report.paths}
-    table = Table(title="GPUs", title_justify="left")
-    for column in ("GPU", "model", "PCIe now / max", "host link spec", "NVLinks", "NUMA", "CPU affinity", "nearest NICs"):
-        table.add_column(column)
+    rows = []
     for g in report.gpus:
         p = g.pcie or {}
         pcie = (f"gen{_unknown(p.get('gen_current'))} x{_unknown(p.get('width_current'))} / "
                 f"gen{_unknown(p.get('gen_max'))} x{_unknown(p.get('width_max'))}") if g.pcie else "unknown"
-        active = sum(1 for l in g.nvlinks if l["active"])
-        nvlinks = f"{active}/{len(g.nvlinks)} up" if g.nvlinks else "-"
-        table.add_row(str(g.index), _unknown(g.name), _cell(pcie), format_rate(specs[f"gpu{g.index}:host"].bytes_per_second),
-                      nvlinks, _unknown(g.numa_node), _unknown(g.cpu_affinity), _cell(", ".join(g.nearest_nics) or "-"))
-    console.print(table)
+        host = specs.get(f"gpu{g.index}:host")
+        rows.append([_cell(g.index), _unknown(g.name), _cell(pcie), format_rate(host.bytes_per_second if host else None),
+                     _cell(_nvlinks(g, report)), _unknown(g.numa_node), _unknown(g.cpu_affinity),
+                     _cell(", ".join(g.nearest_nics) or "-")])
+    columns = [("GPU", IDENTITY), ("model", 5), ("PCIe now / max", 2), ("host link spec", 3), ("NVLinks", 4), ("NUMA", IDENTITY),
+               ("CPU affinity", IDENTITY), ("nearest NICs", LIST)]
+    console.print(_table(console, "GPUs", [(h, role, [r[i] for r in rows]) for i, (h, role) in enumerate(columns)]))
+
+
+def _nvlinks(gpu, report: Report) -> str:
+    """NVML's count of active links; without NVML, what the topology says of the GPU's links (NV18)."""
+    if gpu.nvlinks:
+        return f"{sum(1 for l in gpu.nvlinks if l['active'])}/{len(gpu.nvlinks)} up"
+    types = sorted({l.type for l in report.links if gpu.index in (l.a, l.b) and isinstance(l.a, int) and isinstance(l.b, int)
+                    and l.type.startswith("NV")}, key=natural_key)
+    return f"{', '.join(types)} (topo)" if types else "-"
 
 
 def _matrix(console: Console, report: Report) -> None:
@@ -92,14 +153,40 @@ def _matrix(console: Console, report: Report) -> None:
     cells = {}
     for link in report.links:
         cells[(link.a, link.b)] = cells[(link.b, link.a)] = link.type
-    devices = [g.index for g in report.gpus] + sorted({l.b for l in report.links if isinstance(l.b, str)})
-    names = [f"GPU{d}" if isinstance(d, int) else d for d in devices]
-    width = max(len(n) for n in names) + 2
-    lines = ["".ljust(width) + "".join(n.ljust(width) for n in names)]
-    for a in (g.index for g in report.gpus):
-        lines.append(f"GPU{a}".ljust(width) + "".join(("X" if a == b else cells.get((a, b), "?")).ljust(width) for b in devices))
+    gpus = [g.index for g in report.gpus]
+    position = {name: i for i, n in enumerate(report.nics) for name in (n.name, n.rdma_device) if name}
+    nics = sorted({l.b for l in report.links if isinstance(l.b, str)}, key=lambda n: (position.get(n, len(position)), natural_key(n)))
     console.print("[italic]Links (nvidia-smi topo -m)[/italic]")
-    console.print(_clean("\n".join(line.rstrip() for line in lines)), highlight=False, markup=False, soft_wrap=True)
+    full = _matrix_lines(gpus, gpus + nics, cells)
+    if max(len(line) for line in full) <= console.width:
+        console.print(_clean("\n".join(full)), highlight=False, markup=False, soft_wrap=True)
+        return
+    # too wide for this terminal: the GPU matrix, then each GPU's NICs grouped by link, nearest first
+    among_gpus = _matrix_lines(gpus, gpus, cells)
+    if len(gpus) > 1 and max(len(line) for line in among_gpus) <= console.width:
+        console.print(_clean("\n".join(among_gpus)), highlight=False, markup=False, soft_wrap=True)
+    elif len(gpus) > 1:
+        for a in gpus:
+            console.print(Text(_clean(f"GPU{a} to GPUs: " + _grouped(a, [b for b in gpus if b != a], cells))), highlight=False)
+    for a in gpus if nics else []:
+        console.print(Text(_clean(f"GPU{a} to NICs: " + _grouped(a, nics, cells))), highlight=False)
+
+
+def _matrix_lines(rows: list[int], columns: list, cells: dict) -> list[str]:
+    names = [f"GPU{d}" if isinstance(d, int) else d for d in columns]
+    width = max(len(n) for n in names + [f"GPU{r}" for r in rows]) + 2
+    lines = ["".ljust(width) + "".join(n.ljust(width) for n in names)]
+    for a in rows:
+        lines.append(f"GPU{a}".ljust(width) + "".join(("X" if a == b else cells.get((a, b), "?")).ljust(width) for b in columns))
+    return [line.rstrip() for line in lines]
+
+
+def _grouped(a: int, others: list, cells: dict) -> str:
+    """`PXB: mlx5_5, mlx5_6; SYS: mlx5_0, ...`: the devices by their link to GPU a, nearest link first."""
+    groups: dict[str, list[str]] = {}
+    for b in others:
+        groups.setdefault(cells.get((a, b), "?"), []).append(f"GPU{b}" if isinstance(b, int) else b)
+    return "; ".join(f"{kind}: {', '.join(names)}" for kind, names in sorted(groups.items(), key=lambda kv: link_distance(kv[0])))
 
 
 def _nics(console: Console, report: Report) -> None:
@@ -107,17 +194,17 @@ def _nics(console: Console, report: Report) -> None:
     if not shown:
         return
     specs = {p.path: p for p in report.paths}
-    table = Table(title="NICs", title_justify="left")
-    for column in ("NIC", "kind", "state", "speed", "spec", "MTU", "NUMA", "driver", "PCI", "addresses"):
-        table.add_column(column)
+    rows = []
     for n in shown:
         spec = specs.get(f"nic:{n.name}")
         name = f"{n.name} ({n.rdma_device})" if n.rdma_device and n.rdma_device != n.name else n.name
         speed = f"{n.speed_mbps} Mb/s" if n.speed_mbps else "unknown"
-        addresses = " ".join(f"{a['address']}/{a['prefixlen']}" for a in n.addresses if a["family"] == "inet")
-        table.add_row(_cell(name), _cell(n.kind), _unknown(n.state), speed, format_bits(spec.bytes_per_second if spec else None),
-                      _unknown(n.mtu), _unknown(n.numa_node), _unknown(n.driver), _unknown(n.pci_address), _cell(addresses or "-"))
-    console.print(table)
+        addresses = ", ".join(f"{a['address']}/{a['prefixlen']}" for a in n.addresses if a["family"] == "inet")
+        rows.append([_cell(name), _cell(n.kind), _unknown(n.state), speed, format_bits(spec.bytes_per_second if spec else None),
+                     _unknown(n.mtu), _unknown(n.numa_node), _unknown(n.driver), _unknown(n.pci_address), _cell(addresses or "-")])
+    columns = [("NIC", IDENTITY), ("kind", 4), ("state", 7), ("speed", 6), ("spec", 1), ("MTU", 2), ("NUMA", IDENTITY),
+               ("driver", 3), ("PCI", 5), ("addresses", LIST)]
+    console.print(_table(console, "NICs", [(h, role, [r[i] for r in rows]) for i, (h, role) in enumerate(columns)]))
 
 
 def platform_lines(report: Report) -> list[str]:
@@ -170,7 +257,11 @@ def _advice(console: Console, report: Report) -> None:
         return
     console.print("[bold]Binding advice[/bold] (one process per GPU):")
     for entry in report.advice:
-        console.print(Text(f"  gpu{entry['gpu']}: " + _clean("  ".join(entry["lines"]))), soft_wrap=True, highlight=False)
+        head = f"  gpu{entry['gpu']}: "
+        line = head + _clean("  ".join(entry["lines"]))
+        if len(line) > console.width:  # one part a line, joined by `\`: still one command when pasted
+            line = (" \\\n" + " " * len(head)).join([head + _clean(entry["lines"][0])] + [_clean(p) for p in entry["lines"][1:]])
+        console.print(Text(line), soft_wrap=True, highlight=False)
 
 
 def render_nccl_log(log, name: str, console: Console | None = None) -> None:
@@ -189,6 +280,9 @@ def render_nccl_log(log, name: str, console: Console | None = None) -> None:
         table.add_row(str(row.size_bytes), str(row.count), _cell(row.dtype), _cell(row.redop or "-"), *cells)
     console.print(table)
     avg = "not in the log" if log.avg_busbw_gbytes is None else f"{log.avg_busbw_gbytes:g} GB/s"
+    peak = max((r for r in log.rows if r.out_of_place), key=lambda r: r.out_of_place.busbw_gbytes, default=None)
+    if peak is not None:
+        console.print(f"Peak bus bandwidth: {peak.out_of_place.busbw_gbytes:g} GB/s (out-of-place, {peak.size_bytes} B)")
     console.print(f"Avg bus bandwidth: {avg}")
     for issue in log.issues:
         console.print(f"[yellow]could not read[/yellow] {_esc(issue)}", highlight=False)
@@ -238,32 +332,40 @@ def render_measurements(report: Report, console: Console | None = None) -> None:
 
 def scale_lines(work, fabric, rows, levers, target) -> list[str]:
     """`nodecheck scale` as text: the workload, the fabric, the table and the levers."""
-    from nodecheck.units import format_bytes, format_count
+    from nodecheck.units import format_bytes, format_params, plural
 
     lines = []
 
     def rate(value) -> str:
-        return "-" if value is None else "inf" if value == float("inf") else f"{value / 1e9:.3g} GB/s"
+        if value is None:
+            return "-"
+        if value == float("inf"):
+            return "inf"
+        scale, unit = next(((s, u) for s, u in ((1e12, "TB/s"), (1e9, "GB/s"), (1e6, "MB/s")) if value >= s), (1, "B/s"))
+        return f"{value / scale:.3g} {unit}"
 
-    lines.append(f"gradients: {format_count(work.params)} params x {work.grad_dtype} = {format_bytes(work.grad_bytes)} per step; "
+    lines.append(f"gradients: {format_params(work.params)} params x {work.grad_dtype} = {format_bytes(work.grad_bytes)} per step; "
                f"compute {work.step_s * 1000:.4g} ms per step ({work.accum} x {work.micro_step_s * 1000:.4g} ms)")
-    lines.append(f"busbw: across nodes {rate(fabric.inter_busbw)}, inside a node {rate(fabric.intra_busbw)} "
-               f"({fabric.source}); {fabric.gpus_per_node} GPUs per node")
+    lines.append(f"busbw: across nodes {rate(fabric.inter_busbw)} = {format_bits(fabric.inter_busbw)}, inside a node "
+               f"{rate(fabric.intra_busbw)} = {format_bits(fabric.intra_busbw)} ({fabric.source}); "
+               f"{plural(fabric.gpus_per_node, 'GPU')} per node")
     header = (f"{'GPUs':>5} {'nodes':>5} {'comm/step':>10} {'eff':>6} {'eff(ovl)':>8} {'speed-up':>8} "
               f"{'busbw for ' + format(target, '.0%'):>14} {'(overlap)':>11}")
     lines.append(header)
     for r in rows:
         lines.append(f"{r.gpus:>5} {r.nodes:>5} {r.comm_s * 1000:>8.1f}ms {r.efficiency:>6.1%} {r.efficiency_overlap:>8.1%} "
                    f"{r.speedup:>7.2f}x {rate(r.needed_busbw):>14} {rate(r.needed_busbw_overlap):>11}")
-    lines.append(f"levers at {rows[-1].gpus} GPUs (each on top of the previous, no overlap):")
+    lines.append(f"levers at {plural(rows[-1].gpus, 'GPU')} (each on top of the previous, no overlap):")
     for label, r in levers:
         lines.append(f"  {label:58} comm {r.comm_s * 1000:7.1f} ms  efficiency {r.efficiency:6.1%}  speed-up {r.speedup:.2f}x")
     return lines
 
 
-def plot_scale(path, rows, work, fabric) -> None:
-    """Efficiency vs GPUs as a PNG; NodecheckError when matplotlib is missing or the file cannot be written."""
-    from nodecheck.units import format_count
+def plot_scale(path, rows, work, fabric, target: float = 0.9) -> None:
+    """Efficiency vs GPUs as a PNG, saying what it assumed (busbw inside and across nodes, GPUs per node),
+    with the target line and the step where training leaves the node; NodecheckError when matplotlib is
+    missing or the file cannot be written."""
+    from nodecheck.units import format_params, plural
 
     try:
         import matplotlib
@@ -276,12 +378,18 @@ def plot_scale(path, rows, work, fabric) -> None:
     gpus = [r.gpus for r in rows]
     axes.plot(gpus, [r.efficiency * 100 for r in rows], marker="o", label="no overlap")
     axes.plot(gpus, [r.efficiency_overlap * 100 for r in rows], marker="s", label="full overlap")
+    axes.axhline(target * 100, color="grey", linestyle="--", linewidth=1, label=f"target {target:.0%}")
+    if any(r.nodes > 1 for r in rows):
+        axes.axvline(fabric.gpus_per_node * 1.41, color="tab:red", linestyle=":", linewidth=1,
+                     label=f"beyond one node ({plural(fabric.gpus_per_node, 'GPU')})")
     axes.set_xscale("log", base=2)
     axes.set_xticks(gpus, [str(g) for g in gpus])
     axes.set_ylim(0, 105)
     axes.set_xlabel("GPUs")
     axes.set_ylabel("scaling efficiency (%)")
-    axes.set_title(f"{format_count(work.params)} params, {work.grad_dtype} gradients, {work.step_s * 1000:.4g} ms/step")
+    axes.set_title(f"{format_params(work.params)} params, {work.grad_dtype} gradients, {work.step_s * 1000:.4g} ms/step\n"
+                   f"busbw {format_bits(fabric.inter_busbw)} across nodes, {format_bits(fabric.intra_busbw)} inside a node, "
+                   f"{plural(fabric.gpus_per_node, 'GPU')} per node ({fabric.source})"[:200], fontsize=9)
     axes.grid(True, alpha=0.3)
     axes.legend()
     try:
@@ -323,6 +431,8 @@ def outcome_lines(mode: str, outcome, dry_run: bool) -> list[tuple[str, bool]]:
         lines.append((f"nodecheck {mode}: no change ({outcome.detail})", False))
     if outcome.error:
         lines.append((f"nodecheck {mode}: {outcome.error}", True))
+    if outcome.slurm_error:
+        lines.append((f"nodecheck {mode}: {outcome.slurm_error}", True))
     return lines
 
 

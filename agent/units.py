@@ -15,6 +15,11 @@ MAX_CPULIST_CHARS = 64 * 1024
 _INTEGER = re.compile(r"-?[0-9]+")
 
 
+def natural_key(name: str) -> tuple:
+    """Sort key that orders numbers inside names as numbers: mlx5_9 before mlx5_10, GPU2 before GPU10."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", str(name)) if part)
+
+
 def to_int(text: str | None) -> int | None:
     """'42' -> 42, '-1' -> -1; None for anything else (str.isdigit() accepts '²', which int() refuses)."""
     # 30 characters: more than any count a source reports, and int() of thousands of digits is slow
@@ -137,6 +142,18 @@ def _quantity(text: str, units: dict[str, float], expected: str) -> float:
 def format_bytes(count: float | None) -> str:
     """Sizes in decimal units, as rates are: 100e6 -> '100 MB', 134217728 -> '134 MB'."""
     return "unknown" if count is None else format_count(count, "B")
+
+
+def format_params(count: float) -> str:
+    """A parameter count as models are named: 25e6 -> '25M', 7e9 -> '7B', 1.3e12 -> '1.3T'."""
+    for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3g}{suffix}"
+    return f"{count:.3g}"
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def format_count(count: float, unit: str = "") -> str:

@@ -69,10 +69,49 @@ class LatestReport:
             self._body = body
 
 
-def refresh_forever(latest: LatestReport, build: Callable[[], Report], interval: float, stop: threading.Event) -> None:
+class RoundLog:
+    """What the daemon says about its probe rounds: a probe that starts failing (warning), one that keeps
+    failing (again at most every `repeat` seconds, with how many rounds), one that recovers (info); a
+    one-line summary of every round at debug level. A probe that has no data (no GPU driver on a CPU node)
+    is no failure and says nothing."""
+
+    def __init__(self, repeat: float = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.repeat, self.clock = repeat, clock
+        self.rounds = 0
+        self.failing: dict[str, tuple[int, float]] = {}  # probe -> (rounds failed in a row, when last said)
+
+    def round(self, report: Report, seconds: float) -> None:
+        self.rounds += 1
+        now = self.clock()
+        for probe in report.probes:
+            failed = not probe.ok and not probe.no_data
+            if failed and probe.name not in self.failing:
+                log.warning("probe %s failed: %s", probe.name, probe.error)
+                self.failing[probe.name] = (1, now)
+            elif failed:
+                count, said = self.failing[probe.name]
+                if now - said >= self.repeat:
+                    log.warning("probe %s still failing (%d rounds in a row): %s", probe.name, count + 1, probe.error)
+                    said = now
+                self.failing[probe.name] = (count + 1, said)
+            elif probe.name in self.failing:
+                log.info("probe %s recovered after %d failed round(s)", probe.name, self.failing.pop(probe.name)[0])
+        states = [("ok" if p.ok else "no data" if p.no_data else "failed") for p in report.probes]
+        severities = {s: sum(1 for f in report.findings if f.severity == s) for s in ("critical", "error", "warning", "info")}
+        log.debug("round %d in %.2f s: probes %d ok, %d no data, %d failed; findings %s", self.rounds, seconds,
+                  states.count("ok"), states.count("no data"), states.count("failed"),
+                  ", ".join(f"{n} {s}" for s, n in severities.items() if n) or "none")
+
+
+def refresh_forever(latest: LatestReport, build: Callable[[], Report], interval: float, stop: threading.Event,
+                    rounds: RoundLog | None = None) -> None:
+    rounds = rounds or RoundLog()
     while not stop.is_set():
+        started = time.monotonic()
         try:
-            latest.set(build())
+            report = build()
+            rounds.round(report, time.monotonic() - started)  # said before published: a scrape never sees a round unlogged
+            latest.set(report)
         except Exception:  # keep serving the last good Report; the next round tries again
             log.exception("building the report failed; serving the previous one")
         stop.wait(interval)
@@ -80,7 +119,12 @@ def refresh_forever(latest: LatestReport, build: Callable[[], Report], interval:
 
 def bench_forever(latest: LatestReport, bench: Callable[[], list[Measurement]], every: float, stop: threading.Event) -> None:
     while not stop.wait(every):
-        latest.set_measurements(bench(), time.time())
+        measurements = bench()
+        failed = [m for m in measurements if not m.ok]
+        for m in failed:
+            log.warning("bench %s on %s failed: %s", m.test, m.path, m.error)
+        log.info("bench run: %d measurement(s), %d failed", len(measurements), len(failed))
+        latest.set_measurements(measurements, time.time())
 
 
 def _tls_context(certfile: str, keyfile: str, client_cafile: str | None) -> ssl.SSLContext:

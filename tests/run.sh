@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian/Ubuntu machine: installs what the tests need, then runs them.
-# As root it installs the apt packages (hwloc's lstopo; pciutils' lspci for ACS; iproute2 and util-linux for network namespaces;
+# As root it installs the apt packages (hwloc's lstopo; pciutils' lspci for ACS; buildah and debootstrap to build
+# the container image; iproute2 and util-linux for network namespaces;
 # prometheus, promtool and Alertmanager; systemd-analyze; slurm-wlm and munge for a real one-node
 # Slurm); otherwise
 # the tests that need them skip and say why. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(hwloc-nox pciutils iproute2 util-linux prometheus prometheus-alertmanager systemd slurm-wlm munge procps)
+APT_PACKAGES=(hwloc-nox pciutils buildah debootstrap iproute2 util-linux prometheus prometheus-alertmanager systemd slurm-wlm munge procps)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

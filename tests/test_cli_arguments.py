@@ -26,5 +26,17 @@ def test_usage_errors_exit_2_naming_the_argument(args, says):
 
 
 def test_version():
-    result = run("--version")
-    assert result.exit_code == 0 and result.output.strip() == f"nodecheck {__version__}"
+    for flag in ("--version", "-V"):
+        result = run(flag)
+        assert result.exit_code == 0 and result.output.strip() == f"nodecheck {__version__}"
+
+
+def test_shell_completion_completes_commands():
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, _NODECHECK_COMPLETE="complete_bash", COMP_WORDS="nodecheck ins", COMP_CWORD="1")
+    done = subprocess.run([sys.executable, "-c", "from nodecheck.cli import app; app(prog_name='nodecheck')"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["inspect"]

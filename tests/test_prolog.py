@@ -146,7 +146,13 @@ def test_healthcheck_without_slurm_says_why(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text(f'[slurm]\nconf = "{tmp_path}/nowhere.conf"\nscontrol_timeout_s = 5\n')
     run = run_nodecheck("healthcheck", "--config", str(config), path_prefix=str(tmp_path))
-    assert run.returncode == 1 and "cannot read node testnode's state" in run.stderr, run.stdout + run.stderr
+    # the checks first, then why Slurm could not be asked; a configuration error: exit 2
+    assert run.returncode == 2 and "cannot read node testnode's state from Slurm" in run.stderr, run.stdout + run.stderr
+    assert "nodecheck healthcheck: node: ok" in run.stdout and "nothing is resumed" in run.stdout
+    dry = run_nodecheck("healthcheck", "--dry-run", "--json", "--config", str(config), path_prefix=str(tmp_path))
+    outcome = json.loads(dry.stdout)
+    assert dry.returncode == 2 and (outcome["schema"], outcome["schema_version"], outcome["action"]) == ("nodecheck.prolog", 1, "none")
+    assert [c["name"] for c in outcome["checks"]] == ["node", "proximity"] and "testnode" in outcome["slurm_error"]
 
 
 def test_slurm_env_supplies_path_and_conf(tmp_path, monkeypatch):

@@ -161,6 +161,19 @@ def test_plot_writes_a_png(tmp_path):
                 "--plot", str(png))
     assert out.returncode == 0, out.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    assert f"nodecheck scale: chart written to {png}" in out.stderr  # said, on stderr (stdout may be --json)
+
+
+def test_the_text_says_what_was_given_as_it_was_given():
+    """7B is seven billion parameters, as models are named; one GPU is not "1 GPUs"; the rate echoes the unit typed."""
+    out = scale("--params", "7B", "--step-time", "0.5", "--gpus-per-node", "1", "--nodes", "2", "--busbw", "400Gbit/s")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("gradients: 7B params x fp32 = 28 GB per step")
+    assert "across nodes 50 GB/s = 400 Gbit/s" in lines[1] and "(by hand: --busbw 400Gbit/s); 1 GPU per node" in lines[1]
+    assert "levers at 2 GPUs" in out.stdout and "1 GPUs" not in out.stdout
+    seed = scale("--params", "25M", "--step-time", "0.234", "--gpus-per-node", "1", "--nodes", "4", "--busbw", "1.415GB/s")
+    assert "68.8%" in seed.stdout  # README: the seed's measured busbw gives the seed's figure
 
 
 def test_a_report_with_busbw_zero_is_refused_not_read_as_free_communication(tmp_path):

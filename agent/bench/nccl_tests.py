@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 from nodecheck.errors import ParseError
 
+_NCCL_DEBUG = re.compile(r" NCCL (?:INFO|WARN)\b")  # NCCL_DEBUG lines mixed into the output: nccl-log reads those
+MAX_UNPARSED_SHOWN = 5
 LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: )")  # mpirun --tag-output, srun -l
 _ROW_START = re.compile(r"^\s*(\d+)\s+(\d+)\s+([A-Za-z_][A-Za-z0-9_]*)\b(.*)$")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
@@ -52,6 +54,7 @@ class NcclLog:
     rows: list[Row]
     avg_busbw_gbytes: float | None
     issues: list[str] = field(default_factory=list)  # what could not be read, with line numbers
+    peak_busbw_gbytes: float | None = None  # the largest out-of-place busbw of any row: the figure people compare
 
 
 def parse_nccl_log(text: str) -> NcclLog:
@@ -59,6 +62,7 @@ def parse_nccl_log(text: str) -> NcclLog:
     if text.lstrip().startswith("{"):
         return _parse_json(text)
     log = NcclLog("text", None, None, None, [], [], None)
+    unparsed: list[str] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = LAUNCHER_PREFIX.sub("", raw.rstrip("\r"), count=1)
         if line.lstrip().startswith("#"):
@@ -71,8 +75,21 @@ def parse_nccl_log(text: str) -> NcclLog:
             log.rows.append(row)
             if note:
                 log.issues.append(f"line {number}: {note}")
+        elif line.strip() in ("...", "[...]", "…"):
+            log.issues.append(f"line {number}: '{line.strip()}': lines were cut from the log here (rows may be missing)")
+        elif line.strip() and not _NCCL_DEBUG.search(line):
+            unparsed.append(f"line {number}: {line.strip()[:100]!r}")
+    if unparsed:
+        log.issues.append(f"{len(unparsed)} line(s) neither a result row, a '#' line nor NCCL's own, not read: "
+                          + "; ".join(unparsed[:MAX_UNPARSED_SHOWN]) + ("; ..." if len(unparsed) > MAX_UNPARSED_SHOWN else ""))
     if not log.rows and log.avg_busbw_gbytes is None:
         raise ParseError("no nccl-tests result rows and no 'Avg bus bandwidth' line: is this an nccl-tests log?")
+    return _with_peak(log)
+
+
+def _with_peak(log: NcclLog) -> NcclLog:
+    figures = [r.out_of_place.busbw_gbytes for r in log.rows if r.out_of_place]
+    log.peak_busbw_gbytes = max(figures) if figures else None
     return log
 
 
@@ -155,7 +172,7 @@ def _parse_json(text: str) -> NcclLog:
     average = doc.get("average_bus_bandwidth")
     if isinstance(average, dict) and isinstance(average.get("bandwidth"), (int, float)):
         log.avg_busbw_gbytes = float(average["bandwidth"])
-    return log
+    return _with_peak(log)
 
 
 def _json_row(result) -> Row | None:

@@ -1,0 +1,125 @@
+"""The install story, for real: deploy/install.sh into a temporary prefix; every deploy file runs the
+command it installs; the image the DaemonSet names is built by deploy/container/build.sh (buildah, on a
+Debian base that debootstrap makes) and `nodecheck inspect` and `serve` run inside it."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import REPO
+from helpers import free_port, wait_until
+
+VERSION = re.search(r'^version = "(.+)"', (REPO / "pyproject.toml").read_text(), re.M)[1]
+INSTALLED = "/usr/local/bin/nodecheck"  # deploy/install.sh's default link
+
+
+def test_every_deploy_file_runs_what_install_sh_installs():
+    install = (REPO / "deploy/install.sh").read_text()
+    assert 'bin=${NODECHECK_BIN:-/usr/local/bin}' in install and 'prefix=${NODECHECK_PREFIX:-/opt/nodecheck}' in install
+    for unit in ("nodecheck.service", "nodecheck-textfile.service"):
+        commands = re.findall(r"^ExecStart=(\S+)", (REPO / "systemd" / unit).read_text(), re.M)
+        assert commands == [INSTALLED], unit
+    assert f"NODECHECK={INSTALLED} " in (REPO / "deploy/slurm/nodecheck-slurm").read_text()
+    containerfile = (REPO / "deploy/container/Containerfile").read_text()
+    assert "deploy/install.sh" in containerfile and f'ENTRYPOINT ["{INSTALLED}"]' in containerfile
+    daemonset, _ = yaml.safe_load_all((REPO / "deploy/kubernetes/daemonset.yaml").read_text())
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"nodecheck:{VERSION}"  # the tag build.sh gives
+    for text in [(REPO / p).read_text() for p in ("systemd/nodecheck.service", "deploy/kubernetes/daemonset.yaml",
+                                                  "systemd/README.md", "deploy/README.md")]:
+        assert "pip install nodecheck" not in text  # not published: the install is install.sh
+
+
+def test_install_sh_installs_a_working_command(tmp_path):
+    env = dict(os.environ, NODECHECK_PREFIX=str(tmp_path / "opt"), NODECHECK_BIN=str(tmp_path / "bin"))
+    result = subprocess.run(["sh", str(REPO / "deploy/install.sh")], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    command = tmp_path / "bin" / "nodecheck"
+    assert command.is_symlink() and os.readlink(command) == str(tmp_path / "opt/bin/nodecheck")
+    assert subprocess.run([str(command), "-V"], capture_output=True, text=True, timeout=60).stdout.strip() == f"nodecheck {VERSION}"
+    report = json.loads(subprocess.run([str(command), "inspect", "--json"], capture_output=True, text=True, timeout=120).stdout)
+    assert report["node"]["nodecheck_version"] == VERSION
+    refused = subprocess.run(["sh", str(REPO / "deploy/install.sh"), "bench;rm -rf /"], env=env, capture_output=True, text=True,
+                             timeout=60)
+    assert refused.returncode == 2 and "extras are names separated by commas" in refused.stderr
+
+
+needs_builder = pytest.mark.skipif(
+    os.geteuid() != 0 or not (shutil.which("buildah") and shutil.which("debootstrap")),
+    reason="building the image needs root, buildah and debootstrap (tests/run.sh installs them as root)")
+
+
+@pytest.fixture(scope="module")
+def image():
+    """deploy/container/build.sh, tagged for this run alone; removed afterwards (the base stays cached)."""
+    tag = f"localhost/nodecheck-test-{os.getpid()}:{VERSION}"
+    result = subprocess.run(["sh", str(REPO / "deploy/container/build.sh")], env=dict(os.environ, NODECHECK_IMAGE=tag),
+                            capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    yield tag
+    subprocess.run(["buildah", "rmi", "--force", tag], capture_output=True, timeout=120)
+
+
+@pytest.fixture
+def container(image):
+    name = subprocess.run(["buildah", "from", image], capture_output=True, text=True, timeout=120, check=True).stdout.strip()
+    yield name
+    subprocess.run(["buildah", "rm", name], capture_output=True, timeout=120)
+
+
+def inside(container: str, *argv: str) -> list[str]:
+    return ["buildah", "run", "--isolation", "chroot", container, "--", *argv]
+
+
+@needs_builder
+def test_inspect_runs_inside_the_image(container):
+    result = subprocess.run(inside(container, "nodecheck", "inspect", "--json"), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert report["node"]["nodecheck_version"] == VERSION
+    probes = {p["name"]: p for p in report["probes"]}
+    assert probes["lstopo"]["ok"] and probes["nics"]["ok"]  # the image's own lstopo; the host's /sys
+    assert probes["pcie_acs"]["ok"] and report["pcie_acs"]["why"] is not None  # lspci as nobody: unknown, said why
+    whoami = subprocess.run(inside(container, "id", "-u"), capture_output=True, text=True, timeout=60).stdout.strip()
+    assert whoami == "65534"  # like the DaemonSet: never root
+
+
+@needs_builder
+def test_serve_runs_inside_the_image_and_is_scraped(container):
+    import urllib.request
+
+    port = free_port()
+    proc = subprocess.Popen(inside(container, "nodecheck", "serve", "--listen", f"127.0.0.1:{port}", "--interval", "5"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    def scrape():
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return response.read().decode()
+
+    try:
+        metrics = wait_until(lambda: "nodecheck_probe_success" in (text := scrape()) and text, 120, "serve inside the image",
+                             tolerate=(OSError,))
+        assert 'nodecheck_probe_success{probe="lstopo"} 1.0' in metrics
+        assert f'nodecheck_build_info{{version="{VERSION}"}} 1.0' in metrics
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+        left = subprocess.run(["pgrep", "-f", f"serve --listen 127.0.0.1:{port}"], capture_output=True, text=True)
+        if left.stdout.strip():  # chroot isolation: the server is the builder's child; never leave it running
+            subprocess.run(["pkill", "-f", f"serve --listen 127.0.0.1:{port}"])
+    assert "serving /metrics on 127.0.0.1" in out
+    assert not left.stdout.strip(), f"nodecheck serve outlived its container run: {left.stdout}"
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))

@@ -1,0 +1,91 @@
+"""`nodecheck inspect` read at 80, 120 and 200 columns: real captures (an OCI node with 18 NICs, the HGX
+H100 board with NVML, the H100 VM), every line within the width, every NIC name and CPU list whole, names
+in natural order; piped output without a terminal is plain."""
+
+import io
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import PUBLIC, hgx_nvml, make_snapshot, need
+from rich.console import Console
+
+from nodecheck.build import build_report
+from nodecheck.render import PLAIN_WIDTH, render
+from nodecheck.snapshot import SnapshotHost
+
+WIDTHS = (80, 120, 200)
+
+
+def oci(tmp_path):
+    """OCI BM.GPU.A100-v2.8: 8 GPUs, 18 NICs (mlx5_0..mlx5_17), 8 NUMA nodes; topology only."""
+    return build_report(SnapshotHost(make_snapshot(tmp_path / "oci", topo="oci-bm-gpu-a100-8gpu-18nic-numa-nps4.txt")))
+
+
+def hgx(tmp_path):
+    return build_report(SnapshotHost(make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt",
+                                                   nvml_gpus=hgx_nvml())))
+
+
+def shown(report, width: int) -> str:
+    out = io.StringIO()
+    render(report, Console(width=width, file=out, force_terminal=False, color_system=None))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("node", [oci, hgx])
+def test_every_line_fits_and_every_name_is_whole(tmp_path, node, width):
+    report = node(tmp_path)
+    text = shown(report, width)
+    too_long = [line for line in text.splitlines() if len(line) > width]
+    assert not too_long, too_long[:3]
+    words = set(re.findall(r"[\w.,-]+", text))
+    for nic in report.nics:
+        assert re.search(rf"(?<![\w]){re.escape(nic.name)}(?![\w])", text), f"{nic.name} is cut at {width} columns"
+    for gpu in report.gpus:
+        assert gpu.cpu_affinity in words or gpu.cpu_affinity in text, f"gpu{gpu.index}'s CPUs {gpu.cpu_affinity} cut"
+    assert "…" not in text  # nothing cut with an ellipsis
+
+
+def test_names_in_natural_order_and_the_topologys_nvlinks(tmp_path):
+    text = shown(oci(tmp_path), 200)
+    table = text[text.index("\nNICs"):]
+    assert table.index("mlx5_9 ") < table.index("mlx5_10 ") < table.index("mlx5_17 ")
+    assert "NCCL_IB_HCA=mlx5_9,mlx5_10,mlx5_11,mlx5_12" in text
+    assert "NV12 (topo)" in text  # no NVML on that snapshot: what nvidia-smi topo -m says, not "-"
+
+
+def test_a_narrow_terminal_says_what_it_left_out(tmp_path):
+    text = shown(oci(tmp_path), 80)
+    assert "not shown at 80 columns:" in text
+    assert "GPU0 to NICs: PXB: mlx5_5, mlx5_6, mlx5_7, mlx5_8; SYS: mlx5_0," in text.replace("\n", " ")
+    assert "NCCL_IB_HCA=mlx5_14,mlx5_15,mlx5_16,mlx5_17 \\" in text  # the advice, one command over several lines
+
+
+def test_plain_output_has_no_boxes(tmp_path):
+    text = shown(hgx(tmp_path), PLAIN_WIDTH)
+    assert "┃" not in text and "━" not in text and "mlx5_7" in text
+
+
+def run_piped(args, env):
+    return subprocess.run([sys.executable, "-m", "nodecheck", *args], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+def test_piped_without_a_terminal_is_plain_and_columns_is_honoured(tmp_path):
+    snap = make_snapshot(tmp_path / "oci", topo="oci-bm-gpu-a100-8gpu-18nic-numa-nps4.txt")
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    plain = run_piped(["inspect", "--from", str(snap)], env)
+    assert plain.returncode == 0 and "┃" not in plain.stdout
+    # the whole matrix, every NIC column on the GPU's own line: nothing squeezed into a width nobody asked for
+    assert [line for line in plain.stdout.splitlines() if line.startswith("GPU0 ") and line.count("NV12") == 7 and "PXB" in line]
+    narrow = run_piped(["inspect", "--from", str(snap)], dict(env, COLUMNS="100"))
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 100
+
+
+def test_the_header_of_a_snapshot_without_identity(tmp_path):
+    need(PUBLIC)
+    assert "nodecheck (host name not recorded)" in shown(oci(tmp_path), 120)
