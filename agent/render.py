@@ -60,14 +60,24 @@ def _console() -> Console:
 
 def _table(console: Console, title: str, columns: list[tuple[str, int, list]], note_dropped: bool = True) -> Table:
     """A table that fits the console: columns are (header, role, cells) with role IDENTITY (names, CPU lists:
-    never cut, never dropped), LIST (names separated by ", ": wrapped between names, never inside one), or a
-    positive number: the order in which the column is left out when the table would not fit (1 first).
+    never cut, never dropped), LIST (names separated by ", ": wrapped between names, never inside one), TEXT
+    (wraps, never dropped), or a positive number: the order in which the column is left out when the table
+    would not fit (1 first).
     Other text wraps instead of being cut. Says which columns it left out."""
     def natural(header, cells):
         return max([len(header)] + [len(c.plain if isinstance(c, Text) else str(c)) for c in cells])
 
+    def longest_word(header, cells):
+        return max([len(header)] + [len(w) for c in cells for w in re.split(r"[ ,]+", c.plain if isinstance(c, Text) else str(c))])
+
+    def width_of(header, role, cells):  # names need all of their width; text that wraps, a readable share
+        if role in (IDENTITY, LIST):
+            return natural(header, cells)
+        floor = TEXT_MIN if role == TEXT else WRAPPED_MIN
+        return max(min(natural(header, cells), floor), min(longest_word(header, cells), TEXT_MIN))
+
     def needed(cols):
-        return sum(natural(h, cells) + 3 for h, _, cells in cols) + 1
+        return sum(width_of(h, role, cells) + 3 for h, role, cells in cols) + 1
 
     kept = list(columns)
     dropped = []
@@ -85,14 +95,17 @@ def _table(console: Console, title: str, columns: list[tuple[str, int, list]], n
         elif role == LIST:
             longest = max([len(header)] + [len(p) for c in cells for p in str(c.plain if isinstance(c, Text) else c).split(", ")])
             table.add_column(header, min_width=longest, overflow="fold")
-        else:
-            table.add_column(header, overflow="fold")
+        else:  # words stay whole where they can: wraps between them
+            table.add_column(header, overflow="fold", min_width=min(longest_word(header, cells), TEXT_MIN),
+                             ratio=1 if role == TEXT else None)
     for row in zip(*(cells for _, _, cells in kept), strict=True):
         table.add_row(*row)
     return table
 
 
-IDENTITY, LIST = 0, -1
+IDENTITY, LIST, TEXT = 0, -1, -2
+WRAPPED_MIN = 16  # columns a wrapping column needs to stay readable
+TEXT_MIN = 40  # ... and the column that says what to do
 
 
 def render(report: Report, console: Console | None = None) -> None:
@@ -243,13 +256,10 @@ def _findings(console: Console, report: Report) -> None:
     if not report.findings:
         console.print("[green]No findings.[/green]")
         return
-    table = Table(title="Findings", title_justify="left")
-    for column in ("severity", "subject", "measured", "expected", "what to do"):
-        table.add_column(column)
-    for f in report.findings:
-        style = _SEVERITY_STYLE.get(f.severity, "")
-        table.add_row(Text(_clean(f.severity), style=style), _cell(f.subject), _cell(f.measured), _cell(f.expected), _cell(f.message))
-    console.print(table)
+    rows = [[Text(_clean(f.severity), style=_SEVERITY_STYLE.get(f.severity, "")), _cell(f.subject), _cell(f.measured),
+             _cell(f.expected), _cell(f.message)] for f in report.findings]
+    columns = [("severity", IDENTITY), ("subject", IDENTITY), ("measured", 2), ("expected", 1), ("what to do", TEXT)]
+    console.print(_table(console, "Findings", [(h, role, [r[i] for r in rows]) for i, (h, role) in enumerate(columns)]))
 
 
 def _advice(console: Console, report: Report) -> None:

@@ -89,3 +89,16 @@ def test_piped_without_a_terminal_is_plain_and_columns_is_honoured(tmp_path):
 def test_the_header_of_a_snapshot_without_identity(tmp_path):
     need(PUBLIC)
     assert "nodecheck (host name not recorded)" in shown(oci(tmp_path), 120)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_findings_keep_their_subject_and_advice_whole(tmp_path, width):
+    """An HGX board with one NVLink down on gpu3 and a PCIe switch port redirecting peer traffic (ACS): the
+    subjects and the advice are never cut, at any width."""
+    from test_acs import acs_findings, lspci_for_switch
+
+    report, _ = acs_findings(tmp_path, lspci_for_switch(redirect=True))
+    text = shown(report, width)
+    assert not [line for line in text.splitlines() if len(line) > width]
+    assert "pci:0000:17:00.0" in text and "pci:0000:17:01.0" in text and "…" not in text
+    assert "ECAP_ACS+6.w=0000" in text and "pci=disable_acs_redir=0000:17:00.0" in text  # long words whole too
