@@ -77,7 +77,7 @@ def _local_gpu(label: str, gpus: list):
     by_bus = [g for g in gpus if nccl_bus_id(g.pci_bus_id) == bus]
     if by_bus:
         return by_bus[0]
-    return gpus[int(label)] if label.isdigit() and int(label) < len(gpus) else None
+    return gpus[int(label)] if label.isdecimal() and int(label) < len(gpus) else None
 
 
 def _rail_mismatches(run: NcclRun, report) -> list:

@@ -17,7 +17,8 @@ _INTEGER = re.compile(r"-?[0-9]+")
 
 def natural_key(name: str) -> tuple:
     """Sort key that orders numbers inside names as numbers: mlx5_9 before mlx5_10, GPU2 before GPU10."""
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", str(name)) if part)
+    # isdecimal, not isdigit: '²' is a digit that int() refuses
+    return tuple((0, int(part), "") if part.isdecimal() else (1, 0, part) for part in re.split(r"(\d+)", str(name)) if part)
 
 
 def to_int(text: str | None) -> int | None:

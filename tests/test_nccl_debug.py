@@ -119,3 +119,14 @@ def test_nccl_bus_ids():
 
     assert (nccl_bus_id("0000:92:00.0"), nccl_bus_id("00000000:4A:00.0"), nccl_bus_id(None), nccl_bus_id("x")) == (
         0x92000, 0x4A000, None, None)
+
+
+def test_digits_that_are_not_numbers_are_not_read_as_rails(tmp_path):
+    """'²' passes str.isdigit() but not int(): in a log line or a Report's details it is ignored, not a crash."""
+    import dataclasses
+
+    assert parse_nccl_debug("h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/²/GDRDMA\n").gpu_net_devices == {}
+    report = hgx_h100_with_ndr(tmp_path)
+    here = dataclasses.replace(report, node=dict(report.node, hostname="kolyoz1"))
+    run = NcclRun(gpu_net_devices={"kolyoz1": {"²": [0]}}, net_device_names={"kolyoz1": {"0": "mlx5_7:1"}})
+    assert nccl_findings(run, here) == []

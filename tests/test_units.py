@@ -64,3 +64,10 @@ def test_parse_rate_and_count_refuse_with_a_reason(text):
         parse_rate(text)
     with pytest.raises(ValueError, match="expected|above zero"):
         parse_count(text)
+
+
+def test_natural_key_orders_numbers_as_numbers_and_takes_any_text():
+    from nodecheck.units import natural_key
+
+    assert sorted(["mlx5_10", "mlx5_9", "mlx5_1", "eth0"], key=natural_key) == ["eth0", "mlx5_1", "mlx5_9", "mlx5_10"]
+    assert sorted(["mlx5²", "mlx4"], key=natural_key) == ["mlx4", "mlx5²"]  # '²' is a digit int() refuses

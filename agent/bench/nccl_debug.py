@@ -112,7 +112,7 @@ def _note_rail(run: NcclRun, host: str, channel: re.Match) -> None:
     """Which network device the local GPU of a NET channel uses: the sender's for [send], the receiver's for
     [receive] (a line without the tag, older NCCL, is the sender's). `NET/IB/3(1)`: PXN, through a peer."""
     parts = channel["via"].split("/")
-    if len(parts) < 3 or not parts[2].isdigit():
+    if len(parts) < 3 or not parts[2].isdecimal():  # '²' is a digit that int() refuses
         return
     gpu = channel["dst_gpu"] if channel["side"] == "receive" else channel["src_gpu"]
     gpus = run.gpu_net_devices.setdefault(host, {}) if len(run.gpu_net_devices) < MAX_HOSTS else {}
