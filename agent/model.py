@@ -307,6 +307,23 @@ class Report:
         """The NICs of an RDMA device with an ACTIVE port (InfiniBand, RoCE, EFA)."""
         return [n for n in self.nics if n.rdma_device and any(p.state == "ACTIVE" for p in n.ib_ports)]
 
+    def acs_redirects(self) -> dict[str, bool] | None:
+        """Bridge PCI address -> ACS P2P redirect on, as probes/acs.py read it; None when ACS is unknown (not
+        root, no lspci, a snapshot from before nodecheck ran it) or the record is malformed."""
+        acs = self.pcie_acs if isinstance(self.pcie_acs, dict) else {}
+        redirect = acs.get("redirect")
+        if not acs.get("known") or not isinstance(redirect, dict):
+            return None
+        return {str(bdf): on is True for bdf, on in redirect.items()}
+
+    def iommu_modes(self) -> dict[str | None, object]:
+        """Normalized PCI address -> its IOMMU group's type (identity, DMA, DMA-FQ), as probes/platform.py read it."""
+        from nodecheck.bench.identity import normal_pci
+
+        platform = self.platform if isinstance(self.platform, dict) else {}
+        groups = platform.get("iommu") if isinstance(platform.get("iommu"), dict) else {}
+        return {normal_pci(k): v for k, v in groups.items() if isinstance(k, str)}
+
     def path_spec(self, path: str) -> PathSpec | None:
         """The spec of one path ("gpu0:host", "gpu0:gpu1", "nic:eth0"), None when the Report has none."""
         return next((p for p in self.paths if p.path == path), None)

@@ -58,17 +58,20 @@ def _console() -> Console:
     return Console(width=PLAIN_WIDTH)
 
 
-def _table(console: Console, title: str, columns: list[tuple[str, int, list]], note_dropped: bool = True) -> Table:
-    """A table that fits the console: columns are (header, role, cells) with role IDENTITY (names, CPU lists:
-    never cut, never dropped), LIST (names separated by ", ": wrapped between names, never inside one), TEXT
+def _table(console: Console, title: str, headers: list[tuple[str, int]], rows: list[list]) -> Table:
+    """A table that fits the console: headers are (header, role) with role IDENTITY (names, CPU lists: never
+    cut, never dropped), LIST (names separated by ", ": wrapped between names, never inside one), TEXT
     (wraps, never dropped), or a positive number: the order in which the column is left out when the table
     would not fit (1 first).
     Other text wraps instead of being cut. Says which columns it left out."""
-    def natural(header, cells):
-        return max([len(header)] + [len(c.plain if isinstance(c, Text) else str(c)) for c in cells])
+    def text_of(cell) -> str:
+        return cell.plain if isinstance(cell, Text) else str(cell)
 
-    def longest_word(header, cells):
-        return max([len(header)] + [len(w) for c in cells for w in re.split(r"[ ,]+", c.plain if isinstance(c, Text) else str(c))])
+    def natural(header, cells):
+        return max([len(header)] + [len(text_of(c)) for c in cells])
+
+    def longest_word(header, cells, separators=r"[ ,]+"):
+        return max([len(header)] + [len(w) for c in cells for w in re.split(separators, text_of(c))])
 
     def width_of(header, role, cells):  # names need all of their width; text that wraps, a readable share
         if role in (IDENTITY, LIST):
@@ -79,22 +82,21 @@ def _table(console: Console, title: str, columns: list[tuple[str, int, list]], n
     def needed(cols):
         return sum(width_of(h, role, cells) + 3 for h, role, cells in cols) + 1
 
-    kept = list(columns)
+    kept = [(header, role, [row[i] for row in rows]) for i, (header, role) in enumerate(headers)]
     dropped = []
     while needed(kept) > console.width and any(role > 0 for _, role, _ in kept):
         victim = min((c for c in kept if c[1] > 0), key=lambda c: c[1])
         kept.remove(victim)
         dropped.append(victim[0])
     plain = console.width >= PLAIN_WIDTH
-    caption = f"not shown at {console.width} columns: {', '.join(dropped)} (widen the terminal, or --json)" if dropped and note_dropped else None
+    caption = f"not shown at {console.width} columns: {', '.join(dropped)} (widen the terminal, or --json)" if dropped else None
     table = Table(title=title, title_justify="left", box=None if plain else box.HEAVY_HEAD, caption=caption,
                   caption_justify="left")
     for header, role, cells in kept:
         if role == IDENTITY:
             table.add_column(header, no_wrap=True, min_width=natural(header, cells))
         elif role == LIST:
-            longest = max([len(header)] + [len(p) for c in cells for p in str(c.plain if isinstance(c, Text) else c).split(", ")])
-            table.add_column(header, min_width=longest, overflow="fold")
+            table.add_column(header, min_width=longest_word(header, cells, ", "), overflow="fold")
         else:  # words stay whole where they can: wraps between them
             table.add_column(header, overflow="fold", min_width=min(longest_word(header, cells), TEXT_MIN),
                              ratio=1 if role == TEXT else None)
@@ -145,9 +147,9 @@ def _gpus(console: Console, report: Report) -> None:
         rows.append([_cell(g.index), _unknown(g.name), _cell(pcie), format_rate(host.bytes_per_second if host else None),
                      _cell(_nvlinks(g, report)), _unknown(g.numa_node), _unknown(g.cpu_affinity),
                      _cell(", ".join(g.nearest_nics) or "-")])
-    columns = [("GPU", IDENTITY), ("model", 5), ("PCIe now / max", 2), ("host link spec", 3), ("NVLinks", 4), ("NUMA", IDENTITY),
+    headers = [("GPU", IDENTITY), ("model", 5), ("PCIe now / max", 2), ("host link spec", 3), ("NVLinks", 4), ("NUMA", IDENTITY),
                ("CPU affinity", IDENTITY), ("nearest NICs", LIST)]
-    console.print(_table(console, "GPUs", [(h, role, [r[i] for r in rows]) for i, (h, role) in enumerate(columns)]))
+    console.print(_table(console, "GPUs", headers, rows))
 
 
 def _nvlinks(gpu, report: Report) -> str:
@@ -215,9 +217,9 @@ def _nics(console: Console, report: Report) -> None:
         addresses = ", ".join(f"{a['address']}/{a['prefixlen']}" for a in n.addresses if a["family"] == "inet")
         rows.append([_cell(name), _cell(n.kind), _unknown(n.state), speed, format_bits(spec.bytes_per_second if spec else None),
                      _unknown(n.mtu), _unknown(n.numa_node), _unknown(n.driver), _unknown(n.pci_address), _cell(addresses or "-")])
-    columns = [("NIC", IDENTITY), ("kind", 4), ("state", 7), ("speed", 6), ("spec", 1), ("MTU", 2), ("NUMA", IDENTITY),
+    headers = [("NIC", IDENTITY), ("kind", 4), ("state", 7), ("speed", 6), ("spec", 1), ("MTU", 2), ("NUMA", IDENTITY),
                ("driver", 3), ("PCI", 5), ("addresses", LIST)]
-    console.print(_table(console, "NICs", [(h, role, [r[i] for r in rows]) for i, (h, role) in enumerate(columns)]))
+    console.print(_table(console, "NICs", headers, rows))
 
 
 def platform_lines(report: Report) -> list[str]:
@@ -234,7 +236,7 @@ def platform_lines(report: Report) -> list[str]:
         lines.append("GPUDirect RDMA: " + (f"{module} loaded" if module else
                      f"no peer-memory module (nvidia_peermem, nv_peer_mem); {dma_buf}" if platform.get("modules_known")
                      else "unknown"))
-        groups = {normal_pci(k): v for k, v in (platform.get("iommu") or {}).items() if isinstance(k, str)}
+        groups = report.iommu_modes()
         devices = [(f"gpu{g.index}", g.pci_bus_id) for g in report.gpus] + [(n.name, n.pci_address) for n in report.nics
                                                                            if n.pci_address]
         modes: dict[str, list[str]] = {}
@@ -244,8 +246,8 @@ def platform_lines(report: Report) -> list[str]:
             lines.append("IOMMU: " + "; ".join(f"{mode} ({', '.join(names)})" for mode, names in sorted(modes.items())))
     acs = report.pcie_acs if isinstance(report.pcie_acs, dict) else None
     if acs is not None:
-        redirect = acs.get("redirect") if isinstance(acs.get("redirect"), dict) else {}
-        on = sorted(str(bdf) for bdf, value in redirect.items() if value is True)
+        redirect = report.acs_redirects() or {}
+        on = sorted(bdf for bdf, value in redirect.items() if value)
         lines.append("ACS: " + (str(acs.get("why")) if not acs.get("known") else
                                 f"P2P redirect on {', '.join(on)}" if on else
                                 f"no P2P redirect ({len(redirect)} ACS-capable bridge(s) read)"))
@@ -258,8 +260,8 @@ def _findings(console: Console, report: Report) -> None:
         return
     rows = [[Text(_clean(f.severity), style=_SEVERITY_STYLE.get(f.severity, "")), _cell(f.subject), _cell(f.measured),
              _cell(f.expected), _cell(f.message)] for f in report.findings]
-    columns = [("severity", IDENTITY), ("subject", IDENTITY), ("measured", 2), ("expected", 1), ("what to do", TEXT)]
-    console.print(_table(console, "Findings", [(h, role, [r[i] for r in rows]) for i, (h, role) in enumerate(columns)]))
+    headers = [("severity", IDENTITY), ("subject", IDENTITY), ("measured", 2), ("expected", 1), ("what to do", TEXT)]
+    console.print(_table(console, "Findings", headers, rows))
 
 
 def _advice(console: Console, report: Report) -> None:

@@ -11,6 +11,7 @@ import dataclasses
 
 from nodecheck.config import Config
 from nodecheck.model import Finding, Report, link_family
+from nodecheck.probes.pcie import hops_from_report
 from nodecheck.specs import BUSY_UTILIZATION
 from nodecheck.units import format_bits
 
@@ -28,8 +29,9 @@ def evaluate(report: Report, config: Config | None) -> list[Finding]:
     findings += _nics(report, config)
     findings += _far_nics(report)
     findings += _platform(report)
-    findings += _pcie_hops(report)
-    findings += _acs_redirect(report)
+    paths = hops_from_report(report.pcie_paths)  # both checks walk the same PCIe paths
+    findings += _pcie_hops(report, paths)
+    findings += _acs_redirect(report, paths)
     return findings
 
 
@@ -209,14 +211,13 @@ def _what_nccl_did(report: Report, measurements: list) -> list[Finding]:
     return findings
 
 
-def _pcie_hops(report: Report) -> list[Finding]:
+def _pcie_hops(report: Report, paths: dict) -> list[Finding]:
     """A link on a GPU's or NIC's PCIe path (a switch port, a riser, the root port) trained narrower than
     both its ends allow, named once per link with every device behind it. A GPU's own link is NVML's to
     judge (pcie_downtrained)."""
     from nodecheck.bench.identity import normal_pci
-    from nodecheck.probes.pcie import hops_from_report, narrow_hops
+    from nodecheck.probes.pcie import narrow_hops
 
-    paths = hops_from_report(report.pcie_paths)
     devices = [(f"gpu{g.index}", normal_pci(g.pci_bus_id), True) for g in report.gpus]
     devices += [(n.name, normal_pci(n.pci_address), False) for n in report.nics if n.pci_address]
     narrow: dict[str, tuple] = {}
@@ -230,18 +231,16 @@ def _pcie_hops(report: Report) -> list[Finding]:
             for bdf, (hop, capable, behind) in sorted(narrow.items())]
 
 
-def _acs_redirect(report: Report) -> list[Finding]:
+def _acs_redirect(report: Report, paths: dict) -> list[Finding]:
     """For every GPU pair and GPU-RDMA NIC pair under a common switch, the bridges between them (the ports
     below the switch's upstream port where each one's traffic enters it): one with ACS P2P request or
     completion redirect on sends their peer traffic up to the root complex. Named once per bridge."""
     from nodecheck.bench.identity import normal_pci
-    from nodecheck.probes.pcie import hops_from_report
 
-    acs = report.pcie_acs or {}
-    redirect = {normal_pci(bdf): on is True for bdf, on in _mapping(acs.get("redirect")).items()}
-    if not acs.get("known") or not any(redirect.values()):
+    redirect = {normal_pci(bdf): on for bdf, on in (report.acs_redirects() or {}).items()}
+    if not any(redirect.values()):
         return []
-    chains = {bdf: [hop.bdf for hop in hops] for bdf, hops in hops_from_report(report.pcie_paths).items()}
+    chains = {bdf: [hop.bdf for hop in hops] for bdf, hops in paths.items()}
     gpus = [(f"gpu{g.index}", chains.get(normal_pci(g.pci_bus_id))) for g in report.gpus]
     nics = [(n.name, chains.get(normal_pci(n.pci_address))) for n in report.rdma_nics_up() if n.pci_address]
     pairs = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:] + nics]
@@ -264,10 +263,6 @@ def _acs_redirect(report: Report) -> list[Finding]:
             for bdf, affected in sorted(redirecting.items())]
 
 
-def _mapping(value) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
 def _platform(report: Report) -> list[Finding]:
     """GPUDirect RDMA without its peer-memory module, and IOMMU translation on a GPU's or an RDMA NIC's
     group (NCCL's troubleshooting guide: both slow or break inter-node and peer-to-peer traffic)."""
@@ -285,7 +280,7 @@ def _platform(report: Report) -> list[Finding]:
                                 f"GPUDirect RDMA: neither nvidia_peermem nor nv_peer_mem is loaded, {why} cannot give NICs "
                                 "DMA-BUF access to GPU memory: inter-node data bounces through host memory; "
                                 "`modprobe nvidia_peermem`, or the open kernel modules on Linux >= 5.12"))
-    groups = {normal_pci(k): v for k, v in (facts.get("iommu") or {}).items()}
+    groups = report.iommu_modes()
     devices = [(f"gpu{g.index}", g.pci_bus_id) for g in report.gpus] + [(n.name, n.pci_address) for n in rdma]
     for subject, pci in devices:
         kind = groups.get(normal_pci(pci))

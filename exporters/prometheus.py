@@ -95,11 +95,10 @@ def _links_and_nics(report: Report) -> Iterator[Metric]:
     loaded = None if not platform.get("modules_known") else int(bool(platform.get("peer_memory")))
     yield _gauge("nodecheck_gpudirect_peer_memory_loaded", "GPUDirect RDMA's peer-memory module is loaded (absent: unknown).",
                  [], [([], loaded)])
-    acs = report.pcie_acs if isinstance(report.pcie_acs, dict) else {}
-    redirect = acs.get("redirect") if acs.get("known") and isinstance(acs.get("redirect"), dict) else None
+    redirect = report.acs_redirects()
     yield _gauge("nodecheck_pcie_acs_redirect_bridges",
                  "PCIe bridges with ACS P2P request or completion redirect on (absent: ACS unknown, e.g. not root).",
-                 [], [([], None if redirect is None else sum(1 for v in redirect.values() if v is True))])
+                 [], [([], None if redirect is None else sum(redirect.values()))])
 
 
 def _measurements(report: Report) -> Iterator[Metric]:

@@ -26,13 +26,12 @@ _NETWORK = re.compile(r"^Using network (.+?)\s*$")
 _SOCKET = re.compile(r"^(?:Bootstrap|NET/Socket) : Using (.*)$")
 _SOCKET_IFACE = re.compile(r"(?:\[\d+\])?([A-Za-z0-9_.@-]+):[0-9a-fA-F.:%]+<\d+>")
 _IB = re.compile(r"^NET/(IB\S*) : Using (.*)$")
-_IB_DEVICE = re.compile(r"\[\d+\]([A-Za-z0-9_.-]+:\d+)")
+_IB_DEVICE = re.compile(r"\[(\d+)\]([A-Za-z0-9_.-]+:\d+)")  # [index]HCA:port
 _CHANNEL = re.compile(r"^Channel \d+(?:/\d+)? : (?P<src>\d+)\[(?P<src_gpu>[0-9a-fA-F]+)\] -> (?P<dst>\d+)\[(?P<dst_gpu>[0-9a-fA-F]+)\]"
                       r"(?: \[(?P<side>send|receive)\])? via (?P<via>.+?)\s*$")
 _NVLS_CHANNELS = re.compile(r"\b(\d+) nvls channels\b")
 _NVLS_UNAVAILABLE = re.compile(r"NVLS (?:multicast support is not available|disabled)", re.I)
 _NVLS_IN_USE = re.compile(r"\bNVLS (?:comm|multicast support is available)", re.I)
-_IB_INDEXED = re.compile(r"\[(\d+)\]([A-Za-z0-9_.-]+:\d+)")
 _TESTS_HOST = re.compile(r"^#\s+Rank\s+\d+\b.*?\bon\s+(\S+)\s+device\b")
 MAX_WARNINGS = 50  # quoted warnings kept; the count is always whole
 
@@ -85,9 +84,10 @@ def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_n
         if body.startswith("NET/Socket") and "Socket" not in net_names:
             net_names.append("Socket")
     elif ib := _IB.match(body):
-        run.ib_devices += [d for d in _IB_DEVICE.findall(ib[2]) if d not in run.ib_devices]
+        devices = _IB_DEVICE.findall(ib[2])
+        run.ib_devices += [name for _, name in devices if name not in run.ib_devices]
         if host not in run.net_device_names and len(run.net_device_names) < MAX_HOSTS:
-            run.net_device_names[host] = dict(_IB_INDEXED.findall(ib[2])[:MAX_NET_DEVICES])
+            run.net_device_names[host] = dict(devices[:MAX_NET_DEVICES])
         if ib[1] not in net_names:
             net_names.append(ib[1])
     elif channel := _CHANNEL.match(body):
