@@ -13,6 +13,10 @@ class NoData(NodecheckError):
     """The source a probe reads is absent (binary not installed, no driver, not in the snapshot)."""
 
 
+class NotRecorded(NoData):
+    """A snapshot holds nothing of this source (taken before nodecheck read it): no data, never a finding."""
+
+
 class ProbeFailed(NodecheckError):
     """The source exists but reading it failed (timeout, non-zero exit, driver error)."""
 

@@ -22,7 +22,7 @@ import time
 import zlib
 from pathlib import Path, PurePosixPath
 
-from nodecheck.errors import NoData, NodecheckError, ProbeFailed, TimedOut
+from nodecheck.errors import NoData, NodecheckError, NotRecorded, ProbeFailed, TimedOut
 from nodecheck.host import Host, atomic_file, read_bounded
 from nodecheck.limits import MAX_COMMAND_OUTPUT, MAX_JSON_DOCUMENT, MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_MEMBERS, MAX_SYSFS_FILE
 
@@ -178,7 +178,7 @@ class SnapshotHost:
         entry = self.sources.get(source, {})
         if entry.get("outcome") in _FAILURES:
             raise _FAILURES[entry["outcome"]](f"{str(entry.get('error', 'failed'))[:500]} (replayed from snapshot)")
-        raise NoData(f"{source} is not in the snapshot")
+        raise NotRecorded(f"{source} is not in the snapshot")
 
     def command(self, source: str, argv: list[str], timeout: float) -> str:
         text = self._read(source, MAX_COMMAND_OUTPUT)

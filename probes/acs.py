@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from nodecheck.errors import NoData, ParseError, ProbeFailed, TimedOut
+from nodecheck.errors import NoData, NotRecorded, ParseError, ProbeFailed, TimedOut
 from nodecheck.limits import MAX_COMMAND_OUTPUT
 from nodecheck.probes.base import Probe
 
@@ -77,7 +77,7 @@ def parse_lspci(text: str) -> list[PciDevice]:
 
     for raw in unwrap_quoted_printable(text).splitlines():
         line = raw.rstrip()
-        if device := _DEVICE.match(line.strip() if not raw[:1].isspace() else ""):
+        if not raw[:1].isspace() and (device := _DEVICE.match(line)):  # device lines start at column 0
             if len(devices) >= MAX_DEVICES:
                 break
             current = PciDevice(device["bdf"].lower())
@@ -114,9 +114,9 @@ def collect(host, timeout: float) -> AcsFacts:
     health fact, and a node is not unhealthy for lacking pciutils."""
     try:
         text = host.command(SOURCE, ARGV, timeout)
+    except NotRecorded:
+        raise  # a snapshot from before nodecheck read ACS: no data, as for every source
     except NoData as error:
-        if str(error).endswith("is not in the snapshot"):
-            raise  # a snapshot from before nodecheck read ACS: no data, as for every source
         return AcsFacts(False, f"unknown: lspci is not installed (pciutils): {error}")
     except TimedOut:
         return AcsFacts(False, f"unknown: lspci did not answer within {timeout:g} s")
