@@ -105,7 +105,7 @@ def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | No
     for index in indices:
         gpu, t, n = Gpu(index), by_topo.get(index), by_nvml.get(index)
         if n:
-            gpu.name, gpu.uuid, gpu.pci_bus_id = n.name, n.uuid, n.pci_bus_id
+            gpu.name, gpu.uuid, gpu.pci_bus_id, gpu.architecture = n.name, n.uuid, n.pci_bus_id, n.architecture
             gpu.pcie = {k: getattr(n, f"pcie_{k}") for k in ("gen_current", "gen_max", "gen_gpu_max", "width_current", "width_max")}
             gpu.utilization_percent, gpu.memory_bytes = n.utilization_gpu, n.memory_total_bytes
             gpu.nvlinks = [{"link": link, "active": active, "version": version} for link, active, version in n.nvlinks]
@@ -193,17 +193,25 @@ def pair_spec(a: Gpu, b: Gpu, link_type: str, host_specs: dict[int, PathSpec]) -
     path = f"gpu{a.index}:gpu{b.index}"
     links = nvlink_count(link_type)
     if links is not None:
-        versions = [l["version"] for g in (a, b) for l in g.nvlinks if l["active"] and l["version"]]
-        if not versions:
-            return PathSpec(path, "nvlink", None, f"{link_type}: NVLink version unknown (NVML reports no active link version)")
-        spec = specs.nvlink(min(versions), links)
-        return PathSpec(path, "nvlink", spec.bytes_per_second, spec.basis, spec.source) if spec else \
-            PathSpec(path, "nvlink", None, f"no spec for NVLink version {min(versions)}")
+        return _nvlink_spec(path, link_type, links, a, b)
     slower = min((host_specs[a.index], host_specs[b.index]), key=lambda s: s.bytes_per_second or 0)
     if slower.bytes_per_second is None:
         return PathSpec(path, "pcie", None, f"{link_type} ({link_class(link_type)}): PCIe link of the GPUs unknown")
     return PathSpec(path, "pcie", slower.bytes_per_second,
                     f"{link_type} ({link_class(link_type)}), slower GPU's link: {slower.basis}", slower.source)
+
+
+def _nvlink_spec(path: str, link_type: str, links: int, a: Gpu, b: Gpu) -> PathSpec:
+    """`links` NVLinks at the slower GPU's per-link rate, from its architecture (NVML's link version enum
+    is a cross-check only: specs.nvlink_for_gpu)."""
+    judged = []
+    for gpu in (a, b):
+        versions = [l["version"] for l in gpu.nvlinks if l.get("active") and isinstance(l.get("version"), int)]
+        judged.append(specs.nvlink_for_gpu(gpu.architecture, gpu.name, min(versions) if versions else None, links))
+    if any(spec is None for spec, _ in judged):
+        return PathSpec(path, "nvlink", None, f"{link_type}: " + next(why for spec, why in judged if spec is None))
+    spec = min((spec for spec, _ in judged), key=lambda s: s.bytes_per_second)
+    return PathSpec(path, "nvlink", spec.bytes_per_second, spec.basis, spec.source)
 
 
 def nic_spec(nic: Nic, expected_mbps: int | None) -> PathSpec:

@@ -92,6 +92,7 @@ class Gpu:
     name: str | None = None
     uuid: str | None = None
     pci_bus_id: str | None = None
+    architecture: int | None = None  # NVML's number (nvmlDeviceGetArchitecture: 7 Ampere, 9 Hopper ...)
     cpu_affinity: str = ""  # Linux cpulist; "" when not reported
     numa_node: int | None = None  # the CPU-side NUMA node closest to the GPU
     gpu_numa_id: int | None = None  # the GPU's own memory NUMA node (coherent platforms only)

@@ -50,12 +50,63 @@ def pcie_generation(speed: str | None) -> int | None:
     return next((int(gen) for gen, row in table()["pcie"].items() if row["gt_per_s"] == rate), None)
 
 
-def nvlink(version: int, links: int) -> Spec | None:
-    row = table()["nvlink"].get(str(version))
+def nvlink(generation: int, links: int) -> Spec | None:
+    """`links` NVLinks of one GENERATION (1 Pascal ... 5 Blackwell), one direction."""
+    row = table()["nvlink"].get(str(generation))
     if row is None or links <= 0:
         return None
     per_link = row["gbytes_per_s_per_link"]
-    return Spec(per_link * 1e9 * links, f"NVLink {version} x{links} links ({per_link:g} GB/s per link)", row["source"])
+    return Spec(per_link * 1e9 * links, f"NVLink {generation} x{links} links ({per_link:g} GB/s per link)", row["source"])
+
+
+def architecture(number: int | None, gpu_name: str | None) -> tuple[int | None, str]:
+    """The GPU's NVML architecture number and how it was known: NVML's own number, else the GPU's name
+    (snapshots from before nodecheck recorded it); (None, why) when neither says."""
+    rows = table()["nvml_architecture"]
+    if number is not None and str(number) in rows:
+        return number, f"NVML architecture {number} = {rows[str(number)]['name']}"
+    for pattern, arch in table()["gpu_name_architecture"]["patterns"]:
+        if gpu_name and re.search(pattern, gpu_name[:200]):
+            return arch, f"{rows[str(arch)]['name']} from the GPU name {gpu_name[:80]!r}"
+    said = f"NVML architecture {number} is not one nodecheck knows" if number is not None else "architecture not reported"
+    return None, f"{said}, GPU name {gpu_name[:80]!r} not recognised" if gpu_name else said
+
+
+def nvlink_version_enum(value: int | None) -> tuple[str, int | None]:
+    """What nvmlDeviceGetNvLinkVersion's enum names: ("enum 5 = NVLink 3.1", 3); the generation is None
+    when the value is not one NVML defines."""
+    row = table()["nvml_nvlink_version"].get(str(value)) if value is not None else None
+    if row is None:
+        return ("link version not reported" if value is None else f"link version enum {value} (not one NVML defines)"), None
+    return f"link version enum {value} = NVLink {row[0]}", row[1]
+
+
+def nvlink_for_gpu(arch_number: int | None, gpu_name: str | None, version_enum: int | None, links: int) -> tuple[Spec | None, str]:
+    """The one-way rate of `links` NVLinks of this GPU, from its architecture; NVML's link version enum
+    only cross-checks it (A100s report 5 = "3.1", Hopper parts 6 = "4.0" and, in the field, 7 = "5.0").
+    (Spec, "") or (None, why). The basis names both raw values."""
+    arch, how = architecture(arch_number, gpu_name)
+    enum_text, enum_generation = nvlink_version_enum(version_enum)
+    if arch is not None:
+        row = table()["nvml_architecture"][str(arch)]
+        generation = row.get("nvlink_generation")
+        if generation is None:
+            return None, f"{how} has no NVLink generation in the spec table ({enum_text})"
+        if enum_generation is not None and enum_generation != generation:
+            enum_text += f", which is not {row['name']}'s NVLink {generation}: the architecture decides"
+    elif arch_number is not None:  # a newer architecture than the table: its rate is not the enum's to guess
+        return None, f"NVLink rate unknown: {how} ({enum_text}); add it to specs.toml [nvml_architecture]"
+    elif enum_generation in (1, 2, 3, 4):  # 20 or 25 GB/s per link whichever part reported it
+        generation, how = enum_generation, f"{how}; generation from NVML's link version"
+    elif enum_generation is None:
+        said = "no active link reports its version" if version_enum is None else f"NVML's {enum_text}"
+        return None, f"NVLink rate unknown: {how}, and {said}"
+    else:  # 7 (5.0, 50 GB/s) is reported by Hopper parts too: a guess could judge them against twice their rate
+        return None, f"NVLink rate unknown: {how}, and NVML's {enum_text} does not settle it (Hopper parts report it too)"
+    spec = nvlink(generation, links)
+    if spec is None:
+        return None, f"no spec for NVLink generation {generation} ({how}; {enum_text})"
+    return Spec(spec.bytes_per_second, f"{spec.basis[:-1]}; {how}; {enum_text})", spec.source), ""
 
 
 _IB_RATE = re.compile(r"^\s*(?P<gbps>\d+(?:\.\d+)?)\s*Gb/sec(?:\s*\((?P<lanes>\d+)X\s*(?P<name>[A-Z0-9]+)?\))?")

@@ -58,6 +58,8 @@ def dump_nvml() -> dict:
 
 
 def _ask(pynvml, fn, *args):
+    if fn is None:  # an nvidia-ml-py older than the call
+        return {"error": "not in this nvidia-ml-py"}
     try:
         value = fn(*args)
     except pynvml.NVMLError as error:
@@ -78,6 +80,7 @@ def _dump_gpu(pynvml, index: int) -> dict:
     return {
         "index": index,
         "name": _ask(pynvml, pynvml.nvmlDeviceGetName, handle),
+        "architecture": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetArchitecture", None), handle),
         "uuid": _ask(pynvml, pynvml.nvmlDeviceGetUUID, handle),
         "pci_bus_id": pci if isinstance(pci, dict) else _text(pci.busId),
         "pcie_gen_current": _ask(pynvml, pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
@@ -119,6 +122,7 @@ class NvmlGpu:
     name: str | None = None
     uuid: str | None = None
     pci_bus_id: str | None = None
+    architecture: int | None = None  # NVML_DEVICE_ARCH_*: the NVLink rate follows from it
     pcie_gen_current: int | None = None
     pcie_gen_max: int | None = None  # max for this GPU in this slot
     pcie_gen_gpu_max: int | None = None  # the GPU's own max
@@ -167,7 +171,7 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
     for name in ("name", "uuid", "pci_bus_id"):
         setattr(gpu, name, _field(gpu, raw, name, str))
     for name in ("pcie_gen_current", "pcie_gen_max", "pcie_gen_gpu_max", "pcie_width_current",
-                 "pcie_width_max", "utilization_gpu", "memory_total_bytes"):
+                 "pcie_width_max", "utilization_gpu", "memory_total_bytes", "architecture"):
         value = _field(gpu, raw, name, int)
         setattr(gpu, name, value if value is None or value >= 0 else None)
     numa = _field(gpu, raw, "numa_node", int)

@@ -86,10 +86,14 @@ def make_snapshot(root: Path, topo: str | None = None, nvml_gpus: list[dict] | N
     return root
 
 
-def hgx_nvml(links_per_gpu: int = 18, version: int = 4, inactive: dict | None = None) -> list[dict]:
-    """Eight H100 records for an NV18 HGX board: the captured H100 values with NVLinks as such a board reports
-    them (state 1, version 4); `inactive` = {gpu: [links]} marks links down, as a fault would."""
-    base = h100_nvml_records()[0]
+A100_SXM4 = {"name": "NVIDIA A100-SXM4-40GB", "arch": 7, "maxgen": 4, "gpumaxgen": 4, "gen": 4}
+
+
+def hgx_nvml(links_per_gpu: int = 18, version: int = 6, inactive: dict | None = None, **gpu) -> list[dict]:
+    """Eight H100 records for an NV18 HGX board: the captured H100 values (architecture 9, Hopper) with NVLinks
+    as such a board reports them (state 1, version enum 6 = NVLink 4.0); `inactive` = {gpu: [links]} marks
+    links down, as a fault would; `gpu` overrides captured fields (A100_SXM4: an A100 board, enum 5)."""
+    base = dict(h100_nvml_records()[0], **gpu)
     gpus = []
     for i in range(8):
         down = set((inactive or {}).get(i, []))

@@ -138,7 +138,7 @@ def test_real_pair_timing_runs_on_one_gpu(live_gpus):
 def test_nccl_tests_binary_on_an_8x_a100_node(tmp_path):
     """all_reduce_perf stands in by printing what the real one printed on an 8x A100 node (superbench log);
     the node's facts are that node's kind: 8 A100 with NV12 (NVLink 3) between every pair -> 300 GB/s spec."""
-    from conftest import PUBLIC, hgx_nvml, make_snapshot, need
+    from conftest import A100_SXM4, PUBLIC, hgx_nvml, make_snapshot, need
 
     capture = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")
     bin_dir = tmp_path / "bin"
@@ -146,7 +146,7 @@ def test_nccl_tests_binary_on_an_8x_a100_node(tmp_path):
     stand_in = bin_dir / "all_reduce_perf"
     stand_in.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/args\ncat {capture}\n')
     stand_in.chmod(0o755)
-    snap = make_snapshot(tmp_path / "a100", topo="aws-p4d-24xlarge-8x-a100-nv12.txt", nvml_gpus=hgx_nvml(12, version=3))
+    snap = make_snapshot(tmp_path / "a100", topo="aws-p4d-24xlarge-8x-a100-nv12.txt", nvml_gpus=hgx_nvml(12, version=5, **A100_SXM4))
     report = build_report(SnapshotHost(snap))
     environ = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
     assert plan.applicable(report, False, nccl_tests_installed=True)[-1] == "nccl_tests"

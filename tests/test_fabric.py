@@ -2,7 +2,7 @@
 not the socket NIC: the spec is the ring bound over those rails."""
 
 import pytest
-from conftest import PUBLIC, hgx_nvml, make_snapshot, need
+from conftest import A100_SXM4, PUBLIC, hgx_nvml, make_snapshot, need
 
 from nodecheck.bench.distributed import fabric_nics, ring_bound
 from nodecheck.bench.nccl_tests import parse_nccl_log
@@ -89,8 +89,8 @@ def test_published_aws_efa_runs_read_as_healthy(tmp_path):
     tree for few nodes, which sends each node's data across once rather than 2(n-1)/n times), below what
     any algorithm can reach (2(n-1)/n x the ring bound), no finding. The AWS Batch log names no rank count:
     judged as the fewest ranks it can have across nodes (two p5 nodes, 16), the strictest bound."""
-    p4de = efa_node(tmp_path, "aws-p4d-24xlarge-8x-a100-nv12.txt", hgx_nvml(12, version=3), adapters=4)
-    p5 = efa_node(tmp_path, "aws-p5-48xlarge-8x-h100-nv18.txt", hgx_nvml(18, version=4), adapters=32)
+    p4de = efa_node(tmp_path, "aws-p4d-24xlarge-8x-a100-nv12.txt", hgx_nvml(12, version=5, **A100_SXM4), adapters=4)
+    p5 = efa_node(tmp_path, "aws-p5-48xlarge-8x-h100-nv18.txt", hgx_nvml(18, version=6), adapters=32)
     assert ring_bound(p4de, fabric_nics(p4de, {}), Config())[0] == pytest.approx(50e9)
     assert ring_bound(p5, fabric_nics(p5, {}), Config())[0] == pytest.approx(400e9)
     for report, log, expected in ((p4de, "aws-2x-p4de-all_reduce_perf-srun-prefixed-noavg.txt", 78.33 / 50),
@@ -105,7 +105,7 @@ def test_a_fabric_misread_is_said_not_passed(tmp_path):
     """The same p5 run judged against one 100 Gbit/s rail (NCCL_IB_HCA naming one adapter, as a wrong
     config would): 35 x the bound, which no algorithm reaches: a warning that the verdict cannot be
     trusted, not a pass and not a drain."""
-    p5 = efa_node(tmp_path, "aws-p5-48xlarge-8x-h100-nv18.txt", hgx_nvml(18, version=4), adapters=32)
+    p5 = efa_node(tmp_path, "aws-p5-48xlarge-8x-h100-nv18.txt", hgx_nvml(18, version=6), adapters=32)
     m, findings = judged(p5, "aws-eks-2x-p5-all_reduce_perf-mpirun-tagged-elided.txt", 16, {"NCCL_IB_HCA": "=rdmap16s0"})
     assert m.ratio == pytest.approx(35.0, abs=0.1)
     (finding,) = findings

@@ -33,6 +33,7 @@ def test_h100_values_through_reader_and_parser(replay):
     assert facts.driver_version == "580.159.04"
     (gpu,) = facts.gpus
     assert (gpu.name, gpu.pci_bus_id) == ("NVIDIA H100 80GB HBM3", "00000000:00:06.0")
+    assert gpu.architecture == dump["gpus"][0]["architecture"] == 9  # NVML_DEVICE_ARCH_HOPPER, as captured
     assert (gpu.pcie_gen_current, gpu.pcie_gen_max, gpu.pcie_gen_gpu_max) == (5, 5, 5)
     assert (gpu.pcie_width_current, gpu.pcie_width_max) == (16, 16)
     assert gpu.numa_node is None and "numa_node" in gpu.errors  # NotSupported on that VM: unknown, not 0
@@ -45,6 +46,31 @@ def test_nvlinks_state_and_version(replay):
     gpu = dict(captured()[0], nvlink=[[0, 1, 4], [1, 1, 4], [2, 0, 4]])
     (parsed,) = parse_nvml(replay([gpu])).gpus
     assert parsed.nvlinks == [(0, True, 4), (1, True, 4), (2, False, 4)]
+
+
+def test_an_nvidia_ml_py_without_the_architecture_call_records_why(replay, monkeypatch):
+    module = fake_pynvml.replaying(captured())
+    del module.nvmlDeviceGetArchitecture
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    dump = dump_nvml()
+    assert dump["gpus"][0]["architecture"] == {"error": "not in this nvidia-ml-py"}
+    assert parse_nvml(dump).gpus[0].architecture is None
+
+
+def test_the_multi_gpu_check_script_prints_nvmls_values_beside_nodechecks_rate(monkeypatch, capsys):
+    """benchmarks/nvml_nvlink_check.py, run here on the replayed A100 board: one row per GPU naming the
+    architecture, the enum and nodecheck's 25 GB/s per link."""
+    import runpy
+
+    from conftest import A100_SXM4, REPO, hgx_nvml
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.replaying(hgx_nvml(12, version=5, **A100_SXM4)))
+    monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi: its column says "-"
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(str(REPO / "benchmarks" / "nvml_nvlink_check.py"), run_name="__main__")
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert done.value.code == 0 and len(rows) == 8
+    assert all("7 = Ampere" in row and " 5 " in row and "12/12" in row and " 25.0 " in row for row in rows)
 
 
 def test_no_driver_is_no_data(replay):

@@ -23,6 +23,38 @@ def test_nvlink_unidirectional_never_duplex(version, links, gb_per_s):
     assert specs.nvlink(version, links).bytes_per_second == gb_per_s * 1e9
 
 
+@pytest.mark.parametrize("arch,name,enum,per_link,says", [
+    (7, "NVIDIA A100-SXM4-80GB", 5, 25, "NVML architecture 7 = Ampere; link version enum 5 = NVLink 3.1"),
+    (7, None, 4, 25, "enum 4 = NVLink 3.0"),
+    (9, "NVIDIA H100 80GB HBM3", 6, 25, "architecture 9 = Hopper; link version enum 6 = NVLink 4.0"),
+    (9, "NVIDIA H100 80GB HBM3", 7, 25, "enum 7 = NVLink 5.0, which is not Hopper's NVLink 4: the architecture decides"),
+    (10, "NVIDIA B200", 7, 50, "NVML architecture 10 = Blackwell"),
+    (5, "Tesla V100-SXM2-32GB", 2, 25, "Volta"),
+    (4, "Tesla P100-SXM2-16GB", 1, 20, "Pascal"),
+    (None, "NVIDIA A100-SXM4-40GB", 5, 25, "Ampere from the GPU name"),  # a snapshot from before `architecture`
+    (None, "NVIDIA H200", 7, 25, "Hopper from the GPU name"),
+    (None, None, 5, 25, "generation from NVML's link version"),
+])
+def test_nvlink_rate_comes_from_the_architecture_not_the_version_enum(arch, name, enum, per_link, says):
+    """nvmlDeviceGetNvLinkVersion returns nvmlNvlinkVersion_t (5 = "3.1" on A100s, 6 or 7 on Hopper), not a
+    generation: read as one, an A100 NV12 pair was judged against 600 GB/s and H100s had no spec."""
+    spec, why = specs.nvlink_for_gpu(arch, name, enum, 12)
+    assert why == "" and spec.bytes_per_second == per_link * 12e9
+    assert says in spec.basis and f"x12 links ({per_link} GB/s per link" in spec.basis
+
+
+@pytest.mark.parametrize("arch,name,enum,why", [
+    (None, None, 7, "does not settle it"),  # 5.0 is Blackwell's, and Hopper parts report it too
+    (None, None, None, "no active link reports its version"),
+    (None, "Some GPU", 99, "not one NVML defines"),
+    (8, "NVIDIA L40S", 6, "Ada has no NVLink generation"),
+    (42, None, 6, "NVML architecture 42 is not one nodecheck knows"),
+])
+def test_nvlink_rate_unknown_is_said_never_guessed(arch, name, enum, why):
+    spec, reason = specs.nvlink_for_gpu(arch, name, enum, 18)
+    assert spec is None and why in reason
+
+
 @pytest.mark.parametrize("rate,gbits", [("400 Gb/sec (4X NDR)", 400), ("200 Gb/sec (4X HDR)", 200),
                                         ("100 Gb/sec (4X EDR)", 100), ("40 Gb/sec (4X QDR)", 32),
                                         ("56 Gb/sec (4X FDR)", 54.56), ("800 Gb/sec (8X NDR)", 800),

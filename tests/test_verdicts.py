@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from conftest import H100, PUBLIC, answer_key, hgx_nvml, make_snapshot, need, nodecheck
+from conftest import A100_SXM4, H100, PUBLIC, answer_key, hgx_nvml, make_snapshot, need, nodecheck
 
 from nodecheck import specs
 from nodecheck.config import Config, loads
@@ -60,7 +60,7 @@ def test_degraded_paths_give_a_finding_naming_the_path():
 def a100_node(tmp_path):
     """An 8x A100-SXM4 NV12 node as a snapshot: the p4d topology capture, NVML reporting NVLink 3 links."""
     return make_snapshot(tmp_path / "a100", topo="aws-p4d-24xlarge-8x-a100-nv12.txt",
-                         nvml_gpus=hgx_nvml(links_per_gpu=12, version=3))
+                         nvml_gpus=hgx_nvml(links_per_gpu=12, version=5, **A100_SXM4))
 
 
 def test_nccl_log_is_judged_against_a_snapshots_node(tmp_path):
@@ -86,3 +86,43 @@ def test_nccl_log_on_a_node_without_gpus_says_there_is_nothing_to_compare(tmp_pa
     log = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")
     run = nodecheck("bench", "--nccl-log", str(log), "--from", str(tmp_path), env={"COLUMNS": "200"})
     assert run.returncode == 0 and "no GPU pair spec to compare it with" in run.stdout
+
+
+@pytest.mark.parametrize("enum", [4, 5])  # nvmlNvlinkVersion_t 3.0 or 3.1: what A100 boards report
+def test_a100_all_reduce_on_an_a100_nv12_node_is_healthy_whatever_the_version_enum(tmp_path, enum):
+    """Issue 20 (1): NVML's link version 5 read as a generation made this node's spec 600 GB/s (ratio 0.39)."""
+    snap = make_snapshot(tmp_path / "a100", topo="aws-p4d-24xlarge-8x-a100-nv12.txt",
+                         nvml_gpus=hgx_nvml(links_per_gpu=12, version=enum, **A100_SXM4))
+    log = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")
+    out = json.loads(nodecheck("bench", "--nccl-log", str(log), "--from", str(snap), "--json").stdout)
+    m = out["measurement"]
+    assert m["spec_bytes_per_second"] == pytest.approx(300e9) and round(m["ratio"], 2) == 0.78
+    assert out["findings"] == []
+    report = json.loads(nodecheck("inspect", "--from", str(snap), "--json").stdout)
+    basis = next(p["basis"] for p in report["paths"] if p["kind"] == "nvlink")
+    assert "NVML architecture 7 = Ampere" in basis and f"link version enum {enum}" in basis  # both raw values named
+
+
+@pytest.mark.parametrize("enum", [6, 7])  # 4.0, and 5.0 as Hopper parts have reported in the field
+def test_a100_all_reduce_on_an_h100_nv18_node_is_a_finding(tmp_path, enum):
+    """The same healthy A100 log judged against an 8x H100 NV18 node (the p5 capture): 0.52 of 450 GB/s.
+    Before, NVML's 6 or 7 had no spec row: NVLink was never judged on H100s."""
+    snap = make_snapshot(tmp_path / "h100", topo="aws-p5-48xlarge-8x-h100-nv18.txt",
+                         nvml_gpus=hgx_nvml(links_per_gpu=18, version=enum))
+    log = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")
+    run = nodecheck("bench", "--nccl-log", str(log), "--from", str(snap), "--json")
+    out = json.loads(run.stdout)
+    assert out["measurement"]["spec_bytes_per_second"] == pytest.approx(450e9)
+    assert round(out["measurement"]["ratio"], 2) == 0.52
+    (finding,) = out["findings"]
+    assert finding["kind"] == "bandwidth_below_spec" and finding["measured"] == "0.52" and run.returncode == 1
+
+
+def test_a_snapshot_without_the_architecture_takes_it_from_the_gpu_name(tmp_path):
+    """Snapshots from before nodecheck recorded `architecture`: the GPU's name says A100."""
+    records = [{k: v for k, v in g.items() if k != "arch"} for g in hgx_nvml(12, version=5, **A100_SXM4)]
+    snap = make_snapshot(tmp_path / "old", topo="aws-p4d-24xlarge-8x-a100-nv12.txt", nvml_gpus=records)
+    assert "error" in json.loads((snap / "nvml.json").read_text())["gpus"][0]["architecture"]
+    report = json.loads(nodecheck("inspect", "--from", str(snap), "--json").stdout)
+    pair = next(p for p in report["paths"] if p["path"] == "gpu0:gpu1")
+    assert pair["bytes_per_second"] == pytest.approx(300e9) and "Ampere from the GPU name" in pair["basis"]

@@ -1,0 +1,62 @@
+"""On a multi-GPU NVLink node: what NVML really returns for each GPU's architecture and NVLink version enum,
+the per-link rate nodecheck derives from them, and the driver's own per-link rate (`nvidia-smi nvlink -s`)
+beside it, in one table. The first run on an A100 or H100 HGX settles issue 20 (1) in seconds:
+
+    python benchmarks/nvml_nvlink_check.py            # needs nvidia-ml-py and the NVIDIA driver
+
+Columns: gpu, name, NVML architecture (number and name), the version enums of its active links, links
+active/reported, nodecheck's per-link rate (GB/s, one direction) and its basis, and nvidia-smi's rate
+for link 0 (nvidia-smi prints the per-link rate per direction: "Link 0: 25 GB/s" on an A100). A row
+whose two rates differ says MISMATCH, and the exit status is 1.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+from nodecheck import specs
+from nodecheck.errors import NodecheckError
+from nodecheck.probes.nvml import dump_nvml, parse_nvml
+
+
+def driver_link_rates(index: int) -> list[float]:
+    """Per-link rates nvidia-smi reports for one GPU, GB/s ([] when it cannot say)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "nvlink", "-s", "-i", str(index)], capture_output=True, text=True,
+                             timeout=30, check=False).stdout
+    except subprocess.TimeoutExpired:
+        return []
+    return [float(m[1]) for m in re.finditer(r"Link \d+:\s*([0-9.]+)\s*GB/s", out)]
+
+
+def main() -> int:
+    try:
+        facts = parse_nvml(dump_nvml())
+    except NodecheckError as error:
+        print(f"nvml_nvlink_check: {error}", file=sys.stderr)
+        return 2
+    mismatches = 0
+    print(f"{'gpu':>3}  {'name':<26} {'arch':<14} {'enums':<8} {'links':<6} {'nodecheck':>9}  {'nvidia-smi':>10}  basis")
+    for gpu in facts.gpus:
+        active = [version for _, on, version in gpu.nvlinks if on]
+        enums = sorted({v for v in active if v is not None})
+        spec, why = specs.nvlink_for_gpu(gpu.architecture, gpu.name, min(enums) if enums else None, 1)
+        ours = spec.bytes_per_second / 1e9 if spec else None
+        theirs = driver_link_rates(gpu.index)
+        arch = specs.architecture(gpu.architecture, None)[1].replace("NVML architecture ", "")
+        verdict = ""
+        if ours is not None and theirs and abs(theirs[0] - ours) > 0.5:
+            verdict, mismatches = "  MISMATCH", mismatches + 1
+        print(f"{gpu.index:>3}  {(gpu.name or '?')[:26]:<26} {arch[:14]:<14} {','.join(map(str, enums)) or '-':<8} "
+              f"{len(active)}/{len(gpu.nvlinks):<4} {ours if ours is not None else '-':>9}  "
+              f"{theirs[0] if theirs else '-':>10}  {spec.basis if spec else why}{verdict}")
+    return 1 if mismatches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
