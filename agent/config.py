@@ -81,15 +81,23 @@ class Config:
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     proximity: ProximityPolicy = field(default_factory=ProximityPolicy)
 
-    def ratio_for(self, test: str, path_kind: str | None = None) -> float:
-        """[thresholds.tests] for this test, else the calibrated default for the test on this kind of
-        path (agent/data/specs.toml [thresholds]), else [thresholds] bandwidth_ratio."""
+    def ratio_for(self, test: str, path_kind: str | None = None, direction: str | None = None) -> float:
+        return self.threshold(test, path_kind, direction)[0]
+
+    def threshold(self, test: str, path_kind: str | None = None, direction: str | None = None) -> tuple[float, str]:
+        """(ratio, where it comes from): [thresholds.tests] for this test, else the calibrated default for the
+        test on this kind of path (agent/data/specs.toml [thresholds], each from a published healthy run),
+        else [thresholds] bandwidth_ratio."""
         from nodecheck.specs import default_ratio
 
+        where = self.path or "the config"
         if test in self.test_ratios:
-            return self.test_ratios[test]
-        calibrated = default_ratio(test, path_kind)
-        return calibrated[0] if calibrated else self.bandwidth_ratio
+            return self.test_ratios[test], f"[thresholds.tests] {test} in {where}"
+        calibrated = default_ratio(test, path_kind, direction)
+        if calibrated:
+            return calibrated[0], f"calibrated for {test} over {path_kind}: {calibrated[1]}"
+        return self.bandwidth_ratio, (f"[thresholds] bandwidth_ratio{'' if self.path is None else ' in ' + where}: "
+                                      f"no published healthy run calibrates {test} over {path_kind or 'this path'}")
 
     def nic_expectation(self, nic) -> NicExpectation | None:
         return self.nics.get(nic.name) or (self.nics.get(nic.rdma_device) if nic.rdma_device else None)

@@ -167,17 +167,27 @@ def _far_nics(report: Report) -> list[Finding]:
     return findings
 
 
+FABRIC_KINDS = ("infiniband", "ethernet")
+
+
 def _what_to_check(m) -> str:
-    """Advice for the kind of path that was slow: a GPU's host link is not a network cable."""
+    """Advice for the kind of path that was slow: a GPU's host link is not a network cable, a PCIe box has
+    no NVLink to check."""
+    kind = m.details.get("path_kind")
     if m.scope == "host-link":
         return ("check the GPU's PCIe link (`nvidia-smi -q -d PCI`: generation and width now vs max), that nothing else "
                 "was copying over it, and the host memory's NUMA node")
-    if m.details.get("path_kind") in ("nvlink", "pcie", "pcie-staged") and m.scope != "cluster":
-        return "check the GPUs' NVLink state (`nvidia-smi nvlink -s`) and PCIe links, and that no other job was using them"
-    return "check that node's cable, switch port and NIC speed"
+    if m.scope == "cluster" or kind in FABRIC_KINDS:
+        return "check that node's cable, switch port and NIC speed"
+    if kind == "nvlink-no-peer":
+        return ("the GPUs are linked by NVLink but have no peer access, so the copies went through host memory: check "
+                "the fabric manager on NVSwitch systems (`systemctl status nvidia-fabricmanager`), `nvidia-smi topo -p2p r`, "
+                "NCCL_P2P_DISABLE, and that both GPUs are passed to this VM or container")
+    if kind == "nvlink":
+        return "check the GPUs' NVLink state (`nvidia-smi nvlink -s`) and that no other job was using them"
+    return ("check the GPUs' PCIe links (`nvidia-smi -q -d PCI`: generation and width now vs max), ACS and the IOMMU on "
+            "their path (`nodecheck inspect`), and that no other job was using them")
 
-
-FABRIC_KINDS = ("infiniband", "ethernet")
 
 
 def algorithm_bound(m) -> float | None:
@@ -192,9 +202,21 @@ def algorithm_bound(m) -> float | None:
 
 def with_measurements(report: Report, measurements: list, measured_at: float, config: Config | None) -> Report:
     """The Report with these measurements attached and judged: the one way `bench` and `serve` add them."""
+    config = config or Config()
+    measurements = [with_threshold(m, config) for m in measurements]
     return dataclasses.replace(report, measurements=measurements, measured_at=measured_at,
-                               findings=report.findings + measurement_findings(measurements, config or Config())
+                               findings=report.findings + measurement_findings(measurements, config)
                                + _what_nccl_did(report, measurements))
+
+
+def with_threshold(m, config: Config):
+    """The measurement with the threshold it is judged by, and where that comes from, in its details
+    (details["threshold"], ["threshold_basis"]): the exporter publishes it for the alert to compare with.
+    None where no figure is judged (a failed test, an unknown spec)."""
+    if not m.ok or m.ratio is None:
+        return m
+    ratio, basis = config.threshold(m.test, m.details.get("path_kind"), m.direction)
+    return dataclasses.replace(m, details=dict(m.details, threshold=ratio, threshold_basis=basis))
 
 
 def _what_nccl_did(report: Report, measurements: list) -> list[Finding]:
@@ -297,7 +319,7 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
     """Bandwidth below the test's ratio x spec, and tests that failed, each naming its path (and the slow node)."""
     findings = []
     for m in measurements:
-        threshold = config.ratio_for(m.test, m.details.get("path_kind"))
+        threshold = config.ratio_for(m.test, m.details.get("path_kind"), m.direction)
         if not m.ok:
             findings.append(Finding("bench_failed", "error", m.path, "failed", "completed", f"{m.test} on {m.path}: {m.error}"))
         elif m.ratio is not None and (algorithm_bound(m) or float("inf")) < m.ratio:

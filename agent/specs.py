@@ -138,8 +138,10 @@ def ethernet(speed_mbps: int | None) -> Spec | None:
     return Spec(speed_mbps * 1e6 / 8, f"Ethernet {speed_mbps} Mb/s{standard}", row["source"])
 
 
-def default_ratio(test: str, path_kind: str | None) -> tuple[float, str] | None:
-    """The calibrated threshold (ratio of spec) for this test on this kind of path, with its source;
-    None where healthy hardware reaches 0.8 of spec and the general bandwidth_ratio applies."""
-    row = table().get("thresholds", {}).get(f"{test}.{path_kind}") if path_kind else None
+def default_ratio(test: str, path_kind: str | None, direction: str | None = None) -> tuple[float, str] | None:
+    """The calibrated threshold (ratio of spec) for this test on this kind of path (and direction, where
+    both ways at once differ from one way), with its source; None where no published healthy baseline
+    calibrates it and the general bandwidth_ratio applies."""
+    rows = table().get("thresholds", {})
+    row = (rows.get(f"{test}.{path_kind}.{direction}") or rows.get(f"{test}.{path_kind}")) if path_kind else None
     return (row["ratio"], row["source"]) if row else None

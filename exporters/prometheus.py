@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from nodecheck import __version__
+from nodecheck.coverage import unmade_checks
 from nodecheck.model import FINDING_KINDS, SEVERITIES, Report
 
 TEXTFILE_NAME = "nodecheck.prom"
@@ -114,6 +115,14 @@ def _measurements(report: Report) -> Iterator[Metric]:
                  [([m.path, m.test, m.direction], m.spec_bytes_per_second) for m in ms])
     yield _gauge("nodecheck_bandwidth_ratio", "Measured / spec.", labels,
                  [([m.path, m.test, m.direction], m.ratio) for m in ms])
+    yield _gauge("nodecheck_bandwidth_threshold_ratio",
+                 "The ratio of spec below which the measurement is a finding (calibrated per path, or the config's).",
+                 labels, [([m.path, m.test, m.direction], _threshold(m)) for m in ms])
+
+
+def _threshold(m) -> float | None:
+    value = (m.details or {}).get("threshold") if isinstance(m.details, dict) else None
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _findings(report: Report) -> Iterator[Metric]:
@@ -122,8 +131,13 @@ def _findings(report: Report) -> Iterator[Metric]:
     yield _gauge("nodecheck_finding", "One series per finding.", ["kind", "severity", "subject"],
                  [([f.kind, f.severity, f.subject], 1) for f in report.findings])
     raised = {f.kind for f in report.findings}
-    yield _gauge("nodecheck_check_healthy", "1 when the latest report has no finding of this kind.", ["check"],
-                 [([kind], int(kind not in raised)) for kind in FINDING_KINDS])
+    unmade = unmade_checks(report)  # a check never made is unknown, never healthy
+    yield _gauge("nodecheck_check_healthy", "1 when the latest report has no finding of this kind, 0 when it has; absent when "
+                 "the check could not be made (nodecheck_check_unknown).", ["check"],
+                 [([kind], int(kind not in raised)) for kind in FINDING_KINDS if kind not in unmade])
+    yield _gauge("nodecheck_check_unknown", "1 for a check the latest report could not make (its probe failed or was "
+                 "switched off, ACS needs root, no bandwidth test or NCCL run yet, or made by the prolog only).", ["check"],
+                 [([kind], 1) for kind in FINDING_KINDS if kind in unmade])
 
 
 def write_textfile(report: Report, directory: Path) -> Path:

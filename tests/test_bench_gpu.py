@@ -9,6 +9,7 @@ from conftest import h100_node_snapshot, nodecheck, without_gpus
 from nodecheck.bench import plan
 from nodecheck.build import build_report
 from nodecheck.config import Config
+from nodecheck.model import Measurement
 from nodecheck.rules import measurement_findings
 from nodecheck.snapshot import SnapshotHost
 
@@ -258,3 +259,25 @@ def test_copies_are_timed_in_bulk_at_small_payloads():
     from nodecheck.bench.gpu_worker import copies_per_sample
 
     assert [copies_per_sample(s) for s in (1 << 20, 16 << 20, 256 << 20, 1 << 30)] == [64, 16, 1, 1]
+
+
+def test_an_nvlink_pair_without_peer_access_is_its_own_path_with_its_own_advice(tmp_path, monkeypatch):
+    """Issue 20 (4): NV18 GPUs that CUDA gives no peer access copy through host memory; that is neither a
+    slow NVLink nor a staged PCIe path: kind nvlink-no-peer, advice on peer access (fabric manager), and a
+    PCIe pair's advice never names NVLink."""
+    from conftest import hgx_nvml, make_snapshot
+
+    from nodecheck.bench import gpu
+
+    report = build_report(SnapshotHost(make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt",
+                                                     nvml_gpus=hgx_nvml())))
+    pairs = [{"src": 0, "dst": 1, "p2p_access": False, "unidirectional": 20e9, "bidirectional": 30e9},
+             {"src": 1, "dst": 0, "p2p_access": False, "unidirectional": 20e9}]
+    monkeypatch.setattr(gpu, "_worker", lambda argv, timeout: {"size_bytes": 1 << 28, "pairs": pairs})
+    measurements = gpu.p2p_tests(report, "quick", 60)
+    assert {m.details["path_kind"] for m in measurements} == {"nvlink-no-peer"}
+    findings = measurement_findings(measurements, Config())
+    assert len(findings) == 3 and all("no peer access" in f.message and "fabric" in f.message for f in findings)
+    pcie = Measurement.measured("gpu0->gpu1", "p2p", 5e9, 31.5e9, 1, "m", "unidirectional", {"path_kind": "pcie"})
+    (finding,) = measurement_findings([pcie], Config())
+    assert "PCIe links" in finding.message and "NVLink" not in finding.message

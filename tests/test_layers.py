@@ -17,7 +17,8 @@ LAYERS = [
     ("model", ["nodecheck.model"]),
     ("host", ["nodecheck.host", "nodecheck.snapshot"]),
     ("probes", ["nodecheck.probes"]),
-    ("assembly", ["nodecheck.config", "nodecheck.build", "nodecheck.rules", "nodecheck.nccl_run", "nodecheck.advice"]),
+    ("assembly", ["nodecheck.config", "nodecheck.build", "nodecheck.rules", "nodecheck.nccl_run", "nodecheck.advice",
+                  "nodecheck.coverage"]),
     ("services", ["nodecheck.bench", "nodecheck.proximity", "nodecheck.slurm", "nodecheck.scale"]),
     ("faces", ["nodecheck.render", "nodecheck.exporters", "nodecheck.prolog", "nodecheck.cli", "nodecheck.__main__"]),
 ]

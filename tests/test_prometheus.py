@@ -46,7 +46,10 @@ def test_hgx_report_metrics_are_lint_clean_and_joinable(tmp_path):
     assert got[("nodecheck_finding", (("kind", "nvlink_inactive"), ("severity", "error"), ("subject", "gpu3")))] == 1
     assert got[("nodecheck_bandwidth_ratio", (("direction", "busbw"), ("path", "allreduce:2-ranks"), ("test", "allreduce")))] == 0.8
     assert got[("nodecheck_path_spec_bytes_per_second", (("kind", "nvlink"), ("path", "gpu0:gpu1")))] == 450e9
-    assert {k[1][0][1] for k in got if k[0] == "nodecheck_check_healthy"} == set(FINDING_KINDS)
+    healthy = {k[1][0][1] for k in got if k[0] == "nodecheck_check_healthy"}
+    unknown = {k[1][0][1] for k in got if k[0] == "nodecheck_check_unknown"}
+    assert healthy | unknown == set(FINDING_KINDS) and not healthy & unknown  # each check once: known or unknown
+    assert "bandwidth_below_spec" in healthy and "pcie_acs_redirect" in unknown  # measured; ACS never read here
     assert not any(name in ("hostname", "host", "node") for _, labels in got for name, _ in labels)
 
 
@@ -123,3 +126,27 @@ def test_ecc_and_row_remapping_are_published(tmp_path):
     assert got[("nodecheck_gpu_row_remap_pending", (("gpu", "0"),))] == 1
     assert got[("nodecheck_gpu_row_remap_failed", (("gpu", "0"),))] == 0
     assert got[("nodecheck_check_healthy", (("check", "row_remap_pending"),))] == 0
+
+
+def test_a_check_never_made_is_unknown_never_healthy(tmp_path):
+    """Issue 20 (13): ACS unread (not root: the shipped unit and DaemonSet), no bandwidth test, no NCCL run, a
+    failed NVML probe: each such check is absent from nodecheck_check_healthy and 1 in nodecheck_check_unknown,
+    in the exporter and in `check --textfile-dir` alike."""
+    snap = make_snapshot(tmp_path / "s", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
+    (snap / "lspci-vvv.txt").write_text("00:01.0 PCI bridge: Intel\n\tCapabilities: <access denied>\n")
+    report = build_report(SnapshotHost(snap))
+    assert report.acs_redirects() is None
+    got = samples(metrics_of(report, tmp_path))
+    for check in ("pcie_acs_redirect", "bandwidth_below_spec", "bench_failed", "nccl_no_gdr", "peer_unreachable"):
+        assert ("nodecheck_check_healthy", (("check", check),)) not in got, check
+        assert got[("nodecheck_check_unknown", (("check", check),))] == 1, check
+    assert got[("nodecheck_check_healthy", (("check", "nvlink_inactive"),))] == 1  # read, and healthy
+
+    (snap / "nvml.json").write_text('{"gpus": "garbled"}')
+    (tmp_path / "tf").mkdir()
+    run = nodecheck("check", "--from", str(snap), "--textfile-dir", str(tmp_path / "tf"))
+    assert run.returncode == 0, run.stderr
+    textfile = samples((tmp_path / "tf" / "nodecheck.prom").read_text())
+    assert textfile[("nodecheck_check_unknown", (("check", "pcie_downtrained"),))] == 1  # NVML failed: not known
+    assert ("nodecheck_check_healthy", (("check", "pcie_downtrained"),)) not in textfile
+    assert textfile[("nodecheck_check_healthy", (("check", "probe_failed"),))] == 0

@@ -30,6 +30,20 @@ NVLS_NOTE = ("NCCL's NVLS/SHARP algorithms reduce inside the switch, so busbw ca
              "(nccl-tests issues #153, #312): above spec is not a fault")
 
 
+# A pair without peer access copies through host memory: on PCIe that is a path of its own, calibrated
+# (pcie-staged); between GPUs that NVLink links it is a fault of its own (nvlink-no-peer), with its advice.
+NO_PEER_KIND = {"pcie": "pcie-staged", "nvlink": "nvlink-no-peer"}
+
+
+def staged_if_shm(measurement: Measurement) -> Measurement:
+    """An NCCL collective over PCIe whose ranks talked only through host memory (SHM: no peer access, as on
+    GeForce cards) is judged as a staged path, like a p2p copy without peer access."""
+    transports = ((measurement.details.get("nccl") or {}).get("intra_node_transports")) or []
+    if measurement.details.get("path_kind") == "pcie" and transports and all(t.startswith("SHM") for t in transports):
+        measurement.details["path_kind"] = "pcie-staged"
+    return measurement
+
+
 def _spec(report: Report, path: str) -> float | None:
     found = report.path_spec(path)
     return found.bytes_per_second if found else None
@@ -144,8 +158,8 @@ def p2p_tests(report: Report, level: str, timeout: float) -> list[Measurement]:
         a, b = pair["src"], pair["dst"]
         spec = _spec(report, f"gpu{min(a, b)}:gpu{max(a, b)}")
         kind = path_kind(report, f"gpu{min(a, b)}:gpu{max(a, b)}")
-        if kind == "pcie" and not pair["p2p_access"]:
-            kind = "pcie-staged"  # no peer access: the copy goes through host memory, judged as such
+        if not pair["p2p_access"]:  # the copy goes through host memory: judged as such, advised as such
+            kind = NO_PEER_KIND.get(kind, kind)
         details = {"p2p_access": pair["p2p_access"], "path_kind": kind}
         out.append(Measurement.measured(f"gpu{a}->gpu{b}", "p2p", pair["unidirectional"], spec, result["size_bytes"], method,
                             "unidirectional", details))
@@ -200,4 +214,4 @@ def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str
     measurement.details["path_kind"] = pair.kind if pair else None
     if measurement.ratio and measurement.ratio > 1:
         measurement.details["note"] = NVLS_NOTE
-    return attach(measurement, nccl)
+    return staged_if_shm(attach(measurement, nccl))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 
-from nodecheck.bench.gpu import slowest_pair
+from nodecheck.bench.gpu import slowest_pair, staged_if_shm
 from nodecheck.bench.nccl_debug import attach, debug_env, debug_run
 from nodecheck.bench.nccl_tests import parse_nccl_log
 from nodecheck.errors import NodecheckError
@@ -53,7 +53,7 @@ def run_nccl_tests(report: Report, config, level: str, timeout: float, environ: 
     except NodecheckError as error:
         return _failed(path, method, str(error))
     measurement = measurement_from_log(log, report, path, method) or _failed(path, method, f"{BINARY} printed no out-of-place result")
-    return attach(measurement, debug_run(text))  # NCCL's debug lines come mixed into the table
+    return staged_if_shm(attach(measurement, debug_run(text)))  # NCCL's debug lines come mixed into the table
 
 
 def measurement_from_log(log, report: Report, path: str, method: str) -> Measurement | None:

@@ -1,0 +1,44 @@
+"""Which checks a Report could not make, and why: a check whose input is missing (a probe that failed or
+was switched off, ACS unreadable without root, no bandwidth test run, no NCCL log) is unknown, never
+healthy. Pure: reads the Report only. The exporter leaves such a check out of nodecheck_check_healthy and
+names it in nodecheck_check_unknown."""
+
+from __future__ import annotations
+
+from nodecheck.model import FINDING_KINDS, Report
+
+# The probe each fact-based check reads; the check is unknown when that probe failed or was switched off.
+NEEDS_PROBE = {
+    "nvml": ("pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "ecc_disabled", "row_remap_failed",
+             "row_remap_pending"),
+    "nvidia_smi_topo": ("gpu_link_changed", "nic_far_from_gpu"),
+    "nics": ("nic_missing", "nic_down", "nic_slow", "nic_speed_unknown"),
+    "pcie_paths": ("pcie_hop_narrow",),
+}
+MEASURED = ("bandwidth_below_spec", "bandwidth_above_bound", "bench_failed")
+FROM_NCCL = ("nccl_socket_fallback", "nccl_no_gdr", "nccl_p2p_disabled", "nccl_rail_mismatch", "nccl_warning")
+PROLOG_ONLY = ("check_timed_out", "check_failed", "peer_unreachable", "peer_outside_subnet", "peer_slow")
+
+
+def unmade_checks(report: Report) -> dict[str, str]:
+    """Finding kind -> why the Report cannot say whether it holds (absent: the check was made)."""
+    unmade = {kind: "made by `nodecheck prolog`/`healthcheck` only" for kind in PROLOG_ONLY}
+    outcomes = {p.name: p for p in report.probes}
+    for probe, kinds in NEEDS_PROBE.items():
+        outcome = outcomes.get(probe)
+        if outcome is not None and not outcome.ok and (not outcome.no_data or "disable" in (outcome.error or "")):
+            unmade.update({kind: f"probe {probe}: {outcome.error or 'failed'}" for kind in kinds})
+    if report.acs_redirects() is None:
+        acs = report.pcie_acs if isinstance(report.pcie_acs, dict) else {}
+        unmade["pcie_acs_redirect"] = str(acs.get("why") or "ACS not read")
+    platform = report.platform if isinstance(report.platform, dict) else None
+    if platform is None:
+        unmade["iommu_translated"] = unmade["gpudirect_rdma_unavailable"] = "platform probe: no data"
+    elif not platform.get("modules_known"):
+        unmade["gpudirect_rdma_unavailable"] = "kernel modules unknown"
+    if not report.measurements:
+        unmade.update({kind: "no bandwidth test has run" for kind in MEASURED})
+    if not any(isinstance(m.details, dict) and m.details.get("nccl") for m in report.measurements):
+        unmade.update({kind: "no NCCL run recorded what it chose" for kind in FROM_NCCL})
+    raised = {f.kind for f in report.findings}
+    return {kind: why for kind, why in unmade.items() if kind in FINDING_KINDS and kind not in raised}
