@@ -229,12 +229,13 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
     this node or of the snapshot: "is this log normal for this node?"."""
     from dataclasses import asdict
 
+    from nodecheck.bench.gpu import staged_if_shm
     from nodecheck.bench.nccl_binary import measurement_from_log
-    from nodecheck.bench.nccl_debug import parse_nccl_debug
+    from nodecheck.bench.nccl_debug import attach, parse_nccl_debug
     from nodecheck.bench.nccl_tests import parse_nccl_log
     from nodecheck.errors import ParseError
     from nodecheck.nccl_run import nccl_findings
-    from nodecheck.rules import measurement_findings
+    from nodecheck.rules import measurement_findings, with_threshold
 
     try:
         text = _read_log(nccl_log)
@@ -247,6 +248,8 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
     except ParseError:
         run = None
     measurement = measurement_from_log(log, report, "nccl-log", f"nccl-tests log {nccl_log.name}")
+    if measurement is not None:  # judged as bench judges it: over SHM a staged path, its threshold recorded
+        measurement = with_threshold(staged_if_shm(attach(measurement, run)), config)
     findings = measurement_findings([measurement], config) if measurement else []
     findings += nccl_findings(run, report) if run else []
     where = f"snapshot {source}" if source else "this node"
@@ -263,7 +266,8 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
         if run:
             from nodecheck.render import nccl_run_lines
 
-            typer.echo("\n".join(nccl_run_lines(run, [f for f in findings if f.kind.startswith("nccl_")], where)))
+            typer.echo("\n".join(nccl_run_lines(run, [f for f in findings if f.kind.startswith("nccl_")], where,
+                                                 verdict_above=measurement is not None)))
     from nodecheck.model import at_or_above
 
     raise typer.Exit(EXIT_FINDINGS if at_or_above(findings, config.fail_severity) else EXIT_OK)

@@ -448,18 +448,21 @@ def outcome_lines(mode: str, outcome, dry_run: bool) -> list[tuple[str, bool]]:
     return lines
 
 
-def nccl_run_lines(run, findings, where: str) -> list[str]:
-    """`nodecheck nccl-log` as text: what NCCL did, then what is wrong with it on `where`."""
+def nccl_run_lines(run, findings, where: str, verdict_above: bool = False) -> list[str]:
+    """`nodecheck nccl-log` as text: what NCCL did, then what is wrong with it on `where` (verdict_above: the
+    bandwidth verdict was printed before, so no second "nothing wrong" may contradict it)."""
     def listed(values) -> str:
         return ", ".join(values) if values else "-"
 
     gdr = {True: "yes", False: "no", None: "-"}[run.gdr]
     nvls = {True: "in use", False: "not in use", None: "-"}[run.nvls]
-    lines = [f"NCCL {run.nccl_version or '(version not in the log)'} on {len(run.nodes)} node(s): {listed(run.nodes[:8])}"
+    nodes = f"{len(run.nodes)} node{'' if len(run.nodes) == 1 else 's'}"
+    lines = [f"NCCL {run.nccl_version or '(version not in the log)'} on {nodes}: {listed(run.nodes[:8])}"
              + (" ..." if len(run.nodes) > 8 else ""),
              f"network: {run.network or '-'}  HCAs: {listed(run.ib_devices)}  socket interfaces: {listed(run.socket_ifaces)}",
              f"between nodes: {listed(run.inter_node_transports)}  (GPUDirect RDMA: {gdr})",
              f"inside a node: {listed(run.intra_node_transports)}  (NVLS: {nvls})",
              f"NCCL WARN lines: {run.warning_count}"]
-    lines += [f"{f.severity}: {_clean(f.message)}" for f in findings] or [f"nothing wrong for {where}"]
+    quiet = "no finding in what NCCL chose" if verdict_above else f"nothing wrong for {where}"
+    lines += [f"{f.severity}: {_clean(f.message)}" for f in findings] or [quiet]
     return lines

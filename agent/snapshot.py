@@ -278,7 +278,7 @@ def open_snapshot(path: Path, workdir: Path) -> SnapshotHost:
     directories only, at most MAX_SNAPSHOT_MEMBERS of them and MAX_SNAPSHOT_BYTES in all, refused
     whole beyond that). The caller removes workdir on every exit path."""
     if path.is_dir():
-        return SnapshotHost(path)
+        return SnapshotHost(_holding_a_snapshot(path, path))
     if not path.is_file():
         raise NodecheckError(f"snapshot {path} does not exist")
     try:
@@ -290,7 +290,20 @@ def open_snapshot(path: Path, workdir: Path) -> SnapshotHost:
         raise NodecheckError(f"snapshot {path}: cannot read it as a tarball ({error})") from None
     tops = {Path(m.name).parts[0] for m in members}
     top = workdir / tops.pop() if len(tops) == 1 else workdir
-    return SnapshotHost(top if top.is_dir() else workdir, label=f"snapshot:{path}")
+    return SnapshotHost(_holding_a_snapshot(top if top.is_dir() else workdir, path), label=f"snapshot:{path}")
+
+
+# What `nodecheck snapshot` writes (and what tests assemble by hand): a directory with none of them is an
+# empty or mistyped path, whose replay would read as a healthy node without GPUs.
+SNAPSHOT_MARKERS = ("sources.json", "identity.json", "nvml.json", "nvidia-smi-topo-m.txt", "lstopo.xml", "lspci-vvv.txt",
+                    "addresses.json", "fs")
+
+
+def _holding_a_snapshot(root: Path, given: Path) -> Path:
+    if not any(os.path.lexists(root / name) for name in SNAPSHOT_MARKERS):
+        raise NodecheckError(f"{given} holds no nodecheck snapshot (none of {', '.join(SNAPSHOT_MARKERS)}): an empty or "
+                             "mistyped path? `nodecheck snapshot OUT` writes one")
+    return root
 
 
 def _bounded_members(tar: tarfile.TarFile, path: Path) -> list[tarfile.TarInfo]:

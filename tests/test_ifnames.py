@@ -25,3 +25,19 @@ def test_nccl_syntax(spec, chosen):
 def test_gloo_takes_exact_names_in_its_order():
     assert gloo_selection("eth1,eth0", NAMES) == ["eth1", "eth0"]
     assert gloo_selection("eth", NAMES) == [] and gloo_selection(None, NAMES) == []
+
+
+def test_loopback_is_an_interface_a_one_node_run_may_name():
+    """Issue 20 (14): NCCL_SOCKET_IFNAME=lo failed with "NIC 'lo' ... does not exist here"."""
+    from nodecheck.bench.distributed import DistEnv, traffic_nic
+    from nodecheck.errors import NodecheckError
+    from nodecheck.model import Nic, Report
+
+    eth = Nic("eth0", "ethernet", False, "up", 10000, 1500, "virtio_net", "0000:00:03.0", 0, None)
+    report = Report(0.0, "test", {}, [], None, [], None, [eth], [], [])
+    env = DistEnv(0, 2, "127.0.0.1", 29500)
+    for variable in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        assert traffic_nic(report, env, {variable: "lo"}) is None  # loopback: no rate to judge, no error
+        assert traffic_nic(report, env, {variable: "eth0"}) is eth
+    with pytest.raises(NodecheckError, match=r"\(eth0, lo\): it does not exist here"):
+        traffic_nic(report, env, {"GLOO_SOCKET_IFNAME": "ib9"})

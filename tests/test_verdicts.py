@@ -84,6 +84,7 @@ def test_nccl_log_is_judged_against_a_snapshots_node(tmp_path):
 
 def test_nccl_log_on_a_node_without_gpus_says_there_is_nothing_to_compare(tmp_path):
     log = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")
+    (tmp_path / "identity.json").write_text('{"hostname": "cpu-node"}')  # a snapshot of a node without GPUs
     run = nodecheck("bench", "--nccl-log", str(log), "--from", str(tmp_path), env={"COLUMNS": "200"})
     assert run.returncode == 0 and "no GPU pair spec to compare it with" in run.stdout
 
@@ -207,3 +208,24 @@ def test_nccl_over_shm_on_a_pcie_node_is_judged_as_staged():
     assert staged_if_shm(m(["SHM/direct/direct"])).details["path_kind"] == "pcie-staged"
     assert staged_if_shm(m(["P2P/CUMEM", "SHM/direct/direct"])).details["path_kind"] == "pcie"
     assert staged_if_shm(m([])).details["path_kind"] == "pcie"
+
+
+def test_a_below_spec_log_gets_one_verdict(tmp_path):
+    """Issue 20 (15): the finding and exit 1, then "nothing wrong for snapshot ..." from the NCCL part."""
+    snap = make_snapshot(tmp_path / "h100", topo="aws-p5-48xlarge-8x-h100-nv18.txt", nvml_gpus=hgx_nvml())
+    log = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")  # holds an NCCL INFO line too
+    run = nodecheck("bench", "--nccl-log", str(log), "--from", str(snap), env={"COLUMNS": "200"})
+    assert run.returncode == 1 and "0.52 of" in run.stdout and "error:" in run.stdout
+    assert "nothing wrong" not in run.stdout and "no finding in what NCCL chose" in run.stdout
+    assert "on 1 node:" in run.stdout or "on 0 nodes" in run.stdout
+
+
+@pytest.mark.parametrize("what", ["empty", "mistyped"])
+def test_inspect_from_a_path_holding_no_snapshot_is_a_usage_error(tmp_path, what):
+    """Issue 20 (15): an empty or mistyped directory replayed as a healthy node without GPUs ("No findings", 0)."""
+    folder = tmp_path / "snap"
+    folder.mkdir()
+    if what == "mistyped":
+        (folder / "notes.txt").write_text("the snapshot is in ../snap2\n")
+    run = nodecheck("inspect", "--from", str(folder))
+    assert run.returncode == 2 and "holds no nodecheck snapshot" in run.stderr and "No findings" not in run.stdout

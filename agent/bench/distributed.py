@@ -71,19 +71,23 @@ def distributed_env(environ: dict[str, str]) -> DistEnv | None:
     return DistEnv(rank_n, world_n, master, to_int(port) or 0, error)
 
 
+LOOPBACK = "lo"  # every Linux host has it; the Report leaves it out of its NICs
+
+
 def traffic_nic(report: Report, env: DistEnv, environ: dict[str, str]):
     """The NIC the library's variable selects (GLOO_SOCKET_IFNAME: exact names; NCCL_SOCKET_IFNAME:
     NCCL's prefix, `^` and `=` syntax), the first of them in the node's order; without either, the
-    NIC whose subnet holds MASTER_ADDR."""
-    names = [n.name for n in report.nics]
+    NIC whose subnet holds MASTER_ADDR. None for loopback (what one-node multi-rank runs use: it has no
+    rate to judge, and the Report lists only real NICs) or when nothing says."""
+    names = [n.name for n in report.nics] + [LOOPBACK]
     for variable, select in (("GLOO_SOCKET_IFNAME", gloo_selection), ("NCCL_SOCKET_IFNAME", nccl_selection)):
         spec = environ.get(variable)
         if spec:
             chosen = select(spec, names)
             if not chosen:
                 raise NodecheckError(f"NIC {spec!r} (from {variable}) matches no interface on this node "
-                                     f"({', '.join(names) or 'none'}): it does not exist here")
-            return next(n for n in report.nics if n.name == chosen[0])
+                                     f"({', '.join(names)}): it does not exist here")
+            return next((n for n in report.nics if n.name == chosen[0]), None)
     try:
         master = ipaddress.ip_address(env.master_addr)
     except ValueError:

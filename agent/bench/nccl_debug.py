@@ -42,13 +42,14 @@ def parse_nccl_debug(text: str) -> NcclRun:
         raise ParseError(f"NCCL log: more than {MAX_COMMAND_OUTPUT >> 20} MiB: not read")
     run = NcclRun()
     inter, intra, net_names, nodes, warnings = set(), set(), [], {}, {}
+    header_nodes: dict[str, None] = {}  # nccl-tests' "# Rank N ... on HOST": the same machines, maybe spelled otherwise
     nvls_channels: list[int] = []
     for raw in text.splitlines():
         line = LAUNCHER_PREFIX.sub("", raw.rstrip("\r"))
         if run.nccl_version is None and (version := _VERSION.search(line)):
             run.nccl_version = version[1]
         if tests_host := _TESTS_HOST.match(line):
-            nodes.setdefault(tests_host[1], None)
+            header_nodes.setdefault(tests_host[1], None)
             continue
         match = _NCCL_LINE.match(line)
         if match is None:
@@ -70,7 +71,9 @@ def parse_nccl_debug(text: str) -> NcclRun:
         run.gdr = any(t.endswith("/GDRDMA") for t in inter)
     if run.nvls is None and nvls_channels:
         run.nvls = max(nvls_channels) > 0
-    run.nodes, run.warnings = list(nodes), list(warnings)
+    # NCCL's own host names count the nodes; the header's only where NCCL's lines name none (a one-node run
+    # printed "on localhost" by nccl-tests and "hostname:pid:tid" by NCCL: one node, not two)
+    run.nodes, run.warnings = list(nodes) or list(header_nodes), list(warnings)
     return run
 
 
