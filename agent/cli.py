@@ -173,9 +173,12 @@ def bench(
         with Console(stderr=True).status(f"nodecheck bench: {', '.join(chosen)} ({level})"):
             measurements = plan.run(report, config, chosen, level, timeout, dict(os.environ), env)
     report = with_measurements(report, measurements, time.time(), config)
-    if as_json and across and env.rank != 0:
-        pass  # one Report for the job on standard output: rank 0's, which holds every node's all-reduce figures
-    elif as_json:
+    if across and env.rank != 0:
+        # One Report for the job, rank 0's: it holds every node's figures and verdict. A rank that exited 1
+        # would make torchrun kill the others, rank 0 before it prints, exactly when the fabric is bad.
+        typer.echo(f"nodecheck bench: rank {env.rank} of {env.world_size}: the job's Report is rank 0's", err=True)
+        raise typer.Exit(EXIT_OK)
+    if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2))
     else:
         from nodecheck.render import render_measurements

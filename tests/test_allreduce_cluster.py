@@ -77,6 +77,7 @@ def test_healthy_then_one_slow_node(cluster):
     results = finish(launch(cluster, [0, 1, 2], 3, cluster.config, port + 1))
     code, report, err = results[0]
     assert code == 1, err
+    assert [code for code, _, _ in results[1:]] == [0, 0]  # their verdict is rank 0's: torchrun kills no one
     m = allreduce_of(report)
     assert m["ratio"] < 0.6  # the shaped link caps it at 0.25; load can only lower it
     (finding,) = [f for f in report["findings"] if f["kind"] == "bandwidth_below_spec"]
@@ -120,7 +121,7 @@ def test_rank_0_report_holds_every_nodes_own_measurements(cluster):
 def test_rank_that_never_joins_is_a_failed_test(cluster):
     port = random.randint(40000, 49999)
     results = finish(launch(cluster, [0, 1], 3, cluster.config, port, timeout=5), timeout=60)
-    assert [code for code, _, _ in results] == [1, 1], [err for _, _, err in results]
+    assert [code for code, _, _ in results] == [1, 0], [err for _, _, err in results]
     report = results[0][1]  # rank 0 prints the job's Report; rank 1 only its exit code
     assert results[1][1] == {}
     m = allreduce_of(report)
@@ -169,14 +170,36 @@ def test_launch_mistakes_are_named_without_a_cluster(tmp_path):
     assert not m["ok"] and "NIC 'nope0'" in m["error"] and "does not exist" in m["error"]
     for env, message in ((dict(base, MASTER_ADDR=""), "MASTER_ADDR is not set"),
                          (dict(base, RANK="5"), "rank '5' of world size '2'"),
-                         ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}, "MASTER_ADDR is not set")):
+                         ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0"}, "MASTER_ADDR is not set")):
         run = nodecheck_cli("bench", "--tests", "allreduce", "--json", env=env)
         assert run.returncode == 1, run.stderr
         (m,) = json.loads(run.stdout)["measurements"]
         assert m["test"] == "allreduce" and not m["ok"] and message in m["error"], m
 
 
-@pytest.mark.parametrize("launcher", [{"RANK": "0", "WORLD_SIZE": "1"}, {"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}])
+@pytest.mark.parametrize("as_json", [True, False])
+def test_a_rank_other_than_0_prints_nothing_and_exits_0(as_json):
+    """Issue 20 (8): every rank exited 1 on findings and torchrun then killed rank 0 before it printed the
+    job's Report; without --json every rank printed a table. Here rank 1's launch is broken (no
+    MASTER_ADDR), its all-reduce fails, and still: nothing on stdout, exit 0, a line on stderr."""
+    env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": ""}
+    run = nodecheck_cli("bench", "--tests", "allreduce", *(["--json"] if as_json else []), env=env)
+    assert run.returncode == 0 and run.stdout == "", run.stdout + run.stderr
+    assert "rank 1 of 2: the job's Report is rank 0's" in run.stderr
+
+
+def test_an_sbatch_batch_step_is_not_rank_0_of_a_launch():
+    """Issue 20 (11): inside an sbatch script SLURM_PROCID=0 and SLURM_NTASKS=16 with no srun step: one
+    process, not a world of 16 waiting for ranks that never come."""
+    from nodecheck.bench.distributed import distributed_env
+
+    assert distributed_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "16", "SLURM_JOB_ID": "7"}) is None
+    step = distributed_env({"SLURM_PROCID": "3", "SLURM_NTASKS": "16", "SLURM_STEP_ID": "0", "MASTER_ADDR": "198.18.0.1"})
+    assert (step.rank, step.world_size, step.error) == (3, 16, None)
+    assert distributed_env({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "198.18.0.1"}).rank == 1  # torchrun
+
+
+@pytest.mark.parametrize("launcher", [{"RANK": "0", "WORLD_SIZE": "1"}, {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_STEP_ID": "0"}])
 def test_a_world_of_one_is_not_a_test_across_nodes(launcher):
     """torchrun --nproc-per-node 1 or a one-task srun, without MASTER_ADDR: the in-node tests run as they
     would unlaunched (on a node without GPUs, the in-node all-reduce says there is no GPU; on a GPU node

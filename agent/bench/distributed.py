@@ -52,9 +52,12 @@ class DistEnv:
 
 def distributed_env(environ: dict[str, str]) -> DistEnv | None:
     """torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or srun's SLURM_PROCID/SLURM_NTASKS (+ MASTER_ADDR);
-    None when not launched. Never raises: a wrong environment is carried in .error."""
-    rank = environ.get("RANK", environ.get("SLURM_PROCID"))
-    world = environ.get("WORLD_SIZE", environ.get("SLURM_NTASKS"))
+    None when not launched. An sbatch script's batch step (SLURM_PROCID=0 and the job's SLURM_NTASKS, but no
+    step of srun's: no SLURM_STEP_ID) is one process, not rank 0 of a launch. Never raises: a wrong
+    environment is carried in .error."""
+    srun_step = "SLURM_STEP_ID" in environ or "SLURM_STEPID" in environ
+    rank = environ.get("RANK", environ.get("SLURM_PROCID") if srun_step else None)
+    world = environ.get("WORLD_SIZE", environ.get("SLURM_NTASKS") if srun_step else None)
     if rank is None or world is None:
         return None
     rank_n, world_n = to_int(rank), to_int(world)
