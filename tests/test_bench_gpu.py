@@ -281,3 +281,39 @@ def test_an_nvlink_pair_without_peer_access_is_its_own_path_with_its_own_advice(
     pcie = Measurement.measured("gpu0->gpu1", "p2p", 5e9, 31.5e9, 1, "m", "unidirectional", {"path_kind": "pcie"})
     (finding,) = measurement_findings([pcie], Config())
     assert "PCIe links" in finding.message and "NVLink" not in finding.message
+
+
+def test_nccl_tests_runs_once_per_node_after_the_in_node_tests_without_the_launchers_variables(tmp_path, monkeypatch):
+    """Issue 20 (5): under torchrun or srun every local rank ran `all_reduce_perf -g 8` on the same GPUs, with
+    the launcher's PMI_/OMPI_/step variables (an MPI build then joins the job's world). Now: local rank 0
+    only, after h2d/d2h, with those variables gone (CUDA_VISIBLE_DEVICES kept)."""
+    from conftest import A100_SXM4, PUBLIC, hgx_nvml, make_snapshot, need
+
+    from nodecheck.bench import distributed, gpu
+
+    capture = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_in = bin_dir / "all_reduce_perf"
+    stand_in.write_text(f'#!/bin/sh\nenv > {tmp_path}/env.$$\ncat {capture}\n')
+    stand_in.chmod(0o755)
+    report = build_report(SnapshotHost(make_snapshot(tmp_path / "a100", topo="aws-p4d-24xlarge-8x-a100-nv12.txt",
+                                                     nvml_gpus=hgx_nvml(12, version=5, **A100_SXM4))))
+    order = []
+    monkeypatch.setattr(gpu, "copy_tests", lambda *a: order.append("h2d") or [Measurement.failed("gpu0:host", "h2d", "m", "-", "x")])
+    monkeypatch.setattr(distributed, "run_allreduce", lambda *a, **k: order.append("allreduce") or
+                        Measurement.failed("allreduce:16-ranks", "allreduce", "m", "busbw", "stand-in"))
+    monkeypatch.setattr(distributed, "other_nodes_results", lambda *a: [])
+    launch = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RANK": "8", "WORLD_SIZE": "16", "MASTER_ADDR": "198.18.0.1",
+              "PMI_RANK": "8", "PMIX_RANK": "8", "OMPI_COMM_WORLD_RANK": "8", "SLURM_STEP_ID": "0", "SLURM_PROCID": "8",
+              "SLURM_LOCALID": "0", "LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", "NCCL_IB_HCA": "mlx5"}
+    env = distributed.distributed_env(launch)
+    out = plan.run(report, Config(), ["h2d", "nccl_tests", "allreduce"], "quick", 30, launch, env)
+    assert [m.test for m in out] == ["h2d", "nccl_tests", "allreduce"] and order == ["h2d", "allreduce"]
+    (seen,) = [dict(line.split("=", 1) for line in f.read_text().splitlines() if "=" in line) for f in tmp_path.glob("env.*")]
+    assert not [k for k in seen if k.startswith(("PMI_", "PMIX_", "OMPI_", "SLURM_STEP")) or k in ("RANK", "SLURM_PROCID")]
+    assert seen["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7" and seen["NCCL_IB_HCA"] == "mlx5"
+    for other in ("1", "7"):  # the node's other ranks join the all-reduce and run no all_reduce_perf
+        out = plan.run(report, Config(), ["h2d", "nccl_tests", "allreduce"], "quick", 30, dict(launch, LOCAL_RANK=other), env)
+        assert [m.test for m in out] == ["allreduce"]
+    assert len(list(tmp_path.glob("env.*"))) == 1

@@ -47,13 +47,27 @@ def run_nccl_tests(report: Report, config, level: str, timeout: float, environ: 
     if gpus < 2:
         return _failed(path, method, f"all_reduce_perf inside the node needs at least two GPUs (found {gpus})")
     try:
-        text = run_command([binary, "-b", low, "-e", high, "-f", "2", "-g", str(gpus)], timeout, env=debug_env(environ),
+        text = run_command([binary, "-b", low, "-e", high, "-f", "2", "-g", str(gpus)], timeout, env=debug_env(standalone(environ)),
                            what=BINARY)
         log = parse_nccl_log(text)
     except NodecheckError as error:
         return _failed(path, method, str(error))
     measurement = measurement_from_log(log, report, path, method) or _failed(path, method, f"{BINARY} printed no out-of-place result")
     return staged_if_shm(attach(measurement, debug_run(text)))  # NCCL's debug lines come mixed into the table
+
+
+# What a launcher gives its ranks: an MPI-built all_reduce_perf that sees them joins the job's MPI world (or
+# waits for it) instead of running alone on this node's GPUs.
+LAUNCH_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "MPI_LOCAL", "SLURM_STEP", "TORCHELASTIC_")
+LAUNCH_VARIABLES = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASK_PID",
+                    "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE", "SLURM_CPU_BIND", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+                    "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def standalone(environ: dict[str, str]) -> dict[str, str]:
+    """The environment without the launcher's rank and step variables. CUDA_VISIBLE_DEVICES stays: it may be
+    what keeps the binary off another job's GPUs."""
+    return {k: v for k, v in environ.items() if not k.startswith(LAUNCH_PREFIXES) and k not in LAUNCH_VARIABLES}
 
 
 def measurement_from_log(log, report: Report, path: str, method: str) -> Measurement | None:

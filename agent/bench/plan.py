@@ -30,15 +30,17 @@ def run(report: Report, config, tests: list[str], level: str, timeout: float, en
     from nodecheck.bench import distributed, gpu, nccl_binary
 
     out: list[Measurement] = []
-    if "nccl_tests" in tests:  # a binary of its own: needs no torch
-        out.append(nccl_binary.run_nccl_tests(report, config, level, timeout, environ))
-        tests = [t for t in tests if t != "nccl_tests"]
-        if not tests:
-            return out
-    if find_spec("torch") is None:
-        return out + [_failed("bench", t, "torch is not installed: pip install 'nodecheck[bench]'") for t in tests]
-    wanted = set(tests)
     across = env is not None and env.across_nodes
+    # all_reduce_perf -g N drives every GPU of the node itself: once per node (local rank 0), after the other
+    # in-node tests, never 8 copies at once on the same GPUs
+    nccl_tests = "nccl_tests" in tests and not (across and local_rank(environ) != 0)
+    tests = [t for t in tests if t != "nccl_tests"]
+    if not tests:  # a binary of its own: needs no torch
+        return [nccl_binary.run_nccl_tests(report, config, level, timeout, environ)] if nccl_tests else []
+    if find_spec("torch") is None:
+        out = [_failed("bench", t, "torch is not installed: pip install 'nodecheck[bench]'") for t in tests]
+        return out + ([nccl_binary.run_nccl_tests(report, config, level, timeout, environ)] if nccl_tests else [])
+    wanted = set(tests)
     in_node = wanted & {"h2d", "d2h", "p2p"} | ({"allreduce"} if "allreduce" in wanted and not across else set())
     if across and local_rank(environ) != 0:
         in_node = set()  # N ranks on a node: the first one measures the node, every rank joins the all-reduce
@@ -46,8 +48,8 @@ def run(report: Report, config, tests: list[str], level: str, timeout: float, en
         reason = report.gpus_absent_reason or "no NVIDIA GPU found"
         out += [_failed("gpus", t, f"no GPU to test: {reason}") for t in sorted(in_node)]
     else:
-        if wanted & {"h2d", "d2h"}:
-            out += gpu.copy_tests(report, config, wanted, level, timeout)
+        if in_node & {"h2d", "d2h"}:  # local rank 0 only: N ranks copying at once would share each link
+            out += gpu.copy_tests(report, config, in_node, level, timeout)
         for test in sorted(in_node & {"p2p", "allreduce"}):
             if test == "p2p" and len(report.gpus) < 2:
                 out.append(_failed("gpus", test, f"p2p needs at least two GPUs (found {len(report.gpus)})"))
@@ -55,6 +57,8 @@ def run(report: Report, config, tests: list[str], level: str, timeout: float, en
                 out += gpu.p2p_tests(report, level, timeout)
             else:  # one GPU: a world of one rank, NCCL completing or not, no figure (NCCL refuses two ranks on one GPU)
                 out.append(gpu.node_allreduce(report, level, timeout, environ))
+    if nccl_tests:
+        out.append(nccl_binary.run_nccl_tests(report, config, level, timeout, environ))
     if across and "allreduce" in wanted:
         from dataclasses import asdict
 
