@@ -136,19 +136,25 @@ def test_real_pair_timing_runs_on_one_gpu(live_gpus):
     assert rates["unidirectional"] > 1e9 and rates["bidirectional"] > 1e9, rates
 
 
-def test_nccl_tests_binary_on_an_8x_a100_node(tmp_path):
-    """all_reduce_perf stands in by printing what the real one printed on an 8x A100 node (superbench log);
-    the node's facts are that node's kind: 8 A100 with NV12 (NVLink 3) between every pair -> 300 GB/s spec."""
+def a100_node_with_all_reduce_perf(tmp_path, first: str):
+    """(bin dir, Report): an 8x A100 NV12 node (the p4d capture, NVML as A100s answer) and a stand-in
+    all_reduce_perf that runs `first`, then prints what the real one printed on such a node (superbench)."""
     from conftest import A100_SXM4, PUBLIC, hgx_nvml, make_snapshot, need
+    from helpers import fake_executable
 
     capture = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    stand_in = bin_dir / "all_reduce_perf"
-    stand_in.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/args\ncat {capture}\n')
-    stand_in.chmod(0o755)
+    fake_executable(bin_dir / "all_reduce_perf", f"{first}cat {capture}\n")
     snap = make_snapshot(tmp_path / "a100", topo="aws-p4d-24xlarge-8x-a100-nv12.txt", nvml_gpus=hgx_nvml(12, version=5, **A100_SXM4))
-    report = build_report(SnapshotHost(snap))
+    return bin_dir, build_report(SnapshotHost(snap))
+
+
+def test_nccl_tests_binary_on_an_8x_a100_node(tmp_path):
+    """all_reduce_perf stands in by printing what the real one printed on an 8x A100 node (superbench log);
+    the node's facts are that node's kind: 8 A100 with NV12 (NVLink 3) between every pair -> 300 GB/s spec."""
+    bin_dir, report = a100_node_with_all_reduce_perf(tmp_path, f'echo "$@" > {tmp_path}/args\n')
+    stand_in = bin_dir / "all_reduce_perf"
     environ = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
     assert plan.applicable(report, False, nccl_tests_installed=True)[-1] == "nccl_tests"
     (m,) = plan.run(report, Config(), ["nccl_tests"], "quick", 30, environ, None)
@@ -287,18 +293,9 @@ def test_nccl_tests_runs_once_per_node_after_the_in_node_tests_without_the_launc
     """Issue 20 (5): under torchrun or srun every local rank ran `all_reduce_perf -g 8` on the same GPUs, with
     the launcher's PMI_/OMPI_/step variables (an MPI build then joins the job's world). Now: local rank 0
     only, after h2d/d2h, with those variables gone (CUDA_VISIBLE_DEVICES kept)."""
-    from conftest import A100_SXM4, PUBLIC, hgx_nvml, make_snapshot, need
-
     from nodecheck.bench import distributed, gpu
 
-    capture = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    stand_in = bin_dir / "all_reduce_perf"
-    stand_in.write_text(f'#!/bin/sh\nenv > {tmp_path}/env.$$\ncat {capture}\n')
-    stand_in.chmod(0o755)
-    report = build_report(SnapshotHost(make_snapshot(tmp_path / "a100", topo="aws-p4d-24xlarge-8x-a100-nv12.txt",
-                                                     nvml_gpus=hgx_nvml(12, version=5, **A100_SXM4))))
+    bin_dir, report = a100_node_with_all_reduce_perf(tmp_path, f"env > {tmp_path}/env.$$\n")
     order = []
     monkeypatch.setattr(gpu, "copy_tests", lambda *a: order.append("h2d") or [Measurement.failed("gpu0:host", "h2d", "m", "-", "x")])
     monkeypatch.setattr(distributed, "run_allreduce", lambda *a, **k: order.append("allreduce") or
