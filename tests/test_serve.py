@@ -160,6 +160,7 @@ def test_port_taken(tmp_path):
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
+        (tmp_path / "identity.json").write_text('{"hostname": "n"}')  # a snapshot, of a node with little in it
         proc = start_serve("--listen", f"127.0.0.1:{port}", "--from", str(tmp_path))
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 2 and f"cannot serve on 127.0.0.1:{port}" in out
