@@ -6,6 +6,7 @@ names it in nodecheck_check_unknown."""
 from __future__ import annotations
 
 from nodecheck.model import FINDING_KINDS, Report
+from nodecheck.probes import DISABLED
 
 # The probe each fact-based check reads; the check is unknown when that probe failed or was switched off.
 NEEDS_PROBE = {
@@ -26,7 +27,7 @@ def unmade_checks(report: Report) -> dict[str, str]:
     outcomes = {p.name: p for p in report.probes}
     for probe, kinds in NEEDS_PROBE.items():
         outcome = outcomes.get(probe)
-        if outcome is not None and not outcome.ok and (not outcome.no_data or "disable" in (outcome.error or "")):
+        if outcome is not None and not outcome.ok and (not outcome.no_data or outcome.error == DISABLED):
             unmade.update({kind: f"probe {probe}: {outcome.error or 'failed'}" for kind in kinds})
     if report.acs_redirects() is None:
         acs = report.pcie_acs if isinstance(report.pcie_acs, dict) else {}
