@@ -1,29 +1,56 @@
 """Naming the slow node of an all-reduce in a constant number of rounds, whatever the node count.
 
-Two pairings of the ranks (nodes): round 0 pairs 0-1, 2-3, 4-5 ...; round 1 pairs 1-2, 3-4 ... and
-the last with 0 (an odd count needs a third round of one pair, 0 with the last).
+Two pairings of the nodes: round 0 pairs 0-1, 2-3, 4-5 ...; round 1 pairs 1-2, 3-4 ... and the last
+with 0 (an odd count needs a third round of one pair, 0 with the last). When a node pair meets, local
+rank k of one exchanges with local rank k of the other, all k at once (never two ranks of one node:
+that would measure NVLink, not the fabric), each over its own rail.
 In each round every pair exchanges a buffer both ways at once with the other pairs, so a round costs
-one exchange's time for 8 nodes as for 1,000. A node is slow when its exchange was slow in every round
-it took part in; a slow pair whose other member is fast elsewhere is that other member's bad luck,
-not its fault. Rank 0 is judged like any other node. Pure: the worker moves the bytes
-(nodecheck.bench.worker), the rules judge (nodecheck.rules)."""
+one exchange's time for 8 nodes as for 1,000. Each exchange is compared with its own spec: the rails
+of its two ends, shared by the ranks of a node that use the same rails in that round. A rank is slow
+when its exchange was slow in every round it took part in; a slow pair whose other member is fast
+elsewhere is that other member's bad luck, not its fault. Rank 0 is judged like any other. Pure: the
+worker moves the bytes (nodecheck.bench.worker), the rules judge (nodecheck.rules)."""
 
 from __future__ import annotations
 
 
-def pairings(world: int) -> list[list[tuple[int, int]]]:
-    """The rounds: each a list of disjoint (a, b) pairs with a < b; every rank meets two different
-    partners (from 3 nodes on). An even count needs two rounds; an odd one leaves the last rank out of
-    round 0 and rank 0 out of round 1, and a third round of one pair gives those two their second."""
-    if world < 2:
+def pairings(count: int) -> list[list[tuple[int, int]]]:
+    """The rounds over `count` members: each a list of disjoint (a, b) pairs with a < b; every member
+    meets two different partners (from 3 on). An even count needs two rounds; an odd one leaves the
+    last out of round 0 and member 0 out of round 1, and a third round of one pair gives those two
+    their second."""
+    if count < 2:
         return []
-    first = [(a, a + 1) for a in range(0, world - 1, 2)]
-    if world == 2:
+    first = [(a, a + 1) for a in range(0, count - 1, 2)]
+    if count == 2:
         return [first]
-    second = [(a, a + 1) for a in range(1, world - 1, 2)]
-    if world % 2 == 0:
-        return [first, sorted(second + [(0, world - 1)])]
-    return [first, second, [(0, world - 1)]]
+    second = [(a, a + 1) for a in range(1, count - 1, 2)]
+    if count % 2 == 0:
+        return [first, sorted(second + [(0, count - 1)])]
+    return [first, second, [(0, count - 1)]]
+
+
+def node_key(member: dict) -> tuple:
+    """What tells a rank's node: its host name and traffic address, as each rank reported them."""
+    return member.get("node"), member.get("address")
+
+
+def node_groups(members: list[dict]) -> list[list[int]]:
+    """The ranks of each node in local-rank order, nodes in the order of their lowest rank.
+    members: the gathered {"rank", "node", "address", "local_rank"} of every rank."""
+    groups: dict[tuple, list[dict]] = {}
+    for member in sorted(members, key=lambda m: m["rank"]):
+        groups.setdefault(node_key(member), []).append(member)
+    return [[m["rank"] for m in sorted(group, key=lambda m: (m.get("local_rank") or 0, m["rank"]))]
+            for group in groups.values()]
+
+
+def rank_rounds(members: list[dict]) -> list[list[tuple[int, int]]]:
+    """The node pairings as rank pairs: local rank k of node i with local rank k of node j, all k at once.
+    A node's ranks past its partner's count sit the round out."""
+    groups = node_groups(members)
+    return [sorted((min(x, y), max(x, y)) for a, b in pairs for x, y in zip(groups[a], groups[b], strict=False))
+            for pairs in pairings(len(groups))]
 
 
 def partner(rounds: list[list[tuple[int, int]]], round_index: int, rank: int) -> int | None:
@@ -33,25 +60,67 @@ def partner(rounds: list[list[tuple[int, int]]], round_index: int, rank: int) ->
     return None
 
 
-def slow_nodes(exchanges: list[dict], world: int, floor: float) -> tuple[list[int], list[tuple[int, int]]]:
-    """exchanges: [{"round", "a", "b", "a_to_b", "b_to_a"} bytes/s]. Returns (ranks slow in every round
-    they took part in, pairs that were slow but whose members each had a fast round: undecided)."""
-    rates: dict[int, list[float]] = {r: [] for r in range(world)}
+def job_bound(members: list[dict]) -> float | None:
+    """The busbw bound of the job: per node, the sum of the distinct rails its ranks use (NCCL runs a
+    ring over each, crossing between nodes once per node); the slowest node's. None when any rank's
+    rail rate is unknown. members: every rank's {"node", "address", "rails": [{"name", "rate"}]}."""
+    per_node: dict[tuple, dict[str, float]] = {}
+    for member in members:
+        rails = member.get("rails") or []
+        if not rails or not all(isinstance(r.get("rate"), (int, float)) and r["rate"] > 0 for r in rails):
+            return None
+        per_node.setdefault(node_key(member), {}).update({r["name"]: r["rate"] for r in rails})
+    return min(sum(rails.values()) for rails in per_node.values()) if per_node else None
+
+
+def exchange_spec(members: list[dict], pairs: list[tuple[int, int]], a: int, b: int) -> float | None:
+    """What the exchange of a and b can reach in a round of `pairs`: at each end, its rails' rate shared by
+    the ranks of its node in this round that use the same rails; the lower end's. None when unknown."""
+    by_rank = {m["rank"]: m for m in members}
+    in_round = {rank for pair in pairs for rank in pair}
+
+    def end(rank: int) -> float | None:
+        me = by_rank.get(rank, {})
+        rails = {r.get("name"): r.get("rate") for r in me.get("rails") or []}
+        if not rails or not all(isinstance(v, (int, float)) and v > 0 for v in rails.values()):
+            return None
+        sharing = sum(1 for other in in_round if node_key(by_rank.get(other, {})) == node_key(me)
+                      and {r.get("name") for r in by_rank[other].get("rails") or []} & set(rails))
+        return sum(rails.values()) / max(1, sharing)
+
+    ends = [end(a), end(b)]
+    return None if None in ends else min(ends)
+
+
+def _ratio(exchange: dict, default_spec: float | None) -> float | None:
+    spec = exchange.get("spec") or default_spec
+    return min(exchange["a_to_b"], exchange["b_to_a"]) / spec if spec else None
+
+
+def slow_ranks(exchanges: list[dict], nodes: int, threshold: float,
+               default_spec: float | None = None) -> tuple[list[int], list[tuple[int, int]]]:
+    """exchanges: [{"round", "a", "b", "a_to_b", "b_to_a" (bytes/s), "spec"}]: each judged against its
+    own spec (default_spec for records without one). Returns (ranks slow in every round they took part
+    in, pairs that were slow but whose members each had a fast round: undecided)."""
+    ratios: dict[int, list[float]] = {}
     slow_pairs = []
     for e in exchanges:
-        rate = min(e["a_to_b"], e["b_to_a"])
-        rates[e["a"]].append(rate)
-        rates[e["b"]].append(rate)
-        if rate < floor:
+        ratio = _ratio(e, default_spec)
+        if ratio is None:
+            continue
+        ratios.setdefault(e["a"], []).append(ratio)
+        ratios.setdefault(e["b"], []).append(ratio)
+        if ratio < threshold:
             slow_pairs.append((e["a"], e["b"]))
-    slow = [r for r, seen in rates.items() if seen and all(rate < floor for rate in seen)]
-    undecided = [(a, b) for a, b in slow_pairs if a not in slow and b not in slow]
-    if world == 2 and slow_pairs:  # one pair only: the two ends cannot be told apart
+    if nodes == 2:  # one node pair only: its two ends cannot be told apart
         return [], slow_pairs
+    slow = sorted(r for r, seen in ratios.items() if all(ratio < threshold for ratio in seen))
+    undecided = [(a, b) for a, b in slow_pairs if a not in slow and b not in slow]
     return slow, undecided
 
 
-def node_rate(exchanges: list[dict], rank: int) -> float | None:
-    """The best exchange rate a rank reached (its link's rate, as far as the pairs can tell)."""
-    seen = [min(e["a_to_b"], e["b_to_a"]) for e in exchanges if rank in (e["a"], e["b"])]
+def rank_ratio(exchanges: list[dict], rank: int, default_spec: float | None = None) -> float | None:
+    """The best ratio a rank's exchanges reached (its rail's state, as far as the pairs can tell)."""
+    seen = [_ratio(e, default_spec) for e in exchanges if rank in (e["a"], e["b"])]
+    seen = [r for r in seen if r is not None]
     return max(seen) if seen else None

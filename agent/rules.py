@@ -331,7 +331,8 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
                 "or a rail's rate was misread (set [nics] speed_mbps); this verdict cannot be trusted"))
         elif m.ratio is not None and m.ratio < threshold:
             suspects = _slow_nodes(m, threshold)
-            where = "; slow: " + ", ".join(f"{name} at {ratio:.2f} of spec" for name, ratio in suspects) if suspects else ""
+            where = "; slow: " + ", ".join(f"{name} at {ratio:.2f} of spec" + (f" (rail {rails})" if rails else "")
+                                           for name, ratio, rails in suspects) if suspects else ""
             findings.append(Finding(
                 "bandwidth_below_spec", "error", suspects[0][0] if suspects else m.path, f"{m.ratio:.2f}", f">= {threshold:g}",
                 f"{m.path} {m.test} {format_bits(m.bytes_per_second)} = {m.ratio:.2f} of spec "
@@ -339,21 +340,26 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
     return findings
 
 
-def _slow_nodes(m, threshold: float) -> list[tuple[str, float]]:
-    """From the pair exchanges (nodecheck.pairing): the nodes whose every exchange was slow, each with
-    its best exchange rate as a ratio of spec; with only two nodes, both ends of the slow pair."""
-    from nodecheck.pairing import node_rate, slow_nodes
+def _slow_nodes(m, threshold: float) -> list[tuple[str, float, str]]:
+    """From the pair exchanges (nodecheck.pairing): the nodes with a rank whose every exchange was slow
+    against that exchange's own rails, each with its best ratio and the rails of its slow ranks; with only
+    two nodes, both ends of the slow pairs."""
+    from nodecheck.pairing import node_groups, rank_ratio, slow_ranks
 
-    nodes = {n["rank"]: n for n in m.details.get("nodes", [])}
+    members = [n for n in m.details.get("nodes", []) if isinstance(n, dict) and isinstance(n.get("rank"), int)]
+    by_rank = {n["rank"]: n for n in members}
     exchanges = m.details.get("pair_exchanges") or []
     if not exchanges or not m.spec_bytes_per_second:
         return []
-    spec = m.spec_bytes_per_second
-    slow, undecided = slow_nodes(exchanges, len(nodes) or 1 + max(max(e["a"], e["b"]) for e in exchanges), threshold * spec)
-
-    def name(rank: int) -> str:
-        node = nodes.get(rank, {})
-        return f"{node.get('node', f'rank{rank}')} ({node.get('address') or 'rank ' + str(rank)})"
-
+    nodes = len(node_groups(members)) if members else 1 + max(max(e["a"], e["b"]) for e in exchanges)
+    slow, undecided = slow_ranks(exchanges, nodes, threshold, m.spec_bytes_per_second)
     suspects = slow or sorted({rank for pair in undecided for rank in pair})
-    return sorted(((name(rank), (node_rate(exchanges, rank) or 0) / spec) for rank in suspects), key=lambda s: s[1])
+    named: dict[str, tuple[float, set]] = {}
+    for rank in suspects:
+        member = by_rank.get(rank, {})
+        name = f"{member.get('node', f'rank{rank}')} ({member.get('address') or 'rank ' + str(rank)})"
+        ratio = rank_ratio(exchanges, rank, m.spec_bytes_per_second) or 0.0
+        rails = {r.get("name") for r in member.get("rails") or [] if isinstance(r, dict) and r.get("name")}
+        best, seen = named.get(name, (ratio, set()))
+        named[name] = (min(best, ratio), seen | rails)
+    return sorted(((name, ratio, ",".join(sorted(rails))) for name, (ratio, rails) in named.items()), key=lambda s: s[1])

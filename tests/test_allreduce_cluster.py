@@ -18,14 +18,17 @@ pytest.importorskip("torch", reason="needs torch (pip install 'nodecheck[bench]'
 
 
 def launch(cluster: Cluster, ranks: list[int], world: int, config: str, port: int, timeout: float = 60,
-           tests: str = "allreduce") -> list[subprocess.Popen]:
-    """One `nodecheck bench` per node, as torchrun would start it (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)."""
+           tests: str = "allreduce", per_node: int = 1) -> list[subprocess.Popen]:
+    """One `nodecheck bench` per rank, as torchrun would start it (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT), `per_node` ranks on each node: rank r on node r // per_node."""
     procs = []
     for rank in ranks:
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR=cluster.addresses[0], MASTER_PORT=str(port))
+        node = rank // per_node
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR=cluster.addresses[0], MASTER_PORT=str(port),
+                   LOCAL_RANK=str(rank % per_node))
         # each node gets its own host name (UTS namespace) so findings can name it
-        argv = ["ip", "netns", "exec", cluster.nodes[rank], "unshare", "--uts", "sh", "-c", 'hostname "$0"; exec "$@"',
-                f"node{rank}", sys.executable, "-m", "nodecheck", "bench", "--tests", tests, "--quick", "--json",
+        argv = ["ip", "netns", "exec", cluster.nodes[node], "unshare", "--uts", "sh", "-c", 'hostname "$0"; exec "$@"',
+                f"node{node}", sys.executable, "-m", "nodecheck", "bench", "--tests", tests, "--quick", "--json",
                 "--config", config, "--timeout", str(timeout)]
         procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       start_new_session=True))
@@ -86,6 +89,26 @@ def test_healthy_then_one_slow_node(cluster):
     assert {(e["round"], e["a"], e["b"]) for e in m["details"]["pair_exchanges"]} == {(0, 0, 1), (1, 1, 2), (2, 0, 2)}
 
 
+def test_two_ranks_per_node_meet_across_nodes_and_name_the_slow_node(cluster):
+    """Issue 20 (3): with several ranks per node, round 0 paired ranks 0-1 of one node (over loopback: NVLink
+    on a GPU node), and crossing pairs were judged against the whole node's rails. Now local rank k meets
+    local rank k of another node, and each exchange is judged against its own rail, shared by the node's
+    two ranks that use it in the round."""
+    cluster.shape(2, "250mbit")
+    results = finish(launch(cluster, list(range(6)), 6, cluster.config, random.randint(30000, 39999), per_node=2))
+    code, report, err = results[0]
+    assert code == 1, err
+    assert [code for code, _, _ in results[1:]] == [0] * 5, [err for _, _, err in results[1:]]
+    m = allreduce_of(report)
+    assert m["spec_bytes_per_second"] == 1000e6 / 8  # each node's one NIC, not 2 x (its ranks counted twice)
+    pairs = {(e["round"], e["a"], e["b"]) for e in m["details"]["pair_exchanges"]}
+    assert pairs == {(0, 0, 2), (0, 1, 3), (1, 2, 4), (1, 3, 5), (2, 0, 4), (2, 1, 5)}, pairs
+    assert all(e["spec"] == 1000e6 / 8 / 2 for e in m["details"]["pair_exchanges"])
+    (finding,) = [f for f in report["findings"] if f["kind"] == "bandwidth_below_spec"]
+    assert finding["subject"] == "node2 (198.18.0.3)", finding
+    assert "slow: node2 (198.18.0.3) at 0." in finding["message"] and "node0" not in finding["message"].split("slow:")[1]
+
+
 def test_four_nodes_name_a_slow_rank_0(tmp_path):
     """Four nodes, rank 0's own link at a quarter: the pairings name node0, which the old star around
     rank 0 could not (every peer looked slow from there)."""
@@ -126,6 +149,7 @@ def test_rank_that_never_joins_is_a_failed_test(cluster):
     assert results[1][1] == {}
     m = allreduce_of(report)
     assert not m["ok"] and "all-reduce over 3 ranks via 198.18.0.1" in m["error"]
+    assert "rank(s) 2 of 3 never reported ready" in m["error"], m["error"]
     assert ("bench_failed", "allreduce:3-ranks") in {(f["kind"], f["subject"]) for f in report["findings"]}
     assert workers_left("--timeout 5.0") == []
 

@@ -97,8 +97,71 @@ def test_a_rank_past_the_nodes_gpus_is_named():
     from nodecheck.bench.worker import own_gpu
 
     assert own_gpu(0, 1) == 0 and own_gpu(7, 8) == 7
-    with pytest.raises(RuntimeError, match=r"local rank 1 has no GPU of its own: this process sees 1 CUDA device"):
-        own_gpu(1, 1)
+    assert own_gpu(5, 1) == 0  # srun --gpus-per-task=1: local rank 5 sees its one GPU as ordinal 0 (issue 20, 7)
+    with pytest.raises(RuntimeError, match=r"local rank 5 has no GPU of its own: this process sees 4 CUDA device"):
+        own_gpu(5, 4)
+
+
+def test_a_ranks_gpu_is_the_one_it_sees_by_uuid():
+    """Issue 20 (7): under srun --gpus-per-task=1 each task sees one GPU, named by UUID or index in
+    CUDA_VISIBLE_DEVICES: local ranks 1-7 have a GPU (before: "no GPU of its own"), the right one."""
+    from nodecheck.bench.identity import rank_gpu
+    from nodecheck.model import Gpu
+
+    gpus = [Gpu(index=i, uuid=f"GPU-{i}c1752cd-3f0e-9a4b-2b7c-{i}8e5b1d2f6a0") for i in range(8)]
+    third = gpus[3].uuid
+    gpu, ordinal, how = rank_gpu(gpus, {"CUDA_VISIBLE_DEVICES": third}, 3)
+    assert (gpu.index, ordinal) == (3, 0) and "by UUID" in how
+    gpu, ordinal, _ = rank_gpu(gpus, {"CUDA_VISIBLE_DEVICES": third[:12]}, 3)  # CUDA takes a UUID's prefix
+    assert (gpu.index, ordinal) == (3, 0)
+    gpu, ordinal, _ = rank_gpu(gpus, {"CUDA_VISIBLE_DEVICES": "6"}, 6)
+    assert (gpu.index, ordinal) == (6, 0)
+    gpu, ordinal, _ = rank_gpu(gpus, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, 1)
+    assert (gpu.index, ordinal) == (5, 1)
+    gpu, ordinal, _ = rank_gpu(gpus, {}, 7)
+    assert (gpu.index, ordinal) == (7, 7)
+    gpu, ordinal, how = rank_gpu(gpus, {"CUDA_VISIBLE_DEVICES": "0,1"}, 5)
+    assert gpu is None and ordinal is None and "local rank 5 has no GPU of its own: it sees 2" in how
+    gpu, ordinal, how = rank_gpu(gpus, {"CUDA_VISIBLE_DEVICES": "MIG-4f1e3a2b-0000-0000-0000-000000000000"}, 0)
+    assert gpu is None and ordinal == 0 and "MIG" in how
+
+
+def test_a_rank_that_fails_its_own_checks_is_named_by_rank_0(tmp_path):
+    """Issue 20 (7): every rank puts "ready" or its own error in the store before the first collective, and
+    rank 0 names the failing rank at once (before: each rank timed out on its own, rank 0 saying only
+    that). On a CPU machine the one real pre-flight failure is a rank without CUDA: rank 1 asks for NCCL."""
+    import subprocess
+
+    from helpers import free_port
+
+    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    outs = [tmp_path / "rank0.json", tmp_path / "rank1.json"]
+
+    def argv(backend: str, out) -> list[str]:
+        return [sys.executable, "-m", "nodecheck.bench.worker", "--backend", backend, "--sizes", "1024", "--timeout", "100",
+                "--init-timeout", "100", "--node", f"host-{backend}", "--out", str(out)]
+
+    other = subprocess.Popen(argv("nccl", outs[1]), env=dict(env, RANK="1", LOCAL_RANK="0", CUDA_VISIBLE_DEVICES=""),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with pytest.raises(NodecheckError) as error:
+            run_worker(argv("gloo", outs[0]), outs[0], 200, env=dict(env, RANK="0"))
+    finally:
+        other.wait(timeout=200)
+    message = str(error.value)
+    assert "rank 1 (host-nccl): CUDA is not available to torch" in message, message
+    assert "never reported ready" not in message
+
+
+def test_a_rank_that_never_comes_is_named_after_the_ready_wait(tmp_path):
+    from helpers import free_port
+
+    out = tmp_path / "rank0.json"
+    env = dict(os.environ, RANK="0", WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    with pytest.raises(NodecheckError) as error:
+        run_worker([sys.executable, "-m", "nodecheck.bench.worker", "--backend", "gloo", "--sizes", "1024", "--timeout", "600",
+                    "--init-timeout", "2", "--out", str(out)], out, 120, env=env)
+    assert "rank(s) 1, 2 of 3 never reported ready within 2 s" in str(error.value), str(error.value)
 
 
 def test_local_rank_from_torchrun_or_srun():

@@ -126,3 +126,39 @@ def test_a_published_gb200_nvl72_rack_reads_as_healthy_against_nvlink5():
                              largest.size_bytes, "nccl-tests", "busbw", {"path_kind": "nvlink"})
     assert spec == pytest.approx(900e9) and m.ratio == pytest.approx(0.927, abs=0.002)
     assert measurement_findings([m], Config()) == []
+
+
+def test_one_rank_per_node_is_judged_against_its_one_rail(tmp_path, monkeypatch):
+    """Issue 20 (2): torchrun's default, one rank per node on an 8-rail HGX node: NCCL drives that rank's GPU
+    and its one NIC. The rank hands the worker the rail nearest its GPU (before: the node's eight, so a
+    healthy 45 GB/s read 0.11 and every node was named slow); the job's bound sums each node's distinct
+    rails over its ranks."""
+    from nodecheck.bench import distributed
+    from nodecheck.bench.distributed import DistEnv, rank_rails, run_allreduce
+    from nodecheck.pairing import job_bound
+
+    report = hgx_h100_with_ndr(tmp_path)
+    fabric = fabric_nics(report, {})
+    nearest = [[n.rdma_device for n in rank_rails(report, gpu, fabric)] for gpu in report.gpus]
+    assert all(len(rails) == 1 for rails in nearest) and len({r[0] for r in nearest}) == 8, nearest
+
+    seen = {}
+
+    def worker(argv, out, timeout, env=None):
+        seen["argv"] = argv
+        rails = __import__("json").loads(argv[argv.index("--rails") + 1])
+        members = [{"rank": r, "node": f"node{r}", "address": f"198.18.0.{r + 1}", "rails": rails} for r in range(2)]
+        return {"world_size": 2, "backend": "nccl", "nodes": members, "spec_bytes_per_second": job_bound(members),
+                "rows": [{"size_bytes": 1 << 30, "seconds": 1.0, "algbw": 45e9, "busbw": 45e9}], "pair_exchanges": []}
+
+    monkeypatch.setattr(distributed, "run_worker", worker)
+    env = DistEnv(0, 2, "198.18.0.1", 29500)
+    m = run_allreduce(report, Config(), env, "quick", 30, {"LOCAL_RANK": "5", "CUDA_VISIBLE_DEVICES": "5"})
+    argv = seen["argv"]
+    assert [r["name"] for r in __import__("json").loads(argv[argv.index("--rails") + 1])] == nearest[5]
+    assert argv[argv.index("--gpu-uuid") + 1] == report.gpus[5].uuid and argv[argv.index("--gpu-ordinal") + 1] == "0"
+    assert m.spec_bytes_per_second == pytest.approx(50e9) and m.ratio == pytest.approx(0.9)
+    assert measurement_findings([m], Config()) == [] and "local rank 5: gpu5" in m.details["fabric"]
+    assert m.details["gpu"]["index"] == 5
+    # the slow-node exchange starts where the verdict does
+    assert float(argv[argv.index("--threshold") + 1]) == Config().ratio_for(m.test, m.details["path_kind"], m.direction)

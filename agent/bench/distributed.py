@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodecheck.bench.identity import rank_gpu
 from nodecheck.bench.ifnames import gloo_selection, nccl_selection
 from nodecheck.bench.nccl_debug import attach, debug_env, read_debug_files
 from nodecheck.bench.results import run_worker
@@ -32,6 +33,7 @@ LEVELS = {
     "nccl": {"quick": {"sizes": [1024 * MiB], "warmup": 2, "iters": 5},
              "full": {"sizes": [1 * MiB, 16 * MiB, 128 * MiB, 1024 * MiB, 4096 * MiB], "warmup": 3, "iters": 10}},
 }
+INIT_TIMEOUT = 120.0  # seconds for the ranks to meet in the store, apart from the collectives' --timeout
 METHOD = "torch.distributed {backend} all_reduce of float32, slowest rank's time; busbw = algbw x 2(n-1)/n"
 
 
@@ -133,16 +135,25 @@ def ring_bound(report: Report, nics: list, config) -> tuple[float | None, str]:
     spread over all its rails and busbw (algbw x 2(n-1)/n) is bounded by the sum of their one-way data
     rates (docs/report-schema.md, "Across nodes"). Tree, SHARP and NVLS algorithms move less data
     between nodes and can exceed it."""
-    rates = []
-    for nic in nics:
-        expected = config.nic_speed_mbps(nic) if config else None
-        path = report.path_spec(f"nic:{nic.name}")
-        rate = expected * 1e6 / 8 if expected else path.bytes_per_second if path else None
-        if rate is None:
-            return None, f"the rate of {nic.rdma_device or nic.name} is unknown"
-        rates.append(rate)
-    names = ",".join(n.rdma_device or n.name for n in nics)
-    return sum(rates), f"ring bound: {len(nics)} rail(s) ({names}), {sum(rates) * 8 / 1e9:g} Gbit/s one way in all"
+    rails = rail_rates(report, nics, config)
+    unknown = [r["name"] for r in rails if r["rate"] is None]
+    if unknown:
+        return None, f"the rate of {unknown[0]} is unknown"
+    total = sum(r["rate"] for r in rails)
+    return total, f"ring bound: {len(rails)} rail(s) ({','.join(r['name'] for r in rails)}), {total * 8 / 1e9:g} Gbit/s one way in all"
+
+
+def rail_rates(report: Report, nics: list, config) -> list[dict]:
+    """[{"name", "rate"}] for these NICs: the RDMA device's name where it has one; the rate in bytes/s from
+    [nics] speed_mbps, else the negotiated speed (None when neither is known)."""
+    return [{"name": nic.rdma_device or nic.name, "rate": _spec(report, nic, config)} for nic in nics]
+
+
+def rank_rails(report: Report, gpu, fabric: list) -> list:
+    """The rails a rank's traffic leaves by: those nearest its GPU (a one-rank-per-node job drives one GPU
+    and its NIC, not the node's eight), or every rail when the topology names none near it."""
+    nearest = set(gpu.nearest_nics) if gpu is not None else set()
+    return [n for n in fabric if n.rdma_device in nearest or n.name in nearest] or fabric
 
 
 def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: float, environ: dict[str, str],
@@ -158,13 +169,21 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
         nic = traffic_nic(report, env, environ)
     except NodecheckError as error:
         return _failed(path, backend, str(error))
-    spec = _spec(report, nic, config)
     nic_path = report.path_spec(f"nic:{nic.name}") if nic else None
     kind, fabric_basis = (nic_path.kind if nic_path else None), None
+    local = to_int(environ.get("LOCAL_RANK", environ.get("SLURM_LOCALID", "0"))) or 0
+    gpu, ordinal, gpu_how = rank_gpu(report.gpus, environ, local) if backend == "nccl" else (None, None, "")
     fabric = fabric_nics(report, environ) if backend == "nccl" else []
+    rails = rail_rates(report, [nic], config) if nic else []
     if fabric:  # NCCL's data goes over the RDMA rails; the socket NIC only carries bootstrap
-        spec, fabric_basis = ring_bound(report, fabric, config)
+        rails = rail_rates(report, rank_rails(report, gpu, fabric), config)
         kind = "infiniband"
+        fabric_basis = (f"ring bound: per node, the distinct rails nearest the GPUs its ranks use (local rank {local}: "
+                        f"{'gpu' + str(gpu.index) if gpu else 'GPU unknown'} -> {','.join(r['name'] for r in rails)}), "
+                        "summed; the slowest node's")
+    unknown = [r["name"] for r in rails if not r["rate"]]
+    if unknown:  # no spec for the job: a bound without this rail would judge against too little
+        rails, fabric_basis = [], f"no spec: the rate of {unknown[0]} is unknown (set [nics.{unknown[0]}] speed_mbps)"
     address = next((a["address"] for a in (nic.addresses if nic else []) if a["family"] == "inet"), None)
     child_env = dict(environ, MASTER_ADDR=env.master_addr, MASTER_PORT=str(env.master_port),
                      RANK=str(env.rank), WORLD_SIZE=str(env.world_size),
@@ -181,9 +200,14 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
         argv = [sys.executable, "-m", "nodecheck.bench.worker", "--backend", backend,
                 "--sizes", ",".join(str(s) for s in plan["sizes"]), "--warmup", str(plan["warmup"]),
                 "--iters", str(plan["iters"]), "--timeout", str(timeout), "--out", str(out),
-                "--threshold", str(config.ratio_for("allreduce", kind) if config else 0.8),
+                "--threshold", str(config.ratio_for("allreduce", kind, "busbw") if config else 0.8),  # the verdict's own
                 "--node", report.node.get("hostname") or "?", "--nic", nic.name if nic else "",
-                "--address", address or "", "--nic-spec", str(spec or 0), "--node-results", str(mine)]
+                "--address", address or "", "--rails", json.dumps(rails), "--node-results", str(mine),
+                "--init-timeout", str(min(timeout, INIT_TIMEOUT))]
+        if gpu is not None and gpu.uuid:
+            argv += ["--gpu-uuid", gpu.uuid]
+        if ordinal is not None:
+            argv += ["--gpu-ordinal", str(ordinal)]
         try:
             result = run_worker(argv, out, timeout + 15, env=child_env)  # the worker's own timeout goes first
         except NodecheckError as error:
@@ -192,6 +216,8 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
         nccl = read_debug_files(tmp) if backend == "nccl" else None
     measurement = attach(measurement_from_worker(path, result), nccl)
     measurement.details["path_kind"] = kind
+    if backend == "nccl":
+        measurement.details["gpu"] = {"index": gpu.index if gpu else None, "ordinal": ordinal, "how": gpu_how}
     if fabric:
         measurement.details["fabric"] = fabric_basis
         if measurement.ratio and measurement.ratio > 1:

@@ -6,8 +6,13 @@ MASTER_ADDR, MASTER_PORT) of the job. Every rank writes the gathered results of 
 
 busbw = algbw x 2(n-1)/n, the nccl-tests convention (seed 002): it is comparable to one link's rate
 whatever the number of ranks. When busbw falls below the threshold, the nodes exchange buffers in two
-pairings (nodecheck.pairing), both directions, all pairs at once: two rounds for any node count, and
-a slow rank 0 is named like any other node.
+pairings (nodecheck.pairing), local rank k with local rank k, both directions, all pairs at once: two
+rounds for any node count, and a slow rank 0 is named like any other node.
+
+Before the first collective every rank checks what it needs (its GPU) and puts "ready" or its own error
+in the job's store; rank 0 waits for all of them (READY_WAIT) and calls the test off naming the rank that
+failed or never came, so ranks fail fast together instead of each timing out in NCCL's initialisation.
+The store's time limit (--init-timeout) is apart from the collectives' (--timeout).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import socket
 import sys
 import time
 
-from nodecheck.bench.results import guarded
+from nodecheck.bench.results import essential, guarded
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
@@ -35,7 +40,10 @@ def _args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--node", default=socket.gethostname())
     parser.add_argument("--nic", default=None)
     parser.add_argument("--address", default=None)
-    parser.add_argument("--nic-spec", type=float, default=0.0, help="this node's NIC rate, bytes/s (0: unknown)")
+    parser.add_argument("--rails", default="[]", help='JSON [{"name", "rate"}]: the NICs this rank\'s traffic leaves by, bytes/s')
+    parser.add_argument("--gpu-uuid", default=None, help="this rank's GPU (NVML UUID), matched among the CUDA devices it sees")
+    parser.add_argument("--gpu-ordinal", type=int, default=None, help="this rank's CUDA ordinal when the UUID cannot be matched")
+    parser.add_argument("--init-timeout", type=float, default=None, help="seconds for the ranks to meet (default: --timeout)")
     parser.add_argument("--node-results", default=None, help="JSON file: this node's own measurements, shared with every rank")
     parser.add_argument("--out", required=True)
     return parser.parse_args(argv)
@@ -79,16 +87,15 @@ def _node_results(path: str | None) -> list:
         return json.loads(file.read(4 << 20))
 
 
-def _pair_exchange(dist, torch, device, rank: int, world: int, size: int) -> list[dict]:
-    """Every pair of both pairings (nodecheck.pairing) exchanges `size` bytes, all pairs at once: the
-    lower rank sends while the higher receives, then the reverse. Each direction is warmed with a
+def _pair_exchange(dist, torch, device, rank: int, rounds: list, size: int) -> list[dict]:
+    """Every pair of the rounds (nodecheck.pairing.rank_rounds) exchanges `size` bytes, all pairs at once:
+    the lower rank sends while the higher receives, then the reverse. Each direction is warmed with a
     small message first (NCCL builds a pair's communicator at its first send/recv, which must not be
     timed). Returns what this rank received: [{"round", "src", "dst", "rate"}], timed at the receiver."""
-    from nodecheck.pairing import pairings, partner
+    from nodecheck.pairing import partner
 
     buffer = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
     small = torch.ones(256, dtype=torch.float32, device=device)
-    rounds = pairings(world)
     received = []
     for index in range(len(rounds)):
         other = partner(rounds, index, rank)
@@ -111,12 +118,16 @@ def _pair_exchange(dist, torch, device, rank: int, world: int, size: int) -> lis
     return received
 
 
-def exchanges_from(received: list[dict]) -> list[dict]:
-    """Every rank's receptions -> one record per pair and round: {"round", "a", "b", "a_to_b", "b_to_a"}."""
+def exchanges_from(received: list[dict], members: list[dict], rounds: list) -> list[dict]:
+    """Every rank's receptions -> one record per pair and round: {"round", "a", "b", "a_to_b", "b_to_a",
+    "spec"}, spec being what that exchange's rails allow (nodecheck.pairing.exchange_spec)."""
+    from nodecheck.pairing import exchange_spec
+
     pairs: dict[tuple[int, int, int], dict] = {}
     for r in received:
         a, b = sorted((r["src"], r["dst"]))
-        entry = pairs.setdefault((r["round"], a, b), {"round": r["round"], "a": a, "b": b})
+        entry = pairs.setdefault((r["round"], a, b), {"round": r["round"], "a": a, "b": b,
+                                                      "spec": exchange_spec(members, rounds[r["round"]], a, b)})
         entry["a_to_b" if r["src"] == a else "b_to_a"] = r["rate"]
     return [e for _, e in sorted(pairs.items()) if "a_to_b" in e and "b_to_a" in e]
 
@@ -126,24 +137,109 @@ def main(argv: list[str] | None = None) -> int:
     return guarded(args.out, lambda: _run(args))
 
 
+READY_WAIT = 30.0  # seconds rank 0 waits for every rank's ready key (or error) before the first collective
+
+
 def _run(args) -> dict:
     import torch
     import torch.distributed as dist
 
-    device = torch.device("cpu")
-    if args.backend == "nccl":  # one GPU per process: the launcher's LOCAL_RANK
-        device = torch.device(f"cuda:{own_gpu(int(os.environ.get('LOCAL_RANK', '0')), torch.cuda.device_count())}")
-        torch.cuda.set_device(device)
-    dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = _store(dist, rank, world, args.init_timeout or args.timeout)
+    device = _ready(store, rank, world, args.node, lambda: _own_device(torch, args), min(READY_WAIT, args.init_timeout or args.timeout))
+    dist.init_process_group(args.backend, store=dist.PrefixStore("nodecheck/pg", store), rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=args.timeout))
     try:
         return _measure(args, dist, torch, device)
     finally:  # also when a collective fails: NCCL warns of a leak otherwise, and that warning hid the error
         dist.destroy_process_group()
 
 
+def _store(dist, rank: int, world: int, timeout: float):
+    """The job's key-value store at MASTER_ADDR:MASTER_PORT, rank 0 its server; under torchrun with its
+    agent's store (TORCHELASTIC_USE_AGENT_STORE), torchrun serves it and every rank is a client, as
+    torch's own env:// initialisation does."""
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=rank == 0 and not agent,
+                         timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False)
+
+
+def _ready(store, rank: int, world: int, node: str, prepare, wait: float):
+    """Run `prepare` (this rank's own checks: its GPU), then meet the other ranks in the store: each puts
+    "ready" or its error; rank 0 waits up to `wait` seconds for all and says "go" or why not; the others
+    wait for that word. Raises naming the rank that failed or never came. Returns what `prepare` gave."""
+    try:
+        prepared = prepare()
+    except Exception as error:
+        store.set(f"nodecheck/error/{rank}", json.dumps({"node": node, "message": essential(str(error))[:500]}))
+        if rank == 0:
+            store.set("nodecheck/verdict", json.dumps({"go": False, "why": f"rank 0 ({node}) failed first"}))
+        raise
+    store.set(f"nodecheck/ready/{rank}", node)
+    if rank == 0:
+        why = _wait_for_ranks(store, world, wait)
+        store.set("nodecheck/verdict", json.dumps({"go": why is None, "why": why}))
+        if why:
+            raise RuntimeError(why)
+        return prepared
+    store.wait(["nodecheck/verdict"])
+    verdict = json.loads(store.get("nodecheck/verdict"))
+    if not verdict.get("go"):
+        raise RuntimeError(f"rank 0 called the test off: {verdict.get('why')}")
+    return prepared
+
+
+def _wait_for_ranks(store, world: int, wait: float) -> str | None:
+    """None when every rank said ready within `wait` seconds; else what went wrong, naming the ranks."""
+    deadline = time.monotonic() + wait
+    pending = set(range(world))
+    errors = []
+    while pending and time.monotonic() < deadline:
+        for rank in sorted(pending):
+            if store.check([f"nodecheck/error/{rank}"]):
+                said = json.loads(store.get(f"nodecheck/error/{rank}"))
+                errors.append(f"rank {rank} ({said.get('node')}): {said.get('message')}")
+                pending.discard(rank)
+            elif store.check([f"nodecheck/ready/{rank}"]):
+                pending.discard(rank)
+        if pending and not errors:
+            time.sleep(0.1)
+        elif errors:
+            break
+    if errors:
+        return "; ".join(errors)
+    if pending:
+        missing = sorted(pending)
+        shown = ", ".join(map(str, missing[:16])) + (f" and {len(missing) - 16} more" if len(missing) > 16 else "")
+        return (f"rank(s) {shown} of {world} never reported ready within {wait:g} s: not started (check the launcher "
+                "on their nodes) or stuck before reaching the store")
+    return None
+
+
+def _own_device(torch, args):
+    """This rank's device: the CPU for gloo; for NCCL the GPU the runner named (by UUID, else its CUDA
+    ordinal: LOCAL_RANK, or the one GPU a task sees under srun --gpus-per-task=1)."""
+    if args.backend != "nccl":
+        return torch.device("cpu")
+    from nodecheck.bench.gpu_worker import cuda_devices
+    from nodecheck.bench.identity import pick_cuda_device
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("CUDA is not available to torch: no GPU visible or no driver")
+    visible = torch.cuda.device_count()
+    ordinal = args.gpu_ordinal if args.gpu_ordinal is not None else own_gpu(int(os.environ.get("LOCAL_RANK", "0")), visible)
+    ordinal, _how = pick_cuda_device(cuda_devices(torch), args.gpu_uuid, None, ordinal)
+    device = torch.device(f"cuda:{ordinal}")
+    torch.cuda.set_device(device)
+    return device
+
+
 def own_gpu(local_rank: int, visible: int) -> int:
     """The CUDA ordinal of this rank's GPU: its local rank, which must name a GPU it can see (else CUDA
-    only says "invalid device ordinal" once NCCL starts)."""
+    only says "invalid device ordinal" once NCCL starts); with one GPU visible (srun --gpus-per-task=1),
+    that one."""
+    if visible == 1:
+        return 0
     if not 0 <= local_rank < visible:
         raise RuntimeError(f"local rank {local_rank} has no GPU of its own: this process sees {visible} CUDA device(s) "
                            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); launch at most "
@@ -153,23 +249,25 @@ def own_gpu(local_rank: int, visible: int) -> int:
 
 def _measure(args, dist, torch, device) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
-    me = {"rank": rank, "node": args.node, "nic": args.nic, "address": args.address,
-          "nic_spec_bytes_per_second": args.nic_spec or None, "pid": os.getpid(), "results": _node_results(args.node_results)}
+    from nodecheck.pairing import job_bound, rank_rounds
+
+    me = {"rank": rank, "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0), "node": args.node, "nic": args.nic,
+          "address": args.address, "rails": json.loads(args.rails), "pid": os.getpid(), "results": _node_results(args.node_results)}
     nodes: list = [None] * world
     dist.all_gather_object(nodes, me)
-    specs = [n["nic_spec_bytes_per_second"] for n in nodes]
-    spec = args.spec or (min(specs) if all(specs) else None)
+    spec = args.spec or job_bound(nodes)
     factor = 2 * (world - 1) / world
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         seconds = _time_allreduce(dist, torch, device, size, args.warmup, args.iters)
         rows.append({"size_bytes": size, "seconds": seconds, "algbw": size / seconds, "busbw": size / seconds * factor})
     exchanges = []
-    if spec and rows and rows[-1]["busbw"] < args.threshold * spec and world > 1:
-        received = _pair_exchange(dist, torch, device, rank, world, rows[-1]["size_bytes"])
+    rounds = rank_rounds(nodes)
+    if spec and rows and rows[-1]["busbw"] < args.threshold * spec and rounds:
+        received = _pair_exchange(dist, torch, device, rank, rounds, rows[-1]["size_bytes"])
         gathered: list = [None] * world
         dist.all_gather_object(gathered, received)
-        exchanges = exchanges_from([r for part in gathered for r in part])
+        exchanges = exchanges_from([r for part in gathered for r in part], nodes, rounds)
     return {"world_size": world, "backend": args.backend, "nodes": nodes, "spec_bytes_per_second": spec,
             "rows": rows, "pair_exchanges": exchanges, "rank": rank}
 
