@@ -250,3 +250,31 @@ def test_a_world_of_one_reports_no_figure(tmp_path):
     report.write_text(json.dumps({"gpus": [{}], "paths": [], "measurements": [dataclasses.asdict(m)]}))
     run = nodecheck_cli("scale", "--params", "25M", "--step-time", "0.2", "--from", str(report))
     assert run.returncode == 2 and "no all-reduce measurement" in run.stderr, run.stdout + run.stderr
+
+
+def test_a_killed_bench_takes_its_worker_and_temporary_directory_along(tmp_path):
+    """Issue 20 (6): the prolog's budget and `serve --bench-timeout` kill the bench's process group; the
+    worker, in a session of its own, survived it (here it would have waited 30 s for a rank that never
+    comes; on a GPU node, holding GPU memory inside the user's job). Now it goes within a poll, and the
+    runner's temporary directory with it. Loopback only: rank 1 is never started."""
+    from helpers import free_port
+
+    marker = f"{random.randint(100, 999)}.25"  # the worker's --timeout, to find it among the processes
+    env = dict(os.environ, RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    bench = subprocess.Popen([sys.executable, "-m", "nodecheck", "bench", "--tests", "allreduce", "--json", "--timeout", marker],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not workers_left(f"--timeout {marker}") and time.monotonic() < deadline and bench.poll() is None:
+            time.sleep(0.1)
+        (worker,) = workers_left(f"--timeout {marker}")
+        argv = open(f"/proc/{worker}/cmdline", "rb").read().split(b"\0")
+        folder = os.path.dirname(argv[argv.index(b"--out") + 1].decode())
+        assert os.path.basename(folder).startswith("nodecheck-bench-") and os.path.isdir(folder)
+    finally:
+        os.killpg(bench.pid, signal.SIGKILL)  # as run_command kills a timed-out bench
+        bench.wait()
+    deadline = time.monotonic() + 15  # the worker alone would wait 30 s for rank 1
+    while (workers_left(f"--timeout {marker}") or os.path.exists(folder)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert workers_left(f"--timeout {marker}") == [] and not os.path.exists(folder)

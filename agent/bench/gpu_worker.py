@@ -26,6 +26,7 @@ import sys
 
 from nodecheck.bench.binding import bind_to_gpu_cpus
 from nodecheck.bench.identity import pick_cuda_device
+from nodecheck.bench.lifeline import hold
 from nodecheck.bench.results import essential, guarded
 
 MiB = 1 << 20
@@ -194,6 +195,7 @@ def p2p_test(torch, args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    hold()  # dies with the runner, before torch takes seconds to import
     args = _args(sys.argv[1:] if argv is None else argv)
     import torch
 

@@ -7,6 +7,7 @@ as "compile with TORCH_USE_CUDA_DSA", or a destroy_process_group() warning)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import traceback
@@ -65,8 +66,10 @@ def own_error(out: Path) -> str | None:
 def run_worker(argv: list[str], out: Path, timeout: float, env: dict[str, str] | None = None, what: str = "the worker") -> dict:
     """Run a worker that writes to `out`; its result, or NodecheckError naming its own exception when it
     wrote one (else what run_command saw: the exit status and the last line of stderr, a time-out)."""
+    from nodecheck.bench.lifeline import environment
+
     try:
-        run_command(argv, timeout, env=env, what=what)
+        run_command(argv, timeout, env=dict(os.environ if env is None else env, **environment(out, timeout)), what=what)
     except NodecheckError as error:
         raise NodecheckError(own_error(out) or str(error)) from None
     try:

@@ -25,6 +25,7 @@ import socket
 import sys
 import time
 
+from nodecheck.bench.lifeline import hold
 from nodecheck.bench.results import essential, guarded
 
 
@@ -133,6 +134,7 @@ def exchanges_from(received: list[dict], members: list[dict], rounds: list) -> l
 
 
 def main(argv: list[str] | None = None) -> int:
+    hold()  # dies with the runner, before torch takes seconds to import
     args = _args(sys.argv[1:] if argv is None else argv)
     return guarded(args.out, lambda: _run(args))
 

@@ -1,0 +1,69 @@
+"""A bench worker dies with the nodecheck that started it, and takes its temporary directory along.
+
+Workers run in a session of their own (run_command kills a timed-out worker's whole group), so when the
+prolog's budget or `serve --bench-timeout` kills the bench itself, nothing reaches them: they kept
+running (seen with gloo) and on a GPU node would hold GPU memory inside the user's job. The runner
+names itself and its temporary directory in the worker's environment; the worker's first act is to
+start a watchdog thread that, once that parent is gone or the worker's own deadline has passed,
+removes the directory and kills the worker's process group. A thread rather than PR_SET_PDEATHSIG:
+the signal would kill the worker before it could remove the directory, and the runner's waiting
+thread (serve's bench thread) is the one the kernel would watch. torch and NCCL release the GIL
+while they wait, so the thread runs beside a hung collective.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+PARENT = "NODECHECK_PARENT_PID"
+DEADLINE = "NODECHECK_WORKER_DEADLINE"  # seconds since the epoch
+TEMPORARY = "NODECHECK_WORKER_TMP"
+POLL_S = 0.2
+GRACE_S = 10.0  # past the runner's own time limit: the runner kills first when it is alive to
+
+
+def environment(out: Path, timeout: float) -> dict[str, str]:
+    """What a runner adds to a worker's environment: itself, the worker's deadline, and the directory
+    to remove (the --out file's, when it is one of nodecheck's temporary directories)."""
+    env = {PARENT: str(os.getpid()), DEADLINE: f"{time.time() + timeout + GRACE_S:.3f}"}
+    folder = out.parent.resolve()
+    if folder.name.startswith("nodecheck-") and folder.parent == Path(tempfile.gettempdir()).resolve():
+        env[TEMPORARY] = str(folder)
+    return env
+
+
+def hold(environ: dict[str, str] | None = None) -> threading.Thread | None:
+    """In a worker, first thing: watch the parent named in the environment (None when not started by a runner)."""
+    environ = os.environ if environ is None else environ
+    try:
+        parent = int(environ[PARENT])
+        deadline = float(environ.get(DEADLINE, "inf"))
+    except (KeyError, ValueError):
+        return None
+    folder = environ.get(TEMPORARY)
+    if os.getppid() != parent:  # the runner died while this process was starting
+        _end(folder)
+    watchdog = threading.Thread(target=_watch, args=(parent, deadline, folder), name="nodecheck-lifeline", daemon=True)
+    watchdog.start()
+    return watchdog
+
+
+def _watch(parent: int, deadline: float, folder: str | None) -> None:
+    while os.getppid() == parent and time.time() < deadline:
+        time.sleep(POLL_S)
+    _end(folder)
+
+
+def _end(folder: str | None) -> None:
+    if folder and Path(folder).name.startswith("nodecheck-"):
+        shutil.rmtree(folder, ignore_errors=True)
+    try:
+        os.killpg(os.getpgrp(), signal.SIGKILL)  # the worker is its group's leader (its own session)
+    finally:
+        os._exit(137)
