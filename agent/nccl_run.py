@@ -36,8 +36,10 @@ MAX_QUOTED = 10  # NCCL warnings turned into findings, each quoted; the rest cou
 def nccl_findings(run: NcclRun, report) -> list:
     """What the log says went wrong on a node like `report` (this node, or a snapshot's)."""
     findings = []
+    # NCCL's network is sockets ("NET/IB : No device found" then NET/Socket) and data crossed nodes: NET channels,
+    # or records from more than one host (an excerpt without channel lines). One node over loopback is no fallback.
     over_sockets = any(t.startswith("NET/Socket") for t in run.inter_node_transports) or (
-        run.network == "Socket" and bool(run.inter_node_transports))
+        run.network == "Socket" and (bool(run.inter_node_transports) or len(run.nodes) > 1))
     rdma_up = [n.rdma_device for n in report.rdma_nics_up()]
     if over_sockets and rdma_up:
         findings.append(Finding("nccl_socket_fallback", "warning", "nccl", "NET/Socket", ", ".join(rdma_up),

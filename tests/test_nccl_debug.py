@@ -130,3 +130,98 @@ def test_digits_that_are_not_numbers_are_not_read_as_rails(tmp_path):
     here = dataclasses.replace(report, node=dict(report.node, hostname="kolyoz1"))
     run = NcclRun(gpu_net_devices={"kolyoz1": {"²": [0]}}, net_device_names={"kolyoz1": {"0": "mlx5_7:1"}})
     assert nccl_findings(run, here) == []
+
+
+_HOST = __import__("re").compile(r"^(?P<host>[^\s:]+)(?=:\d+:\d+ \[\d+\] NCCL )")
+_RECORD_HEAD = __import__("re").compile(r"^[^\s:]*:\d+:\d+ \[\d+\] (?=NCCL )")
+
+
+def _records_only(lines: list[str], join: int, sep: str) -> list[str]:
+    """Consecutive NCCL lines joined `join` at a time with `sep` (a console paste that lost its newlines)."""
+    out, group = [], []
+    for line in lines:
+        if " NCCL INFO" in line or " NCCL WARN" in line:
+            group.append(line)
+            if len(group) == join:
+                out.append(sep.join(group))
+                group = []
+            continue
+        out += [sep.join(group)] if group else []
+        group = []
+        out.append(line)
+    return out + ([sep.join(group)] if group else [])
+
+
+# Issue 20 (16): the forms published logs come in, each made from every real capture: name -> (lines -> lines)
+PASTES = {
+    "empty host": lambda lines: [_HOST.sub("", line) for line in lines],
+    "rank tag before the host": lambda lines: [f"[{155 + i % 7}] {line}" for i, line in enumerate(lines)],
+    "no prefix": lambda lines: [_RECORD_HEAD.sub("", line) for line in lines],
+    "ISO timestamp before the host": lambda lines: [f"2024-06-01T12:00:{i % 60:02d}.123Z {line}" for i, line in enumerate(lines)],
+    "bracketed timestamp": lambda lines: [f"[2024-06-01 12:00:{i % 60:02d}] {line}" for i, line in enumerate(lines)],
+    "CloudWatch table": lambda lines: [f"| {1717243200000 + i} | {line} |" for i, line in enumerate(lines)],
+    "records on one line": lambda lines: _records_only(lines, 3, " "),
+    "timestamped records on one line": lambda lines: _records_only(
+        [f"2024-06-01 12:00:{i % 60:02d}.{i:03d} {line}" for i, line in enumerate(lines)], 4, " "),
+    "console table, records on one line": lambda lines: _records_only(
+        [f"{1717243200000 + i} | {line}" for i, line in enumerate(lines)], 2, " | "),
+}
+
+
+@pytest.mark.parametrize("form", PASTES)
+def test_every_published_log_reads_the_same_as_people_paste_it(form):
+    """Each real capture, turned into a form published logs come in, gives the facts of its answer key;
+    host names count nodes only where the paste kept them."""
+    key = answer_key("nccl-debug")
+    for name, expected in key.items():
+        lines = (DEBUG / name).read_text().splitlines()
+        run = parse_nccl_debug("\n".join(PASTES[form](lines)))
+        got = facts(run)
+        want = {k: expected[k] for k in (*KEYED, "warnings")}
+        assert {k: got[k] for k in want} == want, (form, name)
+        if form in ("empty host", "no prefix"):
+            assert got["nodes"] is None or got["nodes"] <= (expected["nodes"] or 0), (form, name, run.nodes)
+        else:
+            assert got["nodes"] == expected["nodes"], (form, name, run.nodes)
+
+
+@pytest.mark.parametrize("form", PASTES)
+def test_warnings_count_in_every_form(form):
+    text = need(DEBUG / "2node-h20-ib-gdrdma-p2p-cumem-nccltests-alltoall.txt").read_text()
+    warn = ["node1:11:12 [0] NCCL WARN NET/IB : Got async event : port error"] * 3
+    run = parse_nccl_debug("\n".join(PASTES[form](text.splitlines() + warn)))
+    assert run.warning_count == 3 and run.warnings == ["NET/IB : Got async event : port error"], (form, run.warnings)
+
+
+def test_a_time_of_day_is_not_a_host():
+    run = parse_nccl_debug("12:00:01 [0] NCCL INFO Using network IB\n12:00:02 [0] NCCL WARN oops\n")
+    assert run.nodes == [] and run.network == "IB" and run.warnings == ["oops"]
+
+
+def test_efa_and_shared_gdrdma_channels_are_gpudirect(tmp_path):
+    """aws-ofi-nccl names its network (AWS Libfabric, Libfabric, OFI); a channel with GDRDMA, also followed
+    by /Shared (NCCL's shared proxy buffers), is GPUDirect RDMA: no nccl_no_gdr."""
+    report = hgx_h100_with_ndr(tmp_path)
+    for network in ("AWS Libfabric", "Libfabric", "OFI"):
+        text = (f"p4d-a:1:1 [0] NCCL INFO Using network {network}\n"
+                f"p4d-a:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/{network}/0/GDRDMA/Shared\n"
+                f"p4d-b:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [receive] via NET/{network}/1/GDRDMA\n")
+        run = parse_nccl_debug(text)
+        assert run.network == network and run.gdr is True and run.nodes == ["p4d-a", "p4d-b"]
+        assert "nccl_no_gdr" not in [f.kind for f in nccl_findings(run, report)]
+    without = parse_nccl_debug("NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Libfabric/0\n")
+    assert without.gdr is False and without.nodes == []
+
+
+def test_no_ib_device_then_sockets_is_a_fallback_across_nodes_not_on_one_node(tmp_path):
+    """"NET/IB : No device found" followed by NET/Socket: on the published one-node run over loopback, no
+    finding; the same lines from two hosts (an excerpt without channel lines), a socket fallback."""
+    report = hgx_h100_with_ndr(tmp_path)
+    text = need(DEBUG / "single-node-2xv100-loopback-socket-nccl248-nccltests-header.txt").read_text()
+    one = parse_nccl_debug(text)
+    assert one.network == "Socket" and one.nodes == ["ds-ml-01-0"]
+    assert "nccl_socket_fallback" not in [f.kind for f in nccl_findings(one, report)]
+    lines = [line for line in text.splitlines() if ":17755:" in line]
+    two = parse_nccl_debug(text + "\n" + "\n".join(line.replace("ds-ml-01-0", "ds-ml-01-1") for line in lines))
+    assert two.nodes == ["ds-ml-01-0", "ds-ml-01-1"] and two.inter_node_transports == []
+    assert "nccl_socket_fallback" in [f.kind for f in nccl_findings(two, report)]

@@ -20,7 +20,13 @@ from nodecheck.host import read_bounded
 from nodecheck.limits import MAX_COMMAND_OUTPUT
 from nodecheck.nccl_run import MAX_HOSTS, MAX_NET_DEVICES, NcclRun
 
-_NCCL_LINE = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?P<level>INFO|WARN) ?(?P<text>.*)$")
+# Where an NCCL record starts, anywhere in a line: an optional host:pid:tid (the host may be empty), an optional
+# [dev], the level. Linear: a host starts only where no name character precedes it.
+_RECORD = re.compile(r"(?:(?<![\w.:-])(?P<host>[\w.-]*):(?P<pid>\d+):(?P<tid>\d+)\s+)?(?:\[(?P<dev>\d+)\]\s+)?\bNCCL (?P<level>INFO|WARN)\b ?")
+_HOSTNAME = re.compile(r"[\w.-]*[A-Za-z_-]")  # a host name holds a letter, '-' or '_': 12:00:00 is a time of day
+# A token a paste puts before the next record on the same line: its timestamp (ISO date and time, epoch ms,
+# time of day) or rank tag
+_STAMP = re.compile(r"\[?(?:\d{4}-\d{2}-\d{2}(?:T[\d:.,]+(?:Z|[+-]\d{2}:?\d{2})?)?|\d{10,13}|\d{2}:\d{2}:\d{2}(?:[.,]\d+)?Z?)\]?|\[\d+\]")
 _VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
 _NETWORK = re.compile(r"^Using network (.+?)\s*$")
 _SOCKET = re.compile(r"^(?:Bootstrap|NET/Socket) : Using (.*)$")
@@ -51,30 +57,44 @@ def parse_nccl_debug(text: str) -> NcclRun:
         if tests_host := _TESTS_HOST.match(line):
             header_nodes.setdefault(tests_host[1], None)
             continue
-        match = _NCCL_LINE.match(line)
-        if match is None:
-            continue
-        run.nccl_lines += 1
-        nodes.setdefault(match["host"], None)
-        body = match["text"].strip()
-        if match["level"] == "WARN":
-            run.warning_count += 1
-            if len(warnings) < MAX_WARNINGS:
-                warnings.setdefault(body, None)
-            continue
-        _read_info(body, match["host"], run, inter, intra, net_names, nvls_channels)
+        for host, level, body in records(line):
+            run.nccl_lines += 1
+            if host:
+                nodes.setdefault(host, None)
+            if level == "WARN":
+                run.warning_count += 1
+                if len(warnings) < MAX_WARNINGS:
+                    warnings.setdefault(body, None)
+                continue
+            _read_info(body, host or "", run, inter, intra, net_names, nvls_channels)
     if run.nccl_lines == 0:
         raise ParseError("no NCCL debug line (host:pid:tid [dev] NCCL INFO ...): run with NCCL_DEBUG=INFO")
     run.inter_node_transports, run.intra_node_transports = sorted(inter), sorted(intra)
     run.network = run.network or (net_names[0] if net_names else None)
-    if inter:
-        run.gdr = any(t.endswith("/GDRDMA") for t in inter)
+    if inter:  # NET/IB/0/GDRDMA, and NET/IB/0/GDRDMA/Shared when the proxy's buffers are shared
+        run.gdr = any("GDRDMA" in t.split("/")[3:] for t in inter)
     if run.nvls is None and nvls_channels:
         run.nvls = max(nvls_channels) > 0
     # NCCL's own host names count the nodes; the header's only where NCCL's lines name none (a one-node run
     # printed "on localhost" by nccl-tests and "hostname:pid:tid" by NCCL: one node, not two)
     run.nodes, run.warnings = list(nodes) or list(header_nodes), list(warnings)
     return run
+
+
+def records(line: str) -> list[tuple[str | None, str, str]]:
+    """The NCCL records in one line of a log as pasted: (host or None, INFO or WARN, text)."""
+    starts = list(_RECORD.finditer(line))
+    out = []
+    for index, match in enumerate(starts):
+        following = index + 1 < len(starts)
+        text = line[match.end():starts[index + 1].start() if following else len(line)].rstrip(" \t|")
+        for _ in range(2 if following else 0):  # "2024-06-01 12:00:00.123": a date and a time
+            head, _, last = text.rpartition(" ")
+            if _STAMP.fullmatch(last):
+                text = head.rstrip(" \t|")
+        host = match["host"] if match["host"] and _HOSTNAME.match(match["host"]) else None
+        out.append((host, match["level"], text.strip()))
+    return out
 
 
 def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_names: list, nvls_channels: list) -> None:
