@@ -126,10 +126,12 @@ def run_until(tasks: dict[str, Callable[[], T]], deadline: float, workers: int =
 
 
 def run_command(argv: list[str], timeout: float, env: dict[str, str] | None = None, what: str | None = None,
-                ok_returncodes: tuple[int, ...] = (0,), max_output: int = MAX_COMMAND_OUTPUT) -> str:
+                ok_returncodes: tuple[int, ...] = (0,), max_output: int = MAX_COMMAND_OUTPUT,
+                explain: Callable[[str], str | None] | None = None) -> str:
     """Run argv (never through a shell) with a hard timeout that kills its whole process group, and
     at most max_output bytes of stdout (and of stderr) kept: a command printing more is killed.
-    `what` names the command in messages (default: the command line)."""
+    `what` names the command in messages (default: the command line). A failure says the last line of
+    stderr, or what `explain` picks from the whole of it (the line that names the cause)."""
     what = what or " ".join(argv)
     env = dict(os.environ if env is None else env, LC_ALL="C")
     try:
@@ -156,8 +158,9 @@ def run_command(argv: list[str], timeout: float, env: dict[str, str] | None = No
             _running.discard(proc)
     stdout = out.decode("utf-8", errors="replace")
     if proc.returncode not in ok_returncodes:
-        detail = (err.decode("utf-8", errors="replace").strip() or stdout.strip()).splitlines()
-        reason = detail[-1][:200] if detail else "no output"
+        text = err.decode("utf-8", errors="replace").strip() or stdout.strip()
+        detail = text.splitlines()
+        reason = (explain(text) if explain else None) or (detail[-1][:200] if detail else "no output")
         raise ProbeFailed(f"{what} exited with {proc.returncode}: {reason}")
     return stdout
 

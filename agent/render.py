@@ -14,7 +14,7 @@ from rich.text import Text
 
 from nodecheck.errors import NodecheckError
 from nodecheck.model import Report, link_distance
-from nodecheck.units import format_bits, format_rate, natural_key
+from nodecheck.units import format_bits, format_path_rate, format_rate, natural_key
 
 _SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "error": "red", "critical": "bold red"}
 # C0 and C1 control characters (ESC starts terminal escape sequences; CSI is 0x9b): never to a terminal
@@ -328,9 +328,10 @@ def render_measurements(report: Report, console: Console | None = None) -> None:
     for m in report.measurements:
         ratio = f"{m.ratio:.2f}" if m.ratio is not None else "-"
         payload = f"{m.payload_bytes / (1 << 20):g} MiB" if m.payload_bytes else "-"
-        measured = "[red]FAILED[/red]" if not m.ok else "no data moved" if m.direction == "none" else format_bits(m.bytes_per_second)
+        measured = ("[red]FAILED[/red]" if not m.ok else "no data moved" if m.direction == "none"
+                    else format_path_rate(m.scope, m.bytes_per_second))
         table.add_row(_cell(m.path), _cell(m.test), payload, measured,
-                      format_bits(m.spec_bytes_per_second), ratio, _cell(m.method if m.ok else m.error))
+                      format_path_rate(m.scope, m.spec_bytes_per_second), ratio, _cell(m.method if m.ok else m.error))
     console.print(table)
     for m in report.measurements:
         nccl = (m.details or {}).get("nccl") if isinstance(m.details, dict) else None

@@ -13,7 +13,7 @@ from nodecheck.config import Config
 from nodecheck.model import Finding, Report, link_family
 from nodecheck.probes.pcie import hops_from_report
 from nodecheck.specs import BUSY_UTILIZATION
-from nodecheck.units import format_bits
+from nodecheck.units import format_bits, format_path_rate
 
 
 def evaluate(report: Report, config: Config | None) -> list[Finding]:
@@ -326,7 +326,7 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
             bound = algorithm_bound(m)
             findings.append(Finding(
                 "bandwidth_above_bound", "warning", m.path, f"{m.ratio:.2f}", f"<= {bound:.2f}",
-                f"{m.path} {m.test} {format_bits(m.bytes_per_second)} = {m.ratio:.2f} x the ring bound of the rails nodecheck "
+                f"{m.path} {m.test} {format_path_rate(m.scope, m.bytes_per_second)} = {m.ratio:.2f} x the ring bound of the rails nodecheck "
                 f"read, more than any all-reduce algorithm moves over them ({bound:.2f} x): NCCL used other or more NICs, "
                 "or a rail's rate was misread (set [nics] speed_mbps); this verdict cannot be trusted"))
         elif m.ratio is not None and m.ratio < threshold:
@@ -335,8 +335,8 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
                                            for name, ratio, rails in suspects) if suspects else ""
             findings.append(Finding(
                 "bandwidth_below_spec", "error", suspects[0][0] if suspects else m.path, f"{m.ratio:.2f}", f">= {threshold:g}",
-                f"{m.path} {m.test} {format_bits(m.bytes_per_second)} = {m.ratio:.2f} of spec "
-                f"{format_bits(m.spec_bytes_per_second)}{where}: {_what_to_check(m)}"))
+                f"{m.path} {m.test} {format_path_rate(m.scope, m.bytes_per_second)} = {m.ratio:.2f} of spec "
+                f"{format_path_rate(m.scope, m.spec_bytes_per_second)}{where}: {_what_to_check(m)}"))
     return findings
 
 

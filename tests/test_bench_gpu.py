@@ -314,3 +314,73 @@ def test_nccl_tests_runs_once_per_node_after_the_in_node_tests_without_the_launc
         out = plan.run(report, Config(), ["h2d", "nccl_tests", "allreduce"], "quick", 30, dict(launch, LOCAL_RANK=other), env)
         assert [m.test for m in out] == ["allreduce"]
     assert len(list(tmp_path.glob("env.*"))) == 1
+
+
+class _CudaAsSeen:
+    """What torch.cuda answers in a process that sees some of the node's GPUs (no CUDA here: the values an
+    H100 node gives, device properties with the NVML UUIDs of the visible GPUs, in CUDA's order)."""
+
+    def __init__(self, uuids: list[str]):
+        self.uuids = uuids
+        self.cuda = self
+
+    def device_count(self):
+        return len(self.uuids)
+
+    def get_device_properties(self, ordinal):
+        return type("Props", (), {"uuid": self.uuids[ordinal].removeprefix("GPU-")})()
+
+    def can_device_access_peer(self, a, b):
+        return True
+
+
+def test_p2p_pairs_are_named_by_nvml_index_and_unseen_gpus_are_a_named_failure(tmp_path, monkeypatch):
+    """Issue 20 (11): with CUDA_VISIBLE_DEVICES=6,7,4,5 CUDA ordinals 0-3 are NVML's GPUs 6, 7, 4, 5: the pairs
+    were named gpu0->gpu1 ..., judged against the wrong pair's spec, and GPUs 0-3 silently left out. Now each
+    pair carries its NVML index (by UUID) and the four GPUs torch cannot see are a failure naming both counts."""
+    import argparse
+
+    from conftest import hgx_nvml, make_snapshot
+
+    from nodecheck.bench import gpu, gpu_worker
+
+    report = build_report(SnapshotHost(make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt",
+                                                     nvml_gpus=hgx_nvml())))
+    uuids = {g.index: g.uuid for g in report.gpus}
+    cuda = _CudaAsSeen([uuids[i] for i in (6, 7, 4, 5)])
+    monkeypatch.setattr(gpu_worker, "pair_rates", lambda torch, a, b, size, warmup, repeats, both_ways: (
+        {"unidirectional": 300e9 + a * 10 + b, **({"bidirectional": 600e9} if both_ways else {})}))
+
+    def worker(argv, timeout):
+        args = argparse.Namespace(gpus=argv[argv.index("--gpus") + 1], sizes=argv[argv.index("--sizes") + 1], warmup=1, repeats=1)
+        return gpu_worker.p2p_test(cuda, args)
+
+    monkeypatch.setattr(gpu, "_worker", worker)
+    measurements = gpu.p2p_tests(report, "quick", 60)
+    failed = [m for m in measurements if not m.ok]
+    (failure,) = failed
+    assert "torch sees 4 CUDA device(s), NVML lists 8 GPU(s): gpu0, gpu1, gpu2, gpu3 not visible to CUDA" in failure.error
+    one_way = {m.path: m for m in measurements if m.ok and m.direction == "unidirectional"}
+    assert sorted(one_way) == sorted(f"gpu{a}->gpu{b}" for a in (4, 5, 6, 7) for b in (4, 5, 6, 7) if a != b)
+    assert one_way["gpu6->gpu7"].bytes_per_second == 300e9 + 0 * 10 + 1  # CUDA ordinals 0 and 1
+
+
+def test_gpu_paths_are_quoted_in_gigabytes_fabric_paths_in_gigabits():
+    """Issue 20 (11): an h2d of 50 GB/s read "400 Gbit/s" in the table and the finding: nvbandwidth and
+    nccl-tests quote GB/s, and so does nodecheck for paths inside a node; NICs and jobs stay in Gbit/s."""
+    import io
+
+    from rich.console import Console
+
+    from nodecheck.model import Report
+    from nodecheck.render import render_measurements
+
+    h2d = Measurement.measured("gpu0:host", "h2d", 30e9, 63e9, 1 << 28, "m", "unidirectional", {"path_kind": "pcie"})
+    job = Measurement.measured("allreduce:2-ranks", "allreduce", 5e9, 12.5e9, 1 << 25, "m", "busbw", {})
+    messages = [f.message for f in measurement_findings([h2d, job], Config())]
+    assert "gpu0:host h2d 30.0 GB/s = 0.48 of spec 63.0 GB/s" in messages[0], messages[0]
+    assert "allreduce:2-ranks allreduce 40 Gbit/s = 0.40 of spec 100 Gbit/s" in messages[1], messages[1]
+    out = io.StringIO()
+    render_measurements(Report(0, "t", {}, [], None, [], None, [], [], [], measurements=[h2d, job]), Console(file=out, width=200))
+    table = out.getvalue()
+    assert "30.0 GB/s" in table and "63.0 GB/s" in table and "40 Gbit/s" in table and "240 Gbit/s" not in table

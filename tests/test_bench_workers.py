@@ -177,3 +177,29 @@ def test_only_rank_0_prints_the_jobs_report(as_json):
                     env={"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": ""})
     assert run.returncode == 0 and run.stdout == "", run.stdout[:300]
     assert "rank 1 of 2: the job's Report is rank 0's" in run.stderr
+
+
+# What a rank printed when PyTorch's watchdog ended a hung collective (published in a DeepSpeed issue thread,
+# PyTorch 2.5): the cause, then the abort's C++ stack, whose last line used to be the Report's error.
+WATCHDOG_STDERR = """\
+[rank0]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=268435456, NumelOut=268435456, Timeout(ms)=600000) ran for 600081 milliseconds before timing out.
+[rank0]:[E1218 20:27:21.484903450 ProcessGroupNCCL.cpp:2168] [PG ID 0 PG GUID 0(default_pg) Rank 0]  failure detected by watchdog at work sequence id: 1 PG status: last enqueued work: 1, last completed work: 0
+terminate called after throwing an instance of 'c10::DistBackendError'
+frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f1c6f96c446 in /usr/lib/python3/dist-packages/torch/lib/libc10.so)
+frame #5: <unknown function> + 0x94ac3 (0x7f1cb2094ac3 in /lib/x86_64-linux-gnu/libc.so.6)
+frame #6: clone + 0x44 (0x7f1cb2125a04 in /lib/x86_64-linux-gnu/libc.so.6)
+"""
+
+
+def test_a_collective_the_watchdog_aborted_is_named_by_its_watchdog_line(tmp_path):
+    """Issue 20 (11): a hung NCCL collective ends in PyTorch's watchdog and SIGABRT; the worker writes no
+    result, and the error was stderr's last line, "frame #6: clone + 0x44". A stand-in worker replays the
+    published stderr and aborts (no NCCL here to hang)."""
+    out = tmp_path / "rank0.json"
+    script = tmp_path / "worker.py"
+    script.write_text(f"import os, sys\nsys.stderr.write({WATCHDOG_STDERR!r})\nsys.stderr.flush()\nos.abort()\n")
+    with pytest.raises(NodecheckError) as error:
+        run_worker([sys.executable, str(script)], out, 60)
+    message = str(error.value)
+    assert "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE" in message, message
+    assert "clone" not in message and "the collective hung" in message

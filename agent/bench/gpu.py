@@ -149,11 +149,18 @@ def p2p_tests(report: Report, level: str, timeout: float) -> list[Measurement]:
     plan = COPY_LEVELS[level]
     method = P2P_METHOD.format(**plan)
     try:
-        result = _worker(["p2p", "--sizes", str(max(plan["sizes"])), "--warmup", str(plan["warmup"]),
+        listed = [{"index": g.index, "uuid": g.uuid, "pci": g.pci_bus_id} for g in report.gpus]
+        result = _worker(["p2p", "--gpus", json.dumps(listed), "--sizes", str(max(plan["sizes"])), "--warmup", str(plan["warmup"]),
                           "--repeats", str(plan["repeats"])], timeout)
     except (NodecheckError, OSError, ValueError) as error:
         return [Measurement.failed("gpus:p2p", "p2p", method, "unidirectional", f"GPU p2p copies failed: {error}")]
     out = []
+    missing = result.get("missing") or []
+    if missing:  # torch sees fewer GPUs than NVML: the pairs it cannot reach are a failure, named, not left out
+        shown = ", ".join(f"gpu{m.get('index')}" for m in missing)
+        out.append(Measurement.failed("gpus:p2p", "p2p", method, "unidirectional",
+                                      f"torch sees {result.get('cuda_count')} CUDA device(s), NVML lists {len(report.gpus)} GPU(s): "
+                                      f"{shown} not visible to CUDA, their pairs unmeasured ({missing[0].get('why')})"))
     for pair in result["pairs"]:
         a, b = pair["src"], pair["dst"]
         spec = _spec(report, f"gpu{min(a, b)}:gpu{max(a, b)}")

@@ -182,16 +182,25 @@ def pair_rates(torch, a: int, b: int, size: int, warmup: int, samples: int, both
 
 
 def p2p_test(torch, args) -> dict:
+    """Every ordered pair of the GPUs named by --gpus (NVML index, UUID, PCI bus id), each found among the CUDA
+    devices this process sees and named by its NVML index; without --gpus, every CUDA device by ordinal. The
+    GPUs CUDA does not see are listed in "missing" with why, beside "cuda_count"."""
     size = max(int(s) for s in args.sizes.split(","))
-    count = torch.cuda.device_count()
+    devices = cuda_devices(torch)
+    found, missing = [], []
+    for gpu in (_gpus(args) if args.gpus is not None else [{"index": d["ordinal"]} for d in devices]):
+        try:
+            found.append((gpu["index"], pick_cuda_device(devices, gpu.get("uuid"), gpu.get("pci"), gpu["index"])[0]))
+        except LookupError as error:
+            missing.append({"index": gpu["index"], "why": str(error)})
     pairs = []
-    for a in range(count):
-        for b in range(count):
+    for a, ordinal_a in found:
+        for b, ordinal_b in found:
             if a == b:
                 continue
-            rates = pair_rates(torch, a, b, size, args.warmup, args.repeats, both_ways=a < b)  # one row per unordered pair
-            pairs.append({"src": a, "dst": b, "p2p_access": bool(torch.cuda.can_device_access_peer(a, b)), **rates})
-    return {"size_bytes": size, "pairs": pairs}
+            rates = pair_rates(torch, ordinal_a, ordinal_b, size, args.warmup, args.repeats, both_ways=a < b)  # once per unordered pair
+            pairs.append({"src": a, "dst": b, "p2p_access": bool(torch.cuda.can_device_access_peer(ordinal_a, ordinal_b)), **rates})
+    return {"size_bytes": size, "pairs": pairs, "missing": missing, "cuda_count": len(devices)}
 
 
 def main(argv: list[str] | None = None) -> int:

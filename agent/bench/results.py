@@ -40,6 +40,19 @@ def essential(message: str) -> str:
     return "; ".join(line for line in lines if line and not line.startswith(TORCH_HINTS))
 
 
+# PyTorch's NCCL watchdog, when a collective outlives its timeout, logs this line and then aborts the process
+# (SIGABRT): stderr ends in the C++ stack ("frame #6: clone + 0x44 ..."), which names nothing.
+WATCHDOG = re.compile(r"\[Rank \d+\] Watchdog caught collective operation timeout[^\n]*")
+
+
+def cause_in_stderr(text: str) -> str | None:
+    """The line of a dead worker's stderr that names why it died (PyTorch's watchdog), else None."""
+    found = WATCHDOG.search(text)
+    if found is None:
+        return None
+    return found[0].strip()[:400] + " (the collective hung: a rank stopped or a link stalled; PyTorch's watchdog aborted it)"
+
+
 def guarded(out: str, work: Callable[[], dict]) -> int:
     """In a worker: run `work`, write its result (exit 0) or its exception (exit 1) to `out`."""
     try:
@@ -69,7 +82,8 @@ def run_worker(argv: list[str], out: Path, timeout: float, env: dict[str, str] |
     from nodecheck.bench.lifeline import environment
 
     try:
-        run_command(argv, timeout, env=dict(os.environ if env is None else env, **environment(out, timeout)), what=what)
+        run_command(argv, timeout, env=dict(os.environ if env is None else env, **environment(out, timeout)), what=what,
+                    explain=cause_in_stderr)
     except NodecheckError as error:
         raise NodecheckError(own_error(out) or str(error)) from None
     try:
