@@ -16,7 +16,7 @@ NEEDS_PROBE = {
     "nics": ("nic_missing", "nic_down", "nic_slow", "nic_speed_unknown"),
     "pcie_paths": ("pcie_hop_narrow",),
 }
-MEASURED = ("bandwidth_below_spec", "bandwidth_above_bound", "bench_failed")
+MEASURED = ("bandwidth_below_spec", "bandwidth_above_bound", "bench_failed", "bench_wrong_result")
 FROM_NCCL = ("nccl_socket_fallback", "nccl_no_gdr", "nccl_p2p_disabled", "nccl_rail_mismatch", "nccl_warning")
 PROLOG_ONLY = ("check_timed_out", "check_failed", "peer_unreachable", "peer_outside_subnet", "peer_slow")
 

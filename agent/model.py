@@ -72,6 +72,7 @@ FINDING_KINDS = {
     "bandwidth_below_spec": "{subject} bandwidth {measured} of spec, {expected} expected",
     "bandwidth_above_bound": "{subject} {measured} x the rails' bound: fabric misread",
     "bench_failed": "{head} failed",
+    "bench_wrong_result": "{head} returned wrong data",
     "nccl_socket_fallback": "NCCL over sockets, RDMA NICs up",
     "nccl_no_gdr": "NCCL without GPUDirect RDMA",
     "nccl_p2p_disabled": "NCCL over {measured} inside the node",

@@ -322,7 +322,15 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
         threshold = config.ratio_for(m.test, m.details.get("path_kind"), m.direction)
         if not m.ok:
             findings.append(Finding("bench_failed", "error", m.path, "failed", "completed", f"{m.test} on {m.path}: {m.error}"))
-        elif m.ratio is not None and (algorithm_bound(m) or float("inf")) < m.ratio:
+            continue
+        check = m.details.get("data_check") if isinstance(m.details, dict) else None
+        wrong = check.get("wrong_elements") if isinstance(check, dict) else None
+        if isinstance(wrong, int) and wrong > 0:
+            findings.append(Finding("bench_wrong_result", "error", m.path, f"{wrong} wrong", "0 wrong",
+                                    f"{m.test} on {m.path} returned wrong data: {wrong} of {check.get('elements')} elements are not "
+                                    f"{check.get('expected')} (an all-reduce of ones over that many ranks): a link or GPU corrupts "
+                                    "data at whatever speed; check Xid and ECC errors, and run nccl-tests with -c 1 on its nodes"))
+        if m.ratio is not None and (algorithm_bound(m) or float("inf")) < m.ratio:
             bound = algorithm_bound(m)
             findings.append(Finding(
                 "bandwidth_above_bound", "warning", m.path, f"{m.ratio:.2f}", f"<= {bound:.2f}",

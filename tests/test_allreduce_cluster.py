@@ -75,6 +75,8 @@ def test_healthy_then_one_slow_node(cluster):
     assert 0 < m["ratio"] <= 1.05, f"busbw {m['bytes_per_second'] * 8 / 1e9:.2f} Gbit/s on 1 Gbit/s links"
     assert [f for f in results[0][1]["findings"] if f["kind"] == "bandwidth_below_spec"] == [], m["ratio"]
     assert {n["node"] for n in m["details"]["nodes"]} == {"node0", "node1", "node2"}
+    # issue 20 (10): the all-reduce of ones was checked on every rank after timing
+    assert m["details"]["data_check"] == {"expected": 3, "elements": 3 * (32 << 20) // 4, "wrong_elements": 0}
 
     cluster.shape(2, "250mbit")
     results = finish(launch(cluster, [0, 1, 2], 3, cluster.config, port + 1))

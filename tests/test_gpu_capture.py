@@ -18,7 +18,7 @@ VOLATILE_METRICS = ("nodecheck_report_timestamp_seconds", "nodecheck_probe_durat
 NEWER_SERIES = {"nodecheck_gpu_ecc_enabled", "nodecheck_gpu_row_remap_pending", "nodecheck_gpu_row_remap_failed"}
 NEWER_KINDS = {"bandwidth_above_bound", "ecc_disabled", "row_remap_pending", "row_remap_failed", "nccl_socket_fallback",
                "nccl_no_gdr", "nccl_p2p_disabled", "nccl_warning", "gpudirect_rdma_unavailable", "iommu_translated",
-               "pcie_hop_narrow", "pcie_acs_redirect", "nccl_rail_mismatch"}
+               "pcie_hop_narrow", "pcie_acs_redirect", "nccl_rail_mismatch", "bench_wrong_result"}
 NEWER_PROBES = {"platform", "pcie_paths", "pcie_acs"}  # their sources were not recorded then: they replay as giving nothing
 NEWER_KEYS = ("platform", "pcie_paths", "pcie_acs")
 # checks that `nodecheck check` never made on that node (no bandwidth test, the prolog's own): exported as healthy

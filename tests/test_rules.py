@@ -120,3 +120,19 @@ def test_ecc_and_row_remapping(tmp_path):
     failed = report_of(tmp_path / "f", nvml_gpus=h100(retired=[0, 8, 0, 1]))
     (finding,) = failed.findings
     assert (finding.kind, finding.severity) == ("row_remap_failed", "error") and "replace the GPU" in finding.message
+
+
+def test_a_wrong_all_reduce_result_is_its_own_finding_at_full_speed():
+    """Issue 20 (10): a corrupting path passed at full speed. The worker checks one all-reduce of ones (each
+    element must be the world size); a wrong count is an error of its own, whatever the bandwidth."""
+    from nodecheck.config import Config
+    from nodecheck.model import Measurement
+    from nodecheck.rules import measurement_findings
+
+    check = {"expected": 16, "elements": 16 << 28, "wrong_elements": 12}
+    m = Measurement.measured("allreduce:16-ranks", "allreduce", 48e9, 50e9, 1 << 30, "nccl", "busbw", {"data_check": check})
+    (finding,) = measurement_findings([m], Config())
+    assert (finding.kind, finding.severity, finding.subject) == ("bench_wrong_result", "error", "allreduce:16-ranks")
+    assert "12 of 4294967296 elements are not 16" in finding.message
+    assert measurement_findings([Measurement.measured("allreduce:16-ranks", "allreduce", 48e9, 50e9, 1 << 30, "nccl", "busbw",
+                                                      {"data_check": dict(check, wrong_elements=0)})], Config()) == []

@@ -258,6 +258,8 @@ def measurement_from_worker(path: str, result: dict) -> Measurement:
     node_results = [{"rank": n.get("rank"), "node": n.get("node"), "results": n.get("results", [])} for n in result["nodes"]]
     details = {"rows": rows, "nodes": nodes, "pair_exchanges": result.get("pair_exchanges", []),
                "node_results": node_results}
+    if isinstance(result.get("data_check"), dict):
+        details["data_check"] = result["data_check"]
     method = METHOD.format(backend=result.get("backend", "gloo"))
     if result.get("world_size") == 1:  # a figure here would be a no-op's: 1.5 Pbit/s at 4 GiB on an H100
         details.update(note=WORLD_OF_ONE, seconds_per_call=largest["seconds"])

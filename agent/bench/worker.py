@@ -81,6 +81,17 @@ def _time_allreduce(dist, torch, device, size: int, warmup: int, iters: int) -> 
     return float(elapsed.item())
 
 
+def _check_data(dist, torch, device, world: int, size: int) -> dict:
+    """After timing, one all-reduce of ones checked, as nccl-tests' -c 1 does: every element must equal the
+    world size on every rank (a corrupting link or GPU passes at full speed otherwise). Every rank learns
+    the total of wrong elements."""
+    x = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
+    dist.all_reduce(x)
+    wrong = torch.tensor([int((x != world).sum().item())], dtype=torch.int64, device=device)
+    dist.all_reduce(wrong)
+    return {"expected": world, "elements": x.numel() * world, "wrong_elements": int(wrong.item())}
+
+
 def _node_results(path: str | None) -> list:
     if not path:
         return []
@@ -264,6 +275,7 @@ def _measure(args, dist, torch, device) -> dict:
         seconds = _time_allreduce(dist, torch, device, size, args.warmup, args.iters)
         rows.append({"size_bytes": size, "seconds": seconds, "algbw": size / seconds, "busbw": size / seconds * factor})
     exchanges = []
+    data_check = _check_data(dist, torch, device, world, rows[-1]["size_bytes"] if rows else 1024)
     rounds = rank_rounds(nodes)
     if spec and rows and rows[-1]["busbw"] < args.threshold * spec and rounds:
         received = _pair_exchange(dist, torch, device, rank, rounds, rows[-1]["size_bytes"])
@@ -271,7 +283,7 @@ def _measure(args, dist, torch, device) -> dict:
         dist.all_gather_object(gathered, received)
         exchanges = exchanges_from([r for part in gathered for r in part], nodes, rounds)
     return {"world_size": world, "backend": args.backend, "nodes": nodes, "spec_bytes_per_second": spec,
-            "rows": rows, "pair_exchanges": exchanges, "rank": rank}
+            "rows": rows, "pair_exchanges": exchanges, "rank": rank, "data_check": data_check}
 
 
 if __name__ == "__main__":
