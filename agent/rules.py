@@ -327,9 +327,9 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
         wrong = check.get("wrong_elements") if isinstance(check, dict) else None
         if isinstance(wrong, int) and wrong > 0:
             findings.append(Finding("bench_wrong_result", "error", m.path, f"{wrong} wrong", "0 wrong",
-                                    f"{m.test} on {m.path} returned wrong data: {wrong} of {check.get('elements')} elements are not "
-                                    f"{check.get('expected')} (an all-reduce of ones over that many ranks): a link or GPU corrupts "
-                                    "data at whatever speed; check Xid and ECC errors, and run nccl-tests with -c 1 on its nodes"))
+                                    f"{m.test} on {m.path} returned wrong data: {wrong} of {check.get('elements')} elements arrived "
+                                    f"wrong (expected: {check.get('expected')}): a link or GPU corrupts data at whatever speed; "
+                                    "check Xid and ECC errors (`nodecheck inspect`), and run nccl-tests with -c 1 or nvbandwidth"))
         if m.ratio is not None and (algorithm_bound(m) or float("inf")) < m.ratio:
             bound = algorithm_bound(m)
             findings.append(Finding(

@@ -129,11 +129,12 @@ def test_real_pair_timing_runs_on_one_gpu(live_gpus):
     where there is no second GPU: it runs and gives device-copy rates."""
     import torch
 
-    from nodecheck.bench.gpu_worker import pair_rates
+    from nodecheck.bench.gpu_worker import pair_rates, verify_pair
 
     b = 1 if torch.cuda.device_count() > 1 else 0
     rates = pair_rates(torch, 0, b, 64 << 20, 1, 3, both_ways=True)
     assert rates["unidirectional"] > 1e9 and rates["bidirectional"] > 1e9, rates
+    assert verify_pair(torch, 0, b) == 0  # the pattern arrives whole on a healthy GPU
 
 
 def a100_node_with_all_reduce_perf(tmp_path, first: str):
@@ -350,6 +351,7 @@ def test_p2p_pairs_are_named_by_nvml_index_and_unseen_gpus_are_a_named_failure(t
     cuda = _CudaAsSeen([uuids[i] for i in (6, 7, 4, 5)])
     monkeypatch.setattr(gpu_worker, "pair_rates", lambda torch, a, b, size, warmup, repeats, both_ways: (
         {"unidirectional": 300e9 + a * 10 + b, **({"bidirectional": 600e9} if both_ways else {})}))
+    monkeypatch.setattr(gpu_worker, "verify_pair", lambda torch, a, b: 0)
 
     def worker(argv, timeout):
         args = argparse.Namespace(gpus=argv[argv.index("--gpus") + 1], sizes=argv[argv.index("--sizes") + 1], warmup=1, repeats=1)
@@ -384,3 +386,71 @@ def test_gpu_paths_are_quoted_in_gigabytes_fabric_paths_in_gigabits():
     render_measurements(Report(0, "t", {}, [], None, [], None, [], [], [], measurements=[h2d, job]), Console(file=out, width=200))
     table = out.getvalue()
     assert "30.0 GB/s" in table and "63.0 GB/s" in table and "40 Gbit/s" in table and "240 Gbit/s" not in table
+
+
+def test_a_hung_pair_keeps_the_pairs_that_finished(tmp_path, monkeypatch):
+    """Issue 20 (10): one wedged link blocked the p2p worker inside CUDA until the whole test's time limit,
+    and every pair's figure was lost with it. Each pair now has its own limit: a watchdog hands over the
+    pairs that finished and names the one that hung; the runner keeps the first and fails the second."""
+    import argparse
+    import threading
+
+    from conftest import hgx_nvml, make_snapshot
+
+    from nodecheck.bench import gpu, gpu_worker
+
+    report = build_report(SnapshotHost(make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt",
+                                                     nvml_gpus=hgx_nvml())))
+    cuda = _CudaAsSeen([g.uuid for g in report.gpus[:3]])
+    released = threading.Event()
+
+    def rates(torch, a, b, size, warmup, repeats, both_ways):
+        if (a, b) == (1, 2):
+            released.wait(60)  # the wedged copy: blocks until the watchdog has spoken
+        return {"unidirectional": 300e9, **({"bidirectional": 600e9} if both_ways else {})}
+
+    monkeypatch.setattr(gpu_worker, "pair_rates", rates)
+    monkeypatch.setattr(gpu_worker, "verify_pair", lambda torch, a, b: 0)
+    seen = {}
+
+    def on_hang(partial):
+        seen["partial"] = partial
+        released.set()
+
+    args = argparse.Namespace(gpus=json.dumps([{"index": g.index, "uuid": g.uuid} for g in report.gpus[:3]]), sizes="1024",
+                              warmup=1, repeats=1, pair_timeout=3.0, out=str(tmp_path / "out.json"))
+    gpu_worker.p2p_test(cuda, args, on_hang=on_hang)
+    partial = seen["partial"]
+    assert [(p["src"], p["dst"]) for p in partial["pairs"]] == [(0, 1), (0, 2), (1, 0)]
+    assert partial["hung"] == {"src": 1, "dst": 2, "limit_s": 3.0}
+
+    three = dataclasses_replace(report, gpus=report.gpus[:3])
+    monkeypatch.setattr(gpu, "_worker", lambda argv, timeout: partial)
+    measurements = gpu.p2p_tests(three, "quick", 60)
+    (failed,) = [m for m in measurements if not m.ok]
+    assert failed.path == "gpu1->gpu2" and "did not finish within 3 s" in failed.error and "2 pair(s) after it" in failed.error
+    assert sorted(m.path for m in measurements if m.ok and m.direction == "unidirectional") == ["gpu0->gpu1", "gpu0->gpu2",
+                                                                                                  "gpu1->gpu0"]
+
+
+def dataclasses_replace(obj, **changes):
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)
+
+
+def test_a_pair_that_copies_wrong_data_is_its_own_finding(tmp_path, monkeypatch):
+    """Issue 20 (10): each pair's copy is verified against the pattern (nvbandwidth does the same); wrong
+    elements are a bench_wrong_result error on the one-way path, at whatever speed."""
+    from conftest import hgx_nvml, make_snapshot
+
+    from nodecheck.bench import gpu
+
+    report = build_report(SnapshotHost(make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt",
+                                                     nvml_gpus=hgx_nvml())))
+    pairs = [{"src": 0, "dst": 1, "p2p_access": True, "unidirectional": 380e9, "bidirectional": 760e9, "wrong_elements": 4096},
+             {"src": 1, "dst": 0, "p2p_access": True, "unidirectional": 380e9, "wrong_elements": 0}]
+    monkeypatch.setattr(gpu, "_worker", lambda argv, timeout: {"size_bytes": 1 << 28, "pairs": pairs})
+    findings = measurement_findings(gpu.p2p_tests(report, "quick", 60), Config())
+    assert [(f.kind, f.subject) for f in findings] == [("bench_wrong_result", "gpu0->gpu1")]
+    assert "4096 of 16777216 elements arrived wrong" in findings[0].message

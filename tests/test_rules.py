@@ -133,6 +133,6 @@ def test_a_wrong_all_reduce_result_is_its_own_finding_at_full_speed():
     m = Measurement.measured("allreduce:16-ranks", "allreduce", 48e9, 50e9, 1 << 30, "nccl", "busbw", {"data_check": check})
     (finding,) = measurement_findings([m], Config())
     assert (finding.kind, finding.severity, finding.subject) == ("bench_wrong_result", "error", "allreduce:16-ranks")
-    assert "12 of 4294967296 elements are not 16" in finding.message
+    assert "12 of 4294967296 elements arrived wrong (expected: 16)" in finding.message
     assert measurement_findings([Measurement.measured("allreduce:16-ranks", "allreduce", 48e9, 50e9, 1 << 30, "nccl", "busbw",
                                                       {"data_check": dict(check, wrong_elements=0)})], Config()) == []

@@ -23,6 +23,8 @@ COPY_LEVELS = {
 }
 COPY_METHOD = ("torch copy_ with {memory} host memory, copies queued behind a GPU sleep and timed by CUDA events, "
                "median of {repeats} samples after {warmup} warm-ups")
+PAIR_TIMEOUT_MIN = 10.0  # seconds a GPU pair may take before it counts as hung (a healthy pair takes well under 1 s)
+VERIFY_ELEMENTS = 16 << 20  # as nodecheck.bench.gpu_worker verifies each pair (that module imports torch's side)
 P2P_METHOD = ("torch copy_ between devices, copies queued behind a GPU sleep and timed by CUDA events on the source's "
               "stream, median of {repeats} samples")
 NCCL_METHOD = "torch.distributed nccl all_reduce of float32, one process per GPU; busbw = algbw x 2(n-1)/n"
@@ -150,8 +152,9 @@ def p2p_tests(report: Report, level: str, timeout: float) -> list[Measurement]:
     method = P2P_METHOD.format(**plan)
     try:
         listed = [{"index": g.index, "uuid": g.uuid, "pci": g.pci_bus_id} for g in report.gpus]
+        pairs = max(1, len(listed) * (len(listed) - 1))
         result = _worker(["p2p", "--gpus", json.dumps(listed), "--sizes", str(max(plan["sizes"])), "--warmup", str(plan["warmup"]),
-                          "--repeats", str(plan["repeats"])], timeout)
+                          "--repeats", str(plan["repeats"]), "--pair-timeout", str(max(PAIR_TIMEOUT_MIN, timeout / 2 / pairs))], timeout)
     except (NodecheckError, OSError, ValueError) as error:
         return [Measurement.failed("gpus:p2p", "p2p", method, "unidirectional", f"GPU p2p copies failed: {error}")]
     out = []
@@ -161,6 +164,15 @@ def p2p_tests(report: Report, level: str, timeout: float) -> list[Measurement]:
         out.append(Measurement.failed("gpus:p2p", "p2p", method, "unidirectional",
                                       f"torch sees {result.get('cuda_count')} CUDA device(s), NVML lists {len(report.gpus)} GPU(s): "
                                       f"{shown} not visible to CUDA, their pairs unmeasured ({missing[0].get('why')})"))
+    hung = result.get("hung")
+    if isinstance(hung, dict):  # the pairs that finished are kept; the hung one and those after it are named
+        measured = {(p["src"], p["dst"]) for p in result["pairs"]}
+        left = [f"gpu{a}->gpu{b}" for a in (g.index for g in report.gpus) for b in (g.index for g in report.gpus)
+                if a != b and (a, b) not in measured and (a, b) != (hung.get("src"), hung.get("dst"))]
+        out.append(Measurement.failed(f"gpu{hung.get('src')}->gpu{hung.get('dst')}", "p2p", method, "unidirectional",
+                                      f"the copy gpu{hung.get('src')}->gpu{hung.get('dst')} did not finish within {hung.get('limit_s'):g} s "
+                                      f"(a hung peer copy: check `nvidia-smi nvlink -s`, Xid errors, the fabric manager); "
+                                      f"{len(left)} pair(s) after it not measured"))
     for pair in result["pairs"]:
         a, b = pair["src"], pair["dst"]
         spec = _spec(report, f"gpu{min(a, b)}:gpu{max(a, b)}")
@@ -168,13 +180,17 @@ def p2p_tests(report: Report, level: str, timeout: float) -> list[Measurement]:
         if not pair["p2p_access"]:  # the copy goes through host memory: judged as such, advised as such
             kind = NO_PEER_KIND.get(kind, kind)
         details = {"p2p_access": pair["p2p_access"], "path_kind": kind}
+        if isinstance(pair.get("wrong_elements"), int):
+            details["data_check"] = {"expected": "each int32 its own index", "elements": VERIFY_ELEMENTS,
+                                     "wrong_elements": pair["wrong_elements"]}
         out.append(Measurement.measured(f"gpu{a}->gpu{b}", "p2p", pair["unidirectional"], spec, result["size_bytes"], method,
                             "unidirectional", details))
         if "bidirectional" not in pair:
             continue  # measured once per unordered pair
         # both directions at once: compared with twice the one-way spec (duplex), labelled as such
+        both = {k: v for k, v in details.items() if k != "data_check"}  # checked once, on the one-way copy
         out.append(Measurement.measured(f"gpu{a}<->gpu{b}", "p2p", pair["bidirectional"], 2 * spec if spec else None,
-                            result["size_bytes"], method, "bidirectional", details))
+                            result["size_bytes"], method, "bidirectional", both))
     return out
 
 

@@ -23,6 +23,9 @@ import json
 import os
 import statistics
 import sys
+import threading
+import time
+from pathlib import Path
 
 from nodecheck.bench.binding import bind_to_gpu_cpus
 from nodecheck.bench.identity import pick_cuda_device
@@ -46,6 +49,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5, help="samples per figure (median)")
     parser.add_argument("--pageable", action="store_true", help="also measure pageable host memory")
+    parser.add_argument("--pair-timeout", type=float, default=None, help="p2p: seconds one pair may take before it counts as hung")
     parser.add_argument("--out", required=True)
     return parser.parse_args(argv)
 
@@ -181,10 +185,25 @@ def pair_rates(torch, a: int, b: int, size: int, warmup: int, samples: int, both
     return rates
 
 
-def p2p_test(torch, args) -> dict:
+VERIFY_ELEMENTS = 16 << 20  # 64 MiB of int32: each element its own index, so a lost or misplaced block shows
+
+
+def verify_pair(torch, a: int, b: int) -> int:
+    """After timing, copy a pattern from GPU a to GPU b and compare it on b with the same pattern made there,
+    as nvbandwidth verifies its copies: the number of elements that arrived wrong."""
+    src = torch.arange(VERIFY_ELEMENTS, dtype=torch.int32, device=f"cuda:{a}")
+    dst = torch.empty(VERIFY_ELEMENTS, dtype=torch.int32, device=f"cuda:{b}")
+    dst.copy_(src)
+    return int((dst != torch.arange(VERIFY_ELEMENTS, dtype=torch.int32, device=f"cuda:{b}")).sum().item())
+
+
+def p2p_test(torch, args, on_hang=None) -> dict:
     """Every ordered pair of the GPUs named by --gpus (NVML index, UUID, PCI bus id), each found among the CUDA
     devices this process sees and named by its NVML index; without --gpus, every CUDA device by ordinal. The
-    GPUs CUDA does not see are listed in "missing" with why, beside "cuda_count"."""
+    GPUs CUDA does not see are listed in "missing" with why, beside "cuda_count". Each pair's copies are
+    verified ("wrong_elements") and have --pair-timeout seconds: a pair that hangs (a wedged link blocks
+    inside CUDA, where no exception comes) makes a watchdog hand `on_hang` the result so far, the pairs
+    that finished and the one that hung; by default it is written to --out and the process ends."""
     size = max(int(s) for s in args.sizes.split(","))
     devices = cuda_devices(torch)
     found, missing = [], []
@@ -193,14 +212,43 @@ def p2p_test(torch, args) -> dict:
             found.append((gpu["index"], pick_cuda_device(devices, gpu.get("uuid"), gpu.get("pci"), gpu["index"])[0]))
         except LookupError as error:
             missing.append({"index": gpu["index"], "why": str(error)})
-    pairs = []
-    for a, ordinal_a in found:
-        for b, ordinal_b in found:
-            if a == b:
-                continue
-            rates = pair_rates(torch, ordinal_a, ordinal_b, size, args.warmup, args.repeats, both_ways=a < b)  # once per unordered pair
-            pairs.append({"src": a, "dst": b, "p2p_access": bool(torch.cuda.can_device_access_peer(ordinal_a, ordinal_b)), **rates})
-    return {"size_bytes": size, "pairs": pairs, "missing": missing, "cuda_count": len(devices)}
+    result = {"size_bytes": size, "pairs": [], "missing": missing, "cuda_count": len(devices)}
+    current: dict = {}
+    done = threading.Event()
+    limit = getattr(args, "pair_timeout", None)
+    if limit:
+        threading.Thread(target=_pair_watchdog, args=(result, current, done, limit, on_hang or _write_and_end(args.out)),
+                         name="nodecheck-pair-watchdog", daemon=True).start()
+    try:
+        for a, ordinal_a in found:
+            for b, ordinal_b in found:
+                if a == b:
+                    continue
+                current.update(src=a, dst=b, started=time.monotonic())
+                rates = pair_rates(torch, ordinal_a, ordinal_b, size, args.warmup, args.repeats, both_ways=a < b)  # once per unordered pair
+                rates["wrong_elements"] = verify_pair(torch, ordinal_a, ordinal_b)
+                result["pairs"].append({"src": a, "dst": b, "p2p_access": bool(torch.cuda.can_device_access_peer(ordinal_a, ordinal_b)),
+                                        **rates})
+                current.clear()
+    finally:
+        done.set()
+    return result
+
+
+def _pair_watchdog(result: dict, current: dict, done, limit: float, on_hang) -> None:
+    while not done.wait(0.2):
+        started = current.get("started")
+        if started is not None and time.monotonic() - started > limit:
+            on_hang(dict(result, pairs=list(result["pairs"]), hung={"src": current.get("src"), "dst": current.get("dst"),
+                                                                   "limit_s": limit}))
+            return
+
+
+def _write_and_end(out: str):
+    def end(partial: dict) -> None:
+        Path(out).write_text(json.dumps(partial))
+        os._exit(0)  # the main thread is blocked inside CUDA: nothing else can end it
+    return end
 
 
 def main(argv: list[str] | None = None) -> int:
