@@ -454,3 +454,70 @@ def test_a_pair_that_copies_wrong_data_is_its_own_finding(tmp_path, monkeypatch)
     findings = measurement_findings(gpu.p2p_tests(report, "quick", 60), Config())
     assert [(f.kind, f.subject) for f in findings] == [("bench_wrong_result", "gpu0->gpu1")]
     assert "4096 of 16777216 elements arrived wrong" in findings[0].message
+
+
+def test_the_host_buffers_numa_node_is_read_from_the_kernel(tmp_path):
+    """Issue 20 (9): the Report said a GPU was measured from its own NUMA node while PyTorch's host cache
+    handed GPU 0's pinned block (placed near GPU 0) to GPUs 4-7. The worker now frees that cache between
+    GPUs and records where the buffer's pages are, from /proc/self/numa_maps: here for a real buffer of
+    this process, and for a two-socket layout in the kernel's format."""
+    import os
+
+    from nodecheck.bench.binding import buffer_numa_node
+
+    torch = pytest.importorskip("torch")
+    if not os.path.exists("/proc/self/numa_maps"):
+        pytest.skip("this kernel has no NUMA accounting (/proc/self/numa_maps)")
+    buffer = torch.empty(64 << 20, dtype=torch.uint8)
+    buffer.fill_(1)  # pages exist once touched
+    nodes = {int(n[4:]) for n in os.listdir("/sys/devices/system/node") if n.startswith("node") and n[4:].isdigit()}
+    assert buffer_numa_node(buffer.data_ptr()) in nodes
+
+    maps = tmp_path / "maps"
+    numa = tmp_path / "numa_maps"
+    maps.write_text("55d0c0000000-55d0c0021000 r--p 00000000 08:01 1234 /usr/bin/python3\n"
+                    "7f3c2c000000-7f3c3c000000 rw-s 00000000 00:05 99 /dev/zero (deleted)\n")
+    numa.write_text("55d0c0000000 default file=/usr/bin/python3 mapped=33 N0=33 kernelpagesize_kB=4\n"
+                    "7f3c2c000000 default file=/dev/zero\\040(deleted) dirty=65536 N0=1024 N1=64512 kernelpagesize_kB=4\n")
+    assert buffer_numa_node(0x7f3c30000000, str(maps), str(numa)) == 1  # most pages on the second socket
+    assert buffer_numa_node(0x1000, str(maps), str(numa)) is None
+
+
+def test_a_buffer_on_the_other_socket_is_said(h100_report, monkeypatch):
+    from nodecheck.bench import gpu
+
+    row = {"size_bytes": 256 << 20, "memory": "pinned", "h2d": 55e9, "d2h": 54.8e9, "host_numa_node": 1}
+    monkeypatch.setattr(gpu, "_worker", lambda argv, timeout: {"gpus": [{"index": 0, "rows": [row], "cpus": "0-15"}]})
+    gpu0 = h100_report.gpus[0]
+    gpu0.numa_node = 0
+    (m,) = gpu.copy_tests(h100_report, Config(), {"h2d"}, "quick", 60)
+    assert m.details["host_buffer_numa_node"] == 1 and "NUMA node 1, not the GPU's node 0" in m.details["note"]
+
+
+def test_the_pinned_host_cache_is_freed_between_gpus():
+    """torch 2.13 frees cached pinned blocks with torch.accelerator.empty_host_cache, older torch with a private
+    call; the worker uses whichever this torch has (the real call needs a GPU: see the gpu-marked test)."""
+    import torch as real_torch
+
+    from nodecheck.bench.gpu_worker import free_host_cache
+
+    assert callable(real_torch.accelerator.empty_host_cache)  # the API the worker reaches for exists in this torch
+    calls = []
+    new = type("NewTorch", (), {"accelerator": type("A", (), {"empty_host_cache": staticmethod(lambda: calls.append("new"))}),
+                                "_C": object()})()
+    old = type("OldTorch", (), {"_C": type("C", (), {"_host_emptyCache": staticmethod(lambda: calls.append("old"))})})()
+    assert free_host_cache(new) and free_host_cache(old) and calls == ["new", "old"]
+    assert free_host_cache(type("NoCache", (), {"_C": object()})()) is False
+
+
+@pytest.mark.gpu
+def test_real_pinned_cache_is_empty_after_freeing(live_gpus):
+    import torch
+
+    from nodecheck.bench.gpu_worker import free_host_cache
+
+    block = torch.empty(64 << 20, dtype=torch.uint8, pin_memory=True)
+    del block
+    assert torch.cuda.host_memory_stats()["allocated_bytes.current"] >= 64 << 20  # cached, not given back
+    assert free_host_cache(torch)
+    assert torch.cuda.host_memory_stats()["allocated_bytes.current"] == 0

@@ -8,6 +8,7 @@ the mask it actually used."""
 from __future__ import annotations
 
 import os
+import re
 
 from nodecheck.units import format_cpulist, parse_cpulist
 
@@ -27,3 +28,39 @@ def bind_to_gpu_cpus(gpu_cpus: str) -> dict:
     note = None if usable == wanted else (f"bound to {format_cpulist(usable)}, the part of the GPU's CPUs ({gpu_cpus}) "
                                           f"this process may use")
     return {"cpus": format_cpulist(os.sched_getaffinity(0)), "requested": gpu_cpus, "note": note}
+
+
+_NODE_PAGES = re.compile(r"(?<!\S)N(\d+)=(\d+)(?!\S)")  # numa_maps: pages of this mapping on node N
+MAX_PROC_MAPS = 16 << 20  # /proc/self/maps and numa_maps of a worker: a few hundred KiB; a bound all the same
+
+
+def buffer_numa_node(address: int, maps: str = "/proc/self/maps", numa_maps: str = "/proc/self/numa_maps") -> int | None:
+    """The NUMA node holding most of the pages of the mapping that contains `address` (a host buffer's
+    data pointer), from the kernel's own accounting (numa_maps' N<node>=<pages>); None when the kernel
+    does not say (no NUMA support, pages not touched yet, a mapping it does not list)."""
+    try:
+        with open(maps) as file:
+            ranges = file.read(MAX_PROC_MAPS).splitlines()
+        with open(numa_maps) as file:
+            placements = file.read(MAX_PROC_MAPS).splitlines()
+    except OSError:
+        return None
+    start = None
+    for line in ranges:
+        low, _, high = line.partition(" ")[0].partition("-")
+        try:
+            if int(low, 16) <= address < int(high, 16):
+                start = int(low, 16)
+                break
+        except ValueError:
+            continue
+    for line in placements if start is not None else []:
+        head, _, rest = line.partition(" ")
+        try:
+            if int(head, 16) != start:
+                continue
+        except ValueError:
+            continue
+        pages = _NODE_PAGES.findall(rest)
+        return max((int(count), int(node)) for node, count in pages)[1] if pages else None
+    return None

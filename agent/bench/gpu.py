@@ -138,7 +138,12 @@ def copy_tests(report: Report, config, tests: set[str], level: str, timeout: flo
             best = max(mine, key=lambda r: _largest_pinned(r)[test])
             largest = _largest_pinned(best)
             details = {"rows": best["rows"], "cpus": best["cpus"], "numa_node": gpu.numa_node, "binding": best.get("binding"),
-                       "path_kind": kinds[gpu.index], "measured_device": best.get("measured")}
+                       "path_kind": kinds[gpu.index], "measured_device": best.get("measured"),
+                       "host_buffer_numa_node": largest.get("host_numa_node")}
+            placed = largest.get("host_numa_node")
+            if placed is not None and gpu.numa_node is not None and placed != gpu.numa_node:
+                details["note"] = (f"the pinned host buffer sat on NUMA node {placed}, not the GPU's node {gpu.numa_node}: "
+                                   "the figure is a cross-socket copy (the binding could not place it; see binding)")
             if len(mine) > 1:
                 details["runs"] = [_largest_pinned(r)[test] for r in mine]
             out.append(Measurement.measured(path, test, largest[test], specs[gpu.index], largest["size_bytes"],

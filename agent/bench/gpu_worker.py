@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from nodecheck.bench.binding import bind_to_gpu_cpus
+from nodecheck.bench.binding import bind_to_gpu_cpus, buffer_numa_node
 from nodecheck.bench.identity import pick_cuda_device
 from nodecheck.bench.lifeline import hold
 from nodecheck.bench.results import essential, guarded
@@ -111,7 +111,18 @@ def copy_test(torch, args) -> dict:
         except Exception as error:  # this GPU's failure, named; the next GPU is still measured
             out.append({"index": gpu["index"], "error": {"type": type(error).__name__, "message": essential(str(error))}})
         torch.cuda.empty_cache()
+        free_host_cache(torch)  # else GPU 0's pinned blocks, placed near GPU 0, come back for GPUs 4-7
     return {"gpus": out}
+
+
+def free_host_cache(torch) -> bool:
+    """Give PyTorch's cached pinned host blocks back to the system (torch.accelerator.empty_host_cache, or the
+    older private call); False when this torch offers neither."""
+    empty = getattr(getattr(torch, "accelerator", None), "empty_host_cache", None) or getattr(torch._C, "_host_emptyCache", None)
+    if empty is None:
+        return False
+    empty()
+    return True
 
 
 def _copy_gpu(torch, args, devices: list[dict], gpu: dict) -> dict:
@@ -145,7 +156,8 @@ def _copy_row(torch, args, ordinal: int, size: int, memory: str) -> dict:
     n = copies_per_sample(size)
     h2d = _events_seconds(torch, lambda: device_buffer.copy_(host, non_blocking=True), args.warmup, args.repeats, n)
     d2h = _events_seconds(torch, lambda: host.copy_(device_buffer, non_blocking=True), args.warmup, args.repeats, n)
-    return {"size_bytes": size, "memory": memory, "h2d": size / h2d, "d2h": size / d2h, "copies_per_sample": n}
+    return {"size_bytes": size, "memory": memory, "h2d": size / h2d, "d2h": size / d2h, "copies_per_sample": n,
+            "host_numa_node": buffer_numa_node(host.data_ptr())}
 
 
 def pair_rates(torch, a: int, b: int, size: int, warmup: int, samples: int, both_ways: bool) -> dict:
