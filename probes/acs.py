@@ -25,7 +25,11 @@ NEEDS_ROOT = "unknown (needs root): lspci could not read the extended config spa
 _DEVICE = re.compile(r"^(?P<bdf>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+\S")
 _ACS_CTL = re.compile(r"\bACSCtl:\s*(?P<flags>.*)$")
 _FLAG = re.compile(r"([A-Za-z0-9]+)([+-])")
-_LINK = re.compile(r"\b(?P<field>LnkCap|LnkSta):.*?\bSpeed (?P<speed>[0-9.]+GT/s|unknown)[^,]*,\s*Width x(?P<width>\d+)")
+# LnkCap/LnkSta: found by linear searches, never one pattern with lazy and greedy runs over the line (a long line
+# made that quadratic: 210 KB froze the prolog for 49 s, the interpreter lock held throughout)
+_LINK_FIELD = re.compile(r"\b(LnkCap|LnkSta):")
+_SPEED = re.compile(r"Speed (?:([0-9]{1,3}(?:\.[0-9]{1,3})?)GT/s|unknown)\b")
+_WIDTH = re.compile(r"\s*Width x([0-9]{1,3})\b")
 REDIRECT_FLAGS = ("ReqRedir", "CmpltRedir")
 
 
@@ -84,17 +88,29 @@ def parse_lspci(text: str) -> list[PciDevice]:
             devices.append(current)
         elif acs := _ACS_CTL.search(line):
             device_for("acs").acs_ctl = {name: sign == "+" for name, sign in _FLAG.findall(acs["flags"])}
-        elif link := _LINK.search(line):
-            target = device_for(link["field"])
-            speed = None if link["speed"] == "unknown" else float(link["speed"][:-4])
-            width = int(link["width"])
-            if link["field"] == "LnkCap":
+        elif link := link_fields(line):
+            field, speed, width = link
+            target = device_for(field)
+            if field == "LnkCap":
                 target.link_speed_max_gts, target.link_width_max = speed, width
             else:
                 target.link_speed_gts, target.link_width = speed, width
         elif "<access denied>" in line and current is not None:
             current.access_denied = True
     return devices
+
+
+def link_fields(line: str) -> tuple[str, float | None, int] | None:
+    """("LnkCap" or "LnkSta", GT/s or None for "unknown", width) of one lspci line; None when the line is
+    not one, or its speed or width is malformed (1.2.3GT/s): that link stays unknown, by name."""
+    field = _LINK_FIELD.search(line)
+    at = line.find("Speed ", field.end()) if field else -1
+    speed = _SPEED.match(line, at) if at >= 0 else None
+    comma = line.find(",", speed.end()) if speed else -1
+    width = _WIDTH.match(line, comma + 1) if comma >= 0 else None
+    if width is None:
+        return None
+    return field[1], (float(speed[1]) if speed[1] else None), int(width[1])
 
 
 def _has(device: PciDevice, field: str) -> bool:

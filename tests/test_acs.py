@@ -172,3 +172,14 @@ def test_a_snapshot_records_lspci_and_replays_the_live_facts(tmp_path):
     live = json.loads(nodecheck("inspect", "--json").stdout)["pcie_acs"]
     replayed = json.loads(nodecheck("inspect", "--json", "--from", str(tmp_path / "snap")).stdout)["pcie_acs"]
     assert replayed == live and live["known"] == (os.geteuid() == 0)
+
+
+def test_a_malformed_link_speed_is_an_unknown_link_not_an_internal_error():
+    """Issue 21 (4): `Speed 1.2.3GT/s` made float() raise inside the probe ("internal error"); the link is
+    now unknown by name and the rest of the device is still read."""
+    from nodecheck.probes.acs import parse_lspci
+
+    (device,) = parse_lspci("0000:00:01.0 PCI bridge: Intel\n\t\tLnkCap:\tPort #0, Speed 1.2.3GT/s, Width x16\n"
+                            "\t\tLnkSta:\tSpeed 16GT/s, Width x8\n\t\tACSCtl:\tSrcValid+ ReqRedir- CmpltRedir-\n")
+    assert (device.link_speed_max_gts, device.link_width_max) == (None, None)
+    assert (device.link_speed_gts, device.link_width) == (16.0, 8) and device.acs_redirect is False

@@ -101,9 +101,10 @@ def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_n
     if network := _NETWORK.match(body):
         run.network = run.network or network[1]
     elif socket := _SOCKET.match(body):
-        for name in _SOCKET_IFACE.findall(socket[1]):
-            if name not in run.socket_ifaces:
-                run.socket_ifaces.append(name)
+        for token in socket[1].split():  # one interface per token, each matched at its start: linear
+            iface = _SOCKET_IFACE.match(token)
+            if iface and iface[1] not in run.socket_ifaces:
+                run.socket_ifaces.append(iface[1])
         if body.startswith("NET/Socket") and "Socket" not in net_names:
             net_names.append("Socket")
     elif ib := _IB.match(body):

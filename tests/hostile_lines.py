@@ -1,0 +1,54 @@
+"""Hostile one-megabyte lines for every text parser: each parser's own keywords repeated, the shapes that
+make a backtracking regular expression quadratic (a 210 KB `LnkSta:` line froze the prolog for 49 s).
+Used by tests/test_linear_parsers.py (each parser must finish) and benchmarks/bench_parsers.py (how fast)."""
+
+from __future__ import annotations
+
+MB = 1 << 20
+
+
+def repeated(unit: str, size: int = MB) -> str:
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def _cases() -> dict:
+    from nodecheck import slurm
+    from nodecheck.bench import nccl_debug, nccl_tests
+    from nodecheck.probes import acs, nics, platform, topo
+
+    nccl_line = "h:1:1 [0] NCCL INFO "
+    return {
+        "lspci (ACS, links)": (lambda line: acs.parse_lspci(f"0000:00:01.0 PCI bridge: x\n\t\t{line}\n"),
+                               ["LnkSta: Speed 8GT/s ", "\tLnkCap:\tPort #0, Speed ", "ACSCtl: SrcValid+ ", " ", "1.2.3GT/s, "]),
+        "nvidia-smi topo -m": (lambda line: topo.parse_topo_matrix(f"\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \t{line}\n"),
+                               ["NV18\t", " ", "GPU0\t", "0-15,"]),
+        "nccl-tests output": (lambda line: nccl_tests.parse_nccl_log(f"# nThread 1 nGpus 8\n{line}\n"),
+                              ["#  Rank  0 Group  0 Pid 1 on ", "   8   2 float sum ", " 1", "#  Avg bus bandwidth : "]),
+        "NCCL debug log": (lambda line: nccl_debug.parse_nccl_debug(f"{nccl_line}{line}\n"),
+                           ["Bootstrap : Using ab:", "ab:", ":1:1 [0] ", "2024-01-01T00:00:00 ", "Channel 00/0 : 0[0] -> ",
+                            "NET/IB : Using [1]a", "|"]),
+        "/proc/net/route": (lambda line: nics.parse_proc_route(f"Iface\tDestination\tGateway\n{line}\n"), ["\t", "eth0\t0001"]),
+        "/proc/cmdline": (lambda line: platform.parse_cmdline(line), ["iommu=", " ", "\""]),
+        "scontrol show node": (lambda line: slurm.parse_node("n1", f"NodeName=n1 State=IDLE {line}\n"),
+                               ["Reason= [", " ", "State="]),
+    }
+
+
+def run_all(name: str) -> list[tuple[str, float]]:
+    """(pattern, seconds) for each hostile line of one parser; a parser's own error is an answer, not a failure."""
+    import contextlib
+    import time
+
+    parse, units = _cases()[name]
+    out = []
+    for unit in units:
+        line = repeated(unit)
+        started = time.perf_counter()
+        with contextlib.suppress(Exception):  # ParseError and friends: what matters here is that it returned
+            parse(line)
+        out.append((unit, time.perf_counter() - started))
+    return out
+
+
+def names() -> list[str]:
+    return list(_cases())
