@@ -21,7 +21,7 @@ from typing import Callable, Protocol, TypeVar
 
 from nodecheck import __version__
 from nodecheck.errors import NoData, NodecheckError, ProbeFailed, TimedOut
-from nodecheck.limits import MAX_COMMAND_OUTPUT, MAX_SYSFS_FILE
+from nodecheck.limits import MAX_COMMAND_OUTPUT, MAX_DIR_ENTRIES, MAX_SYSFS_FILE
 
 T = TypeVar("T")
 
@@ -123,6 +123,28 @@ def run_until(tasks: dict[str, Callable[[], T]], deadline: float, workers: int =
     all_done.wait(max(0.0, deadline - time.monotonic()))
     with lock:
         return dict(done)
+
+
+_probe_clock = threading.local()
+
+
+@contextlib.contextmanager
+def probe_deadline(seconds: float):
+    """Within this block (one probe's thread), every read of the host checks the probe's own deadline."""
+    previous = getattr(_probe_clock, "deadline", None)
+    _probe_clock.deadline = time.monotonic() + seconds
+    try:
+        yield
+    finally:
+        _probe_clock.deadline = previous
+
+
+def stop_at_deadline(what: str) -> None:
+    """TimedOut when this thread's probe is past its deadline: a probe walking a hostile tree stops at its next
+    read instead of running on, unseen, after its result was given up (a PCIe walk ran 16 s and was 'ok')."""
+    deadline = getattr(_probe_clock, "deadline", None)
+    if deadline is not None and time.monotonic() > deadline:
+        raise TimedOut(f"stopped at its deadline, reading {what[:200]}")
 
 
 def run_command(argv: list[str], timeout: float, env: dict[str, str] | None = None, what: str | None = None,
@@ -289,17 +311,21 @@ class LiveHost:
         return run_command(argv, timeout)
 
     def read_text(self, path: str) -> str | None:
+        stop_at_deadline(path)
         return read_bounded(self._path(path), MAX_SYSFS_FILE)
 
     def read_link(self, path: str) -> str | None:
+        stop_at_deadline(path)
         try:
             return os.readlink(self._path(path))
         except OSError:
             return None
 
     def list_dir(self, path: str) -> list[str]:
+        stop_at_deadline(path)
         try:
-            return sorted(os.listdir(self._path(path)))
+            with os.scandir(self._path(path)) as entries:  # bounded like a file: a hostile listing has millions
+                return sorted(entry.name for entry, _ in zip(entries, range(MAX_DIR_ENTRIES), strict=False))
         except OSError:
             return []
 

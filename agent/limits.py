@@ -11,6 +11,7 @@ MAX_NVLINKS = 64  # per GPU (H100 and B200: 18)
 MAX_COMMAND_OUTPUT = 16 * 1024 * 1024  # lstopo's XML of a large node is a few MB
 MAX_SYSFS_FILE = 64 * 1024  # sysfs attributes are a page at most
 MAX_JSON_DOCUMENT = 16 * 1024 * 1024
+MAX_DIR_ENTRIES = 16_384  # names read from one directory (IOMMU groups, PCI devices: thousands on the largest nodes)
 
 # a snapshot tarball: what `nodecheck snapshot` writes is a few hundred files and a few MB
 MAX_SNAPSHOT_MEMBERS = 20_000

@@ -14,6 +14,7 @@ A snapshot may hold only some sources: the rest replay as "no data".
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import tarfile
@@ -23,8 +24,15 @@ import zlib
 from pathlib import Path, PurePosixPath
 
 from nodecheck.errors import NoData, NodecheckError, NotRecorded, ProbeFailed, TimedOut
-from nodecheck.host import Host, atomic_file, read_bounded
-from nodecheck.limits import MAX_COMMAND_OUTPUT, MAX_JSON_DOCUMENT, MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_MEMBERS, MAX_SYSFS_FILE
+from nodecheck.host import Host, atomic_file, read_bounded, stop_at_deadline
+from nodecheck.limits import (
+    MAX_COMMAND_OUTPUT,
+    MAX_DIR_ENTRIES,
+    MAX_JSON_DOCUMENT,
+    MAX_SNAPSHOT_BYTES,
+    MAX_SNAPSHOT_MEMBERS,
+    MAX_SYSFS_FILE,
+)
 
 _FAILURES = {"no_data": NoData, "failed": ProbeFailed, "timed_out": TimedOut}
 
@@ -187,17 +195,20 @@ class SnapshotHost:
         self._replay_failure(source)
 
     def read_text(self, path: str) -> str | None:
+        stop_at_deadline(path)
         return self._read("fs/" + path.lstrip("/"), MAX_SYSFS_FILE)
 
     def read_link(self, path: str) -> str | None:
+        stop_at_deadline(path)
         return self.links.get(path)
 
     def list_dir(self, path: str) -> list[str]:
+        stop_at_deadline(path)
         if path in self.dirs:
-            names = self.dirs[path]
+            names = self.dirs[path][:MAX_DIR_ENTRIES]  # a recorded listing is bounded like a live one
         else:
             directory = self._inside("fs/" + path.lstrip("/"))
-            names = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+            names = sorted(itertools.islice((p.name for p in directory.iterdir()), MAX_DIR_ENTRIES)) if directory.is_dir() else []
         # a listed name is one path component: `../../etc` would walk out of the tree
         return [name for name in names if name not in ("", ".", "..") and "/" not in name and "\0" not in name]
 

@@ -10,7 +10,7 @@ import dataclasses
 import time
 
 from nodecheck.errors import NoData, NodecheckError, TimedOut
-from nodecheck.host import run_until
+from nodecheck.host import probe_deadline, run_until
 from nodecheck.probes import acs, lstopo, nics, nvml, pcie, platform, topo
 from nodecheck.probes.base import Probe, ProbeResult
 
@@ -26,7 +26,8 @@ PROBES: list[Probe] = [topo.PROBE, nvml.PROBE, lstopo.PROBE, nics.PROBE, platfor
 def run_probe(probe: Probe, host) -> ProbeResult:
     started = time.monotonic()
     try:
-        facts = probe.collect(host, probe.timeout)
+        with probe_deadline(probe.timeout):  # every read of the host past it raises TimedOut
+            facts = probe.collect(host, probe.timeout)
     except NoData as error:
         return ProbeResult(probe.name, False, True, time.monotonic() - started, None, str(error))
     except TimedOut as error:
@@ -58,6 +59,10 @@ def run_probes(host, probes: list[Probe] | None = None, grace: float = 2.0,
     results = {}
     for probe in probes:  # run_probe records every failure itself: what is missing never returned
         result = done.get(probe.name)
+        if isinstance(result, ProbeResult) and result.duration > probe.timeout + grace:  # its own deadline, not the slowest's
+            result = ProbeResult(probe.name, False, False, result.duration, None,
+                                 f"took {result.duration:.1f} s, past its deadline of {probe.timeout:g} s: its facts are not used",
+                                 timed_out=True)
         results[probe.name] = result if isinstance(result, ProbeResult) else ProbeResult(
             probe.name, False, False, time.monotonic() - launched, None, f"did not return within {probe.timeout + grace:g} s",
             timed_out=True)

@@ -192,3 +192,59 @@ def test_a_new_source_is_its_module_and_a_row(tmp_path, monkeypatch):
     assert report.node.get("product") == "ProLiant XL675d Gen10 Plus", report.probes
     off = build_report(SnapshotHost(snap), Config(disabled_probes=["dmi"]))
     assert "product" not in off.node and {p.name: p.no_data for p in off.probes}["dmi"]
+
+
+def test_each_probe_stops_at_its_own_deadline_not_the_slowests(tmp_path):
+    """Issue 21 (2): a hostile PCIe tree kept the walk going 16.3 s and it was recorded ok, since only the
+    slowest probe's deadline was enforced. Every read of the host now checks the probe's own deadline:
+    a probe walking without end stops at its next read and is recorded as timed out; one that returns
+    past its deadline is not used."""
+    import time
+
+    from conftest import make_snapshot
+
+    from nodecheck.probes import Probe, run_probes
+    from nodecheck.snapshot import SnapshotHost
+
+    host = SnapshotHost(make_snapshot(tmp_path / "snap"))
+    reads = []
+
+    def endless_walk(host, timeout):
+        while True:  # a tree with no end: every step reads the host
+            reads.append(time.monotonic())
+            host.list_dir("/sys/bus/pci/devices")
+
+    def late(host, timeout):
+        time.sleep(timeout + 1.5)  # returns, but after its own deadline (and before the slowest probe's)
+        return {"facts": 1}
+
+    probes = [Probe("walker", endless_walk, 0.5, None), Probe("late", late, 0.5, None), Probe("slow", lambda h, t: time.sleep(4), 6.0, None)]
+    results = run_probes(host, probes=probes, grace=1.0)
+    walker, slow_one = results["walker"], results["late"]
+    assert walker.timed_out and not walker.ok and "stopped at its deadline" in walker.error, walker
+    seen = len(reads)
+    time.sleep(0.5)
+    assert seen and len(reads) == seen  # it stopped, rather than walking on in the background once given up
+    assert slow_one.timed_out and not slow_one.ok and "past its deadline of 0.5 s" in slow_one.error, slow_one
+    assert results["slow"].ok
+
+
+def test_a_listing_is_bounded_like_a_file(tmp_path):
+    """Issue 21 (2): a 14.8 MB recorded listing put 1.43 M IOMMU entries in the Report. Live and recorded
+    listings stop at MAX_DIR_ENTRIES names."""
+    import json
+
+    from conftest import make_snapshot
+
+    from nodecheck.host import LiveHost
+    from nodecheck.limits import MAX_DIR_ENTRIES
+    from nodecheck.snapshot import SnapshotHost
+
+    snap = make_snapshot(tmp_path / "snap")
+    (snap / "fs-dirs.json").write_text(json.dumps({"/sys/kernel/iommu_groups": [str(i) for i in range(MAX_DIR_ENTRIES * 3)]}))
+    assert len(SnapshotHost(snap).list_dir("/sys/kernel/iommu_groups")) == MAX_DIR_ENTRIES
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    for i in range(MAX_DIR_ENTRIES + 10):
+        (wide / str(i)).touch()
+    assert len(LiveHost(str(tmp_path)).list_dir("/wide")) == MAX_DIR_ENTRIES
