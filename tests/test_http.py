@@ -297,3 +297,31 @@ def test_a_flood_of_passwords_queues_bounded_bcrypt_work(monkeypatch):
         for conn in clients:
             conn.sock.close()
         scrape.stop()
+
+
+def test_a_dropped_slow_reader_gives_its_descriptor_back(monkeypatch):
+    """Issue 21 (3): after the send timeout the server closed the connection with its reply unsent, and
+    close() waits for a reader that never reads: the socket and its descriptor stayed while the connection
+    had already left the cap's count. The server now aborts it: its descriptor is back."""
+    import os
+
+    monkeypatch.setattr(http, "SEND_TIMEOUT_S", 0.5)
+    port, scrape = start_server([b"x" * (1 << 20)])
+
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    try:
+        before = descriptors()
+        with Client(port) as hog:
+            hog.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            hog.sock.settimeout(2)
+            try:
+                hog.sendall(b"GET /metrics HTTP/1.1\r\n\r\n" * 64)  # pipelined, never read
+            except OSError:
+                pass
+            wait_until(lambda: len(scrape._connections) == 1, 10, "the connection to be accepted")
+            wait_until(lambda: not scrape._connections, 10, "the server to drop the connection")
+            wait_until(lambda: descriptors() == before + 1, 10, "the server's socket to be gone (the hog's own remains)")
+    finally:
+        scrape.stop()
