@@ -7,6 +7,7 @@ Only this module turns a NodecheckError into a message and an exit code.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import tempfile
 import time
@@ -18,6 +19,7 @@ import typer
 
 from nodecheck import __version__
 from nodecheck.errors import ConfigError, NodecheckError
+from nodecheck.limits import MAX_GPUS
 
 # rich_markup_mode=None: help texts are plain text, so `[prolog]` and `nodecheck[web]` print as written
 app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode=None,
@@ -352,6 +354,10 @@ def serve(
         _fail(f"cannot serve on {host}:{port}: {error.strerror or error}")
 
 
+SCALE_MAX_NODES = 1_000_000  # no cluster is larger; a 400-digit count overflowed float arithmetic
+SCALE_MAX_ACCUM = 1_000_000
+
+
 @app.command()
 def scale(
     params: str = typer.Option(..., "--params", help="Model parameters: 25M, 7B, 1.3e9."),
@@ -379,8 +385,13 @@ def scale(
         work = model.Workload(parse_count(params), grad_dtype, model.micro_step(step_time, flops, peak_tflops, mfu), accum)
         if grad_dtype not in model.GRAD_BYTES:
             raise ValueError(f"--grad-dtype {grad_dtype!r}: expected one of {', '.join(model.GRAD_BYTES)}")
-        if accum < 1 or nodes < 1 or (gpus_per_node is not None and gpus_per_node < 1) or not 0 < target < 1:
-            raise ValueError("--accum, --nodes and --gpus-per-node must be at least 1, and --target between 0 and 1")
+        if not (1 <= accum <= SCALE_MAX_ACCUM and 1 <= nodes <= SCALE_MAX_NODES and 0 < target < 1
+                and (gpus_per_node is None or 1 <= gpus_per_node <= MAX_GPUS)):
+            raise ValueError(f"--accum must be 1..{SCALE_MAX_ACCUM:,}, --nodes 1..{SCALE_MAX_NODES:,}, --gpus-per-node "
+                             f"1..{MAX_GPUS}, and --target between 0 and 1")
+        if not (0 < work.step_s < math.inf and 0 < work.grad_bytes < math.inf):  # else inf/inf prints "nan%"
+            raise ValueError(f"a step of {work.step_s:g} s with {work.grad_bytes:g} gradient bytes: not a usable workload "
+                             "(each must be finite and above 0)")
         fabric = _fabric(source, busbw, intra_busbw, gpus_per_node, work.grad_bytes)
     except (ValueError, NodecheckError) as error:
         _fail(str(error))

@@ -18,7 +18,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 DEFAULT_PATH = Path("/etc/nodecheck/config.toml")
 _LINK_TYPE = re.compile(r"^(PIX|PXB|PHB|NODE|SYS|SOC|NV\d{1,3})$")
-_PAIR = re.compile(r"^gpu(\d+)-gpu(\d+)$")
+_PAIR = re.compile(r"^gpu(\d{1,4})-gpu(\d{1,4})$")  # a GPU index, not 5,000 digits int() refuses
 _NIC_STATES = ("up", "down", "any")
 BENCH_TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests")
 # The Prometheus allocation list's range 9100-9999 is full; 10042 sits just above it and clashes with
@@ -161,9 +161,9 @@ def parse(data: dict, source: str) -> Config:
     for key, value in _table(data, "links", source).items():
         pair = _PAIR.match(key)
         if not pair or pair[1] == pair[2]:
-            raise ConfigError(f"{source}: key 'links.{key}': expected a GPU pair like \"gpu0-gpu1\"")
+            raise ConfigError(f"{source}: key 'links.{key[:40]}': expected a GPU pair like \"gpu0-gpu1\"")
         if not isinstance(value, str) or not _LINK_TYPE.match(value):
-            raise ConfigError(f"{source}: key 'links.{key}': expected a link type (NV#, PIX, PXB, PHB, NODE, SYS), got {value!r}")
+            raise ConfigError(f"{source}: key 'links.{key[:40]}': expected a link type (NV#, PIX, PXB, PHB, NODE, SYS), got {value!r}")
         config.links[tuple(sorted((int(pair[1]), int(pair[2]))))] = value
     for name, table in _table(data, "nics", source).items():
         config.nics[name] = _nic(name, table, source)

@@ -195,4 +195,8 @@ def micro_step(step_time, flops, peak_tflops, mfu) -> float:
         return step_time
     if not (peak_tflops and 0 < peak_tflops < math.inf) or not 0 < mfu <= 1:
         raise ValueError("--flops needs --peak-tflops above zero (and finite) and --mfu in (0, 1]")
-    return parse_count(flops) / (peak_tflops * 1e12 * mfu)
+    rate = peak_tflops * 1e12 * mfu  # 1e-320 x 1e-300 is 0.0 in floating point
+    seconds = parse_count(flops) / rate if rate > 0 else math.inf
+    if not 0 < seconds < math.inf:
+        raise ValueError(f"--flops {flops} at {peak_tflops:g} TFLOP/s x {mfu:g} MFU: not a usable step time")
+    return seconds

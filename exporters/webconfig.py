@@ -17,6 +17,8 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import os
+import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +37,21 @@ class WebConfig:
 
 
 def load_web_config(path: Path) -> WebConfig:
-    return parse_web_config(read_config_text(path, "web config"), path)
+    config = parse_web_config(read_config_text(path, "web config"), path)
+    for key, file in (config.tls or {}).items():
+        _regular_file(file, key, path)
+    return config
+
+
+def _regular_file(file: str, key: str, path: Path | str) -> None:
+    """A TLS file must be a regular file: OpenSSL opening a named pipe waits for a writer forever, and serve
+    never started (nor said why)."""
+    try:
+        mode = os.stat(file).st_mode
+    except OSError as error:
+        raise ConfigError(f"{path}: the TLS {key} {file}: {error.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"{path}: the TLS {key} {file} is not a regular file (a pipe, device or directory)")
 
 
 def parse_web_config(text: str, path: Path | str) -> WebConfig:
@@ -99,8 +115,9 @@ class BasicAuth:
         self.users = users
         self._passed: set[bytes] = set()
         self._lock = threading.Lock()
-        # what an unknown user's password is checked against: the same bcrypt cost as a real user's
-        cost = min((_cost(h) for h in users.values()), default=10)
+        # what an unknown user's password is checked against: the highest bcrypt cost in use, so that no
+        # unknown name answers sooner than a known one (with the lowest, 1.9 ms against a known user's 60 ms)
+        cost = max((_cost(h) for h in users.values()), default=10)
         self._decoy = bcrypt.hashpw(b"nodecheck: no such user", bcrypt.gensalt(rounds=cost))
 
     def remembered(self, header: str | None) -> bool | None:

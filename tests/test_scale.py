@@ -133,7 +133,7 @@ def test_snapshot_without_nic_speeds_says_what_to_do(tmp_path):
     (["--params", "25M", "--step-time", "1", "--flops", "1e12", "--busbw", "1GB/s"], "give one of --step-time"),
     (["--params", "25M", "--flops", "1e12", "--busbw", "1GB/s"], "--peak-tflops"),
     (["--params", "25M", "--step-time", "1", "--grad-dtype", "int3", "--busbw", "1GB/s"], "--grad-dtype 'int3'"),
-    (["--params", "25M", "--step-time", "1", "--accum", "0", "--busbw", "1GB/s"], "at least 1"),
+    (["--params", "25M", "--step-time", "1", "--accum", "0", "--busbw", "1GB/s"], "--accum must be 1..1,000,000"),
     (["--params", "25M", "--step-time", "1"], "give --busbw"),
     (["--params", "25M", "--step-time", "1", "--from", "/nonexistent/report.json"], "/nonexistent/report.json"),
     (["--params", "25M", "--step-time", "nan", "--busbw", "1GB/s"], "must be above zero (and finite)"),

@@ -18,11 +18,12 @@ from nodecheck.errors import ParseError
 _NCCL_DEBUG = re.compile(r" NCCL (?:INFO|WARN)\b")  # NCCL_DEBUG lines mixed into the output: nccl-log reads those
 MAX_UNPARSED_SHOWN = 5
 LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: )")  # mpirun --tag-output, srun -l
-_ROW_START = re.compile(r"^\s*(\d+)\s+(\d+)\s+([A-Za-z_][A-Za-z0-9_]*)\b(.*)$")
+# numbers of at most 19 digits (int64): a 5,000-digit "size" is no row (int() refuses past 4,300 digits)
+_ROW_START = re.compile(r"^\s*(\d{1,19})\s+(\d{1,19})\s+([A-Za-z_][A-Za-z0-9_]*)\b(.*)$")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
 _COLLECTIVE = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
-_CONFIG = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
-_DEVICE = re.compile(r"^#\s+Rank\s+(\d+)\b.*?\bon\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s+(.+)$")
+_CONFIG = re.compile(r"^#\s*nThread\s+(\d{1,9})\s+nGpus\s+(\d{1,9})")
+_DEVICE = re.compile(r"^#\s+Rank\s+(\d{1,9})\b.*?\bon\s+(\S+)\s+device\s+(\d{1,9})\s+\[[^\]]*\]\s+(.+)$")
 
 
 @dataclass
@@ -118,7 +119,7 @@ def _row(start: re.Match) -> tuple[Row | None, str | None]:
     else:
         return None, None
     redop = next((t for t in middle if not _is_number(t)), None)
-    root = next((int(t) for t in middle if re.fullmatch(r"-?\d+", t)), None)
+    root = next((int(t) for t in middle if re.fullmatch(r"-?\d{1,9}", t)), None)
     if groups == 2:
         return Row(size, count, dtype, redop, root, *timings), None
     # One group: nccl-tests pads a skipped out-of-place part with spaces (trace replay runs in-place
@@ -158,7 +159,7 @@ def _parse_json(text: str) -> NcclLog:
         raise ParseError("nccl-tests JSON report has no 'results' list")
     config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
     log = NcclLog("json", None, _int(config.get("nthreads")), _int(config.get("ngpus")), [], [], None)
-    for device in config.get("devices") or []:
+    for device in config.get("devices") if isinstance(config.get("devices"), list) else []:
         if isinstance(device, dict):
             log.devices.append(f"rank {device.get('rank')} {device.get('hostname')} device {device.get('device')}: "
                                f"{device.get('device_info')}")
@@ -183,7 +184,7 @@ def _json_row(result) -> Row | None:
         return None
     root = str(result.get("root", "")).strip()
     return Row(result["size"], _int(result.get("count")) or 0, str(result.get("type")), result.get("redop") or None,
-               int(root) if re.fullmatch(r"-?\d+", root) else None, *timings)
+               int(root) if re.fullmatch(r"-?\d{1,9}", root) else None, *timings)
 
 
 def _json_timing(body) -> Timing | None:

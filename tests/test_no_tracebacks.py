@@ -1,0 +1,87 @@
+"""Issue 21 (4): inputs that still reached a traceback, each now a named error (exit 2) or a named unknown."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import nodecheck
+
+HUGE = "9" * 5000  # past the 4,300 digits int() converts
+
+
+def no_traceback(run) -> None:
+    assert "Traceback" not in run.stdout + run.stderr and "Error:" not in run.stderr.split("nodecheck")[0], run.stderr[-2000:]
+
+
+def test_a_5000_digit_gpu_in_a_configs_links_is_a_config_error(tmp_path):
+    config = tmp_path / "node.toml"
+    config.write_text(f'[links]\ngpu{HUGE}-gpu1 = "NV18"\n')
+    run = nodecheck("inspect", "--config", str(config))
+    no_traceback(run)
+    assert run.returncode == 2 and "expected a GPU pair like" in run.stderr and len(run.stderr) < 1000
+
+
+@pytest.mark.parametrize("text", [
+    "# nThread 1 nGpus 8 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20 validation: 1\n"
+    f"  {HUGE}  {HUGE}  float  sum  -1  1.0  1.0  2.0  0  1.0  1.0  2.0  0\n",
+    json.dumps({"config": {"ngpus": 1, "nthreads": 1, "devices": 1.5}, "results": [], "devices": 1.5}),
+    '{"config": {"ngpus": ' + HUGE + '}, "results": []}',
+])
+def test_nccl_logs_with_absurd_numbers_are_read_or_refused_by_name(tmp_path, text):
+    log = tmp_path / "log.txt"
+    log.write_text(text)
+    run = nodecheck("bench", "--nccl-log", str(log))
+    no_traceback(run)
+    assert run.returncode in (0, 1, 2)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--nodes", "9" * 400], "--nodes 1..1,000,000"),
+    (["--gpus-per-node", "9" * 400], "--gpus-per-node 1..64"),
+    (["--accum", "9" * 400], "--accum must be 1..1,000,000"),
+])
+def test_scale_refuses_counts_that_overflow(args, message):
+    run = nodecheck("scale", "--params", "7e9", "--step-time", "1", "--busbw", "50GB/s", *args)
+    no_traceback(run)
+    assert run.returncode == 2 and message in run.stderr
+
+
+def test_scale_refuses_a_step_time_that_underflows_or_overflows():
+    tiny = nodecheck("scale", "--params", "7e9", "--busbw", "50GB/s", "--flops", "1e9", "--peak-tflops", "1e-320", "--mfu", "1e-300")
+    no_traceback(tiny)
+    assert tiny.returncode == 2 and "not a usable step time" in tiny.stderr
+    huge = nodecheck("scale", "--params", "7e9", "--busbw", "50GB/s", "--step-time", "1e308", "--accum", "1000")
+    no_traceback(huge)
+    assert huge.returncode == 2 and "not a usable workload" in huge.stderr and "nan%" not in huge.stdout
+
+
+def test_a_tls_file_that_is_a_pipe_is_refused_not_waited_on(tmp_path):
+    """OpenSSL opening a FIFO waits for a writer: serve blocked at start-up forever, saying nothing."""
+    pytest.importorskip("yaml")
+    from nodecheck.errors import ConfigError
+    from nodecheck.exporters.webconfig import load_web_config
+
+    pipe = tmp_path / "tls.crt"
+    os.mkfifo(pipe)
+    (tmp_path / "tls.key").write_text("not read\n")
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {pipe}\n  key_file: {tmp_path / 'tls.key'}\n")
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        load_web_config(web)
+    from helpers import free_port
+
+    run = subprocess.run([sys.executable, "-m", "nodecheck", "serve", "--listen", f"127.0.0.1:{free_port()}", "--web-config", str(web)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "is not a regular file" in run.stderr
+
+
+def test_unknown_users_cost_what_the_costliest_known_user_costs():
+    """Users hashed at different bcrypt costs: an unknown name was checked against the cheapest (1.9 ms
+    against a known user's 60 ms), telling names apart; the decoy now has the highest cost in use."""
+    bcrypt = pytest.importorskip("bcrypt")
+    from nodecheck.exporters.webconfig import BasicAuth, _cost
+
+    users = {"cheap": bcrypt.hashpw(b"a", bcrypt.gensalt(rounds=4)), "dear": bcrypt.hashpw(b"b", bcrypt.gensalt(rounds=6))}
+    assert _cost(BasicAuth(users)._decoy) == 6
