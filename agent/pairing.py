@@ -60,16 +60,24 @@ def partner(rounds: list[list[tuple[int, int]]], round_index: int, rank: int) ->
     return None
 
 
+def known_rails(member: dict) -> dict[str, float] | None:
+    """A rank's rails as {name: rate in bytes/s}; None when it names none or any rate is unknown."""
+    rails = {r.get("name"): r.get("rate") for r in member.get("rails") or []}
+    if not rails or not all(isinstance(rate, (int, float)) and rate > 0 for rate in rails.values()):
+        return None
+    return rails
+
+
 def job_bound(members: list[dict]) -> float | None:
     """The busbw bound of the job: per node, the sum of the distinct rails its ranks use (NCCL runs a
     ring over each, crossing between nodes once per node); the slowest node's. None when any rank's
     rail rate is unknown. members: every rank's {"node", "address", "rails": [{"name", "rate"}]}."""
     per_node: dict[tuple, dict[str, float]] = {}
     for member in members:
-        rails = member.get("rails") or []
-        if not rails or not all(isinstance(r.get("rate"), (int, float)) and r["rate"] > 0 for r in rails):
+        rails = known_rails(member)
+        if rails is None:
             return None
-        per_node.setdefault(node_key(member), {}).update({r["name"]: r["rate"] for r in rails})
+        per_node.setdefault(node_key(member), {}).update(rails)
     return min(sum(rails.values()) for rails in per_node.values()) if per_node else None
 
 
@@ -81,8 +89,8 @@ def exchange_spec(members: list[dict], pairs: list[tuple[int, int]], a: int, b: 
 
     def end(rank: int) -> float | None:
         me = by_rank.get(rank, {})
-        rails = {r.get("name"): r.get("rate") for r in me.get("rails") or []}
-        if not rails or not all(isinstance(v, (int, float)) and v > 0 for v in rails.values()):
+        rails = known_rails(me)
+        if rails is None:
             return None
         sharing = sum(1 for other in in_round if node_key(by_rank.get(other, {})) == node_key(me)
                       and {r.get("name") for r in by_rank[other].get("rails") or []} & set(rails))

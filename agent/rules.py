@@ -189,7 +189,6 @@ def _what_to_check(m) -> str:
             "their path (`nodecheck inspect`), and that no other job was using them")
 
 
-
 def algorithm_bound(m) -> float | None:
     """For an all-reduce across nodes judged against the ring bound of its rails: the most any algorithm can
     reach, as a ratio to that bound. A ring sends 2(n-1)/n x S of each node's data over its rails, a tree

@@ -217,20 +217,26 @@ def test_connections_past_the_cap_close_the_oldest_idle_one(running):
             conn.sock.close()
 
 
+def pipeline_until_dropped(hog: Client, scrape: ScrapeServer) -> None:
+    """A client with a tiny receive buffer pipelines requests for a large body and never reads: the server
+    answers into a full buffer until its send timeout drops the connection."""
+    hog.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    hog.sock.settimeout(2)
+    try:
+        hog.sendall(b"GET /metrics HTTP/1.1\r\n\r\n" * 64)  # pipelined, never read
+    except OSError:
+        pass  # the server may have closed it already
+    wait_until(lambda: len(scrape._connections) == 1, 10, "the connection to be accepted")
+    wait_until(lambda: not scrape._connections, 10, "the server to drop the connection")
+
+
 def test_a_client_that_never_reads_is_closed(monkeypatch):
     monkeypatch.setattr(http, "SEND_TIMEOUT_S", 0.5)
     bodies = [b"x" * (1 << 20)]
     port, scrape = start_server(bodies)
     try:
         with Client(port) as hog:
-            hog.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            hog.sock.settimeout(2)
-            try:
-                hog.sendall(b"GET /metrics HTTP/1.1\r\n\r\n" * 64)  # pipelined, never read
-            except OSError:
-                pass  # the server may have closed it already
-            wait_until(lambda: len(scrape._connections) == 1, 10, "the connection to be accepted")  # answering into a full buffer
-            wait_until(lambda: not scrape._connections, 10, "the server to drop the connection")
+            pipeline_until_dropped(hog, scrape)
             with Client(port) as other:
                 other.sendall(b"HEAD /metrics HTTP/1.1\r\n\r\n")
                 assert other.reply(head_only=True)[0].endswith("200 OK")
@@ -314,14 +320,7 @@ def test_a_dropped_slow_reader_gives_its_descriptor_back(monkeypatch):
     try:
         before = descriptors()
         with Client(port) as hog:
-            hog.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            hog.sock.settimeout(2)
-            try:
-                hog.sendall(b"GET /metrics HTTP/1.1\r\n\r\n" * 64)  # pipelined, never read
-            except OSError:
-                pass
-            wait_until(lambda: len(scrape._connections) == 1, 10, "the connection to be accepted")
-            wait_until(lambda: not scrape._connections, 10, "the server to drop the connection")
+            pipeline_until_dropped(hog, scrape)
             wait_until(lambda: descriptors() == before + 1, 10, "the server's socket to be gone (the hog's own remains)")
     finally:
         scrape.stop()

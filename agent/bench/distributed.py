@@ -19,6 +19,7 @@ from pathlib import Path
 from nodecheck.bench.identity import rank_gpu
 from nodecheck.bench.ifnames import gloo_selection, nccl_selection
 from nodecheck.bench.nccl_debug import attach, debug_env, read_debug_files
+from nodecheck.bench.plan import local_rank
 from nodecheck.bench.results import run_worker
 from nodecheck.errors import NodecheckError
 from nodecheck.model import Measurement, Report
@@ -171,7 +172,7 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
         return _failed(path, backend, str(error))
     nic_path = report.path_spec(f"nic:{nic.name}") if nic else None
     kind, fabric_basis = (nic_path.kind if nic_path else None), None
-    local = to_int(environ.get("LOCAL_RANK", environ.get("SLURM_LOCALID", "0"))) or 0
+    local = local_rank(environ)
     gpu, ordinal, gpu_how = rank_gpu(report.gpus, environ, local) if backend == "nccl" else (None, None, "")
     fabric = fabric_nics(report, environ) if backend == "nccl" else []
     rails = rail_rates(report, [nic], config) if nic else []

@@ -10,6 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from nodecheck.bench.gpu_worker import VERIFY_ELEMENTS
 from nodecheck.bench.nccl_debug import attach, debug_env, read_debug_files
 from nodecheck.bench.results import run_worker
 from nodecheck.errors import NodecheckError
@@ -24,7 +25,6 @@ COPY_LEVELS = {
 COPY_METHOD = ("torch copy_ with {memory} host memory, copies queued behind a GPU sleep and timed by CUDA events, "
                "median of {repeats} samples after {warmup} warm-ups")
 PAIR_TIMEOUT_MIN = 10.0  # seconds a GPU pair may take before it counts as hung (a healthy pair takes well under 1 s)
-VERIFY_ELEMENTS = 16 << 20  # as nodecheck.bench.gpu_worker verifies each pair (that module imports torch's side)
 P2P_METHOD = ("torch copy_ between devices, copies queued behind a GPU sleep and timed by CUDA events on the source's "
               "stream, median of {repeats} samples")
 NCCL_METHOD = "torch.distributed nccl all_reduce of float32, one process per GPU; busbw = algbw x 2(n-1)/n"

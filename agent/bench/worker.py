@@ -215,10 +215,10 @@ def _wait_for_ranks(store, world: int, wait: float) -> str | None:
                 pending.discard(rank)
             elif store.check([f"nodecheck/ready/{rank}"]):
                 pending.discard(rank)
-        if pending and not errors:
-            time.sleep(0.1)
-        elif errors:
+        if errors:
             break
+        if pending:
+            time.sleep(0.1)
     if errors:
         return "; ".join(errors)
     if pending:
