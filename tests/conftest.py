@@ -120,3 +120,39 @@ def h100_node_snapshot(root: Path) -> Path:
         shutil.copytree(target, entry)
     (root / "fs-links.json").write_text(json.dumps(links))
     return root
+
+
+UNIT_USER = 65534  # the systemd units run as a DynamicUser: an unprivileged uid with no groups; nobody stands in
+
+
+def as_unit_user(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run argv as the units' user would: uid and gid nobody, no supplementary groups, from /."""
+    # through sh: setpriv's own exec can still pass directories the new user could not
+    return subprocess.run(["setpriv", f"--reuid={UNIT_USER}", f"--regid={UNIT_USER}", "--clear-groups", "--",
+                           "sh", "-c", 'exec "$@"', "sh", *argv],
+                          capture_output=True, text=True, timeout=timeout, cwd="/")
+
+
+@pytest.fixture(scope="session")
+def system_install():
+    """deploy/install.sh run as on a node: into a prefix every user can reach, with root's PATH starting at a
+    python3 that must not be used (a pyenv-like one under a root-only home). Yields (command, install's result)."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="nodecheck-install-"))
+    try:
+        base.chmod(0o755)
+        trap = base / "root-only-home" / "bin"
+        trap.mkdir(parents=True)
+        (base / "root-only-home").chmod(0o700)
+        (trap / "python3").write_text(f"#!/bin/sh\ntouch {base}/wrong-python-ran\nexit 1\n")
+        (trap / "python3").chmod(0o755)
+        env = dict(os.environ, NODECHECK_PREFIX=str(base / "opt"), NODECHECK_BIN=str(base / "bin"),
+                   PATH=f"{trap}:{os.environ['PATH']}")
+        result = subprocess.run(["sh", str(REPO / "deploy/install.sh")], env=env, capture_output=True, text=True,
+                                timeout=600)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert not (base / "wrong-python-ran").exists()
+        yield base / "bin" / "nodecheck", result
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import REPO
+from conftest import REPO, as_unit_user
 from helpers import free_port, wait_until
 
 VERSION = re.search(r'^version = "(.+)"', (REPO / "pyproject.toml").read_text(), re.M)[1]
@@ -36,18 +36,36 @@ def test_every_deploy_file_runs_what_install_sh_installs():
         assert "pip install nodecheck" not in text  # not published: the install is install.sh
 
 
-def test_install_sh_installs_a_working_command(tmp_path):
-    env = dict(os.environ, NODECHECK_PREFIX=str(tmp_path / "opt"), NODECHECK_BIN=str(tmp_path / "bin"))
-    result = subprocess.run(["sh", str(REPO / "deploy/install.sh")], env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    command = tmp_path / "bin" / "nodecheck"
-    assert command.is_symlink() and os.readlink(command) == str(tmp_path / "opt/bin/nodecheck")
+def test_install_sh_installs_a_working_command(system_install, tmp_path):
+    command, result = system_install
+    assert command.is_symlink() and os.readlink(command) == str(command.parent.parent / "opt/bin/nodecheck")
+    assert result.stdout.strip().endswith(f"with /usr/bin/python3; command: {command}")  # not PATH's python3
     assert subprocess.run([str(command), "-V"], capture_output=True, text=True, timeout=60).stdout.strip() == f"nodecheck {VERSION}"
     report = json.loads(subprocess.run([str(command), "inspect", "--json"], capture_output=True, text=True, timeout=120).stdout)
     assert report["node"]["nodecheck_version"] == VERSION
+    if os.geteuid() == 0:
+        assert as_unit_user(str(command), "-V").stdout.strip() == f"nodecheck {VERSION}"  # what the units run
+    env = dict(os.environ, NODECHECK_PREFIX=str(tmp_path / "opt"), NODECHECK_BIN=str(tmp_path / "bin"))
     refused = subprocess.run(["sh", str(REPO / "deploy/install.sh"), "bench;rm -rf /"], env=env, capture_output=True, text=True,
                              timeout=60)
     assert refused.returncode == 2 and "extras are names separated by commas" in refused.stderr
+    missing = subprocess.run(["sh", str(REPO / "deploy/install.sh")], env=dict(env, NODECHECK_PYTHON=str(tmp_path / "none")),
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and f"no {tmp_path / 'none'}: apt-get install python3-venv" in missing.stderr
+
+
+def test_install_sh_refuses_a_prefix_the_units_user_cannot_reach(tmp_path):
+    """As root, an install the units' unprivileged user could not start (here: a prefix inside pytest's
+    root-only temporary directory, as a pyenv Python under /root was) fails, says why, and leaves nothing."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("only root can check what another user can run (setpriv, util-linux)")
+    assert os.stat(tmp_path.parent.parent).st_mode & 0o007 == 0  # pytest's base is root's alone
+    env = dict(os.environ, NODECHECK_PREFIX=str(tmp_path / "opt"), NODECHECK_BIN=str(tmp_path / "bin"))
+    result = subprocess.run(["sh", str(REPO / "deploy/install.sh")], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "an unprivileged user (the systemd units' user) cannot run" in result.stderr
+    assert "under a directory only root can read" in result.stderr
+    assert not (tmp_path / "opt").exists() and not (tmp_path / "bin").exists()
 
 
 needs_builder = pytest.mark.skipif(
