@@ -2,6 +2,7 @@
 publishes, and the Kubernetes manifests agree with each other and with the CLI."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -61,3 +62,15 @@ def test_kubernetes_manifests_agree():
     assert daemonset["spec"]["template"]["spec"]["hostNetwork"] is True
     usage = nodecheck(*container["args"][:1], "--help")
     assert usage.returncode == 0 and all(flag in usage.stdout for flag in ("--listen", "--interval"))
+
+
+def test_the_test_command_left_no_service_enabled():
+    """tests/run.sh installs slurm-wlm, munge, Prometheus and Alertmanager for the tests' own instances: the
+    machine it ran on must not be left with them enabled at boot (a CI runner or a GPU node is not a cluster head)."""
+    before = os.environ.get("NODECHECK_UNITS_ENABLED_BEFORE")
+    if before is None or shutil.which("systemctl") is None:
+        pytest.skip("tests/run.sh did not install packages (not root, or pytest run directly)")
+    listed = subprocess.run(["systemctl", "list-unit-files", "--state=enabled", "--no-legend"], capture_output=True,
+                            text=True, timeout=60)
+    enabled_now = {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
+    assert enabled_now <= set(before.split()), f"enabled by the test command: {sorted(enabled_now - set(before.split()))}"
