@@ -21,7 +21,7 @@ from nodecheck import __version__
 from nodecheck.errors import ConfigError, NodecheckError
 from nodecheck.limits import MAX_GPUS
 
-# rich_markup_mode=None: help texts are plain text, so `[prolog]` and `nodecheck[web]` print as written
+# rich_markup_mode=None: help texts are plain text, so `[prolog]` and `[serve]` print as written
 app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode=None,
                   help="What a GPU node is, and whether it performs to spec.")
 config_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Expectations file (TOML).")
@@ -304,7 +304,7 @@ def serve(
     listen: Optional[str] = typer.Option(None, "--listen", help="HOST:PORT for /metrics (':PORT': all addresses). Default: [serve] listen in the config, else :10042."),
     source: Optional[Path] = _FROM,
     interval: Optional[float] = typer.Option(None, "--interval", min=1, help="Seconds between probe rounds. Default: [serve] interval in the config, else 60."),
-    web_config: Optional[Path] = typer.Option(None, "--web-config", help="TLS and basic auth, in the exporter-toolkit web config format node_exporter reads (needs nodecheck[web])."),
+    web_config: Optional[Path] = typer.Option(None, "--web-config", help="TLS and basic auth, in the exporter-toolkit web config format node_exporter reads (needs the web extra: sh deploy/install.sh web)."),
     bench_every: float = typer.Option(0.0, "--bench-every", min=0, help="Run `nodecheck bench --quick` in a subprocess every N seconds (0: never; leave 0 on nodes that run jobs)."),
     bench_timeout: float = typer.Option(600.0, "--bench-timeout", min=1, help="Seconds before a scheduled bench run is killed."),
     log_level: str = typer.Option("info", "--log-level", help="debug (a line per probe round), info (start, recoveries, bench runs), warning (probe failures), or error."),
@@ -373,7 +373,7 @@ def scale(
     intra_busbw: Optional[str] = typer.Option(None, "--intra-busbw", help="All-reduce busbw inside a node (default: --busbw)."),
     source: Optional[Path] = typer.Option(None, "--from", help="A Report (`nodecheck bench --json` output) or a snapshot."),
     target: float = typer.Option(0.9, "--target", help="Target efficiency for the bandwidth-needed columns."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw efficiency vs GPUs to this PNG (needs nodecheck[plot])."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw efficiency vs GPUs to this PNG (needs the plot extra: sh deploy/install.sh plot)."),
     as_json: bool = typer.Option(False, "--json", help="Print the table and the levers as JSON."),
 ) -> None:
     """Predict data-parallel scaling: communication per step, efficiency with and without overlap,

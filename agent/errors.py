@@ -1,5 +1,7 @@
 """The one domain error type of nodecheck, and the few refinements callers act on."""
 
+import sys
+
 
 class NodecheckError(Exception):
     """Anything nodecheck reports as a clear message instead of a traceback."""
@@ -27,3 +29,10 @@ class TimedOut(ProbeFailed):
 
 class ConfigError(NodecheckError):
     """A config file is missing, unreadable or holds a wrong key or value."""
+
+
+def install_extra(extra: str) -> str:
+    """How to add one of nodecheck's extras (bench, web, plot) where it was installed from. nodecheck is not
+    published, so asking pip for nodecheck with an extra finds nothing: the extra comes from the checkout."""
+    return (f"from nodecheck's checkout, sh deploy/install.sh {extra} (the system install, as root) "
+            f"or {sys.executable} -m pip install '.[{extra}]' (this Python)")

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from nodecheck.errors import NodecheckError
+from nodecheck.errors import NodecheckError, install_extra
 from nodecheck.model import Report, link_distance
 from nodecheck.units import format_bits, format_path_rate, format_rate, natural_key
 
@@ -386,7 +386,7 @@ def plot_scale(path, rows, work, fabric, target: float = 0.9) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise NodecheckError("--plot needs matplotlib: pip install 'nodecheck[plot]'") from None
+        raise NodecheckError(f"--plot needs matplotlib: {install_extra('plot')}") from None
     figure, axes = plt.subplots(figsize=(7, 4.5))
     gpus = [r.gpus for r in rows]
     axes.plot(gpus, [r.efficiency * 100 for r in rows], marker="o", label="no overlap")

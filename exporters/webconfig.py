@@ -9,7 +9,7 @@
     basic_auth_users:
       prometheus: $2y$10$...                          # bcrypt hash (htpasswd -nBC 10 "" | tr -d ':')
 
-Needs the extra `nodecheck[web]` (PyYAML, bcrypt), imported only when a web config is given.
+Needs the extra `web` (PyYAML, bcrypt: `sh deploy/install.sh web`), imported only when a web config is given.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodecheck.config import check_known_keys, read_config_text
-from nodecheck.errors import ConfigError
+from nodecheck.errors import ConfigError, install_extra
 
 _CLIENT_AUTH = ("NoClientCert", "RequireAndVerifyClientCert")
 MAX_BCRYPT_COST = 18  # about 15 s per check on a server core: beyond it every new scraper would wait minutes
@@ -59,7 +59,7 @@ def parse_web_config(text: str, path: Path | str) -> WebConfig:
     try:
         import yaml
     except ImportError:
-        raise ConfigError(f"{path}: reading a web config needs PyYAML and bcrypt: pip install 'nodecheck[web]'") from None
+        raise ConfigError(f"{path}: reading a web config needs PyYAML and bcrypt: {install_extra('web')}") from None
     try:
         data = yaml.safe_load(text) or {}
     except (yaml.YAMLError, RecursionError) as error:
@@ -93,7 +93,7 @@ def parse_web_config(text: str, path: Path | str) -> WebConfig:
         try:
             import bcrypt  # fail now, not at the first scrape
         except ImportError:
-            raise ConfigError(f"{path}: basic_auth_users needs bcrypt: pip install 'nodecheck[web]'") from None
+            raise ConfigError(f"{path}: basic_auth_users needs bcrypt: {install_extra('web')}") from None
         for user, hashed in config.users.items():
             if not 4 <= _cost(hashed) <= MAX_BCRYPT_COST:
                 raise ConfigError(f"{path}: key 'basic_auth_users.{user}': bcrypt cost {hashed[4:6].decode()!r} is not "

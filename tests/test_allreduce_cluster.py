@@ -14,7 +14,7 @@ from conftest import nodecheck as nodecheck_cli
 from conftest import requires_root
 from netns_cluster import Cluster
 
-pytest.importorskip("torch", reason="needs torch (pip install 'nodecheck[bench]')")
+pytest.importorskip("torch", reason="needs torch (sh deploy/install.sh bench)")
 
 
 def launch(cluster: Cluster, ranks: list[int], world: int, config: str, port: int, timeout: float = 60,

@@ -2,6 +2,7 @@
 but whose torch has no CUDA, too few GPUs, no torch. On a GPU node the `gpu` tests measure for real."""
 
 import json
+import sys
 
 import pytest
 from conftest import h100_node_snapshot, nodecheck, without_gpus
@@ -20,7 +21,7 @@ def h100_report(tmp_path):
 
 
 def test_missing_cuda_is_a_named_failure(h100_report):
-    pytest.importorskip("torch", reason="needs torch (pip install 'nodecheck[bench]')")
+    pytest.importorskip("torch", reason="needs torch (sh deploy/install.sh bench)")
     import torch
 
     if torch.cuda.is_available():
@@ -37,7 +38,7 @@ def test_missing_cuda_is_a_named_failure(h100_report):
 def test_no_torch_is_a_named_failure(h100_report, monkeypatch):
     monkeypatch.setattr(plan, "find_spec", lambda name: None)
     (m,) = plan.run(h100_report, Config(), ["h2d"], "quick", 60, {}, None)
-    assert not m.ok and "pip install 'nodecheck[bench]'" in m.error
+    assert not m.ok and "sh deploy/install.sh bench" in m.error and f"{sys.executable} -m pip install '.[bench]'" in m.error
 
 
 def test_applicable_tests():
@@ -68,7 +69,7 @@ def test_cli_on_a_node_without_gpu():
 
 @pytest.fixture(scope="module")
 def live_gpus():
-    torch = pytest.importorskip("torch", reason="needs torch (pip install 'nodecheck[bench]')")
+    torch = pytest.importorskip("torch", reason="needs torch (sh deploy/install.sh bench)")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU here")
     from nodecheck.host import LiveHost

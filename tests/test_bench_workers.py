@@ -12,7 +12,7 @@ from nodecheck.bench.plan import local_rank
 from nodecheck.bench.results import guarded, own_error, run_worker
 from nodecheck.errors import NodecheckError
 
-torch = pytest.importorskip("torch", reason="needs torch (pip install 'nodecheck[bench]')")
+torch = pytest.importorskip("torch", reason="needs torch (sh deploy/install.sh bench)")
 
 
 def test_guarded_writes_the_exception_not_a_traceback_line(tmp_path):

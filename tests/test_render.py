@@ -3,11 +3,13 @@ model, nvidia-smi's first line or an nccl-tests log holding `[/]`, `[bold]` or e
 as written (or with '?' for control characters), and nodecheck's own bracketed text survives too."""
 
 import json
+import re
 
-from conftest import PUBLIC, h100_node_snapshot, need, nodecheck
+from conftest import PUBLIC, REPO, h100_node_snapshot, need, nodecheck
 from rich.console import Console
 
 from nodecheck.build import build_report
+from nodecheck.errors import install_extra
 from nodecheck.model import Measurement
 from nodecheck.render import render, render_measurements
 from nodecheck.snapshot import SnapshotHost
@@ -37,13 +39,22 @@ def test_untrusted_text_prints_as_written_and_never_controls_the_terminal(tmp_pa
 def test_measurement_errors_keep_their_brackets(tmp_path):
     report = build_report(SnapshotHost(tmp_path))
     report.measurements = [Measurement.failed("gpu0:host", "h2d", "torch", "h2d",
-                                              "torch is not installed: pip install 'nodecheck[bench]'")]
-    assert "pip install 'nodecheck[bench]'" in printed(render_measurements, report)
+                                              f"torch is not installed: {install_extra('bench')}")]
+    assert "sh deploy/install.sh bench" in printed(render_measurements, report)
+    assert "-m pip install '.[bench]' (this Python)" in printed(render_measurements, report)
 
 
 def test_help_keeps_bracketed_names():
     help_text = nodecheck("serve", "--help", env={"COLUMNS": "200"}).stdout
-    assert "nodecheck[web]" in help_text and "[serve] listen" in help_text
+    assert "sh deploy/install.sh web" in help_text and "[serve] listen" in help_text
+
+
+def test_no_hint_names_the_unpublished_package():
+    """nodecheck is not on PyPI: `pip install 'nodecheck[bench]'` fails with "No matching distribution"."""
+    shipped = [p for d in ("agent", "exporters", "probes", "deploy", "systemd", "docs") for p in (REPO / d).rglob("*")
+               if p.is_file() and p.suffix in (".py", ".md", ".sh", ".yaml", ".toml", "")] + [REPO / "README.md"]
+    said = [str(p.relative_to(REPO)) for p in shipped if re.search(r"pip install \S*nodecheck\[", p.read_text(errors="replace"))]
+    assert not said
 
 
 def test_nccl_log_with_markup_prints_it(tmp_path):

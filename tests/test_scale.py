@@ -155,7 +155,7 @@ def test_not_a_report(tmp_path):
 
 
 def test_plot_writes_a_png(tmp_path):
-    pytest.importorskip("matplotlib", reason="needs matplotlib (pip install 'nodecheck[plot]')")
+    pytest.importorskip("matplotlib", reason="needs matplotlib (sh deploy/install.sh plot)")
     png = tmp_path / "scale.png"
     out = scale("--params", "25M", "--step-time", "0.234", "--gpus-per-node", "1", "--nodes", "8", "--busbw", "10Gbit/s",
                 "--plot", str(png))

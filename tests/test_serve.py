@@ -96,7 +96,7 @@ def test_tls_and_mutual_tls(tmp_path):
 
 
 def test_basic_auth(tmp_path):
-    bcrypt = pytest.importorskip("bcrypt", reason="needs bcrypt (pip install 'nodecheck[web]')")
+    bcrypt = pytest.importorskip("bcrypt", reason="needs bcrypt (sh deploy/install.sh web)")
     import base64
 
     hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode().replace("$2b$", "$2y$")  # htpasswd spells it $2y$
@@ -139,7 +139,7 @@ def test_basic_auth(tmp_path):
     ({"basic_auth_users": {"prometheus": "$2y$31$" + "a" * 53}}, "bcrypt cost '31' is not 4..18"),
 ])
 def test_bad_web_config_is_a_clear_error(tmp_path, sections, message):
-    pytest.importorskip("yaml", reason="needs PyYAML (pip install 'nodecheck[web]')")
+    pytest.importorskip("yaml", reason="needs PyYAML (sh deploy/install.sh web)")
     config = web_config(tmp_path, **sections)
     proc = start_serve("--listen", f"127.0.0.1:{free_port()}", "--web-config", config)
     out, _ = proc.communicate(timeout=30)
@@ -147,7 +147,7 @@ def test_bad_web_config_is_a_clear_error(tmp_path, sections, message):
 
 
 def test_web_config_that_is_not_utf8_is_a_clear_error(tmp_path):
-    pytest.importorskip("yaml", reason="needs PyYAML (pip install 'nodecheck[web]')")
+    pytest.importorskip("yaml", reason="needs PyYAML (sh deploy/install.sh web)")
     config = tmp_path / "web.yml"
     config.write_bytes(b"basic_auth_users:\n  \xff\xfe: x\n")
     proc = start_serve("--listen", f"127.0.0.1:{free_port()}", "--web-config", str(config))

@@ -6,7 +6,7 @@ import json
 import sys
 from importlib.util import find_spec
 
-from nodecheck.errors import NodecheckError, TimedOut
+from nodecheck.errors import NodecheckError, TimedOut, install_extra
 from nodecheck.host import run_command
 from nodecheck.model import Measurement, Report
 
@@ -38,7 +38,7 @@ def run(report: Report, config, tests: list[str], level: str, timeout: float, en
     if not tests:  # a binary of its own: needs no torch
         return [nccl_binary.run_nccl_tests(report, config, level, timeout, environ)] if nccl_tests else []
     if find_spec("torch") is None:
-        out = [_failed("bench", t, "torch is not installed: pip install 'nodecheck[bench]'") for t in tests]
+        out = [_failed("bench", t, f"torch is not installed: {install_extra('bench')}") for t in tests]
         return out + ([nccl_binary.run_nccl_tests(report, config, level, timeout, environ)] if nccl_tests else [])
     wanted = set(tests)
     in_node = wanted & {"h2d", "d2h", "p2p"} | ({"allreduce"} if "allreduce" in wanted and not across else set())
