@@ -290,8 +290,8 @@ def check(
     if not textfile_dir.is_dir():
         _fail(f"--textfile-dir {textfile_dir} is not a directory")
     try:
-        report, _ = _report(source, config_path)
-        target = write_textfile(report, textfile_dir)
+        report, config = _report(source, config_path)
+        target = write_textfile(report, textfile_dir, config.virtual_nics)
     except NodecheckError as error:
         _fail(str(error))
     except OSError as error:

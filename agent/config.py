@@ -24,6 +24,7 @@ BENCH_TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests")
 # The Prometheus allocation list's range 9100-9999 is full; 10042 sits just above it and clashes with
 # nothing a GPU node runs (README, "Default port").
 DEFAULT_PORT = 10042
+DEFAULT_VIRTUAL_NICS = ("bond*", "team*")  # link aggregates: virtual, but their speed is their real NICs' sum
 
 
 SLURMD_PORT = 6818
@@ -77,6 +78,9 @@ class Config:
     nccl_tests: str | None = None  # path of all_reduce_perf when it is not on PATH
     listen: tuple[str, int] = ("0.0.0.0", DEFAULT_PORT)  # noqa: S104 `nodecheck serve` on every address, as node_exporter
     interval: float = 60.0  # seconds between probe rounds of `nodecheck serve`
+    # [metrics] virtual_nics: the virtual NICs (no PCI device: veth, bridge, ifb, bond ...) the metrics carry,
+    # by name pattern. Not every one: each pod's veth on a Kubernetes node would be a short-lived series.
+    virtual_nics: list[str] = field(default_factory=lambda: list(DEFAULT_VIRTUAL_NICS))
     prolog: PrologSettings = field(default_factory=PrologSettings)
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     proximity: ProximityPolicy = field(default_factory=ProximityPolicy)
@@ -146,8 +150,8 @@ def read_config_text(path: Path, what: str) -> str:
 
 def parse(data: dict, source: str) -> Config:
     config = Config(path=source)
-    check_known_keys(data, ("gpus", "links", "nics", "thresholds", "bench", "serve", "prolog", "slurm", "proximity", "probes"),
-                     "", source)
+    check_known_keys(data, ("gpus", "links", "nics", "thresholds", "bench", "serve", "metrics", "prolog", "slurm", "proximity",
+                            "probes"), "", source)
     _probes(_table(data, "probes", source), config, source)
     gpus = _table(data, "gpus", source)
     check_known_keys(gpus, ("count", "pcie_gen", "pcie_width", "nvlinks_per_gpu", "ecc"), "gpus.", source)
@@ -179,6 +183,9 @@ def parse(data: dict, source: str) -> Config:
         raise ConfigError(f"{source}: key 'bench.nccl_tests': expected the path of all_reduce_perf, got {bench['nccl_tests']!r}")
     config.nccl_tests = bench.get("nccl_tests")
     _serve(_table(data, "serve", source), config, source)
+    metrics = _table(data, "metrics", source)
+    check_known_keys(metrics, ("virtual_nics",), "metrics.", source)
+    config.virtual_nics = _strings(metrics, "virtual_nics", source, "metrics.", config.virtual_nics)
     _prolog(_table(data, "prolog", source), config.prolog, source)
     _slurm(_table(data, "slurm", source), config.slurm, source)
     _proximity(_table(data, "proximity", source), config.proximity, source)

@@ -8,6 +8,7 @@ rejects camelCase label names, and the model is not a join key. No hostname labe
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -15,6 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from nodecheck import __version__
+from nodecheck.config import DEFAULT_VIRTUAL_NICS
 from nodecheck.coverage import unmade_checks
 from nodecheck.model import FINDING_KINDS, SEVERITIES, Report
 
@@ -30,10 +32,12 @@ def _gauge(name: str, doc: str, labels: list[str], rows) -> GaugeMetricFamily:
 
 
 class ReportCollector:
-    """collect() reads `latest()` once and yields families for it; it never raises on a partial Report."""
+    """collect() reads `latest()` once and yields families for it; it never raises on a partial Report.
+    virtual_nics: name patterns of the virtual NICs to carry ([metrics] virtual_nics); the rest are left out."""
 
-    def __init__(self, latest: Callable[[], Report | None]) -> None:
+    def __init__(self, latest: Callable[[], Report | None], virtual_nics=DEFAULT_VIRTUAL_NICS) -> None:
         self.latest = latest
+        self.virtual_nics = tuple(virtual_nics)
 
     def collect(self) -> Iterator[Metric]:
         yield _gauge("nodecheck_build_info", "nodecheck version.", ["version"], [([__version__], 1)])
@@ -42,7 +46,7 @@ class ReportCollector:
             return
         yield from _probes(report)
         yield from _gpus(report)
-        yield from _links_and_nics(report)
+        yield from _links_and_nics(report, self.virtual_nics)
         yield from _measurements(report)
         yield from _findings(report)
 
@@ -81,17 +85,26 @@ def _gpus(report: Report) -> Iterator[Metric]:
                  [([g.index], sum(1 for l in g.nvlinks if l["active"])) for g in with_nvlinks])
 
 
-def _links_and_nics(report: Report) -> Iterator[Metric]:
+def exported_nics(report: Report, virtual_nics) -> list:
+    """The physical NICs, and the virtual ones whose names match a pattern of virtual_nics."""
+    return [n for n in report.nics if not n.virtual or any(fnmatchcase(n.name, p) for p in virtual_nics)]
+
+
+def _links_and_nics(report: Report, virtual_nics) -> Iterator[Metric]:
     yield _gauge("nodecheck_link_info", "nvidia-smi topo -m link between a GPU and a GPU or NIC.", ["a", "b", "type", "path_class"],
                  [([l.a, l.b, l.type, l.path_class], 1) for l in report.links])
-    yield _gauge("nodecheck_nic_info", "NIC identity and locality.", ["nic", "kind", "driver", "pci_address", "rdma_device", "numa_node"],
-                 [([n.name, n.kind, n.driver, n.pci_address, n.rdma_device, n.numa_node], 1) for n in report.nics])
+    nics = exported_nics(report, virtual_nics)
+    yield _gauge("nodecheck_nic_info", "NIC identity and locality (virtual: no PCI device, e.g. a bond).",
+                 ["nic", "kind", "driver", "pci_address", "rdma_device", "numa_node", "virtual"],
+                 [([n.name, n.kind, n.driver, n.pci_address, n.rdma_device, n.numa_node, str(n.virtual).lower()], 1)
+                  for n in nics])
     yield _gauge("nodecheck_nic_up", "1 when the NIC's operational state is up.", ["nic"],
-                 [([n.name], int(n.state == "up")) for n in report.nics if n.state is not None])
+                 [([n.name], int(n.state == "up")) for n in nics if n.state is not None])
     yield _gauge("nodecheck_nic_speed_bytes_per_second", "Negotiated NIC speed (absent when not reported).", ["nic"],
-                 [([n.name], n.speed_mbps * 1e6 / 8 if n.speed_mbps else None) for n in report.nics])
+                 [([n.name], n.speed_mbps * 1e6 / 8 if n.speed_mbps else None) for n in nics])
+    left_out = {f"nic:{n.name}" for n in report.nics} - {f"nic:{n.name}" for n in nics}
     yield _gauge("nodecheck_path_spec_bytes_per_second", "Theoretical unidirectional rate of each path.", ["path", "kind"],
-                 [([p.path, p.kind], p.bytes_per_second) for p in report.paths])
+                 [([p.path, p.kind], p.bytes_per_second) for p in report.paths if p.path not in left_out])
     platform = report.platform or {}
     loaded = None if not platform.get("modules_known") else int(bool(platform.get("peer_memory")))
     yield _gauge("nodecheck_gpudirect_peer_memory_loaded", "GPUDirect RDMA's peer-memory module is loaded (absent: unknown).",
@@ -140,13 +153,13 @@ def _findings(report: Report) -> Iterator[Metric]:
                  [([kind], 1) for kind in FINDING_KINDS if kind in unmade])
 
 
-def write_textfile(report: Report, directory: Path) -> Path:
+def write_textfile(report: Report, directory: Path, virtual_nics=DEFAULT_VIRTUAL_NICS) -> Path:
     """The metrics as a node_exporter textfile, written atomically: a hidden temporary file (node_exporter
     reads only *.prom), fsynced, renamed over the old one; removed if anything interrupts the write."""
     from nodecheck.host import atomic_file
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ReportCollector(lambda: report))
+    registry.register(ReportCollector(lambda: report, virtual_nics))
     target = directory / TEXTFILE_NAME
     with atomic_file(target) as out:
         out.write(generate_latest(registry))

@@ -17,6 +17,7 @@ from typing import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from nodecheck.config import DEFAULT_VIRTUAL_NICS
 from nodecheck.exporters.http import ScrapeServer, listening_socket
 from nodecheck.exporters.prometheus import ReportCollector
 from nodecheck.host import kill_running_commands
@@ -25,9 +26,9 @@ from nodecheck.model import Measurement, Report
 log = logging.getLogger("nodecheck.serve")
 
 
-def render(report: Report | None) -> bytes:
+def render(report: Report | None, virtual_nics=DEFAULT_VIRTUAL_NICS) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ReportCollector(lambda: report))
+    registry.register(ReportCollector(lambda: report, virtual_nics))
     return generate_latest(registry)
 
 
@@ -64,7 +65,8 @@ class LatestReport:
         if report is not None and self._measured is not None:
             measurements, measured_at = self._measured
             report = with_measurements(report, measurements, measured_at, self._config)
-        body = render(report)  # outside _lock: scrapes keep getting the previous bytes meanwhile
+        virtual_nics = self._config.virtual_nics if self._config else DEFAULT_VIRTUAL_NICS
+        body = render(report, virtual_nics)  # outside _lock: scrapes keep getting the previous bytes meanwhile
         with self._lock:
             self._body = body
 

@@ -199,3 +199,48 @@ def test_every_ib_rate_in_the_peer_trees_gets_a_data_rate_spec(case):
         assert spec is not None and "rate as reported" not in spec.basis, (port.device, port.rate)
         lanes, _, name = port.rate.split("(")[1].rstrip(")").partition("X")
         assert spec.bytes_per_second * 8 / 1e9 == pytest.approx(int(lanes) * data_per_lane[name.strip()]), port.rate
+
+
+def metrics_of(text: str) -> dict[str, list[dict]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {f.name: [s.labels for s in f.samples] for f in text_string_to_metric_families(text)}
+
+
+def test_real_virtual_nics_are_left_out_of_the_metrics_unless_configured(netns, tmp_path):
+    """A real bridge, veths and an ifb: on a Kubernetes node every pod's veth would be a short-lived series."""
+    ip("-n", netns["peer"], "link", "add", "ifb7", "type", "ifb")
+    out = tmp_path / "metrics"
+    out.mkdir()
+
+    def exported(*args: str) -> dict[str, list[dict]]:
+        result = subprocess.run(["ip", "netns", "exec", netns["peer"], *nodecheck_argv(), "check", "--textfile-dir", str(out),
+                                 *args], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return metrics_of((out / "nodecheck.prom").read_text())
+
+    default = exported()
+    assert default["nodecheck_nic_info"] == [] and default["nodecheck_nic_up"] == []
+    assert not [s for s in default["nodecheck_path_spec_bytes_per_second"] if s["path"].startswith("nic:")]
+    config = tmp_path / "config.toml"
+    config.write_text('[metrics]\nvirtual_nics = ["br*", "ifb*"]\n')
+    chosen = exported("--config", str(config))
+    assert {(s["nic"], s["virtual"]) for s in chosen["nodecheck_nic_info"]} == {("br0", "true"), ("ifb7", "true")}
+    assert {s["nic"] for s in chosen["nodecheck_nic_up"]} == {"br0", "ifb7"}
+
+
+def test_physical_nics_and_bonds_are_exported_by_default(tmp_path):
+    """node_exporter's sysfs tree: eth0 on PCI, and the bond masters bond0, dmz and int (no PCI device)."""
+    from nodecheck.build import build_report
+    from nodecheck.config import loads
+    from nodecheck.exporters.prometheus import write_textfile
+    from nodecheck.snapshot import SnapshotHost
+
+    report = build_report(SnapshotHost(peer_tree("node_exporter-sys")))
+    default = metrics_of(write_textfile(report, tmp_path).read_text())
+    physical = {n.name for n in report.nics if not n.virtual}
+    assert "eth0" in physical and {"bond0", "dmz", "int"}.isdisjoint(physical)
+    assert {(s["nic"], s["virtual"]) for s in default["nodecheck_nic_info"]} == \
+        {(name, "false") for name in physical} | {("bond0", "true")}
+    every = metrics_of(write_textfile(report, tmp_path, loads('[metrics]\nvirtual_nics = ["*"]\n', "t").virtual_nics).read_text())
+    assert {s["nic"] for s in every["nodecheck_nic_info"]} == physical | {"bond0", "dmz", "int"} == {n.name for n in report.nics}
