@@ -58,7 +58,8 @@ def _console() -> Console:
     return Console(width=PLAIN_WIDTH)
 
 
-def _table(console: Console, title: str, headers: list[tuple[str, int]], rows: list[list]) -> Table:
+def _table(console: Console, title: str | None, headers: list[tuple[str, int]], rows: list[list],
+           justify: str = "left") -> Table:
     """A table that fits the console: headers are (header, role) with role IDENTITY (names, CPU lists: never
     cut, never dropped), LIST (names separated by ", ": wrapped between names, never inside one), TEXT
     (wraps, never dropped), or a positive number: the order in which the column is left out when the table
@@ -94,12 +95,12 @@ def _table(console: Console, title: str, headers: list[tuple[str, int]], rows: l
                   caption_justify="left")
     for header, role, cells in kept:
         if role == IDENTITY:
-            table.add_column(header, no_wrap=True, min_width=natural(header, cells))
+            table.add_column(header, no_wrap=True, min_width=natural(header, cells), justify=justify)
         elif role == LIST:
-            table.add_column(header, min_width=longest_word(header, cells, ", "), overflow="fold")
+            table.add_column(header, min_width=longest_word(header, cells, ", "), overflow="fold", justify=justify)
         else:  # words stay whole where they can: wraps between them
             table.add_column(header, overflow="fold", min_width=min(longest_word(header, cells), TEXT_MIN),
-                             ratio=1 if role == TEXT else None)
+                             ratio=1 if role == TEXT else None, justify=justify)
     for row in zip(*(cells for _, _, cells in kept), strict=True):
         table.add_row(*row)
     return table
@@ -281,16 +282,17 @@ def render_nccl_log(log, name: str, console: Console | None = None) -> None:
     what = log.collective or "nccl-tests"
     console.print(f"[bold]{_esc(what)}[/bold] from {_esc(name)} ({_esc(log.format)}; {len(log.rows)} rows"
                   + (f", {log.ngpus} GPU(s) per thread" if log.ngpus else "") + ")")
-    table = Table(title_justify="left")
-    for column in ("size (B)", "count", "type", "redop", "oop time (us)", "oop algbw (GB/s)", "oop busbw (GB/s)",
-                   "ip time (us)", "ip algbw (GB/s)", "ip busbw (GB/s)"):
-        table.add_column(column, justify="right")
+    # Numbers are never cut: where the table does not fit, whole columns go (the caption names them), as
+    # in inspect's tables; the size and the out-of-place busbw, which the verdict reads, always stay.
+    headers = [("size (B)", IDENTITY), ("count", 7), ("type", 6), ("redop", 5), ("oop time (us)", 3), ("oop algbw (GB/s)", 4),
+               ("oop busbw (GB/s)", IDENTITY), ("ip time (us)", 1), ("ip algbw (GB/s)", 2), ("ip busbw (GB/s)", 8)]
+    rows = []
     for row in log.rows:
         cells = []
         for timing in (row.out_of_place, row.in_place):
             cells += [f"{timing.time_us:g}", f"{timing.algbw_gbytes:.2f}", f"{timing.busbw_gbytes:.2f}"] if timing else ["-"] * 3
-        table.add_row(str(row.size_bytes), str(row.count), _cell(row.dtype), _cell(row.redop or "-"), *cells)
-    console.print(table)
+        rows.append([str(row.size_bytes), str(row.count), _cell(row.dtype), _cell(row.redop or "-"), *cells])
+    console.print(_table(console, None, headers, rows, justify="right"))
     avg = "not in the log" if log.avg_busbw_gbytes is None else f"{log.avg_busbw_gbytes:g} GB/s"
     peak = max((r for r in log.rows if r.out_of_place), key=lambda r: r.out_of_place.busbw_gbytes, default=None)
     if peak is not None:

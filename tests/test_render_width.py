@@ -102,3 +102,28 @@ def test_findings_keep_their_subject_and_advice_whole(tmp_path, width):
     assert not [line for line in text.splitlines() if len(line) > width]
     assert "pci:0000:17:00.0" in text and "pci:0000:17:01.0" in text and "…" not in text
     assert "ECAP_ACS+6.w=0000" in text and "pci=disable_acs_redir=0000:17:00.0" in text  # long words whole too
+
+
+@pytest.mark.parametrize("width", (60, 80, 100, 120, 200))
+def test_nccl_log_rows_drop_whole_columns_and_say_so(width):
+    """`bench --nccl-log` follows inspect's rule: no number is cut ('2097…', '129.…'); whole columns go,
+    named under the table; the size and the out-of-place busbw, which the verdict reads, always stay."""
+    from nodecheck.bench.nccl_tests import parse_nccl_log
+    from nodecheck.render import render_nccl_log
+
+    log = parse_nccl_log(need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt").read_text())
+    out = io.StringIO()
+    render_nccl_log(log, "log.txt", Console(width=width, file=out, force_terminal=False, color_system=None))
+    text = out.getvalue()
+    assert "…" not in text and not [line for line in text.splitlines() if len(line) > width]
+    lines = [re.sub("[│┃]", " ", line) for line in text.splitlines()]
+    header = next(line for line in lines if "size (B)" in line)
+    rows = [line.split() for line in lines if re.match(r"\s*\d+\s", line)]
+    assert [int(r[0]) for r in rows] == [r.size_bytes for r in log.rows]
+    busbw_at = [h.strip() for h in re.split(r"\s{2,}", header.strip())].index("oop busbw (GB/s)")
+    assert [float(r[busbw_at]) for r in rows] == [round(r.out_of_place.busbw_gbytes, 2) for r in log.rows]
+    columns = ("count", "type", "redop", "oop time (us)", "oop algbw (GB/s)", "ip time (us)", "ip algbw (GB/s)", "ip busbw (GB/s)")
+    missing = [c for c in columns if c not in header]
+    said = re.search(r"not shown at \d+ columns: (.+?) \(widen", " ".join(text.split()))
+    assert set(said[1].split(", ") if said else []) == set(missing)
+    assert (width == 200) == (not missing)
