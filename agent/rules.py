@@ -49,8 +49,23 @@ def _gpu_count(report: Report, config: Config) -> list[Finding]:
         return []
     why = f" ({report.gpus_absent_reason})" if report.gpus_absent_reason else ""
     return [Finding("gpu_count_low", "error", "node", len(report.gpus), config.gpu_count,
-                    f"{len(report.gpus)} GPUs visible, {config.gpu_count} expected{why}: check `nvidia-smi -L`, "
-                    "dmesg for Xid/fallen-off-the-bus errors, and reseat or replace the missing GPU")]
+                    f"{len(report.gpus)} GPUs visible, {config.gpu_count} expected{why}: {_missing_gpu_advice(report)}")]
+
+
+def _missing_gpu_advice(report: Report) -> str:
+    """No GPU at all because NVML found no driver is a software fault: reseating a GPU would not help."""
+    nvml = next((r for r in report.probes if r.name == "nvml"), None)
+    stack_absent = not report.gpus and nvml is not None and nvml.no_data and (nvml.error or "").startswith("no NVIDIA driver")
+    if stack_absent and "Permission" in nvml.error:
+        return "NVML may not open the GPUs: run as a user that can read /dev/nvidia* (the driver's device permissions)"
+    if stack_absent and not report.node.get("driver_version"):
+        return ("the NVIDIA driver is not loaded (no kernel module, or no NVML library): `lsmod | grep nvidia`, "
+                "`modprobe nvidia` and dmesg for why it did not load (often a new kernel without the module rebuilt: "
+                "`dkms status`), or install the driver")
+    if stack_absent:
+        return (f"the NVIDIA kernel module {report.node['driver_version']} is loaded but NVML's library is missing: "
+                "install the driver's user-space part of the same version (libnvidia-ml)")
+    return "check `nvidia-smi -L`, dmesg for Xid/fallen-off-the-bus errors, and reseat or replace the missing GPU"
 
 
 def _pcie(gpu, config: Config) -> list[Finding]:

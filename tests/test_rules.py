@@ -1,7 +1,9 @@
 """Findings from facts: snapshots of real captures, with faults injected where a test needs one."""
 
+import json
+
 import pytest
-from conftest import h100_nvml_records, hgx_nvml, make_snapshot
+from conftest import h100_nvml_records, hgx_nvml, make_snapshot, nodecheck, without_gpus
 
 from nodecheck.build import build_report
 from nodecheck.config import Config, NicExpectation
@@ -136,3 +138,23 @@ def test_a_wrong_all_reduce_result_is_its_own_finding_at_full_speed():
     assert "12 of 4294967296 elements arrived wrong (expected: 16)" in finding.message
     assert measurement_findings([Measurement.measured("allreduce:16-ranks", "allreduce", 48e9, 50e9, 1 << 30, "nccl", "busbw",
                                                       {"data_check": dict(check, wrong_elements=0)})], Config()) == []
+
+
+def test_no_driver_says_the_driver_is_not_loaded(tmp_path):
+    """A real snapshot of this GPU-less machine: NVML finds no driver. Reseating a GPU would not help."""
+    without_gpus()
+    taken = nodecheck("snapshot", str(tmp_path / "snap"), timeout=120)
+    assert taken.returncode == 0, taken.stderr
+    config = tmp_path / "config.toml"
+    config.write_text("[gpus]\ncount = 8\n")
+
+    def advice() -> str:
+        report = json.loads(nodecheck("inspect", "--json", "--from", str(tmp_path / "snap"), "-c", str(config)).stdout)
+        (finding,) = [f for f in report["findings"] if f["kind"] == "gpu_count_low"]
+        return finding["message"]
+
+    assert "the NVIDIA driver is not loaded" in advice() and "reseat" not in advice()
+    module = tmp_path / "snap/fs/proc/driver/nvidia/version"
+    module.parent.mkdir(parents=True, exist_ok=True)
+    module.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n")
+    assert "kernel module 580.159.04 is loaded but NVML's library is missing" in advice()
