@@ -18,7 +18,9 @@ def binding_advice(report: Report) -> list[dict]:
         nics = gpu.nearest_nics or _same_numa_nics(report, gpu.numa_node)
         hcas = sorted({by_name[n].rdma_device for n in nics if n in by_name and by_name[n].rdma_device}
                       | {n for n in nics if n not in by_name and not n.startswith("NIC")}, key=natural_key)
-        netdevs = sorted({by_name[n].name for n in nics if n in by_name and by_name[n].kind != "unknown"}, key=natural_key)
+        # an RDMA device without a netdev (named as its device) is no socket interface: NCCL would find none
+        netdevs = sorted({by_name[n].name for n in nics if n in by_name and by_name[n].kind != "unknown"
+                          and by_name[n].name != by_name[n].rdma_device}, key=natural_key)
         # every VAR=value before the command: pasted as one line, a variable after it would be an argument
         lines = [f"CUDA_VISIBLE_DEVICES={gpu.index}"]
         if hcas:
