@@ -124,6 +124,31 @@ def config_init(
     typer.echo(f"config written to {output}")
 
 
+@config_app.command("check")
+def config_check(
+    file: Path = typer.Argument(..., help="The config to check (TOML)."),
+    source: Optional[Path] = _FROM,
+) -> None:
+    """Validate a config and show what it would judge on this node (or a snapshot of a known-good node, --from)
+    before it is deployed: each expectation beside what the node has, the findings, and whether the Slurm
+    prolog would drain the node. Exit 0: valid, the node passes; 1: the prolog would drain it; 2: invalid."""
+    from nodecheck.config_check import expectation_rows
+    from nodecheck.prolog import drain_reason, failing_findings
+
+    try:
+        report, config = _report(source, file)
+    except NodecheckError as error:
+        _fail(str(error))
+    from nodecheck.render import config_check_lines
+
+    where = f"snapshot {source}" if source else "this node"
+    failing = failing_findings(report.findings, config.fail_severity)  # as the prolog's node check judges
+    reason = drain_reason(failing) or None
+    typer.echo("\n".join(config_check_lines(str(file), where, report, expectation_rows(config, report), failing, reason,
+                                            config.fail_severity)))
+    raise typer.Exit(EXIT_FINDINGS if reason else EXIT_OK)
+
+
 @app.command()
 def bench(
     tests: Optional[str] = typer.Option(None, "--tests", help="Comma-separated from h2d,d2h,p2p,allreduce,nccl_tests (default: all that apply here)."),

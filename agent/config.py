@@ -337,13 +337,13 @@ def generate(report: Report) -> str:
     if gpu_links:
         lines += ["", "[links]"] + [f'"gpu{l.a}-gpu{l.b}" = "{l.type}"' for l in gpu_links]
     for nic in report.nics:
-        speed = _nic_mbps(report, nic)
+        speed = nic_mbps(report, nic)
         if nic.state == "up" and not nic.virtual and speed:
             lines += ["", f'[nics."{nic.name}"]', f"speed_mbps = {speed}", 'state = "up"']
     lines += ["", "[thresholds]", "bandwidth_ratio = 0.8", 'fail_severity = "error"', ""]
     return "\n".join(lines)
 
 
-def _nic_mbps(report: Report, nic) -> int | None:
+def nic_mbps(report: Report, nic) -> int | None:
     spec = report.path_spec(f"nic:{nic.name}")
     return round(spec.bytes_per_second * 8 / 1e6) if spec and spec.bytes_per_second else None

@@ -469,3 +469,16 @@ def nccl_run_lines(run, findings, where: str, verdict_above: bool = False) -> li
     quiet = "no finding in what NCCL chose" if verdict_above else f"nothing wrong for {where}"
     lines += [f"{f.severity}: {_clean(f.message)}" for f in findings] or [quiet]
     return lines
+
+
+def config_check_lines(name: str, where: str, report: Report, rows, failing, reason: str | None, fail_severity: str) -> list[str]:
+    """`nodecheck config check` as text: each expectation beside the node's value, the findings (those that
+    fail the prolog first), and what the prolog would do."""
+    width = max(len(key) for key, _, _ in rows)
+    lines = [f"{_clean(name)}: valid. On {_clean(where)} ({_clean(report.node.get('hostname') or 'host name unknown')}):"]
+    lines += [f"  {_clean(key):<{width}}  expects {_clean(expected):<22} has {_clean(has)}" for key, expected, has in rows]
+    lines += [f"  {f.severity}: {_clean(f.message)}" for f in failing + [f for f in report.findings if f not in failing]]
+    if reason:
+        return lines + [f"the prolog would drain {_clean(where)} with this config: {_clean(reason)}"]
+    below = f" ({len(report.findings)} finding(s) below {fail_severity})" if report.findings else ""
+    return lines + [f"the prolog's node check passes on {_clean(where)} with this config{below}"]

@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import hgx_nvml, make_snapshot, nodecheck
+from conftest import REPO, hgx_nvml, make_snapshot, nodecheck, without_gpus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -153,3 +153,34 @@ def test_a_disabled_probe_is_not_run_and_says_so(tmp_path):
     outcome = {p.name: p for p in report.probes}["lstopo"]
     assert not outcome.ok and outcome.no_data and "[probes] disable" in outcome.error
     assert "probe_failed" not in {f.kind for f in report.findings} and len(report.gpus) == 8
+
+
+def test_config_check_shows_what_a_config_would_judge_before_it_ships(tmp_path):
+    """Item 13 of issue 21: a config pushed everywhere with a typo drains every node; `config check` against a
+    known-good snapshot says so first (exit 1), a valid one passes (0), a broken one is named (2)."""
+    example = REPO / "examples" / "hgx-h100-8gpu"
+    config = tmp_path / "config.toml"
+    assert nodecheck("config", "init", "--from", str(example), "-o", str(config)).returncode == 0
+    good = nodecheck("config", "check", str(config), "--from", str(example))
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "gpus.nvlinks_per_gpu" in good.stdout and "links (28 GPU pairs)" in good.stdout
+    assert f"the prolog's node check passes on snapshot {example}" in good.stdout
+    config.write_text(config.read_text().replace("count = 8", "count = 80").replace('"gpu0-gpu1" = "NV18"', '"gpu0-gpu1" = "NV8"'))
+    typo = nodecheck("config", "check", str(config), "--from", str(example))
+    assert typo.returncode == 1, typo.stdout + typo.stderr
+    assert "gpus.count" in typo.stdout and "expects 80" in typo.stdout and 'links."gpu0-gpu1"' in typo.stdout
+    assert f"the prolog would drain snapshot {example} with this config: nodecheck: GPUs 8 < 80 (+1 more)" in typo.stdout
+    config.write_text("[gpus]\ncout = 8\n")
+    broken = nodecheck("config", "check", str(config), "--from", str(example))
+    assert broken.returncode == 2 and "unknown key 'gpus.cout'" in broken.stderr
+
+
+def test_config_check_on_a_node_without_its_driver(tmp_path):
+    """This machine, live: with a GPU count in the config, a node without a driver would be drained, and the
+    advice is about the driver."""
+    without_gpus()
+    config = tmp_path / "config.toml"
+    config.write_text("[gpus]\ncount = 8\n")
+    result = nodecheck("config", "check", str(config), timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "the NVIDIA driver is not loaded" in result.stdout and "would drain this node" in result.stdout

@@ -18,7 +18,7 @@ LAYERS = [
     ("host", ["nodecheck.host", "nodecheck.snapshot"]),
     ("probes", ["nodecheck.probes"]),
     ("assembly", ["nodecheck.config", "nodecheck.build", "nodecheck.rules", "nodecheck.nccl_run", "nodecheck.advice",
-                  "nodecheck.coverage"]),
+                  "nodecheck.coverage", "nodecheck.config_check"]),
     ("services", ["nodecheck.bench", "nodecheck.proximity", "nodecheck.slurm", "nodecheck.scale"]),
     ("faces", ["nodecheck.render", "nodecheck.exporters", "nodecheck.prolog", "nodecheck.cli", "nodecheck.__main__"]),
 ]
