@@ -153,14 +153,19 @@ def _findings(report: Report) -> Iterator[Metric]:
                  [([kind], 1) for kind in FINDING_KINDS if kind in unmade])
 
 
+def exposition(report: Report | None, virtual_nics=DEFAULT_VIRTUAL_NICS) -> bytes:
+    """The metrics of a Report in Prometheus' text format: what /metrics serves and the textfile holds."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ReportCollector(lambda: report, virtual_nics))
+    return generate_latest(registry)
+
+
 def write_textfile(report: Report, directory: Path, virtual_nics=DEFAULT_VIRTUAL_NICS) -> Path:
     """The metrics as a node_exporter textfile, written atomically: a hidden temporary file (node_exporter
     reads only *.prom), fsynced, renamed over the old one; removed if anything interrupts the write."""
     from nodecheck.host import atomic_file
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(ReportCollector(lambda: report, virtual_nics))
     target = directory / TEXTFILE_NAME
     with atomic_file(target) as out:
-        out.write(generate_latest(registry))
+        out.write(exposition(report, virtual_nics))
     return target

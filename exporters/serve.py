@@ -15,21 +15,15 @@ import threading
 import time
 from typing import Callable
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from nodecheck.config import DEFAULT_VIRTUAL_NICS
 from nodecheck.exporters.http import ScrapeServer, listening_socket
-from nodecheck.exporters.prometheus import ReportCollector
+from nodecheck.exporters.prometheus import exposition
 from nodecheck.host import kill_running_commands
 from nodecheck.model import Measurement, Report
 
 log = logging.getLogger("nodecheck.serve")
-
-
-def render(report: Report | None, virtual_nics=DEFAULT_VIRTUAL_NICS) -> bytes:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(ReportCollector(lambda: report, virtual_nics))
-    return generate_latest(registry)
 
 
 class LatestReport:
@@ -66,7 +60,7 @@ class LatestReport:
             measurements, measured_at = self._measured
             report = with_measurements(report, measurements, measured_at, self._config)
         virtual_nics = self._config.virtual_nics if self._config else DEFAULT_VIRTUAL_NICS
-        body = render(report, virtual_nics)  # outside _lock: scrapes keep getting the previous bytes meanwhile
+        body = exposition(report, virtual_nics)  # outside _lock: scrapes keep getting the previous bytes meanwhile
         with self._lock:
             self._body = body
 
