@@ -26,6 +26,7 @@ PROBE = Probe("nvml", collect, 15.0)
 
 # NVML error class names that mean "there is no NVIDIA GPU stack here", not "it is broken".
 _ABSENT = ("LibraryNotFound", "DriverNotLoaded", "NoPermission")
+NO_DRIVER = "no NVIDIA driver"  # how such an error starts: the rules tell a missing driver from a missing GPU by it
 
 
 def dump_nvml() -> dict:
@@ -37,7 +38,7 @@ def dump_nvml() -> dict:
         pynvml.nvmlInit()
     except pynvml.NVMLError as error:
         if any(name in type(error).__name__ for name in _ABSENT):
-            raise NoData(f"no NVIDIA driver: {error}") from None
+            raise NoData(f"{NO_DRIVER}: {error}") from None
         raise ProbeFailed(f"NVML initialisation failed: {error}") from None
     try:
         count = pynvml.nvmlDeviceGetCount()
