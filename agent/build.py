@@ -6,14 +6,13 @@ import re
 import time
 
 from nodecheck import specs
-from nodecheck.bench.identity import normal_pci
 from nodecheck.errors import NodecheckError
 from nodecheck.model import Cpu, Gpu, Link, Nic, PathSpec, ProbeOutcome, Report, link_class, link_distance, nvlink_count
+from nodecheck.pci import normal_pci
 from nodecheck.probes import PROBES, ProbeResult, run_probes
 from nodecheck.probes.lstopo import LstopoFacts
 from nodecheck.probes.nics import NicFacts
 from nodecheck.probes.nvml import NvmlFacts
-from nodecheck.probes.pcie import hops_from_report
 from nodecheck.probes.topo import GpuTopology
 from nodecheck.units import natural_key
 
@@ -88,19 +87,11 @@ def _why_no_gpus(results: dict[str, ProbeResult]) -> str:
     return "; ".join(reasons) or "no NVIDIA GPU reported by NVML or nvidia-smi"
 
 
-def normalize_pci(bus_id: str | None) -> str | None:
-    """NVML '00000000:07:00.0' and sysfs/hwloc '0000:07:00.0' -> '0000:07:00.0'."""
-    if not bus_id or bus_id.count(":") != 2:
-        return None
-    domain, rest = bus_id.lower().split(":", 1)
-    return f"{domain[-4:]:0>4}:{rest}"
-
-
 def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | None) -> list[Gpu]:
     indices = sorted({g.index for g in (nvml.gpus if nvml else [])} | {g.index for g in (topo.gpus if topo else [])})
     by_topo = {g.index: g for g in topo.gpus} if topo else {}
     by_nvml = {g.index: g for g in nvml.gpus} if nvml else {}
-    hw_numa = {normalize_pci(g.pci_busid): g.numa_nodes for g in hw.gpus if g.pci_busid} if hw else {}
+    hw_numa = {normal_pci(g.pci_busid): g.numa_nodes for g in hw.gpus if g.pci_busid} if hw else {}
     gpus = []
     for index in indices:
         gpu, t, n = Gpu(index), by_topo.get(index), by_nvml.get(index)
@@ -116,7 +107,7 @@ def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | No
             gpu.cpu_affinity = t.cpu_affinity or gpu.cpu_affinity  # nvidia-smi's view wins: it is what people compare with
             gpu.numa_node = t.numa_affinity[0] if len(t.numa_affinity) == 1 else None
             gpu.gpu_numa_id = t.gpu_numa_id if t.gpu_numa_id is not None else gpu.gpu_numa_id
-        located = hw_numa.get(normalize_pci(gpu.pci_bus_id))
+        located = hw_numa.get(normal_pci(gpu.pci_bus_id))
         if gpu.numa_node is None and located and len(located) == 1:
             gpu.numa_node = located[0]
         gpus.append(gpu)
@@ -229,7 +220,7 @@ def nic_spec(nic: Nic, expected_mbps: int | None) -> PathSpec:
 
 
 def path_specs(report: Report, config=None) -> list[PathSpec]:
-    hops = hops_from_report(report.pcie_paths)
+    hops = report.hops()
     host_specs = {g.index: host_link_spec(g, hops.get(normal_pci(g.pci_bus_id))) for g in report.gpus}
     by_index = {g.index: g for g in report.gpus}
     paths = list(host_specs.values())

@@ -226,7 +226,7 @@ def nccl_log(
     from dataclasses import asdict
 
     from nodecheck.bench.nccl_debug import parse_nccl_debug
-    from nodecheck.model import at_or_above
+    from nodecheck.findings import at_or_above
     from nodecheck.nccl_run import nccl_findings
 
     try:
@@ -298,7 +298,7 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
 
             typer.echo("\n".join(nccl_run_lines(run, [f for f in findings if f.kind.startswith("nccl_")], where,
                                                  verdict_above=measurement is not None)))
-    from nodecheck.model import at_or_above
+    from nodecheck.findings import at_or_above
 
     raise typer.Exit(EXIT_FINDINGS if at_or_above(findings, config.fail_severity) else EXIT_OK)
 

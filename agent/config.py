@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodecheck.errors import ConfigError
-from nodecheck.model import SEVERITIES, Report
+from nodecheck.findings import SEVERITIES
+from nodecheck.model import Report
 
 try:
     import tomllib

@@ -5,7 +5,8 @@ names it in nodecheck_check_unknown."""
 
 from __future__ import annotations
 
-from nodecheck.model import FINDING_KINDS, Report
+from nodecheck.findings import FINDING_KINDS
+from nodecheck.model import Report
 from nodecheck.probes import DISABLED
 
 # The probe each fact-based check reads; the check is unknown when that probe failed or was switched off.
@@ -30,12 +31,11 @@ def unmade_checks(report: Report) -> dict[str, str]:
         if outcome is not None and not outcome.ok and (not outcome.no_data or outcome.error == DISABLED):
             unmade.update({kind: f"probe {probe}: {outcome.error or 'failed'}" for kind in kinds})
     if report.acs_redirects() is None:
-        acs = report.pcie_acs if isinstance(report.pcie_acs, dict) else {}
-        unmade["pcie_acs_redirect"] = str(acs.get("why") or "ACS not read")
-    platform = report.platform if isinstance(report.platform, dict) else None
+        unmade["pcie_acs_redirect"] = (report.pcie_acs and report.pcie_acs.why) or "ACS not read"
+    platform = report.platform
     if platform is None:
         unmade["iommu_translated"] = unmade["gpudirect_rdma_unavailable"] = "platform probe: no data"
-    elif not platform.get("modules_known"):
+    elif not platform.modules_known:
         unmade["gpudirect_rdma_unavailable"] = "kernel modules unknown"
     if not report.measurements:
         unmade.update({kind: "no bandwidth test has run" for kind in MEASURED})

@@ -3,11 +3,16 @@ documented in docs/report-schema.md; bump SCHEMA_VERSION on any incompatible cha
 
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import MISSING, asdict, dataclass, field, fields
+import types
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+
+from nodecheck.findings import SEVERITIES, Finding, at_or_above
+from nodecheck.pci import Hop, normal_pci
 
 SCHEMA_VERSION = 2  # 2: paths and measurements carry scope (and endpoints, ranks); GPUs memory_bytes
-SEVERITIES = ("info", "warning", "error", "critical")
 
 
 # What each link type crosses, nearest first (the nvidia-smi legend). SOC is the pre-2017 name of SYS.
@@ -39,52 +44,6 @@ def link_distance(link_type: str) -> int:
 
 def nvlink_count(link_type: str) -> int | None:
     return int(link_type[2:]) if link_type.startswith("NV") else None
-
-
-
-def at_or_above(findings: list, severity: str) -> list:
-    """The findings at or above `severity`, in their order (what fails a run)."""
-    floor = SEVERITIES.index(severity)
-    return [f for f in findings if SEVERITIES.index(f.severity) >= floor]
-# Every finding kind nodecheck raises, with the figure it puts in a Slurm drain reason ({subject},
-# {measured}, {expected}; {head}: the message up to its first ": "). The rules raise only these
-# (tests/test_finding_kinds.py), docs/report-schema.md lists each, and the exporter publishes one
-# health gauge per kind.
-FINDING_KINDS = {
-    "gpu_count_low": "GPUs {measured} < {expected}",
-    "pcie_downtrained": "{subject} PCIe {measured} < {expected}",
-    "nvlink_inactive": "{subject} NVLinks active {measured} < {expected}",
-    "nvlink_count_low": "{subject} NVLinks {measured} < {expected}",
-    "ecc_disabled": "{subject} ECC off",
-    "row_remap_failed": "{subject} row remapping failed",
-    "row_remap_pending": "{subject} row remapping pending",
-    "gpu_link_changed": "{subject} link {measured} != {expected}",
-    "nic_missing": "{subject} missing",
-    "nic_down": "{subject} {measured} != {expected}",
-    "nic_slow": "{subject} {measured} < {expected}",
-    "nic_speed_unknown": "{subject} speed unknown, {expected} expected",
-    "nic_far_from_gpu": "{head}",
-    "gpudirect_rdma_unavailable": "no GPUDirect RDMA peer-memory module",
-    "iommu_translated": "{subject} IOMMU {measured}",
-    "pcie_hop_narrow": "{subject} PCIe {measured} < {expected}",
-    "pcie_acs_redirect": "{subject} ACS redirects peer traffic",
-    "probe_failed": "{subject} {measured}",
-    "bandwidth_below_spec": "{subject} bandwidth {measured} of spec, {expected} expected",
-    "bandwidth_above_bound": "{subject} {measured} x the rails' bound: fabric misread",
-    "bench_failed": "{head} failed",
-    "bench_wrong_result": "{head} returned wrong data",
-    "nccl_socket_fallback": "NCCL over sockets, RDMA NICs up",
-    "nccl_no_gdr": "NCCL without GPUDirect RDMA",
-    "nccl_p2p_disabled": "NCCL over {measured} inside the node",
-    "nccl_rail_mismatch": "{subject} NCCL on {measured}, nearest {expected}",
-    "nccl_warning": "{head}",
-    # raised by `nodecheck prolog` / `healthcheck` only
-    "check_timed_out": "{subject} timed out after {expected}",
-    "check_failed": "{head}",
-    "peer_unreachable": "{subject} unreachable",
-    "peer_outside_subnet": "{subject} {measured} outside {expected}",
-    "peer_slow": "{subject} round trip {measured}, peers' median {expected}",
-}
 
 
 @dataclass
@@ -160,16 +119,6 @@ class PathSpec:
     def __post_init__(self) -> None:
         if self.scope is None:
             self.scope, self.endpoints, _ = path_identity(self.path)
-
-
-@dataclass
-class Finding:
-    kind: str  # gpu_count_low, pcie_downtrained, nvlink_inactive, ...
-    severity: str  # one of SEVERITIES
-    subject: str  # gpu0, gpu0-gpu1, eth0, node
-    measured: object
-    expected: object
-    message: str  # one line a person can act on
 
 
 @dataclass
@@ -253,6 +202,38 @@ class Nic:
 
 
 @dataclass
+class Platform:
+    """What GPU traffic depends on below the PCIe links, from sysfs and /proc (probes/platform.py)."""
+
+    peer_memory: str | None  # /sys/module/{nvidia_peermem,nv_peer_mem}: the one loaded, None when neither is
+    modules_known: bool  # /sys/module could be listed (a snapshot without it says nothing)
+    iommu: dict[str, str] = field(default_factory=dict)  # /sys/kernel/iommu_groups/N/{devices/ADDRESS,type}
+    iommu_cmdline: list[str] = field(default_factory=list)  # /proc/cmdline: iommu=pt, intel_iommu=on ...
+    # /proc/driver/nvidia/version: NVIDIA's open kernel modules; None when it is unreadable. With Linux >= 5.12
+    # they give GPUDirect RDMA through DMA-BUF, without a peer-memory module (NCCL >= 2.13 uses it by itself).
+    open_kernel_modules: bool | None = None
+    kernel: str | None = None  # uname's release
+    dma_buf: bool | None = None  # open_kernel_modules on kernel >= 5.12; None when either is unknown
+    gpudirect: str | None = None  # derived: the peer-memory module, else "dma-buf" when possible
+
+    def __post_init__(self) -> None:
+        self.gpudirect = self.peer_memory or ("dma-buf" if self.dma_buf else None)
+
+    def iommu_modes(self) -> dict[str | None, str]:
+        """Normalized PCI address -> its IOMMU group's type (identity, DMA, DMA-FQ)."""
+        return {normal_pci(bdf): kind for bdf, kind in self.iommu.items()}
+
+
+@dataclass
+class PcieAcs:
+    """ACS of the PCIe bridges, from `lspci -D -vvv` ACSCtl lines (probes/acs.py)."""
+
+    known: bool  # ACS could be read: root, lspci present and answering
+    why: str | None = None  # why it is unknown
+    redirect: dict[str, bool] = field(default_factory=dict)  # ACS-capable bridge's address -> P2P redirect on
+
+
+@dataclass
 class Report:
     generated_at: float
     source: str
@@ -268,9 +249,9 @@ class Report:
     advice: list[dict] = field(default_factory=list)
     measurements: list[Measurement] = field(default_factory=list)
     measured_at: float | None = None  # when the measurements were taken (`bench`, or the daemon's last bench run)
-    platform: dict | None = None  # GPUDirect RDMA's peer-memory module, IOMMU group types (probes/platform.py)
-    pcie_paths: dict | None = None  # GPU and NIC PCI address -> its hops up to the root port (probes/pcie.py)
-    pcie_acs: dict | None = None  # ACS P2P redirect per bridge, or why it is unknown (probes/acs.py)
+    platform: Platform | None = None
+    pcie_paths: dict[str, list[Hop]] | None = None  # GPU and NIC PCI address -> its hops, the device first (probes/pcie.py)
+    pcie_acs: PcieAcs | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
@@ -280,26 +261,17 @@ class Report:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Report":
-        """A Report from its JSON form (`inspect --json`, `bench --json`), earlier schema versions too:
-        a field they lack takes its default (None where it has none), scopes come from the paths.
+        """A Report from its JSON form (`inspect --json`, `bench --json`), earlier schema versions too, read
+        by the field types alone: a key a later version adds is dropped, one an earlier lacks takes its
+        default (None, [] or {} where it has none); scopes come from the paths. A section of what a source
+        read (platform, pcie_paths, pcie_acs, cpu) that is not its shape is dropped, as if not read.
         ValueError when the document is not a Report's shape."""
         if not isinstance(data, dict):
             raise ValueError("a Report is a JSON object")
-        nics = [_record(Nic, raw) for raw in _list(data, "nics")]
-        for nic in nics:
-            nic.ib_ports = [_record(IbPort, raw) for raw in (nic.ib_ports or [])]
-        cpu = data.get("cpu")
-        return cls(
-            generated_at=data.get("generated_at") or 0.0, source=str(data.get("source") or ""),
-            node=dict(data.get("node") or {}), probes=[_record(ProbeOutcome, r) for r in _list(data, "probes")],
-            cpu=_record(Cpu, cpu) if cpu else None, gpus=[_record(Gpu, r) for r in _list(data, "gpus")],
-            gpus_absent_reason=data.get("gpus_absent_reason"), nics=nics, links=[_record(Link, r) for r in _list(data, "links")],
-            paths=[_record(PathSpec, r) for r in _list(data, "paths")],
-            findings=[_record(Finding, r) for r in _list(data, "findings")], advice=_list(data, "advice"),
-            measurements=[_record(Measurement, r) for r in _list(data, "measurements")], measured_at=data.get("measured_at"),
-            platform=data.get("platform") if isinstance(data.get("platform"), dict) else None,
-            pcie_paths=data.get("pcie_paths") if isinstance(data.get("pcie_paths"), dict) else None,
-            pcie_acs=data.get("pcie_acs") if isinstance(data.get("pcie_acs"), dict) else None)
+        report = _record(cls, data)
+        report.generated_at, report.source = report.generated_at or 0.0, report.source or ""
+        report.schema_version = SCHEMA_VERSION  # read into today's shape
+        return report
 
     def fails(self, fail_severity: str) -> bool:
         """A finding at or above `fail_severity` (the CLI's exit code 1)."""
@@ -310,21 +282,19 @@ class Report:
         return [n for n in self.nics if n.rdma_device and any(p.state == "ACTIVE" for p in n.ib_ports)]
 
     def acs_redirects(self) -> dict[str, bool] | None:
-        """Bridge PCI address -> ACS P2P redirect on, as probes/acs.py read it; None when ACS is unknown (not
-        root, no lspci, a snapshot from before nodecheck ran it) or the record is malformed."""
-        acs = self.pcie_acs if isinstance(self.pcie_acs, dict) else {}
-        redirect = acs.get("redirect")
-        if not acs.get("known") or not isinstance(redirect, dict):
+        """Normalized bridge PCI address -> ACS P2P redirect on; None when ACS is unknown (not root, no lspci,
+        a snapshot from before nodecheck ran it)."""
+        if self.pcie_acs is None or not self.pcie_acs.known:
             return None
-        return {str(bdf): on is True for bdf, on in redirect.items()}
+        return {normal_pci(bdf) or bdf: on for bdf, on in self.pcie_acs.redirect.items()}
 
-    def iommu_modes(self) -> dict[str | None, object]:
-        """Normalized PCI address -> its IOMMU group's type (identity, DMA, DMA-FQ), as probes/platform.py read it."""
-        from nodecheck.bench.identity import normal_pci
+    def iommu_modes(self) -> dict[str | None, str]:
+        """Normalized PCI address -> its IOMMU group's type; {} when the platform was not read."""
+        return self.platform.iommu_modes() if self.platform else {}
 
-        platform = self.platform if isinstance(self.platform, dict) else {}
-        groups = platform.get("iommu") if isinstance(platform.get("iommu"), dict) else {}
-        return {normal_pci(k): v for k, v in groups.items() if isinstance(k, str)}
+    def hops(self) -> dict[str | None, list[Hop]]:
+        """Normalized PCI address of a GPU or NIC -> its PCIe hops, the device first; {} when not read."""
+        return {normal_pci(bdf): hops for bdf, hops in (self.pcie_paths or {}).items()}
 
     def path_spec(self, path: str) -> PathSpec | None:
         """The spec of one path ("gpu0:host", "gpu0:gpu1", "nic:eth0"), None when the Report has none."""
@@ -335,22 +305,69 @@ class Report:
         return SEVERITIES[max(ranks)] if ranks else None
 
 
-def _list(data: dict, key: str) -> list:
-    value = data.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ValueError(f"{key}: expected a list")
-    return value
+# What a source read, dropped when malformed (a hostile snapshot's value is as good as none); a malformed
+# list of GPUs, NICs or measurements refuses the whole document instead.
+_LENIENT = {(Report, "platform"), (Report, "pcie_paths"), (Report, "pcie_acs"), (Report, "cpu")}
 
 
 def _record(kind, raw):
-    """One dataclass from its JSON object: unknown keys (a later version's) dropped, missing ones None."""
+    """One dataclass from its JSON object, each field decoded by its type: unknown keys dropped, a missing
+    one takes its default (None, [] or {} where it has none). ValueError on a value of the wrong shape."""
     if not isinstance(raw, dict):
         raise ValueError(f"{kind.__name__}: expected an object, got {type(raw).__name__}")
-    known = {f.name: f for f in fields(kind)}
-    values = {k: v for k, v in raw.items() if k in known}
-    for name, spec in known.items():
-        if name not in values and spec.default is MISSING and spec.default_factory is MISSING:  # required
-            values[name] = None
+    hints = _hints(kind)
+    values = {}
+    for spec in fields(kind):
+        value = raw.get(spec.name)
+        if value is None:
+            if spec.default is MISSING and spec.default_factory is MISSING:  # required: its empty value
+                values[spec.name] = _empty(hints[spec.name])
+            continue
+        try:
+            values[spec.name] = _decode(hints[spec.name], value, f"{kind.__name__}.{spec.name}")
+        except ValueError:
+            if (kind, spec.name) not in _LENIENT:
+                raise
     return kind(**values)
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(kind) -> dict:
+    return typing.get_type_hints(kind)
+
+
+def _empty(hint):
+    origin = typing.get_origin(hint)
+    return [] if origin is list or hint is list else {} if origin is dict or hint is dict else None
+
+
+def _decode(hint, value, where: str):
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _decode(arg, value, where)
+            except ValueError as error:
+                errors.append(str(error))
+        raise ValueError("; ".join(errors))
+    if is_dataclass(hint):
+        return _record(hint, value)
+    if origin is list or hint is list:
+        if not isinstance(value, list):
+            raise ValueError(f"{where}: expected a list, got {type(value).__name__}")
+        return [_decode(args[0], v, where) for v in value] if args else value
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"{where}: expected an object, got {type(value).__name__}")
+        if not args:
+            return value
+        return {_decode(args[0], k, where): _decode(args[1], v, where) for k, v in value.items()}
+    if hint is object:
+        return value
+    allowed = (int, float) if hint is float else (hint,)
+    if not isinstance(value, allowed) or (isinstance(value, bool) and hint is not bool):
+        raise ValueError(f"{where}: expected {hint.__name__}, got {type(value).__name__}")
+    return value

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from nodecheck.model import Finding, link_family
+from nodecheck.findings import Finding
+from nodecheck.model import link_family
 
 MAX_HOSTS, MAX_NET_DEVICES = 1024, 64
 

@@ -19,8 +19,8 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from nodecheck.errors import NoData, NodecheckError
+from nodecheck.findings import FINDING_KINDS, SEVERITIES, Finding, at_or_above
 from nodecheck.host import run_until
-from nodecheck.model import FINDING_KINDS, SEVERITIES, Finding, at_or_above
 from nodecheck.slurm import MAX_REASON, REASON_PREFIX, NodeState
 
 SCONTROL_SHARE = 0.2  # of the budget, kept back from the checks for the drain or resume call

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from nodecheck.config import ProximityPolicy  # noqa: F401 (where callers found it)
 from nodecheck.errors import NoData, NodecheckError, ParseError
+from nodecheck.findings import Finding
 from nodecheck.host import run_until
-from nodecheck.model import Finding
 
 
 @dataclass

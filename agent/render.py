@@ -14,6 +14,7 @@ from rich.text import Text
 
 from nodecheck.errors import NodecheckError, install_extra
 from nodecheck.model import Report, link_distance
+from nodecheck.pci import normal_pci
 from nodecheck.units import format_bits, format_path_rate, format_rate, natural_key
 
 _SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "error": "red", "critical": "bold red"}
@@ -226,16 +227,14 @@ def _nics(console: Console, report: Report) -> None:
 def platform_lines(report: Report) -> list[str]:
     """What peer-to-peer and GPUDirect traffic depend on: the peer-memory module, the IOMMU mode of the GPUs'
     and NICs' groups, ACS on the PCIe bridges; each said as known, or why it is not."""
-    from nodecheck.bench.identity import normal_pci
-
     lines = []
-    platform = report.platform if isinstance(report.platform, dict) else None
+    platform = report.platform
     if platform is not None:
-        module = platform.get("peer_memory")
+        module = platform.peer_memory
         dma_buf = {True: "DMA-BUF possible (open kernel modules, Linux >= 5.12)", False: "no DMA-BUF",
-                   None: "DMA-BUF unknown"}.get(platform.get("dma_buf"), "DMA-BUF unknown")
+                   None: "DMA-BUF unknown"}[platform.dma_buf]
         lines.append("GPUDirect RDMA: " + (f"{module} loaded" if module else
-                     f"no peer-memory module (nvidia_peermem, nv_peer_mem); {dma_buf}" if platform.get("modules_known")
+                     f"no peer-memory module (nvidia_peermem, nv_peer_mem); {dma_buf}" if platform.modules_known
                      else "unknown"))
         groups = report.iommu_modes()
         devices = [(f"gpu{g.index}", g.pci_bus_id) for g in report.gpus] + [(n.name, n.pci_address) for n in report.nics
@@ -245,11 +244,11 @@ def platform_lines(report: Report) -> list[str]:
             modes.setdefault(str(groups.get(normal_pci(pci), "no IOMMU group")), []).append(name)
         if modes:
             lines.append("IOMMU: " + "; ".join(f"{mode} ({', '.join(names)})" for mode, names in sorted(modes.items())))
-    acs = report.pcie_acs if isinstance(report.pcie_acs, dict) else None
+    acs = report.pcie_acs
     if acs is not None:
         redirect = report.acs_redirects() or {}
         on = sorted(bdf for bdf, value in redirect.items() if value)
-        lines.append("ACS: " + (str(acs.get("why")) if not acs.get("known") else
+        lines.append("ACS: " + (str(acs.why) if not acs.known else
                                 f"P2P redirect on {', '.join(on)}" if on else
                                 f"no P2P redirect ({len(redirect)} ACS-capable bridge(s) read)"))
     return lines

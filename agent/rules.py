@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 
 from nodecheck.config import Config
-from nodecheck.model import Finding, Report, link_family
-from nodecheck.probes.pcie import hops_from_report
+from nodecheck.findings import Finding
+from nodecheck.model import Report, link_family
+from nodecheck.pci import narrow_hops, normal_pci
 from nodecheck.specs import BUSY_UTILIZATION
 from nodecheck.units import format_bits, format_path_rate
 
@@ -29,7 +30,7 @@ def evaluate(report: Report, config: Config | None) -> list[Finding]:
     findings += _nics(report, config)
     findings += _far_nics(report)
     findings += _platform(report)
-    paths = hops_from_report(report.pcie_paths)  # both checks walk the same PCIe paths
+    paths = report.hops()  # both checks walk the same PCIe paths
     findings += _pcie_hops(report, paths)
     findings += _acs_redirect(report, paths)
     return findings
@@ -253,8 +254,6 @@ def _pcie_hops(report: Report, paths: dict) -> list[Finding]:
     """A link on a GPU's or NIC's PCIe path (a switch port, a riser, the root port) trained narrower than
     both its ends allow, named once per link with every device behind it. A GPU's own link is NVML's to
     judge (pcie_downtrained)."""
-    from nodecheck.bench.identity import normal_pci
-    from nodecheck.probes.pcie import narrow_hops
 
     devices = [(f"gpu{g.index}", normal_pci(g.pci_bus_id), True) for g in report.gpus]
     devices += [(n.name, normal_pci(n.pci_address), False) for n in report.nics if n.pci_address]
@@ -273,9 +272,7 @@ def _acs_redirect(report: Report, paths: dict) -> list[Finding]:
     """For every GPU pair and GPU-RDMA NIC pair under a common switch, the bridges between them (the ports
     below the switch's upstream port where each one's traffic enters it): one with ACS P2P request or
     completion redirect on sends their peer traffic up to the root complex. Named once per bridge."""
-    from nodecheck.bench.identity import normal_pci
-
-    redirect = {normal_pci(bdf): on for bdf, on in (report.acs_redirects() or {}).items()}
+    redirect = report.acs_redirects() or {}
     if not any(redirect.values()):
         return []
     chains = {bdf: [hop.bdf for hop in hops] for bdf, hops in paths.items()}
@@ -304,15 +301,14 @@ def _acs_redirect(report: Report, paths: dict) -> list[Finding]:
 def _platform(report: Report) -> list[Finding]:
     """GPUDirect RDMA without its peer-memory module, and IOMMU translation on a GPU's or an RDMA NIC's
     group (NCCL's troubleshooting guide: both slow or break inter-node and peer-to-peer traffic)."""
-    from nodecheck.bench.identity import normal_pci
     from nodecheck.probes.platform import TRANSLATED
 
-    facts = report.platform or {}
+    facts = report.platform
     findings = []
     rdma = report.rdma_nics_up()
-    if report.gpus and rdma and facts.get("modules_known") and not facts.get("peer_memory") and facts.get("dma_buf") is not True:
-        why = "and the driver's proprietary kernel modules" if facts.get("open_kernel_modules") is False else \
-            f"and kernel {facts.get('kernel')} is older than 5.12" if facts.get("dma_buf") is False else \
+    if report.gpus and rdma and facts and facts.modules_known and not facts.peer_memory and facts.dma_buf is not True:
+        why = "and the driver's proprietary kernel modules" if facts.open_kernel_modules is False else \
+            f"and kernel {facts.kernel} is older than 5.12" if facts.dma_buf is False else \
             "and DMA-BUF support is unknown"
         findings.append(Finding("gpudirect_rdma_unavailable", "warning", "node", "not loaded", "nvidia_peermem",
                                 f"GPUDirect RDMA: neither nvidia_peermem nor nv_peer_mem is loaded, {why} cannot give NICs "
@@ -323,7 +319,7 @@ def _platform(report: Report) -> list[Finding]:
     for subject, pci in devices:
         kind = groups.get(normal_pci(pci))
         if kind in TRANSLATED:
-            cmdline = " ".join(facts.get("iommu_cmdline") or []) or "no iommu parameter"
+            cmdline = " ".join(facts.iommu_cmdline if facts else []) or "no iommu parameter"
             findings.append(Finding("iommu_translated", "warning", subject, kind, "identity",
                                     f"{subject}'s IOMMU group translates its DMA ({kind}; kernel command line: {cmdline}): "
                                     "peer-to-peer and RDMA traffic pays for it; boot with iommu=pt (or the group in "

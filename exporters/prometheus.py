@@ -18,7 +18,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from nodecheck import __version__
 from nodecheck.config import DEFAULT_VIRTUAL_NICS
 from nodecheck.coverage import unmade_checks
-from nodecheck.model import FINDING_KINDS, SEVERITIES, Report
+from nodecheck.findings import FINDING_KINDS, SEVERITIES
+from nodecheck.model import Report
 
 TEXTFILE_NAME = "nodecheck.prom"
 
@@ -105,8 +106,8 @@ def _links_and_nics(report: Report, virtual_nics) -> Iterator[Metric]:
     left_out = {f"nic:{n.name}" for n in report.nics} - {f"nic:{n.name}" for n in nics}
     yield _gauge("nodecheck_path_spec_bytes_per_second", "Theoretical unidirectional rate of each path.", ["path", "kind"],
                  [([p.path, p.kind], p.bytes_per_second) for p in report.paths if p.path not in left_out])
-    platform = report.platform or {}
-    loaded = None if not platform.get("modules_known") else int(bool(platform.get("peer_memory")))
+    platform = report.platform
+    loaded = int(bool(platform.peer_memory)) if platform and platform.modules_known else None
     yield _gauge("nodecheck_gpudirect_peer_memory_loaded", "GPUDirect RDMA's peer-memory module is loaded (absent: unknown).",
                  [], [([], loaded)])
     redirect = report.acs_redirects()

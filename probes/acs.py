@@ -11,10 +11,11 @@ excerpts without device lines, quoted-printable mail (`=3D`, soft breaks), markd
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 from nodecheck.errors import NoData, NotRecorded, ParseError, ProbeFailed, TimedOut
 from nodecheck.limits import MAX_COMMAND_OUTPUT
+from nodecheck.model import PcieAcs
 from nodecheck.probes.base import Probe
 
 ARGV = ["lspci", "-D", "-vvv"]
@@ -118,14 +119,7 @@ def _has(device: PciDevice, field: str) -> bool:
             "LnkSta": device.link_width is not None}[field]
 
 
-@dataclass
-class AcsFacts:
-    known: bool  # ACS could be read (root, lspci present and answering)
-    why: str | None = None  # why it is unknown
-    redirect: dict[str, bool] = field(default_factory=dict)  # bridge PCI address -> P2P redirect on; ACS-capable only
-
-
-def collect(host, timeout: float) -> AcsFacts:
+def collect(host, timeout: float) -> PcieAcs:
     """A missing, failing or hung lspci is a named unknown, never a probe failure: ACS is a diagnosis, not a
     health fact, and a node is not unhealthy for lacking pciutils."""
     try:
@@ -133,19 +127,19 @@ def collect(host, timeout: float) -> AcsFacts:
     except NotRecorded:
         raise  # a snapshot from before nodecheck read ACS: no data, as for every source
     except NoData as error:
-        return AcsFacts(False, f"unknown: lspci is not installed (pciutils): {error}")
+        return PcieAcs(False, f"unknown: lspci is not installed (pciutils): {error}")
     except TimedOut:
-        return AcsFacts(False, f"unknown: lspci did not answer within {timeout:g} s")
+        return PcieAcs(False, f"unknown: lspci did not answer within {timeout:g} s")
     except ProbeFailed as error:
-        return AcsFacts(False, f"unknown: {error}")
+        return PcieAcs(False, f"unknown: {error}")
     devices = [d for d in parse_lspci(text) if d.bdf]
     if any(d.access_denied for d in devices):
-        return AcsFacts(False, NEEDS_ROOT)
-    return AcsFacts(True, None, {d.bdf: bool(d.acs_redirect) for d in devices if d.acs_ctl is not None})
+        return PcieAcs(False, NEEDS_ROOT)
+    return PcieAcs(True, None, {d.bdf: bool(d.acs_redirect) for d in devices if d.acs_ctl is not None})
 
 
-def fill(report, facts: AcsFacts) -> None:
-    report.pcie_acs = asdict(facts)
+def fill(report, facts: PcieAcs) -> None:
+    report.pcie_acs = facts
 
 
 PROBE = Probe("pcie_acs", collect, 5.0, fill)

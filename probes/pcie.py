@@ -9,9 +9,9 @@ Widths only: an idle link lowers its speed to save power (an idle GPU sits at 2.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
 
 from nodecheck.errors import NoData
+from nodecheck.pci import Hop
 from nodecheck.probes.base import Probe
 from nodecheck.units import to_int
 
@@ -20,15 +20,6 @@ DEVICE_CLASSES = ("0x0300", "0x0302", "0x0200", "0x0207")  # VGA, 3D controller 
 MAX_DEVICES = 4096
 MAX_DEPTH = 16  # hops from a device to its root port: real trees have two to six
 _WIDTHS = (1, 2, 4, 8, 12, 16, 32)
-
-
-@dataclass
-class Hop:
-    bdf: str
-    width: int | None  # lanes its upstream link trained at (current_link_width)
-    width_max: int | None  # lanes it can train at (max_link_width)
-    speed: str | None  # as sysfs prints it: "32.0 GT/s PCIe"
-    speed_max: str | None
 
 
 def collect(host, timeout: float) -> dict[str, list[Hop]]:
@@ -59,39 +50,8 @@ def _hop(host, bdf: str) -> Hop:
     return Hop(bdf, lanes("current_link_width"), lanes("max_link_width"), read("current_link_speed"), read("max_link_speed"))
 
 
-def hops_from_report(raw) -> dict[str, list[Hop]]:
-    """Report.pcie_paths back to Hops, dropping what is not a hop's shape (a Report read from a file is
-    untrusted): {normalized PCI address: hops}."""
-    from nodecheck.bench.identity import normal_pci
-
-    def value(hop: dict, key: str, kind: type):
-        got = hop.get(key)
-        return got if isinstance(got, kind) and not isinstance(got, bool) else None
-
-    paths = {}
-    for bdf, hops in (raw.items() if isinstance(raw, dict) else ()):
-        chain = [Hop(normal_pci(h["bdf"]), value(h, "width", int), value(h, "width_max", int), value(h, "speed", str),
-                     value(h, "speed_max", str))
-                 for h in (hops if isinstance(hops, list) else ()) if isinstance(h, dict) and isinstance(h.get("bdf"), str)]
-        if isinstance(bdf, str) and normal_pci(bdf) and chain:
-            paths[normal_pci(bdf)] = chain
-    return paths
-
-
-def narrow_hops(hops: list[Hop]) -> list[tuple[int, Hop, int]]:
-    """(position, hop, lanes it could have) for every hop whose upstream link trained narrower than both
-    ends allow: min(its own max, the max of the port above it). A x8 card in a x16 slot is not narrow."""
-    out = []
-    for position, hop in enumerate(hops):
-        above = hops[position + 1] if position + 1 < len(hops) else None
-        capable = min(w for w in (hop.width_max, above.width_max if above else None) if w) if hop.width_max else None
-        if hop.width and capable and hop.width < capable:
-            out.append((position, hop, capable))
-    return out
-
-
 def fill(report, paths: dict[str, list[Hop]]) -> None:
-    report.pcie_paths = {bdf: [asdict(h) for h in hops] for bdf, hops in paths.items()}
+    report.pcie_paths = paths
 
 
 PROBE = Probe("pcie_paths", collect, 5.0, fill)

@@ -7,9 +7,9 @@ snapshot records them."""
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
 
 from nodecheck.errors import NoData
+from nodecheck.model import Platform
 from nodecheck.probes.base import Probe
 
 PEER_MEMORY_MODULES = ("nvidia_peermem", "nv_peer_mem")
@@ -18,24 +18,7 @@ _IOMMU_PARAMS = ("iommu", "intel_iommu", "amd_iommu", "iommu.passthrough", "iomm
 MAX_GROUPS = 4096
 
 
-@dataclass
-class PlatformFacts:
-    peer_memory: str | None  # the loaded peer-memory module, None when neither is
-    modules_known: bool  # /sys/module could be listed (a snapshot without it says nothing)
-    iommu: dict[str, str] = field(default_factory=dict)  # PCI address -> its IOMMU group's type
-    iommu_cmdline: list[str] = field(default_factory=list)  # iommu=pt, intel_iommu=on ...
-    # GPUDirect RDMA without a peer-memory module: DMA-BUF, which needs NVIDIA's open kernel modules and
-    # Linux >= 5.12 (NCCL >= 2.13 uses it by itself). None when the driver's version file is unreadable.
-    open_kernel_modules: bool | None = None
-    kernel: str | None = None
-    dma_buf: bool | None = None
-
-    @property
-    def gpudirect(self) -> str | None:
-        return self.peer_memory or ("dma-buf" if self.dma_buf else None)
-
-
-def collect(host, timeout: float) -> PlatformFacts:
+def collect(host, timeout: float) -> Platform:
     modules = set(host.list_dir("/sys/module"))
     cmdline = host.read_text("/proc/cmdline")
     if not modules and cmdline is None:
@@ -49,7 +32,7 @@ def collect(host, timeout: float) -> PlatformFacts:
     driver = host.read_text("/proc/driver/nvidia/version")
     open_modules = None if driver is None else "Open Kernel Module" in driver
     kernel = str(host.identity().get("kernel") or "")[:64] or None
-    return PlatformFacts(peer_memory, bool(modules), iommu, parse_cmdline(cmdline or ""), open_modules, kernel,
+    return Platform(peer_memory, bool(modules), iommu, parse_cmdline(cmdline or ""), open_modules, kernel,
                          dma_buf_capable(open_modules, kernel))
 
 
@@ -66,8 +49,8 @@ def parse_cmdline(text: str) -> list[str]:
     return [word for word in text.split() if word.split("=", 1)[0] in _IOMMU_PARAMS][:32]
 
 
-def fill(report, facts: PlatformFacts) -> None:
-    report.platform = dict(asdict(facts), gpudirect=facts.gpudirect)
+def fill(report, facts: Platform) -> None:
+    report.platform = facts
 
 
 PROBE = Probe("platform", collect, 5.0, fill)

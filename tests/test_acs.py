@@ -14,6 +14,7 @@ from helpers import fake_executable
 from test_pcie_paths import switch_node
 
 from nodecheck.host import LiveHost
+from nodecheck.model import PcieAcs
 from nodecheck.probes.acs import NEEDS_ROOT, collect, parse_lspci
 from nodecheck.rules import evaluate
 
@@ -129,7 +130,7 @@ def test_redirect_on_the_switch_ports_between_two_gpus_is_named_per_port(tmp_pat
     assert [(f.subject, f.severity) for f in findings] == [("pci:0000:17:00.0", "warning"), ("pci:0000:17:01.0", "warning")]
     assert "gpu0-gpu1 go through the CPU" in findings[0].message
     assert "pci=disable_acs_redir=0000:17:00.0" in findings[0].message
-    assert report.pcie_acs == {"known": True, "why": None, "redirect": {"0000:17:00.0": True, "0000:17:01.0": True}}
+    assert report.pcie_acs == PcieAcs(True, None, {"0000:17:00.0": True, "0000:17:01.0": True})
 
 
 def test_acs_off_or_unread_raises_nothing(tmp_path):
@@ -138,7 +139,7 @@ def test_acs_off_or_unread_raises_nothing(tmp_path):
     assert findings == [] and report.pcie_acs is None
     denied = lspci_for_switch(redirect=True).replace("\tCapabilities: [220 v1]", "\tCapabilities: <access denied>\n\t\t#")
     report, findings = acs_findings(tmp_path / "denied", denied)
-    assert findings == [] and report.pcie_acs["why"] == NEEDS_ROOT
+    assert findings == [] and report.pcie_acs.why == NEEDS_ROOT
 
 
 def test_a_hostile_snapshot_value_is_ignored():

@@ -6,7 +6,7 @@ import re
 
 from conftest import REPO
 
-from nodecheck.model import FINDING_KINDS
+from nodecheck.findings import FINDING_KINDS
 
 
 def raised_kinds() -> dict[str, str]:

@@ -13,7 +13,7 @@ PACKAGES = {"agent": "nodecheck", "probes": "nodecheck.probes", "exporters": "no
 # lowest first
 LAYERS = [
     ("bottom", ["nodecheck", "nodecheck.errors", "nodecheck.units", "nodecheck.limits", "nodecheck.specs",
-                "nodecheck.pairing", "nodecheck.bench.ifnames", "nodecheck.bench.identity"]),
+                "nodecheck.pairing", "nodecheck.pci", "nodecheck.findings"]),
     ("model", ["nodecheck.model"]),
     ("host", ["nodecheck.host", "nodecheck.snapshot"]),
     ("probes", ["nodecheck.probes"]),

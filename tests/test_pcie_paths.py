@@ -7,7 +7,8 @@ from conftest import hgx_nvml, make_snapshot, nodecheck
 
 from nodecheck.build import build_report
 from nodecheck.host import LiveHost
-from nodecheck.probes.pcie import Hop, collect, narrow_hops
+from nodecheck.pci import Hop, narrow_hops
+from nodecheck.probes.pcie import collect
 from nodecheck.snapshot import SnapshotHost
 
 
@@ -44,8 +45,7 @@ def tree(snap, devices: dict[str, tuple]):
 def test_the_h100_nodes_gpu_sits_under_the_root_complex_at_full_width(tmp_path):
     """sysfs.txt of the H100 VM: 0000:00:06.0, class 0x030200, 32 GT/s x16 of x16, parent pci0000:00."""
     report = tree(make_snapshot(tmp_path / "h100"), {"0000:00:06.0": ("0x030200", "pci0000:00/0000:00:06.0", 16, 16)})
-    assert report.pcie_paths["0000:00:06.0"] == [{"bdf": "0000:00:06.0", "width": 16, "width_max": 16,
-                                                  "speed": "32.0 GT/s PCIe", "speed_max": None}]
+    assert report.pcie_paths["0000:00:06.0"] == [Hop("0000:00:06.0", 16, 16, "32.0 GT/s PCIe", None)]
     assert not [f for f in report.findings if f.kind == "pcie_hop_narrow"]
 
 
@@ -71,7 +71,7 @@ def test_a_switch_uplink_at_x8_is_named_once_with_every_gpu_behind_it(tmp_path):
     (finding,) = [f for f in report.findings if f.kind == "pcie_hop_narrow"]
     assert (finding.subject, finding.measured, finding.expected, finding.severity) == ("pci:0000:16:00.0", "x8", "x16", "error")
     assert "gpu0, gpu1 behind it get 50%" in finding.message
-    assert [h["bdf"] for h in report.pcie_paths["0000:18:00.0"]] == ["0000:18:00.0", "0000:17:00.0", "0000:16:00.0", "0000:00:01.0"]
+    assert [h.bdf for h in report.pcie_paths["0000:18:00.0"]] == ["0000:18:00.0", "0000:17:00.0", "0000:16:00.0", "0000:00:01.0"]
 
 
 def test_a_healthy_switch_tree_raises_nothing(tmp_path):

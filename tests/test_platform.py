@@ -92,15 +92,15 @@ def test_dma_buf_stands_in_for_the_peer_memory_module(tmp_path):
     no finding without nvidia_peermem. The proprietary modules, an older kernel, or an unknown driver do not."""
     base = ["nvidia", "mlx5_core"]
     report = with_platform(tmp_path / "a", base, {}, driver=H100_OPEN, kernel="6.8.0-45-generic")
-    assert kinds(report) == [] and report.platform["gpudirect"] == "dma-buf"
+    assert kinds(report) == [] and report.platform.gpudirect == "dma-buf"
     proprietary = with_platform(tmp_path / "b", base, {}, driver=PROPRIETARY, kernel="6.8.0-45-generic")
     assert kinds(proprietary) == [("gpudirect_rdma_unavailable", "node")]
     (finding,) = [f for f in proprietary.findings if f.kind == "gpudirect_rdma_unavailable"]
     assert "proprietary kernel modules" in finding.message
     old = with_platform(tmp_path / "c", base, {}, driver=H100_OPEN, kernel="5.4.0-216-generic")
-    assert kinds(old) == [("gpudirect_rdma_unavailable", "node")] and old.platform["dma_buf"] is False
+    assert kinds(old) == [("gpudirect_rdma_unavailable", "node")] and old.platform.dma_buf is False
     loaded = with_platform(tmp_path / "d", [*base, "nvidia_peermem"], {}, driver=PROPRIETARY, kernel="5.4.0")
-    assert loaded.platform["gpudirect"] == "nvidia_peermem"
+    assert loaded.platform.gpudirect == "nvidia_peermem"
 
 
 def test_dma_buf_capability():

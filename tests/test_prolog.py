@@ -17,7 +17,7 @@ from helpers import fake_executable
 from nodecheck.build import build_report
 from nodecheck.config import Config, PrologSettings
 from nodecheck.errors import NoData, ParseError
-from nodecheck.model import Finding
+from nodecheck.findings import Finding
 from nodecheck.prolog import Verdict, _run_bounded, drain_reason, failing_findings, plan_action, skip_reason
 from nodecheck.slurm import NodeState, parse_node, slurm_env
 from nodecheck.snapshot import SnapshotHost

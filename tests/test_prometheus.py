@@ -10,7 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from nodecheck.build import build_report
 from nodecheck.config import Config
 from nodecheck.exporters.prometheus import write_textfile
-from nodecheck.model import FINDING_KINDS, Measurement
+from nodecheck.findings import FINDING_KINDS
+from nodecheck.model import Measurement
 from nodecheck.snapshot import SnapshotHost
 
 

@@ -5,13 +5,7 @@ bus id, and only as a last resort by index, saying which it did."""
 
 from __future__ import annotations
 
-
-def normal_pci(bus_id: str | None) -> str | None:
-    """'00000000:1B:00.0' (NVML) and '0000:1b:00.0' (sysfs) -> '0000:1b:00.0'."""
-    if not bus_id or ":" not in bus_id:
-        return None
-    domain, _, rest = bus_id.strip().lower().partition(":")
-    return f"{int(domain, 16):04x}:{rest}" if all(c in "0123456789abcdef" for c in domain) and domain else None
+from nodecheck.pci import normal_pci
 
 
 def normal_uuid(uuid: str | None) -> str | None:

@@ -1,0 +1,65 @@
+"""What the rules raise: a Finding, its severities, and every kind with the figure it puts in a Slurm
+drain reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SEVERITIES = ("info", "warning", "error", "critical")
+
+
+def at_or_above(findings: list, severity: str) -> list:
+    """The findings at or above `severity`, in their order (what fails a run)."""
+    floor = SEVERITIES.index(severity)
+    return [f for f in findings if SEVERITIES.index(f.severity) >= floor]
+
+
+# Every finding kind nodecheck raises, with the figure it puts in a Slurm drain reason ({subject},
+# {measured}, {expected}; {head}: the message up to its first ": "). The rules raise only these
+# (tests/test_finding_kinds.py), docs/report-schema.md lists each, and the exporter publishes one
+# health gauge per kind.
+FINDING_KINDS = {
+    "gpu_count_low": "GPUs {measured} < {expected}",
+    "pcie_downtrained": "{subject} PCIe {measured} < {expected}",
+    "nvlink_inactive": "{subject} NVLinks active {measured} < {expected}",
+    "nvlink_count_low": "{subject} NVLinks {measured} < {expected}",
+    "ecc_disabled": "{subject} ECC off",
+    "row_remap_failed": "{subject} row remapping failed",
+    "row_remap_pending": "{subject} row remapping pending",
+    "gpu_link_changed": "{subject} link {measured} != {expected}",
+    "nic_missing": "{subject} missing",
+    "nic_down": "{subject} {measured} != {expected}",
+    "nic_slow": "{subject} {measured} < {expected}",
+    "nic_speed_unknown": "{subject} speed unknown, {expected} expected",
+    "nic_far_from_gpu": "{head}",
+    "gpudirect_rdma_unavailable": "no GPUDirect RDMA peer-memory module",
+    "iommu_translated": "{subject} IOMMU {measured}",
+    "pcie_hop_narrow": "{subject} PCIe {measured} < {expected}",
+    "pcie_acs_redirect": "{subject} ACS redirects peer traffic",
+    "probe_failed": "{subject} {measured}",
+    "bandwidth_below_spec": "{subject} bandwidth {measured} of spec, {expected} expected",
+    "bandwidth_above_bound": "{subject} {measured} x the rails' bound: fabric misread",
+    "bench_failed": "{head} failed",
+    "bench_wrong_result": "{head} returned wrong data",
+    "nccl_socket_fallback": "NCCL over sockets, RDMA NICs up",
+    "nccl_no_gdr": "NCCL without GPUDirect RDMA",
+    "nccl_p2p_disabled": "NCCL over {measured} inside the node",
+    "nccl_rail_mismatch": "{subject} NCCL on {measured}, nearest {expected}",
+    "nccl_warning": "{head}",
+    # raised by `nodecheck prolog` / `healthcheck` only
+    "check_timed_out": "{subject} timed out after {expected}",
+    "check_failed": "{head}",
+    "peer_unreachable": "{subject} unreachable",
+    "peer_outside_subnet": "{subject} {measured} outside {expected}",
+    "peer_slow": "{subject} round trip {measured}, peers' median {expected}",
+}
+
+
+@dataclass
+class Finding:
+    kind: str  # gpu_count_low, pcie_downtrained, nvlink_inactive, ...
+    severity: str  # one of SEVERITIES
+    subject: str  # gpu0, gpu0-gpu1, eth0, node
+    measured: object
+    expected: object
+    message: str  # one line a person can act on

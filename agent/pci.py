@@ -1,0 +1,38 @@
+"""PCI addresses and PCIe paths, in the one spelling every layer compares: a device's address as sysfs
+writes it ('0000:1b:00.0'), its hops up to the root port, and which of those links trained narrow."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def normal_pci(bus_id: str | None) -> str | None:
+    """'00000000:1B:00.0' (NVML), '0000:1b:00.0' (sysfs, hwloc, lspci -D) -> '0000:1b:00.0'; None for what
+    is not a domain:bus:device.function address."""
+    if not isinstance(bus_id, str) or bus_id.count(":") != 2:
+        return None
+    domain, _, rest = bus_id.strip().lower().partition(":")
+    return f"{int(domain, 16):04x}:{rest}" if domain and all(c in "0123456789abcdef" for c in domain) else None
+
+
+@dataclass
+class Hop:
+    """One device on a PCIe path and the link above it, from /sys/bus/pci/devices/ADDRESS/."""
+
+    bdf: str
+    width: int | None  # current_link_width: lanes its upstream link trained at
+    width_max: int | None  # max_link_width: lanes it can train at
+    speed: str | None  # current_link_speed, as sysfs prints it: "32.0 GT/s PCIe"
+    speed_max: str | None  # max_link_speed
+
+
+def narrow_hops(hops: list[Hop]) -> list[tuple[int, Hop, int]]:
+    """(position, hop, lanes it could have) for every hop whose upstream link trained narrower than both
+    ends allow: min(its own max, the max of the port above it). A x8 card in a x16 slot is not narrow."""
+    out = []
+    for position, hop in enumerate(hops):
+        above = hops[position + 1] if position + 1 < len(hops) else None
+        capable = min(w for w in (hop.width_max, above.width_max if above else None) if w) if hop.width_max else None
+        if hop.width and capable and hop.width < capable:
+            out.append((position, hop, capable))
+    return out
