@@ -17,8 +17,9 @@ from nodecheck.probes.topo import GpuTopology
 from nodecheck.units import natural_key
 
 
-def build_report(host, config=None, probe_timeout: float | None = None) -> Report:
-    """probe_timeout caps each probe's own deadline (the prolog's budget)."""
+def build_report(host, config=None, probe_timeout: float | None = None, judge: bool = True) -> Report:
+    """probe_timeout caps each probe's own deadline (the prolog's budget). judge=False: the facts and path
+    specs only, no findings or advice (what `bench --measure-only` needs to plan its tests)."""
     from nodecheck.advice import binding_advice
     from nodecheck.rules import evaluate
 
@@ -30,6 +31,8 @@ def build_report(host, config=None, probe_timeout: float | None = None) -> Repor
         if probe.fill is not None and result is not None and result.ok:
             probe.fill(report, result.facts)
     report.paths = path_specs(report, config)
+    if not judge:
+        return report
     report.findings = evaluate(report, config)
     report.advice = binding_advice(report)
     return report

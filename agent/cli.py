@@ -20,6 +20,7 @@ import typer
 from nodecheck import __version__
 from nodecheck.errors import ConfigError, NodecheckError
 from nodecheck.limits import MAX_GPUS
+from nodecheck.model import BENCH_TESTS
 
 # rich_markup_mode=None: help texts are plain text, so `[prolog]` and `[serve]` print as written
 app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode=None,
@@ -38,7 +39,7 @@ def _fail(message: str, code: int = EXIT_USAGE) -> None:
     raise typer.Exit(code)
 
 
-def _report(source: Optional[Path], config_path: Optional[Path]):
+def _report(source: Optional[Path], config_path: Optional[Path], judge: bool = True):
     from nodecheck import config as config_module
     from nodecheck.build import build_report
     from nodecheck.host import LiveHost
@@ -46,7 +47,7 @@ def _report(source: Optional[Path], config_path: Optional[Path]):
 
     config = config_module.load(config_path)
     if source is None:
-        return build_report(LiveHost(), config), config
+        return build_report(LiveHost(), config, judge=judge), config
     with tempfile.TemporaryDirectory(prefix="nodecheck-snapshot-") as workdir:
         return build_report(open_snapshot(source, Path(workdir)), config), config
 
@@ -151,13 +152,14 @@ def config_check(
 
 @app.command()
 def bench(
-    tests: Optional[str] = typer.Option(None, "--tests", help="Comma-separated from h2d,d2h,p2p,allreduce,nccl_tests (default: all that apply here)."),
+    tests: Optional[str] = typer.Option(None, "--tests", help=f"Comma-separated from {','.join(BENCH_TESTS)} (default: all that apply here)."),
     full: bool = typer.Option(False, "--full", help="Payload sweep (and pageable host memory) instead of one saturating payload."),
     quick: bool = typer.Option(False, "--quick", help="One payload past saturation (the default)."),
     timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds before a test is killed and recorded as failed."),
     nccl_log: Optional[Path] = typer.Option(None, "--nccl-log", help="Only read a saved nccl-tests log (text or -J JSON), report every row, and judge its peak busbw against this node's (or --from's) slowest GPU pair."),
     source: Optional[Path] = typer.Option(None, "--from", help="With --nccl-log: judge the log against this snapshot's node instead of this machine."),
     as_json: bool = typer.Option(False, "--json", help="Print the Report with its measurements as JSON."),
+    measure_only: bool = typer.Option(False, "--measure-only", hidden=True, help="Print the measurements alone, unjudged, as JSON (what `serve` and `prolog` run)."),
     config_path: Optional[Path] = _CONFIG,
 ) -> None:
     """Measure bandwidth and compare it with the spec of its path; below thresholds.bandwidth_ratio is a finding.
@@ -177,7 +179,7 @@ def bench(
 
     try:
         env = distributed_env(dict(os.environ))
-        report, config = _report(None, config_path)
+        report, config = _report(None, config_path, judge=not measure_only)
     except NodecheckError as error:
         _fail(str(error))
     from nodecheck.bench.nccl_binary import find_binary
@@ -185,20 +187,24 @@ def bench(
     installed = find_binary(config, dict(os.environ)) is not None
     across = env is not None and env.across_nodes
     chosen = [t.strip() for t in tests.split(",") if t.strip()] if tests else plan.applicable(report, across, installed)
-    unknown = sorted(set(chosen) - set(plan.TESTS))
+    unknown = sorted(set(chosen) - set(BENCH_TESTS))
     if unknown:
-        _fail(f"unknown test(s): {', '.join(unknown)} (known: {', '.join(plan.TESTS)})")
+        _fail(f"unknown test(s): {', '.join(unknown)} (known: {', '.join(BENCH_TESTS)})")
     if not chosen:
         _fail("no test applies here: no GPU, and not launched by torchrun/srun (RANK, WORLD_SIZE, MASTER_ADDR) "
               "for an all-reduce across nodes")
     level = "full" if full else "quick"
-    if as_json:
+    if as_json or measure_only:
         measurements = plan.run(report, config, chosen, level, timeout, dict(os.environ), env)
     else:
         from rich.console import Console
 
         with Console(stderr=True).status(f"nodecheck bench: {', '.join(chosen)} ({level})"):
             measurements = plan.run(report, config, chosen, level, timeout, dict(os.environ), env)
+    if measure_only:  # the caller judges them, once, against its own Report
+        typer.echo(json.dumps({"schema": "nodecheck.measurements", "measured_at": time.time(),
+                               "measurements": [asdict(m) for m in measurements]}))
+        raise typer.Exit(EXIT_OK)
     report = with_measurements(report, measurements, time.time(), config)
     if across and env.rank != 0:
         # One Report for the job, rank 0's: it holds every node's figures and verdict. A rank that exited 1
@@ -265,7 +271,7 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
     from nodecheck.bench.nccl_tests import parse_nccl_log
     from nodecheck.errors import ParseError
     from nodecheck.nccl_run import nccl_findings
-    from nodecheck.rules import measurement_findings, with_threshold
+    from nodecheck.rules import with_measurements
 
     try:
         text = _read_log(nccl_log)
@@ -278,10 +284,11 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
     except ParseError:
         run = None
     measurement = measurement_from_log(log, report, "nccl-log", f"nccl-tests log {nccl_log.name}")
-    if measurement is not None:  # judged as bench judges it: over SHM a staged path, its threshold recorded
-        measurement = with_threshold(staged_if_shm(attach(measurement, run)), config)
-    findings = measurement_findings([measurement], config) if measurement else []
-    findings += nccl_findings(run, report) if run else []
+    if measurement is not None:  # judged as bench judges it (over SHM a staged path), what NCCL chose with it
+        judged = with_measurements(report, [staged_if_shm(attach(measurement, run))], time.time(), config)
+        (measurement,), findings = judged.measurements, judged.findings[len(report.findings):]
+    else:
+        findings = nccl_findings(run, report) if run else []
     where = f"snapshot {source}" if source else "this node"
     if as_json:
         typer.echo(json.dumps({"schema": "nodecheck.nccl_log", "schema_version": 1, "nccl_log": asdict(log), "judged_against": where,

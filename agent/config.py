@@ -10,7 +10,7 @@ from pathlib import Path
 
 from nodecheck.errors import ConfigError
 from nodecheck.findings import SEVERITIES
-from nodecheck.model import Report
+from nodecheck.model import BENCH_TESTS, Report
 
 try:
     import tomllib
@@ -21,7 +21,6 @@ DEFAULT_PATH = Path("/etc/nodecheck/config.toml")
 _LINK_TYPE = re.compile(r"^(PIX|PXB|PHB|NODE|SYS|SOC|NV\d{1,3})$")
 _PAIR = re.compile(r"^gpu(\d{1,4})-gpu(\d{1,4})$")  # a GPU index, not 5,000 digits int() refuses
 _NIC_STATES = ("up", "down", "any")
-BENCH_TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests")
 # The Prometheus allocation list's range 9100-9999 is full; 10042 sits just above it and clashes with
 # nothing a GPU node runs (README, "Default port").
 DEFAULT_PORT = 10042

@@ -13,6 +13,7 @@ from nodecheck.findings import SEVERITIES, Finding, at_or_above
 from nodecheck.pci import Hop, normal_pci
 
 SCHEMA_VERSION = 2  # 2: paths and measurements carry scope (and endpoints, ranks); GPUs memory_bytes
+BENCH_TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests")  # what `bench --tests` and [prolog] bench name
 
 
 # What each link type crosses, nearest first (the nvidia-smi legend). SOC is the pre-2017 name of SYS.
@@ -126,7 +127,7 @@ class Measurement:
     """One bandwidth test on one path, compared with that path's theoretical unidirectional spec."""
 
     path: str  # allreduce:3-ranks, gpu0:host ...
-    test: str  # allreduce, h2d, d2h, p2p
+    test: str  # one of BENCH_TESTS
     ok: bool  # False: the test failed (error says why); no figure
     bytes_per_second: float | None  # busbw for collectives
     spec_bytes_per_second: float | None
@@ -308,6 +309,12 @@ class Report:
 # What a source read, dropped when malformed (a hostile snapshot's value is as good as none); a malformed
 # list of GPUs, NICs or measurements refuses the whole document instead.
 _LENIENT = {(Report, "platform"), (Report, "pcie_paths"), (Report, "pcie_acs"), (Report, "cpu")}
+
+
+def from_json(kind, raw):
+    """One dataclass of the model (a Measurement, a Gpu ...) from its JSON object, read as Report.from_dict
+    reads it; ValueError when it is not that shape."""
+    return _record(kind, raw)
 
 
 def _record(kind, raw):

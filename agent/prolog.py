@@ -93,12 +93,14 @@ def run_checks(host, config, environ: dict[str, str], node: str, with_bench: boo
     first_share = first_deadline - time.monotonic()
     # a check that runs out of time is as grave as the findings it could have made, no graver:
     # proximity findings are warnings by default, so its time-out is too (it must never drain a node)
-    checks = {"node": (lambda: _node_check(host, config, first_share), "error"),
+    built: dict = {}  # the node check's Report: the bench's measurements are judged against it
+    checks = {"node": (lambda: _node_check(host, config, first_share, built), "error"),
               "proximity": (lambda: _proximity_check(host, environ, config, node, first_share), config.proximity.severity)}
     runs = _run_bounded(checks, first_deadline)
     if bench:
         remaining = deadline - time.monotonic()
-        runs += _run_bounded({"bench": (lambda: _bench_check(bench, config, environ, remaining), "warning")}, deadline)
+        runs += _run_bounded({"bench": (lambda: _bench_check(bench, config, environ, remaining, built.get("report")),
+                                        "warning")}, deadline)
     findings = [f for run in runs for f in run.findings]
     return Verdict(node, runs, findings, failing_findings(findings, config.fail_severity))
 
@@ -135,11 +137,13 @@ def _run_bounded(checks: dict, deadline: float) -> list[CheckRun]:
     return runs
 
 
-def _node_check(host, config, share: float):
+def _node_check(host, config, share: float, built: dict):
     from nodecheck.build import build_report
 
     # probes get most of the share, so a hung source is named by its probe rather than by the check
-    return build_report(host, config, probe_timeout=max(1.0, share * 0.8)).findings, []
+    report = build_report(host, config, probe_timeout=max(1.0, share * 0.8))
+    built["report"] = report
+    return report.findings, []
 
 
 def _proximity_check(host, environ: dict[str, str], config, node: str, share: float):
@@ -159,12 +163,14 @@ def _proximity_check(host, environ: dict[str, str], config, node: str, share: fl
 MIN_BENCH_S = 5.0  # below this much budget left, a bandwidth test is skipped rather than started
 
 
-def _bench_check(tests: list[str], config, environ: dict[str, str], share: float):
-    """The prolog's bandwidth tests, one at a time within `share` seconds. A test that does not fit in
-    what is left (not started, or stopped at the budget's end) is skipped and named at warning: running
-    out of time says nothing against the node, so it never drains it."""
+def _bench_check(tests: list[str], config, environ: dict[str, str], share: float, report=None):
+    """The prolog's bandwidth tests, one at a time within `share` seconds, judged as `bench` judges them
+    (rules.with_measurements) against the node check's Report (an empty one when that check did not
+    finish). A test that does not fit in what is left (not started, or stopped at the budget's end) is
+    skipped and named at warning: running out of time says nothing against the node, so it never drains it."""
     from nodecheck.bench.plan import run_in_subprocess
-    from nodecheck.rules import measurement_findings
+    from nodecheck.model import Report
+    from nodecheck.rules import with_measurements
 
     deadline = time.monotonic() + share
     env = {k: v for k, v in environ.items() if k not in _DISTRIBUTED_VARS}  # in this node only
@@ -181,12 +187,14 @@ def _bench_check(tests: list[str], config, environ: dict[str, str], share: float
             skipped.append(test)
         else:
             measurements += results
-    findings = measurement_findings(measurements, config)
+    report = report or Report(0.0, "", {}, [], None, [], None, [], [], [])
+    judged = with_measurements(report, measurements, time.time(), config)
+    findings = judged.findings[len(report.findings):]  # the node check already counted the Report's own
     if skipped:
         findings.append(Finding("check_timed_out", "warning", "bench", f"{len(skipped)} skipped", "every test",
                                 f"bench: {', '.join(skipped)} did not fit in what was left of [prolog] timeout_s: "
                                 "skipped, not judged (raise timeout_s or list fewer tests in [prolog] bench)"))
-    return findings, [asdict(m) for m in measurements] + [{"test": t, "skipped": True} for t in skipped]
+    return findings, [asdict(m) for m in judged.measurements] + [{"test": t, "skipped": True} for t in skipped]
 
 
 def plan_action(verdict: Verdict, state: NodeState | None, healthcheck: bool) -> tuple[str, str | None]:

@@ -222,3 +222,44 @@ def test_a_replayed_snapshot_reaches_no_other_node(tmp_path):
     outcome = json.loads(run.stdout)
     proximity = {c["name"]: c for c in outcome["checks"]}["proximity"]
     assert proximity["details"] == [] and proximity["findings"] == [], proximity
+
+
+def test_the_prolog_judges_its_bench_as_bench_does(tmp_path, monkeypatch):
+    """The bench child hands back measurements only; the prolog judges them with rules.with_measurements
+    against the node check's Report, so what NCCL chose (details.nccl) raises the nccl_* findings there too."""
+    from test_fabric import hgx_h100_with_ndr
+
+    from nodecheck import prolog
+    from nodecheck.bench import plan
+    from nodecheck.config import Config
+    from nodecheck.model import Measurement
+
+    report = hgx_h100_with_ndr(tmp_path)
+    sockets = {"network": "Socket", "inter_node_transports": ["NET/Socket/0"]}
+    monkeypatch.setattr(plan, "run_in_subprocess", lambda tail, timeout, env: [Measurement.measured(
+        "allreduce:node-8-gpus", "allreduce", 380e9, 400e9, 1 << 30, "nccl", "busbw", {"nccl": sockets})])
+    findings, details = prolog._bench_check(["allreduce"], Config(), {}, 30, report)
+    assert [f.kind for f in findings] == ["nccl_socket_fallback"]
+    assert details[0]["details"]["threshold"] == Config().threshold("allreduce", None, "busbw")[0]
+    without_report, _ = prolog._bench_check(["allreduce"], Config(), {}, 30)  # the node check did not finish
+    assert without_report == []  # no RDMA NIC known: sockets are no fallback
+
+
+def test_the_bench_child_prints_measurements_only():
+    """What `serve --bench-every` and the prolog run: no Report, no findings, nothing judged."""
+    from conftest import nodecheck
+
+    from nodecheck.bench.plan import run_in_subprocess
+
+    (m,) = run_in_subprocess(["--tests", "h2d", "--timeout", "60"], 120)
+    assert (m.test, m.ok) == ("h2d", False) and "no GPU" in m.error and "threshold" not in m.details
+    run = nodecheck("bench", "--measure-only", "--tests", "h2d")
+    document = json.loads(run.stdout)
+    assert run.returncode == 0 and set(document) == {"schema", "measured_at", "measurements"}
+
+
+def test_the_bench_tests_are_listed_once():
+    from conftest import REPO
+
+    listed = [p for p in (REPO / "agent").rglob("*.py") if '"h2d", "d2h", "p2p", "allreduce"' in p.read_text()]
+    assert [p.name for p in listed] == ["model.py"]

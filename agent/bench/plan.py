@@ -8,9 +8,7 @@ from importlib.util import find_spec
 
 from nodecheck.errors import NodecheckError, TimedOut, install_extra
 from nodecheck.host import run_command
-from nodecheck.model import Measurement, Report
-
-TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests")
+from nodecheck.model import Measurement, Report, from_json
 
 
 def applicable(report: Report, across_nodes: bool, nccl_tests_installed: bool = False) -> list[str]:
@@ -83,12 +81,16 @@ def _failed(path: str, test: str, error: str) -> Measurement:
 
 
 def run_in_subprocess(argv_tail: list[str], timeout: float, env: dict[str, str] | None = None) -> list[Measurement]:
-    """`nodecheck bench --json ARGV_TAIL` in a subprocess killed at `timeout` (the daemon and the prolog
-    never import torch); any failure becomes a failed Measurement that says why."""
-    argv = [sys.executable, "-m", "nodecheck", "bench", "--json", *argv_tail]
+    """`nodecheck bench --measure-only ARGV_TAIL` in a subprocess killed at `timeout` (the daemon and the
+    prolog never import torch): the measurements alone, for the caller to judge (rules.with_measurements);
+    any failure becomes a failed Measurement that says why."""
+    argv = [sys.executable, "-m", "nodecheck", "bench", "--measure-only", *argv_tail]
     try:
-        out = run_command(argv, timeout, env=env, what="nodecheck bench", ok_returncodes=(0, 1))  # 1: findings
-        return [Measurement(**m) for m in json.loads(out)["measurements"]]
+        out = run_command(argv, timeout, env=env, what="nodecheck bench")
+        document = json.loads(out)
+        if not isinstance(document, dict) or not isinstance(document.get("measurements"), list):
+            raise ValueError("nodecheck bench --measure-only printed no measurements")
+        return [from_json(Measurement, m) for m in document["measurements"]]
     except TimedOut as error:  # the caller's budget ran out: said so, for it to decide what that means
         failed = Measurement.failed("bench", "bench", "nodecheck bench", "-", str(error))
         failed.details["timed_out"] = True
