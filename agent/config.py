@@ -136,7 +136,7 @@ def read_config_text(path: Path, what: str) -> str:
     """A config file's UTF-8 text: a regular file of at most MAX_CONFIG_BYTES. A FIFO, a device
     (/dev/zero), a directory or bytes that are not UTF-8 are a ConfigError naming the file."""
     from nodecheck.errors import NodecheckError
-    from nodecheck.host import read_user_file
+    from nodecheck.files import read_user_file
 
     try:
         data = read_user_file(path, MAX_CONFIG_BYTES, what)

@@ -24,7 +24,8 @@ import zlib
 from pathlib import Path, PurePosixPath
 
 from nodecheck.errors import NoData, NodecheckError, NotRecorded, ProbeFailed, TimedOut
-from nodecheck.host import Host, atomic_file, read_bounded, stop_at_deadline
+from nodecheck.files import atomic_file, read_bounded
+from nodecheck.host import Host, stop_at_deadline
 from nodecheck.limits import (
     MAX_COMMAND_OUTPUT,
     MAX_DIR_ENTRIES,

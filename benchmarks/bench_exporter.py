@@ -76,7 +76,7 @@ def main() -> None:
     for tool in ("wrk", "prometheus-node-exporter"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is not installed (apt install wrk prometheus-node-exporter)")
-    from conftest import hgx_nvml, make_snapshot  # the 8-GPU snapshot the tests use
+    from helpers import hgx_nvml, make_snapshot  # the 8-GPU snapshot the tests use
 
     entry = str(Path(sys.executable).parent / "nodecheck")
     port_nc, port_busy, port_hgx, port_ne = free_port(), free_port(), free_port(), free_port()

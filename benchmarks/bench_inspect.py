@@ -34,7 +34,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args()
-    from conftest import hgx_nvml, make_snapshot  # the same snapshot the tests use
+    from helpers import hgx_nvml, make_snapshot  # the same snapshot the tests use
 
     entry = str(Path(sys.executable).parent / "nodecheck")
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,2 +1,2 @@
-"""Faces that turn a Report into something else (Prometheus metrics, node_exporter textfiles).
-The JSON form is Report.to_dict(); the Prometheus exporter lands with issue 4."""
+"""Faces that publish a Report to Prometheus: the exposition (prometheus.py) shared by /metrics and the
+node_exporter textfile, the scrape server (http.py, serve.py) and its TLS and basic auth (webconfig.py)."""

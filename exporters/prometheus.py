@@ -164,7 +164,7 @@ def exposition(report: Report | None, virtual_nics=DEFAULT_VIRTUAL_NICS) -> byte
 def write_textfile(report: Report, directory: Path, virtual_nics=DEFAULT_VIRTUAL_NICS) -> Path:
     """The metrics as a node_exporter textfile, written atomically: a hidden temporary file (node_exporter
     reads only *.prom), fsynced, renamed over the old one; removed if anything interrupts the write."""
-    from nodecheck.host import atomic_file
+    from nodecheck.files import atomic_file
 
     target = directory / TEXTFILE_NAME
     with atomic_file(target) as out:

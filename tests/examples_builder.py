@@ -18,7 +18,7 @@ import json
 import shutil
 from pathlib import Path
 
-from conftest import PUBLIC, REPO, hgx_nvml, make_snapshot, need
+from helpers import PUBLIC, REPO, hgx_nvml, make_snapshot, need
 
 from nodecheck import __version__
 

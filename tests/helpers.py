@@ -1,11 +1,155 @@
-"""Scaffolding several tests share: free ports, a private network namespace, waiting for a condition,
-and stand-in executables."""
+"""What tests share: the paths of the captures (../shared, read from there, skipped when absent), the CLI
+run as an operator runs it, snapshots built from captured values, keyword factories of the model, free
+ports, private networks, waiting, fake executables."""
 
 from __future__ import annotations
 
+import functools
+import json
+import os
+import shutil
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
+
+import pytest
+
+from nodecheck.model import Gpu, Measurement, Nic, Report
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("NODECHECK_SHARED", REPO.parent / "shared"))
+CAPTURES = SHARED / "captures"
+H100 = CAPTURES / "h100-pcie-vm"
+PUBLIC = CAPTURES / "public"
+
+
+@functools.cache
+def live_gpu_count() -> int:
+    """NVIDIA GPUs on this machine, as nodecheck sees them (0 on CI's machines)."""
+    report = json.loads(nodecheck("inspect", "--json").stdout)
+    return len(report["gpus"])
+
+
+def without_gpus() -> None:
+    """Tests of how a node without NVIDIA GPUs looks: on a GPU node they skip, saying so."""
+    if live_gpu_count():
+        pytest.skip(f"this node has {live_gpu_count()} NVIDIA GPU(s): the test is of a node without")
+
+
+def need(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"{path} is absent (../shared/captures not checked out beside the repo)")
+    return path
+
+
+def answer_key(folder: str) -> dict:
+    key = json.loads(need(PUBLIC / folder / "EXPECTED.json").read_text())
+    return {name: value for name, value in key.items() if not name.startswith("_")}
+
+
+def nodecheck(*args: str, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess, as an operator would."""
+    return subprocess.run([sys.executable, "-m", "nodecheck", *args], capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ, **(env or {})))
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """The CLI in this process (typer's runner): the same exit code, standard output and error as `nodecheck`
+    in a subprocess, for a tenth of the time. Use nodecheck() where the process itself is under test
+    (imports, signals, the environment)."""
+    from typer.testing import CliRunner
+
+    from nodecheck.cli import app
+
+    result = CliRunner().invoke(app, list(args), prog_name="nodecheck")
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(["nodecheck", *args], result.exit_code, result.stdout, result.stderr)
+
+
+def requires_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    if shutil.which("ip") is None:
+        pytest.skip("needs iproute2 (`ip`)")
+
+
+def h100_nvml_records() -> list[dict]:
+    """NVML values captured on the real H100 node, one record per GPU."""
+    return [json.loads(line) for line in need(H100 / "nvml.json").read_text().splitlines() if line.strip()]
+
+
+def make_snapshot(root: Path, topo: str | None = None, nvml_gpus: list[dict] | None = None) -> Path:
+    """A snapshot directory as `nodecheck snapshot` writes it, holding only the sources given
+    (topo: a file name under captures/public/topo).
+    nvml.json is produced by the real dump_nvml() reading the replaying pynvml stand-in."""
+    root.mkdir(parents=True, exist_ok=True)
+    if topo is not None:
+        (root / "nvidia-smi-topo-m.txt").write_text(need(PUBLIC / "topo" / topo).read_text())
+    if nvml_gpus is not None:
+        from fakes import fake_pynvml
+
+        from nodecheck.probes.nvml import dump_nvml
+
+        saved = sys.modules.get("pynvml")
+        sys.modules["pynvml"] = fake_pynvml.replaying(nvml_gpus)
+        try:
+            (root / "nvml.json").write_text(json.dumps(dump_nvml()))
+        finally:
+            if saved is None:
+                sys.modules.pop("pynvml", None)
+            else:
+                sys.modules["pynvml"] = saved
+    return root
+
+
+A100_SXM4 = {"name": "NVIDIA A100-SXM4-40GB", "arch": 7, "maxgen": 4, "gpumaxgen": 4, "gen": 4}
+
+
+def hgx_nvml(links_per_gpu: int = 18, version: int = 6, inactive: dict | None = None, **gpu) -> list[dict]:
+    """Eight H100 records for an NV18 HGX board: the captured H100 values (architecture 9, Hopper) with NVLinks
+    as such a board reports them (state 1, version enum 6 = NVLink 4.0); `inactive` = {gpu: [links]} marks
+    links down, as a fault would; `gpu` overrides captured fields (A100_SXM4: an A100 board, enum 5)."""
+    base = dict(h100_nvml_records()[0], **gpu)
+    gpus = []
+    for i in range(8):
+        down = set((inactive or {}).get(i, []))
+        gpus.append(dict(base, uuid=f"GPU-hgx-{i}", pci=f"00000000:{0x18 + i * 0x10:02x}:00.0",
+                         nvlink=[[link, 0 if link in down else 1, version] for link in range(links_per_gpu)]))
+    return gpus
+
+
+def h100_node_snapshot(root: Path) -> Path:
+    """The real H100 node as a snapshot, assembled from its captured sources: nvidia-smi topo -m,
+    lstopo XML, NVML values (through the real reader) and the /sys/class/net files."""
+    import sysfs_trees
+
+    make_snapshot(root, nvml_gpus=h100_nvml_records())
+    (root / "nvidia-smi-topo-m.txt").write_text(need(H100 / "nvidia-smi-topo-m.txt").read_text())
+    (root / "lstopo.xml").write_text(need(H100 / "lstopo.xml").read_text())
+    sysfs_trees.net_tree_from_capture(root / "fs", need(H100 / "sysfs.txt").read_text())
+    links = {}
+    for entry in (root / "fs" / "sys" / "class" / "net").iterdir():
+        # a snapshot keeps files at the path they were read from, and symlink targets in fs-links.json
+        links[f"/sys/class/net/{entry.name}"] = os.readlink(entry)
+        target = entry.resolve()
+        entry.unlink()
+        shutil.copytree(target, entry)
+    (root / "fs-links.json").write_text(json.dumps(links))
+    return root
+
+
+UNIT_USER = 65534  # the systemd units run as a DynamicUser: an unprivileged uid with no groups; nobody stands in
+
+
+def as_unit_user(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run argv as the units' user would: uid and gid nobody, no supplementary groups, from /."""
+    # through sh: setpriv's own exec can still pass directories the new user could not
+    return subprocess.run(["setpriv", f"--reuid={UNIT_USER}", f"--regid={UNIT_USER}", "--clear-groups", "--",
+                           "sh", "-c", 'exec "$@"', "sh", *argv],
+                          capture_output=True, text=True, timeout=timeout, cwd="/")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -42,3 +186,31 @@ def fake_executable(path: Path, script: str) -> Path:
     path.write_text("#!/bin/sh\n" + script)
     path.chmod(0o755)
     return path
+
+
+# Keyword factories: a test names the fields it is about and takes harmless defaults for the rest.
+def make_report(**fields) -> Report:
+    """A Report of nothing (no probe, GPU or NIC) but the given fields."""
+    base = dict(generated_at=0.0, source="test", node={}, probes=[], cpu=None, gpus=[], gpus_absent_reason=None,
+                nics=[], links=[], paths=[])
+    return Report(**{**base, **fields})
+
+
+def make_gpu(index: int = 0, **fields) -> Gpu:
+    return Gpu(index, **fields)
+
+
+def make_nic(name: str = "eth0", **fields) -> Nic:
+    """A physical Ethernet NIC, up at 10 Gb/s, unless told otherwise."""
+    base = dict(kind="ethernet", virtual=False, state="up", speed_mbps=10000, mtu=1500, driver=None, pci_address=None,
+                numa_node=None, mac=None)
+    return Nic(name, **{**base, **fields})
+
+
+def make_measurement(path: str = "allreduce:2-ranks", test: str = "allreduce", rate: float = 40e9, spec: float | None = 50e9,
+                **fields) -> Measurement:
+    """A completed measurement (busbw, 1 GiB) whose ratio is rate / spec."""
+    base = dict(payload=1 << 30, method="m", direction="busbw")
+    base.update(fields)
+    return Measurement.measured(path, test, rate, spec, base.pop("payload"), base.pop("method"), base.pop("direction"),
+                                base.pop("details", None))

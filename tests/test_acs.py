@@ -9,8 +9,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from conftest import PUBLIC, need
-from helpers import fake_executable
+from helpers import PUBLIC, fake_executable, need
 from test_pcie_paths import switch_node
 
 from nodecheck.host import LiveHost
@@ -152,7 +151,7 @@ def test_a_hostile_snapshot_value_is_ignored():
 
 def test_inspect_and_the_exporter_say_what_acs_is(tmp_path):
     from nodecheck.exporters.prometheus import write_textfile
-    from nodecheck.render import platform_lines
+    from nodecheck.render.report import platform_lines
 
     report, _ = acs_findings(tmp_path / "on", lspci_for_switch(redirect=True))
     assert "ACS: P2P redirect on 0000:17:00.0, 0000:17:01.0" in platform_lines(report)
@@ -166,7 +165,7 @@ def test_inspect_and_the_exporter_say_what_acs_is(tmp_path):
 
 @needs_lspci
 def test_a_snapshot_records_lspci_and_replays_the_live_facts(tmp_path):
-    from conftest import nodecheck
+    from helpers import nodecheck
 
     assert nodecheck("snapshot", str(tmp_path / "snap")).returncode == 0
     assert (tmp_path / "snap" / "lspci-vvv.txt").is_file()

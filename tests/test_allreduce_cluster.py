@@ -10,8 +10,8 @@ import sys
 import time
 
 import pytest
-from conftest import nodecheck as nodecheck_cli
-from conftest import requires_root
+from helpers import make_report, requires_root
+from helpers import nodecheck as nodecheck_cli
 from netns_cluster import Cluster
 
 pytest.importorskip("torch", reason="needs torch (sh deploy/install.sh bench)")
@@ -237,8 +237,7 @@ def test_a_world_of_one_reports_no_figure(tmp_path):
     from rich.console import Console
 
     from nodecheck.bench.distributed import measurement_from_worker
-    from nodecheck.model import Report
-    from nodecheck.render import render_measurements
+    from nodecheck.render.bench import render_measurements
 
     result = {"world_size": 1, "backend": "nccl", "nodes": [{"node": "n"}], "spec_bytes_per_second": 50e9,
               "rows": [{"size_bytes": 1 << 32, "seconds": 3.4e-05, "algbw": (1 << 32) / 3.4e-05, "busbw": 0.0}]}
@@ -246,7 +245,7 @@ def test_a_world_of_one_reports_no_figure(tmp_path):
     assert m.ok and m.direction == "none" and m.bytes_per_second is None and m.details["seconds_per_call"] == 3.4e-05
     assert m.spec_bytes_per_second is None and m.ratio is None and "world of one rank" in m.details["note"]
     console = Console(record=True, width=200)
-    render_measurements(Report(0, "t", {}, [], None, [], None, [], [], [], measurements=[m]), console)
+    render_measurements(make_report(measurements=[m]), console)
     assert "no data moved" in console.export_text()
     report = tmp_path / "bench.json"
     report.write_text(json.dumps({"gpus": [{}], "paths": [], "measurements": [dataclasses.asdict(m)]}))

@@ -5,7 +5,7 @@ import json
 import sys
 
 import pytest
-from conftest import h100_node_snapshot, nodecheck, without_gpus
+from helpers import h100_node_snapshot, make_gpu, make_report, nodecheck, without_gpus
 
 from nodecheck.bench import plan
 from nodecheck.build import build_report
@@ -42,10 +42,9 @@ def test_no_torch_is_a_named_failure(h100_report, monkeypatch):
 
 
 def test_applicable_tests():
-    from nodecheck.model import Gpu, Report
 
     def report(gpus):
-        return Report(0, "t", {}, [], None, [Gpu(i) for i in range(gpus)], None, [], [], [])
+        return make_report(gpus=[make_gpu(i) for i in range(gpus)])
 
     assert plan.applicable(report(0), across_nodes=False) == []
     assert plan.applicable(report(0), across_nodes=True) == ["allreduce"]
@@ -141,8 +140,7 @@ def test_real_pair_timing_runs_on_one_gpu(live_gpus):
 def a100_node_with_all_reduce_perf(tmp_path, first: str):
     """(bin dir, Report): an 8x A100 NV12 node (the p4d capture, NVML as A100s answer) and a stand-in
     all_reduce_perf that runs `first`, then prints what the real one printed on such a node (superbench)."""
-    from conftest import A100_SXM4, PUBLIC, hgx_nvml, make_snapshot, need
-    from helpers import fake_executable
+    from helpers import A100_SXM4, PUBLIC, fake_executable, hgx_nvml, make_snapshot, need
 
     capture = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")
     bin_dir = tmp_path / "bin"
@@ -234,7 +232,7 @@ def test_a_healthy_copy_runs_once_and_retries_fit_the_time_left(h100_report, mon
 def test_one_worker_measures_every_gpu_and_a_failed_gpu_fails_alone(tmp_path, monkeypatch):
     """8 H100s in one worker process (torch imported once); gpu3 hidden from CUDA fails by itself, and only
     the slow gpu5 is measured again, alone."""
-    from conftest import hgx_nvml, make_snapshot
+    from helpers import hgx_nvml, make_snapshot
 
     from nodecheck.bench import gpu
 
@@ -273,7 +271,7 @@ def test_an_nvlink_pair_without_peer_access_is_its_own_path_with_its_own_advice(
     """Issue 20 (4): NV18 GPUs that CUDA gives no peer access copy through host memory; that is neither a
     slow NVLink nor a staged PCIe path: kind nvlink-no-peer, advice on peer access (fabric manager), and a
     PCIe pair's advice never names NVLink."""
-    from conftest import hgx_nvml, make_snapshot
+    from helpers import hgx_nvml, make_snapshot
 
     from nodecheck.bench import gpu
 
@@ -342,7 +340,7 @@ def test_p2p_pairs_are_named_by_nvml_index_and_unseen_gpus_are_a_named_failure(t
     pair carries its NVML index (by UUID) and the four GPUs torch cannot see are a failure naming both counts."""
     import argparse
 
-    from conftest import hgx_nvml, make_snapshot
+    from helpers import hgx_nvml, make_snapshot
 
     from nodecheck.bench import gpu, gpu_worker
 
@@ -375,8 +373,7 @@ def test_gpu_paths_are_quoted_in_gigabytes_fabric_paths_in_gigabits():
 
     from rich.console import Console
 
-    from nodecheck.model import Report
-    from nodecheck.render import render_measurements
+    from nodecheck.render.bench import render_measurements
 
     h2d = Measurement.measured("gpu0:host", "h2d", 30e9, 63e9, 1 << 28, "m", "unidirectional", {"path_kind": "pcie"})
     job = Measurement.measured("allreduce:2-ranks", "allreduce", 5e9, 12.5e9, 1 << 25, "m", "busbw", {})
@@ -384,7 +381,7 @@ def test_gpu_paths_are_quoted_in_gigabytes_fabric_paths_in_gigabits():
     assert "gpu0:host h2d 30.0 GB/s = 0.48 of spec 63.0 GB/s" in messages[0], messages[0]
     assert "allreduce:2-ranks allreduce 40 Gbit/s = 0.40 of spec 100 Gbit/s" in messages[1], messages[1]
     out = io.StringIO()
-    render_measurements(Report(0, "t", {}, [], None, [], None, [], [], [], measurements=[h2d, job]), Console(file=out, width=200))
+    render_measurements(make_report(measurements=[h2d, job]), Console(file=out, width=200))
     table = out.getvalue()
     assert "30.0 GB/s" in table and "63.0 GB/s" in table and "40 Gbit/s" in table and "240 Gbit/s" not in table
 
@@ -396,7 +393,7 @@ def test_a_hung_pair_keeps_the_pairs_that_finished(tmp_path, monkeypatch):
     import argparse
     import threading
 
-    from conftest import hgx_nvml, make_snapshot
+    from helpers import hgx_nvml, make_snapshot
 
     from nodecheck.bench import gpu, gpu_worker
 
@@ -443,7 +440,7 @@ def dataclasses_replace(obj, **changes):
 def test_a_pair_that_copies_wrong_data_is_its_own_finding(tmp_path, monkeypatch):
     """Issue 20 (10): each pair's copy is verified against the pattern (nvbandwidth does the same); wrong
     elements are a bench_wrong_result error on the one-way path, at whatever speed."""
-    from conftest import hgx_nvml, make_snapshot
+    from helpers import hgx_nvml, make_snapshot
 
     from nodecheck.bench import gpu
 

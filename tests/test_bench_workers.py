@@ -6,7 +6,7 @@ import os
 import sys
 
 import pytest
-from conftest import nodecheck
+from helpers import nodecheck
 
 from nodecheck.bench.plan import local_rank
 from nodecheck.bench.results import guarded, own_error, run_worker

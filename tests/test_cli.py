@@ -5,7 +5,7 @@ import shutil
 import tarfile
 
 import pytest
-from conftest import H100, REPO, hgx_nvml, make_snapshot, need, nodecheck, without_gpus
+from helpers import H100, REPO, cli, hgx_nvml, make_snapshot, need, nodecheck, without_gpus
 
 STABLE = ("cpu", "gpus", "nics", "links", "paths", "findings", "advice")
 
@@ -96,33 +96,33 @@ def test_snapshot_refuses_to_overwrite(tmp_path):
     (lambda p: [(p / "bad.tar.gz").write_bytes(b"\x1f\x8bnot really"), p / "bad.tar.gz"][1], "cannot read it as a tarball"),
 ])
 def test_bad_snapshot_paths_exit_2(tmp_path, setup, message):
-    result = nodecheck("inspect", "--from", str(setup(tmp_path)))
+    result = cli("inspect", "--from", str(setup(tmp_path)))
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
 
 
 def test_exit_codes_follow_findings_and_config(tmp_path):
     snap = make_snapshot(tmp_path / "s", topo="1x-h100-pcie-kvm-vm-1nic.txt")
-    assert nodecheck("inspect", "--from", str(snap)).returncode == 0
+    assert cli("inspect", "--from", str(snap)).returncode == 0
     config = tmp_path / "c.toml"
     config.write_text("[gpus]\ncount = 8\n")
-    failing = nodecheck("inspect", "--from", str(snap), "--config", str(config))
+    failing = cli("inspect", "--from", str(snap), "--config", str(config))
     assert failing.returncode == 1 and "1 GPUs visible, 8 expected" in failing.stdout
     config.write_text("[gpus]\ncount = 8\n[thresholds]\nfail_severity = \"critical\"\n")
-    assert nodecheck("inspect", "--from", str(snap), "--config", str(config)).returncode == 0
+    assert cli("inspect", "--from", str(snap), "--config", str(config)).returncode == 0
     config.write_text("[gpus]\ncout = 8\n")
-    broken = nodecheck("inspect", "--from", str(snap), "--config", str(config))
+    broken = cli("inspect", "--from", str(snap), "--config", str(config))
     assert broken.returncode == 2 and str(config) in broken.stderr and "'gpus.cout'" in broken.stderr
-    assert nodecheck("inspect", "--no-such-flag").returncode == 2
+    assert cli("inspect", "--no-such-flag").returncode == 2
 
 
 def test_config_init_writes_a_golden_config(tmp_path):
     snap = make_snapshot(tmp_path / "s", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
     out = tmp_path / "golden.toml"
-    assert nodecheck("config", "init", "--from", str(snap), "--output", str(out)).returncode == 0
+    assert cli("config", "init", "--from", str(snap), "--output", str(out)).returncode == 0
     assert "count = 8" in out.read_text() and '"gpu6-gpu7" = "NV18"' in out.read_text()
-    again = nodecheck("config", "init", "--from", str(snap), "--output", str(out))
+    again = cli("config", "init", "--from", str(snap), "--output", str(out))
     assert again.returncode == 2 and "--force" in again.stderr
-    assert nodecheck("inspect", "--from", str(snap), "--config", str(out)).returncode == 0
+    assert cli("inspect", "--from", str(snap), "--config", str(out)).returncode == 0
 
 
 def test_inspect_never_imports_torch(tmp_path):

@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import REPO, hgx_nvml, make_snapshot, nodecheck, without_gpus
+from helpers import REPO, hgx_nvml, make_snapshot, nodecheck, without_gpus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

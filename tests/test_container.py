@@ -12,8 +12,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import REPO, as_unit_user
-from helpers import free_port, wait_until
+from helpers import REPO, as_unit_user, free_port, wait_until
 
 VERSION = re.search(r'^version = "(.+)"', (REPO / "pyproject.toml").read_text(), re.M)[1]
 INSTALLED = "/usr/local/bin/nodecheck"  # deploy/install.sh's default link

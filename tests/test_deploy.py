@@ -9,12 +9,11 @@ import subprocess
 
 import pytest
 import yaml
-from conftest import REPO, hgx_nvml, make_snapshot, nodecheck
+from helpers import REPO, hgx_nvml, make_measurement, make_snapshot, nodecheck
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodecheck.build import build_report
 from nodecheck.exporters.prometheus import write_textfile
-from nodecheck.model import Measurement
 from nodecheck.snapshot import SnapshotHost
 
 DASHBOARD = REPO / "deploy" / "grafana" / "nodecheck-dashboard.json"
@@ -30,7 +29,7 @@ def dashboard_queries() -> list[str]:
 def test_dashboard_queries_use_exported_metrics(tmp_path):
     snap = make_snapshot(tmp_path / "s", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
     report = build_report(SnapshotHost(snap))
-    report.measurements.append(Measurement("allreduce:2-ranks", "allreduce", True, 40e9, 50e9, 0.8, 1 << 30, "m", "busbw"))
+    report.measurements.append(make_measurement())
     exported = {f.name for f in text_string_to_metric_families(write_textfile(report, tmp_path).read_text())}
     queried = {m for q in dashboard_queries() for m in re.findall(r"\bnodecheck_[a-z_]+", q)}
     assert len(queried) >= 10 and queried <= exported, queried - exported

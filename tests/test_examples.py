@@ -7,7 +7,7 @@ import os
 
 import examples_builder as builder
 import pytest
-from conftest import REPO, nodecheck
+from helpers import REPO, nodecheck
 
 EXAMPLES = REPO / "examples"
 

@@ -2,7 +2,7 @@
 not the socket NIC: the spec is the ring bound over those rails."""
 
 import pytest
-from conftest import A100_SXM4, PUBLIC, hgx_nvml, make_snapshot, need
+from helpers import A100_SXM4, PUBLIC, hgx_nvml, make_snapshot, need
 
 from nodecheck.bench.distributed import fabric_nics, ring_bound
 from nodecheck.bench.nccl_tests import parse_nccl_log

@@ -168,7 +168,7 @@ def test_hung_nvidia_smi_is_an_error_that_replays_from_a_snapshot(tmp_path, monk
 def test_a_new_source_is_its_module_and_a_row(tmp_path, monkeypatch):
     """Table-driven probes: a source declared as one Probe (name, collect through the host, timeout, fill)
     is run, recorded and replayed like the others, fills its part of the Report, and can be disabled."""
-    from conftest import make_snapshot
+    from helpers import make_snapshot
 
     import nodecheck.probes as registry
     from nodecheck.config import Config
@@ -201,7 +201,7 @@ def test_each_probe_stops_at_its_own_deadline_not_the_slowests(tmp_path):
     past its deadline is not used."""
     import time
 
-    from conftest import make_snapshot
+    from helpers import make_snapshot
 
     from nodecheck.probes import Probe, run_probes
     from nodecheck.snapshot import SnapshotHost
@@ -234,7 +234,7 @@ def test_a_listing_is_bounded_like_a_file(tmp_path):
     listings stop at MAX_DIR_ENTRIES names."""
     import json
 
-    from conftest import make_snapshot
+    from helpers import make_snapshot
 
     from nodecheck.host import LiveHost
     from nodecheck.limits import MAX_DIR_ENTRIES

@@ -4,7 +4,7 @@ docs/report-schema.md lists exactly its kinds, and each has a drain-reason templ
 import ast
 import re
 
-from conftest import REPO
+from helpers import REPO
 
 from nodecheck.findings import FINDING_KINDS
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, SHARED
+from helpers import REPO, SHARED
 
 TARGETS = ["topo", "lstopo", "nvml", "nics", "proc_route", "nccl_tests", "nccl_debug", "lspci", "config", "web_config", "cpulist",
            "rate", "count", "http_request", "scontrol_node", "nodelist"]

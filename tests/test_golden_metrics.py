@@ -7,7 +7,7 @@ name, help, labels or value shows here. Regenerate on purpose only:
 import dataclasses
 import os
 
-from conftest import REPO, hgx_nvml, make_snapshot
+from helpers import REPO, hgx_nvml, make_snapshot
 
 from nodecheck.build import build_report
 from nodecheck.config import Config
@@ -43,3 +43,14 @@ def test_the_exposition_is_the_golden_file(tmp_path):
     if os.environ.get("NODECHECK_REGENERATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text(), "the exposition changed: regenerate the golden file if that was meant"
+
+
+def test_docs_metrics_lists_exactly_the_exposed_series(tmp_path):
+    """docs/metrics.md names each series in full in its first column; a series added, renamed or dropped
+    without its row fails here."""
+    import re
+
+    exposed = set(re.findall(r"^# TYPE (\S+) ", exposition(tmp_path), re.M))
+    rows = [line.split("|")[1] for line in (REPO / "docs" / "metrics.md").read_text().splitlines() if line.startswith("| `")]
+    documented = {name for cell in rows for name in re.findall(r"`([a-z_]+)`", cell)}
+    assert documented == exposed

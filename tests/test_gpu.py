@@ -5,7 +5,7 @@ import json
 import shutil
 
 import pytest
-from conftest import nodecheck
+from helpers import nodecheck
 
 from nodecheck.errors import NoData
 from nodecheck.host import LiveHost

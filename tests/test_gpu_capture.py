@@ -5,7 +5,7 @@ the same run: replayed here, without a GPU, it must give the same Report and the
 import json
 
 import pytest
-from conftest import REPO, nodecheck
+from helpers import REPO, nodecheck
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodecheck.model import Report

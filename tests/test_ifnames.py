@@ -1,6 +1,7 @@
 """NCCL_SOCKET_IFNAME / NCCL_IB_HCA / GLOO_SOCKET_IFNAME as the libraries read them."""
 
 import pytest
+from helpers import make_nic, make_report
 
 from nodecheck.bench.ifnames import gloo_selection, nccl_selection
 
@@ -31,10 +32,9 @@ def test_loopback_is_an_interface_a_one_node_run_may_name():
     """Issue 20 (14): NCCL_SOCKET_IFNAME=lo failed with "NIC 'lo' ... does not exist here"."""
     from nodecheck.bench.distributed import DistEnv, traffic_nic
     from nodecheck.errors import NodecheckError
-    from nodecheck.model import Nic, Report
 
-    eth = Nic("eth0", "ethernet", False, "up", 10000, 1500, "virtio_net", "0000:00:03.0", 0, None)
-    report = Report(0.0, "test", {}, [], None, [], None, [eth], [], [])
+    eth = make_nic("eth0", driver="virtio_net", pci_address="0000:00:03.0", numa_node=0)
+    report = make_report(nics=[eth])
     env = DistEnv(0, 2, "127.0.0.1", 29500)
     for variable in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
         assert traffic_nic(report, env, {variable: "lo"}) is None  # loopback: no rate to judge, no error

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 from hostile_lines import names
 
 LIMIT_S = 120  # all of one parser's lines; linear parsers take about a second in all, quadratic ones hours

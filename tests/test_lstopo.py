@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import H100, PUBLIC, SHARED, answer_key, need
+from helpers import H100, PUBLIC, SHARED, answer_key, need
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

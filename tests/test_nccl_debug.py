@@ -5,7 +5,7 @@ import json
 from dataclasses import asdict
 
 import pytest
-from conftest import PUBLIC, answer_key, hgx_nvml, make_snapshot, need, nodecheck
+from helpers import PUBLIC, answer_key, hgx_nvml, make_snapshot, need, nodecheck
 from test_fabric import hgx_h100_with_ndr
 
 from nodecheck.bench.nccl_debug import parse_nccl_debug

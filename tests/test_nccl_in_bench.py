@@ -7,7 +7,7 @@ import dataclasses
 import json
 import os
 
-from conftest import PUBLIC, need
+from helpers import PUBLIC, need
 from test_fabric import hgx_h100_with_ndr
 
 from nodecheck.bench import gpu, plan

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import PUBLIC, answer_key, need, nodecheck
+from helpers import PUBLIC, answer_key, make_gpu, make_report, need, nodecheck
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -113,10 +113,9 @@ def test_fuzz_log_shaped_noise(parts):
 
 def test_the_full_sweep_fits_the_smallest_gpu():
     from nodecheck.bench.nccl_binary import full_sweep_end
-    from nodecheck.model import Gpu, Report
 
     def node(*memory):
-        return Report(0, "t", {}, [], None, [Gpu(i, memory_bytes=m) for i, m in enumerate(memory)], None, [], [], [])
+        return make_report(gpus=[make_gpu(i, memory_bytes=m) for i, m in enumerate(memory)])
 
     assert full_sweep_end(node(None, None)) == "8G"  # NVML did not say: nccl-tests' own limit stands
     assert full_sweep_end(node(85520809984)) == "8G"  # an 80 GB H100 (81559 MiB, as NVML read it there)

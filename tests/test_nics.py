@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import sysfs_trees
-from conftest import H100, PUBLIC, need, nodecheck, requires_root
+from helpers import H100, PUBLIC, need, nodecheck, requires_root
 
 from nodecheck.build import nic_spec
 from nodecheck.host import LiveHost
@@ -162,7 +162,7 @@ def test_config_expectations_on_real_nics(netns, tmp_path):
 
 
 def peer_tree(case: str) -> Path:
-    from conftest import SHARED, need
+    from helpers import SHARED, need
 
     return need(SHARED / "peer" / "sysfs" / case)
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import nodecheck
+from helpers import nodecheck
 
 HUGE = "9" * 5000  # past the 4,300 digits int() converts
 

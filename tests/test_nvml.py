@@ -5,8 +5,8 @@ import json
 import sys
 
 import pytest
-from conftest import H100, need
 from fakes import fake_pynvml
+from helpers import H100, need
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -62,7 +62,7 @@ def test_the_multi_gpu_check_script_prints_nvmls_values_beside_nodechecks_rate(m
     architecture, the enum and nodecheck's 25 GB/s per link."""
     import runpy
 
-    from conftest import A100_SXM4, REPO, hgx_nvml
+    from helpers import A100_SXM4, REPO, hgx_nvml
 
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.replaying(hgx_nvml(12, version=5, **A100_SXM4)))
     monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi: its column says "-"

@@ -3,7 +3,7 @@ values (../shared/captures/h100-pcie-vm/sysfs.txt), and switch trees laid out as
 
 import json
 
-from conftest import hgx_nvml, make_snapshot, nodecheck
+from helpers import hgx_nvml, make_snapshot, nodecheck
 
 from nodecheck.build import build_report
 from nodecheck.host import LiveHost

@@ -4,7 +4,7 @@ replayed, judged."""
 
 import json
 
-from conftest import REPO, nodecheck
+from helpers import REPO, nodecheck
 from test_fabric import gpu_node_with_rdma, hgx_h100_with_ndr
 
 from nodecheck.host import LiveHost
@@ -77,7 +77,7 @@ def test_a_translated_iommu_group_is_named(tmp_path):
 
 
 def test_without_rdma_nics_no_module_is_needed(tmp_path):
-    from conftest import hgx_nvml
+    from helpers import hgx_nvml
 
     report = gpu_node_with_rdma(tmp_path / "plain", "hgx-h100-8gpu-8nic-sglang30401.txt", hgx_nvml(), [])
     assert kinds(report) == []

@@ -11,8 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import hgx_nvml, make_snapshot
-from helpers import fake_executable
+from helpers import fake_executable, hgx_nvml, make_snapshot
 
 from nodecheck.build import build_report
 from nodecheck.config import Config, PrologSettings
@@ -209,7 +208,7 @@ def test_a_bench_test_that_fails_in_time_is_still_an_error(monkeypatch):
 def test_a_replayed_snapshot_reaches_no_other_node(tmp_path):
     """`prolog --from SNAPSHOT` judges the recorded node: the job's peers are not resolved or connected
     to (proximity goes through the host, and a snapshot host reaches no other node)."""
-    from conftest import h100_node_snapshot
+    from helpers import h100_node_snapshot
 
     from nodecheck.snapshot import PEERS_NOT_IN_SNAPSHOT, SnapshotHost
 
@@ -247,7 +246,7 @@ def test_the_prolog_judges_its_bench_as_bench_does(tmp_path, monkeypatch):
 
 def test_the_bench_child_prints_measurements_only():
     """What `serve --bench-every` and the prolog run: no Report, no findings, nothing judged."""
-    from conftest import nodecheck
+    from helpers import nodecheck
 
     from nodecheck.bench.plan import run_in_subprocess
 
@@ -259,7 +258,7 @@ def test_the_bench_child_prints_measurements_only():
 
 
 def test_the_bench_tests_are_listed_once():
-    from conftest import REPO
+    from helpers import REPO
 
     listed = [p for p in (REPO / "agent").rglob("*.py") if '"h2d", "d2h", "p2p", "allreduce"' in p.read_text()]
     assert [p.name for p in listed] == ["model.py"]

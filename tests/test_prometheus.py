@@ -4,14 +4,13 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import h100_node_snapshot, h100_nvml_records, hgx_nvml, live_gpu_count, make_snapshot, nodecheck
+from helpers import h100_node_snapshot, h100_nvml_records, hgx_nvml, live_gpu_count, make_measurement, make_snapshot, nodecheck
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodecheck.build import build_report
 from nodecheck.config import Config
 from nodecheck.exporters.prometheus import write_textfile
 from nodecheck.findings import FINDING_KINDS
-from nodecheck.model import Measurement
 from nodecheck.snapshot import SnapshotHost
 
 
@@ -33,7 +32,7 @@ def promtool_check(text: str) -> subprocess.CompletedProcess:
 def test_hgx_report_metrics_are_lint_clean_and_joinable(tmp_path):
     snap = make_snapshot(tmp_path / "s", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml(inactive={3: [7]}))
     report = build_report(SnapshotHost(snap), Config(nvlinks_per_gpu=18))
-    report.measurements.append(Measurement("allreduce:2-ranks", "allreduce", True, 40e9, 50e9, 0.8, 1 << 30, "m", "busbw"))
+    report.measurements.append(make_measurement())
     text = metrics_of(report, tmp_path)
     checked = promtool_check(text)
     assert checked.returncode == 0, checked.stdout + checked.stderr

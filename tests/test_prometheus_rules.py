@@ -6,12 +6,11 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import REPO, hgx_nvml, make_snapshot
+from helpers import REPO, hgx_nvml, make_measurement, make_snapshot
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodecheck.build import build_report
 from nodecheck.exporters.prometheus import write_textfile
-from nodecheck.model import Measurement
 from nodecheck.snapshot import SnapshotHost
 
 RULES = REPO / "deploy" / "prometheus"
@@ -44,7 +43,7 @@ def test_a_broken_expectation_fails_the_unit_tests(tmp_path):
 def test_every_metric_in_the_rules_is_exported(tmp_path):
     snap = make_snapshot(tmp_path / "s", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
     report = build_report(SnapshotHost(snap))
-    report.measurements.append(Measurement("allreduce:2-ranks", "allreduce", True, 40e9, 50e9, 0.8, 1 << 30, "m", "busbw"))
+    report.measurements.append(make_measurement())
     exported = {f.name for f in text_string_to_metric_families(write_textfile(report, tmp_path).read_text())}
     queried = set(re.findall(r"\bnodecheck_[a-z_]+", (RULES / "nodecheck-rules.yml").read_text()))
     assert queried and queried <= exported, queried - exported

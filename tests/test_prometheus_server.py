@@ -16,8 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import REPO, h100_node_snapshot, h100_nvml_records, make_snapshot
-from helpers import free_port, wait_until
+from helpers import REPO, free_port, h100_node_snapshot, h100_nvml_records, make_snapshot, wait_until
 
 DEADLINE = 90  # seconds for the whole chain: first scrape (~5 s), rule evaluation, Alertmanager
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import requires_root
+from helpers import requires_root
 
 from nodecheck.errors import ParseError
 from nodecheck.proximity import Peer, ProximityPolicy, expand_nodelist, in_subnet, judge_peers, nodelist_size

@@ -5,13 +5,14 @@ as written (or with '?' for control characters), and nodecheck's own bracketed t
 import json
 import re
 
-from conftest import PUBLIC, REPO, h100_node_snapshot, need, nodecheck
+from helpers import PUBLIC, REPO, h100_node_snapshot, need, nodecheck
 from rich.console import Console
 
 from nodecheck.build import build_report
 from nodecheck.errors import install_extra
 from nodecheck.model import Measurement
-from nodecheck.render import render, render_measurements
+from nodecheck.render.bench import render_measurements
+from nodecheck.render.report import render
 from nodecheck.snapshot import SnapshotHost
 
 HOSTILE = "evil[/]node[bold red]X\x1b[2J\x1b]0;owned\x07"

@@ -9,11 +9,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import PUBLIC, hgx_nvml, make_snapshot, need
+from helpers import PUBLIC, hgx_nvml, make_snapshot, need
 from rich.console import Console
 
 from nodecheck.build import build_report
-from nodecheck.render import PLAIN_WIDTH, render
+from nodecheck.render.report import render
+from nodecheck.render.table import PLAIN_WIDTH
 from nodecheck.snapshot import SnapshotHost
 
 WIDTHS = (80, 120, 200)
@@ -109,7 +110,7 @@ def test_nccl_log_rows_drop_whole_columns_and_say_so(width):
     """`bench --nccl-log` follows inspect's rule: no number is cut ('2097…', '129.…'); whole columns go,
     named under the table; the size and the out-of-place busbw, which the verdict reads, always stay."""
     from nodecheck.bench.nccl_tests import parse_nccl_log
-    from nodecheck.render import render_nccl_log
+    from nodecheck.render.bench import render_nccl_log
 
     log = parse_nccl_log(need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt").read_text())
     out = io.StringIO()

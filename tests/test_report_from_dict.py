@@ -4,7 +4,7 @@ structured scopes instead of parsing path strings."""
 import json
 
 import pytest
-from conftest import hgx_nvml, make_snapshot
+from helpers import hgx_nvml, make_snapshot
 
 from nodecheck.build import build_report
 from nodecheck.model import Measurement, Report, path_identity

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import h100_nvml_records, hgx_nvml, make_snapshot, nodecheck, without_gpus
+from helpers import h100_nvml_records, hgx_nvml, make_snapshot, nodecheck, without_gpus
 
 from nodecheck.build import build_report
 from nodecheck.config import Config, NicExpectation

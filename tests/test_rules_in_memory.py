@@ -1,13 +1,15 @@
 """Rules on an in-memory Report, NHC-style: set the facts, call the rule, read the findings. (The
 snapshot tests in test_rules.py take the same facts through the probes.)"""
 
+from helpers import make_report
+
 from nodecheck.config import Config
 from nodecheck.model import Gpu, ProbeOutcome, Report
 from nodecheck.rules import evaluate
 
 
 def node(*gpus: Gpu, probes: list[ProbeOutcome] | None = None) -> Report:
-    return Report(0.0, "memory", {}, probes or [], None, list(gpus), None, [], [], [])
+    return make_report(probes=probes or [], gpus=list(gpus))
 
 
 def found(report: Report, config: Config | None = None) -> set[tuple[str, str, str]]:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import h100_node_snapshot, hgx_nvml, make_snapshot
+from helpers import h100_node_snapshot, hgx_nvml, make_snapshot
 
 from nodecheck.bench.distributed import measurement_from_worker
 from nodecheck.build import build_report

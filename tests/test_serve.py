@@ -17,8 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench_serve_faults  # noqa: E402
-from conftest import h100_node_snapshot
-from helpers import fake_executable, free_port, in_private_network
+from helpers import fake_executable, free_port, h100_node_snapshot, in_private_network
 
 
 def start_serve(*args: str, env: dict | None = None) -> subprocess.Popen:

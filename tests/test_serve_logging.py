@@ -5,8 +5,7 @@ import logging
 import subprocess
 import sys
 
-from conftest import h100_node_snapshot
-from helpers import free_port, wait_until
+from helpers import free_port, h100_node_snapshot, wait_until
 from test_serve import start_serve, stop, wait_metrics
 
 from nodecheck.exporters.serve import RoundLog

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import REPO, h100_node_snapshot, nodecheck
+from helpers import REPO, h100_node_snapshot, nodecheck
 
 from nodecheck.build import build_report
 from nodecheck.snapshot import SnapshotHost

@@ -12,7 +12,7 @@ import tarfile
 import time
 
 import pytest
-from conftest import REPO, nodecheck
+from helpers import REPO, nodecheck
 
 from nodecheck.build import build_report
 from nodecheck.errors import NodecheckError

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, UNIT_USER, as_unit_user
+from helpers import REPO, UNIT_USER, as_unit_user
 from prometheus_client.parser import text_string_to_metric_families
 
 UNITS = REPO / "systemd"

@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from conftest import H100, PUBLIC, SHARED, answer_key, need
+from helpers import H100, PUBLIC, SHARED, answer_key, need
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

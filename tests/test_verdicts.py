@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from conftest import A100_SXM4, H100, PUBLIC, answer_key, hgx_nvml, make_snapshot, need, nodecheck
+from helpers import A100_SXM4, H100, PUBLIC, answer_key, hgx_nvml, make_snapshot, need, nodecheck
 
 from nodecheck import specs
 from nodecheck.config import Config, loads

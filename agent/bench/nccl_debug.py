@@ -16,7 +16,7 @@ from pathlib import Path
 
 from nodecheck.bench.nccl_tests import LAUNCHER_PREFIX
 from nodecheck.errors import ParseError, ProbeFailed
-from nodecheck.host import read_bounded
+from nodecheck.files import read_bounded
 from nodecheck.limits import MAX_COMMAND_OUTPUT
 from nodecheck.nccl_run import MAX_HOSTS, MAX_NET_DEVICES, NcclRun
 

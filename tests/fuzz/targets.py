@@ -92,7 +92,7 @@ def _config_seeds() -> list[str]:
     sys.path.insert(0, str(TESTS))
     import tempfile
 
-    from conftest import h100_node_snapshot  # noqa: F401 (needs pytest only for need(): present in the suite)
+    from helpers import h100_node_snapshot  # noqa: F401 (needs pytest only for need(): present in the suite)
 
     from nodecheck.build import build_report
     from nodecheck.config import generate

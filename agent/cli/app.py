@@ -1,0 +1,57 @@
+"""The app every command family registers on, and what they share: exit codes, the --from and --config
+options, one way to fail with a message, one way to build the Report.
+
+Exit codes: 0 healthy, 1 a finding at or above the failing severity, 2 usage or config error.
+Only the cli package turns a NodecheckError into a message and an exit code.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from nodecheck import __version__
+
+# rich_markup_mode=None: help texts are plain text, so `[prolog]` and `[serve]` print as written
+app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode=None,
+                  help="What a GPU node is, and whether it performs to spec.")
+config_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Expectations file (TOML).")
+app.add_typer(config_app, name="config")
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+FROM_OPTION = typer.Option(None, "--from", help="Replay a snapshot (directory or .tar.gz) instead of this machine.")
+CONFIG_OPTION = typer.Option(None, "--config", "-c", help="Expectations file (default /etc/nodecheck/config.toml if present).")
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> None:
+    typer.echo(f"nodecheck: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def load_report(source: Optional[Path], config_path: Optional[Path], judge: bool = True):
+    from nodecheck import config as config_module
+    from nodecheck.build import build_report
+    from nodecheck.host import LiveHost
+    from nodecheck.snapshot import open_snapshot
+
+    config = config_module.load(config_path)
+    if source is None:
+        return build_report(LiveHost(), config, judge=judge), config
+    with tempfile.TemporaryDirectory(prefix="nodecheck-snapshot-") as workdir:
+        return build_report(open_snapshot(source, Path(workdir)), config), config
+
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"nodecheck {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True, help="Show the version.")) -> None:
+    pass

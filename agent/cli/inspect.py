@@ -1,0 +1,110 @@
+"""`nodecheck inspect`, `snapshot`, `config init` and `config check`: what this node (or a recorded one) is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from nodecheck.cli.app import CONFIG_OPTION, EXIT_FINDINGS, EXIT_OK, FROM_OPTION, app, config_app, fail, load_report
+from nodecheck.errors import NodecheckError
+
+
+@app.command()
+def inspect(
+    source: Optional[Path] = FROM_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the Report as JSON (docs/report-schema.md)."),
+    config_path: Optional[Path] = CONFIG_OPTION,
+) -> None:
+    """Report GPUs, links, NUMA locality, NICs, path specs, findings and binding advice."""
+
+    try:
+        report, config = load_report(source, config_path)
+    except NodecheckError as error:
+        fail(str(error))
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        from nodecheck.render.report import render
+
+        render(report)
+    raise typer.Exit(EXIT_FINDINGS if report.fails(config.fail_severity) else EXIT_OK)
+
+
+@app.command()
+def snapshot(
+    out: Path = typer.Argument(..., help="Directory to create, or a path ending in .tar.gz."),
+    config_path: Optional[Path] = CONFIG_OPTION,
+) -> None:
+    """Record every raw source the probes read (for `inspect --from` and support tickets)."""
+    from nodecheck import config as config_module
+    from nodecheck.build import build_report
+    from nodecheck.host import LiveHost
+    from nodecheck.snapshot import RecordingHost
+
+    if out.is_symlink():  # dangling or not: nodecheck runs as root and must not write where a link points
+        fail(f"{out} is a symbolic link: give the real path")
+    if out.exists() and (out.is_file() or any(out.iterdir())):
+        fail(f"{out} already exists and is not empty")
+    try:
+        recorder = RecordingHost(LiveHost())
+        report = build_report(recorder, config_module.load(config_path))
+        recorder.write(out)
+    except (NodecheckError, OSError) as error:
+        fail(str(error))
+    failed = [p.name for p in report.probes if not p.ok]
+    typer.echo(f"snapshot written to {out} ({len(recorder.sources)} sources"
+               + (f"; without data from: {', '.join(failed)}" if failed else "") + ")")
+
+
+@config_app.command("init")
+def config_init(
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of standard output."),
+    source: Optional[Path] = FROM_OPTION,
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
+) -> None:
+    """Write this node's facts as a starting config (run it on a known-good node)."""
+    from nodecheck.config import generate
+
+    try:
+        report, _ = load_report(source, None)
+    except NodecheckError as error:
+        fail(str(error))
+    text = generate(report)
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    if output.exists() and not force:
+        fail(f"{output} exists; use --force to overwrite")
+    try:
+        output.write_text(text)
+    except OSError as error:
+        fail(f"cannot write {output}: {error.strerror or error}")
+    typer.echo(f"config written to {output}")
+
+
+@config_app.command("check")
+def config_check(
+    file: Path = typer.Argument(..., help="The config to check (TOML)."),
+    source: Optional[Path] = FROM_OPTION,
+) -> None:
+    """Validate a config and show what it would judge on this node (or a snapshot of a known-good node, --from)
+    before it is deployed: each expectation beside what the node has, the findings, and whether the Slurm
+    prolog would drain the node. Exit 0: valid, the node passes; 1: the prolog would drain it; 2: invalid."""
+    from nodecheck.config_check import expectation_rows
+    from nodecheck.prolog import drain_reason, failing_findings
+
+    try:
+        report, config = load_report(source, file)
+    except NodecheckError as error:
+        fail(str(error))
+    from nodecheck.render.slurm import config_check_lines
+
+    where = f"snapshot {source}" if source else "this node"
+    failing = failing_findings(report.findings, config.fail_severity)  # as the prolog's node check judges
+    reason = drain_reason(failing) or None
+    typer.echo("\n".join(config_check_lines(str(file), where, report, expectation_rows(config, report), failing, reason,
+                                            config.fail_severity)))
+    raise typer.Exit(EXIT_FINDINGS if reason else EXIT_OK)

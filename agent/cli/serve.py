@@ -1,0 +1,88 @@
+"""`nodecheck serve` and `check --textfile-dir`: the Report as Prometheus metrics."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from nodecheck.cli.app import CONFIG_OPTION, FROM_OPTION, app, fail, load_report
+from nodecheck.errors import NodecheckError
+
+
+@app.command()
+def check(
+    textfile_dir: Path = typer.Option(..., "--textfile-dir", help="node_exporter's textfile collector directory."),
+    source: Optional[Path] = FROM_OPTION,
+    config_path: Optional[Path] = CONFIG_OPTION,
+) -> None:
+    """Probe once and write the metrics as DIR/nodecheck.prom, atomically (for node_exporter sites)."""
+    from nodecheck.exporters.prometheus import write_textfile
+
+    if not textfile_dir.is_dir():
+        fail(f"--textfile-dir {textfile_dir} is not a directory")
+    try:
+        report, config = load_report(source, config_path)
+        target = write_textfile(report, textfile_dir, config.virtual_nics)
+    except NodecheckError as error:
+        fail(str(error))
+    except OSError as error:
+        fail(f"cannot write into {textfile_dir}: {error.strerror or error}")
+    typer.echo(f"metrics written to {target} ({len(report.findings)} findings)")
+
+
+@app.command()
+def serve(
+    listen: Optional[str] = typer.Option(None, "--listen", help="HOST:PORT for /metrics (':PORT': all addresses). Default: [serve] listen in the config, else :10042."),
+    source: Optional[Path] = FROM_OPTION,
+    interval: Optional[float] = typer.Option(None, "--interval", min=1, help="Seconds between probe rounds. Default: [serve] interval in the config, else 60."),
+    web_config: Optional[Path] = typer.Option(None, "--web-config", help="TLS and basic auth, in the exporter-toolkit web config format node_exporter reads (needs the web extra: sh deploy/install.sh web)."),
+    bench_every: float = typer.Option(0.0, "--bench-every", min=0, help="Run `nodecheck bench --quick` in a subprocess every N seconds (0: never; leave 0 on nodes that run jobs)."),
+    bench_timeout: float = typer.Option(600.0, "--bench-timeout", min=1, help="Seconds before a scheduled bench run is killed."),
+    log_level: str = typer.Option("info", "--log-level", help="debug (a line per probe round), info (start, recoveries, bench runs), warning (probe failures), or error."),
+    config_path: Optional[Path] = CONFIG_OPTION,
+) -> None:
+    """Serve the latest Report as Prometheus metrics (docs/metrics.md). A scrape never waits for a probe."""
+    import logging
+    import signal
+    import threading
+
+    from nodecheck import config as config_module
+    from nodecheck.build import build_report
+    from nodecheck.exporters.serve import serve as run_server
+    from nodecheck.host import LiveHost
+    from nodecheck.snapshot import open_snapshot
+
+    levels = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+    if log_level.lower() not in levels:
+        raise typer.BadParameter(f"{log_level!r}: one of {', '.join(levels)}", param_hint="'--log-level'")
+    logging.basicConfig(level=levels[log_level.lower()], format="nodecheck serve: %(levelname)s %(message)s")
+    try:
+        config = config_module.load(config_path)
+        address = config_module.parse_listen(listen) if listen is not None else config.listen
+        if address is None:
+            raise typer.BadParameter(f"{listen!r}: expected HOST:PORT, e.g. 127.0.0.1:{config_module.DEFAULT_PORT} or :{config_module.DEFAULT_PORT} (all addresses)",
+                                     param_hint="'--listen'")
+        host, port = address
+        interval = interval if interval is not None else config.interval
+        web = None
+        if web_config is not None:
+            from nodecheck.exporters.webconfig import load_web_config
+
+            web = load_web_config(web_config)
+        with tempfile.TemporaryDirectory(prefix="nodecheck-serve-") as workdir:
+            probe_host = LiveHost() if source is None else open_snapshot(source, Path(workdir))
+            stop = threading.Event()
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            signal.signal(signal.SIGINT, lambda *_: stop.set())
+            from nodecheck.bench.plan import run_in_subprocess
+
+            bench_args = ["--quick"] + (["--config", str(config_path)] if config_path else [])
+            run_server(host, port, lambda: build_report(probe_host, config), interval, stop, web,
+                       bench=lambda: run_in_subprocess(bench_args, bench_timeout), bench_every=bench_every, config=config)
+    except NodecheckError as error:
+        fail(str(error))
+    except OSError as error:  # port taken, unreadable certificate ...
+        fail(f"cannot serve on {host}:{port}: {error.strerror or error}")

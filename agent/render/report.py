@@ -1,0 +1,175 @@
+"""`nodecheck inspect` as text: identity, probes, GPUs, the link matrix, NICs, platform, findings, advice."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.text import Text
+
+from nodecheck.model import Report, link_distance
+from nodecheck.pci import normal_pci
+from nodecheck.render.table import IDENTITY, LIST, SEVERITY_STYLE, TEXT, cell, clean, esc, fitted_table, new_console, unknown_cell
+from nodecheck.units import format_bits, format_rate, natural_key
+
+
+def render(report: Report, console: Console | None = None) -> None:
+    console = console or new_console()
+    node = report.node
+    console.print(f"[bold]nodecheck[/bold] {esc(node.get('hostname') or '(host name not recorded)')}  kernel {esc(node.get('kernel') or 'unknown')}  "
+                  f"driver {esc(node.get('driver_version') or 'unknown')}  [dim]({esc(report.source)})[/dim]")
+    console.print("probes: " + "  ".join(
+        f"{p.name} [{'green' if p.ok else 'dim' if p.no_data else 'red'}]"
+        f"{'ok' if p.ok else 'no data' if p.no_data else 'FAILED'}[/] {p.duration_seconds * 1000:.0f} ms"
+        for p in report.probes))
+    if report.cpu:
+        c = report.cpu
+        numa = ", ".join(f"node{n['node']}: {n['cpus']}" for n in c.numa)
+        console.print(f"CPU: {c.packages} package(s), {c.numa_nodes} NUMA node(s) ({esc(numa)}), {c.cores} cores, {c.pus} PUs"
+                      + (f"  [dim]{esc(c.model)}[/dim]" if c.model else ""))
+    _gpus(console, report)
+    _matrix(console, report)
+    _nics(console, report)
+    for line in platform_lines(report):
+        console.print(clean(line), highlight=False, markup=False)
+    render_findings(console, report)
+    _advice(console, report)
+
+
+def _gpus(console: Console, report: Report) -> None:
+    if not report.gpus:
+        console.print(f"[yellow]No GPUs:[/yellow] {esc(report.gpus_absent_reason)}")
+        return
+    specs = {p.path: p for p in report.paths}
+    rows = []
+    for g in report.gpus:
+        p = g.pcie or {}
+        pcie = (f"gen{unknown_cell(p.get('gen_current'))} x{unknown_cell(p.get('width_current'))} / "
+                f"gen{unknown_cell(p.get('gen_max'))} x{unknown_cell(p.get('width_max'))}") if g.pcie else "unknown"
+        host = specs.get(f"gpu{g.index}:host")
+        rows.append([cell(g.index), unknown_cell(g.name), cell(pcie), format_rate(host.bytes_per_second if host else None),
+                     cell(_nvlinks(g, report)), unknown_cell(g.numa_node), unknown_cell(g.cpu_affinity),
+                     cell(", ".join(g.nearest_nics) or "-")])
+    headers = [("GPU", IDENTITY), ("model", 5), ("PCIe now / max", 2), ("host link spec", 3), ("NVLinks", 4), ("NUMA", IDENTITY),
+               ("CPU affinity", IDENTITY), ("nearest NICs", LIST)]
+    console.print(fitted_table(console, "GPUs", headers, rows))
+
+
+def _nvlinks(gpu, report: Report) -> str:
+    """NVML's count of active links; without NVML, what the topology says of the GPU's links (NV18)."""
+    if gpu.nvlinks:
+        return f"{sum(1 for l in gpu.nvlinks if l['active'])}/{len(gpu.nvlinks)} up"
+    types = sorted({l.type for l in report.links if gpu.index in (l.a, l.b) and isinstance(l.a, int) and isinstance(l.b, int)
+                    and l.type.startswith("NV")}, key=natural_key)
+    return f"{', '.join(types)} (topo)" if types else "-"
+
+
+def _matrix(console: Console, report: Report) -> None:
+    """Plain aligned text, laid out like nvidia-smi's own matrix (and much cheaper than a rich Table)."""
+    if len(report.gpus) < 2 and not any(isinstance(l.b, str) for l in report.links):
+        return
+    cells = {}
+    for link in report.links:
+        cells[(link.a, link.b)] = cells[(link.b, link.a)] = link.type
+    gpus = [g.index for g in report.gpus]
+    position = {name: i for i, n in enumerate(report.nics) for name in (n.name, n.rdma_device) if name}
+    nics = sorted({l.b for l in report.links if isinstance(l.b, str)}, key=lambda n: (position.get(n, len(position)), natural_key(n)))
+    console.print("[italic]Links (nvidia-smi topo -m)[/italic]")
+    full = _matrix_lines(gpus, gpus + nics, cells)
+    if max(len(line) for line in full) <= console.width:
+        console.print(clean("\n".join(full)), highlight=False, markup=False, soft_wrap=True)
+        return
+    # too wide for this terminal: the GPU matrix, then each GPU's NICs grouped by link, nearest first
+    among_gpus = _matrix_lines(gpus, gpus, cells)
+    if len(gpus) > 1 and max(len(line) for line in among_gpus) <= console.width:
+        console.print(clean("\n".join(among_gpus)), highlight=False, markup=False, soft_wrap=True)
+    elif len(gpus) > 1:
+        for a in gpus:
+            console.print(Text(clean(f"GPU{a} to GPUs: " + _grouped(a, [b for b in gpus if b != a], cells))), highlight=False)
+    for a in gpus if nics else []:
+        console.print(Text(clean(f"GPU{a} to NICs: " + _grouped(a, nics, cells))), highlight=False)
+
+
+def _matrix_lines(rows: list[int], columns: list, cells: dict) -> list[str]:
+    names = [f"GPU{d}" if isinstance(d, int) else d for d in columns]
+    width = max(len(n) for n in names + [f"GPU{r}" for r in rows]) + 2
+    lines = ["".ljust(width) + "".join(n.ljust(width) for n in names)]
+    for a in rows:
+        lines.append(f"GPU{a}".ljust(width) + "".join(("X" if a == b else cells.get((a, b), "?")).ljust(width) for b in columns))
+    return [line.rstrip() for line in lines]
+
+
+def _grouped(a: int, others: list, cells: dict) -> str:
+    """`PXB: mlx5_5, mlx5_6; SYS: mlx5_0, ...`: the devices by their link to GPU a, nearest link first."""
+    groups: dict[str, list[str]] = {}
+    for b in others:
+        groups.setdefault(cells.get((a, b), "?"), []).append(f"GPU{b}" if isinstance(b, int) else b)
+    return "; ".join(f"{kind}: {', '.join(names)}" for kind, names in sorted(groups.items(), key=lambda kv: link_distance(kv[0])))
+
+
+def _nics(console: Console, report: Report) -> None:
+    shown = [n for n in report.nics if not n.virtual or n.addresses]
+    if not shown:
+        return
+    specs = {p.path: p for p in report.paths}
+    rows = []
+    for n in shown:
+        spec = specs.get(f"nic:{n.name}")
+        name = f"{n.name} ({n.rdma_device})" if n.rdma_device and n.rdma_device != n.name else n.name
+        speed = f"{n.speed_mbps} Mb/s" if n.speed_mbps else "unknown"
+        addresses = ", ".join(f"{a['address']}/{a['prefixlen']}" for a in n.addresses if a["family"] == "inet")
+        rows.append([cell(name), cell(n.kind), unknown_cell(n.state), speed, format_bits(spec.bytes_per_second if spec else None),
+                     unknown_cell(n.mtu), unknown_cell(n.numa_node), unknown_cell(n.driver), unknown_cell(n.pci_address), cell(addresses or "-")])
+    headers = [("NIC", IDENTITY), ("kind", 4), ("state", 7), ("speed", 6), ("spec", 1), ("MTU", 2), ("NUMA", IDENTITY),
+               ("driver", 3), ("PCI", 5), ("addresses", LIST)]
+    console.print(fitted_table(console, "NICs", headers, rows))
+
+
+def platform_lines(report: Report) -> list[str]:
+    """What peer-to-peer and GPUDirect traffic depend on: the peer-memory module, the IOMMU mode of the GPUs'
+    and NICs' groups, ACS on the PCIe bridges; each said as known, or why it is not."""
+    lines = []
+    platform = report.platform
+    if platform is not None:
+        module = platform.peer_memory
+        dma_buf = {True: "DMA-BUF possible (open kernel modules, Linux >= 5.12)", False: "no DMA-BUF",
+                   None: "DMA-BUF unknown"}[platform.dma_buf]
+        lines.append("GPUDirect RDMA: " + (f"{module} loaded" if module else
+                     f"no peer-memory module (nvidia_peermem, nv_peer_mem); {dma_buf}" if platform.modules_known
+                     else "unknown"))
+        groups = report.iommu_modes()
+        devices = [(f"gpu{g.index}", g.pci_bus_id) for g in report.gpus] + [(n.name, n.pci_address) for n in report.nics
+                                                                           if n.pci_address]
+        modes: dict[str, list[str]] = {}
+        for name, pci in devices:
+            modes.setdefault(str(groups.get(normal_pci(pci), "no IOMMU group")), []).append(name)
+        if modes:
+            lines.append("IOMMU: " + "; ".join(f"{mode} ({', '.join(names)})" for mode, names in sorted(modes.items())))
+    acs = report.pcie_acs
+    if acs is not None:
+        redirect = report.acs_redirects() or {}
+        on = sorted(bdf for bdf, value in redirect.items() if value)
+        lines.append("ACS: " + (str(acs.why) if not acs.known else
+                                f"P2P redirect on {', '.join(on)}" if on else
+                                f"no P2P redirect ({len(redirect)} ACS-capable bridge(s) read)"))
+    return lines
+
+
+def render_findings(console: Console, report: Report) -> None:
+    if not report.findings:
+        console.print("[green]No findings.[/green]")
+        return
+    rows = [[Text(clean(f.severity), style=SEVERITY_STYLE.get(f.severity, "")), cell(f.subject), cell(f.measured),
+             cell(f.expected), cell(f.message)] for f in report.findings]
+    headers = [("severity", IDENTITY), ("subject", IDENTITY), ("measured", 2), ("expected", 1), ("what to do", TEXT)]
+    console.print(fitted_table(console, "Findings", headers, rows))
+
+
+def _advice(console: Console, report: Report) -> None:
+    if not report.advice:
+        return
+    console.print("[bold]Binding advice[/bold] (one process per GPU):")
+    for entry in report.advice:
+        head = f"  gpu{entry['gpu']}: "
+        line = head + clean("  ".join(entry["lines"]))
+        if len(line) > console.width:  # one part a line, joined by `\`: still one command when pasted
+            line = (" \\\n" + " " * len(head)).join([head + clean(entry["lines"][0])] + [clean(p) for p in entry["lines"][1:]])
+        console.print(Text(line), soft_wrap=True, highlight=False)

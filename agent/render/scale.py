@@ -1,0 +1,76 @@
+"""`nodecheck scale` as text and as a plot."""
+
+from __future__ import annotations
+
+from nodecheck.errors import NodecheckError, install_extra
+from nodecheck.units import format_bits
+
+
+def scale_lines(work, fabric, rows, levers, target) -> list[str]:
+    """`nodecheck scale` as text: the workload, the fabric, the table and the levers."""
+    from nodecheck.units import format_bytes, format_params, plural
+
+    lines = []
+
+    def rate(value) -> str:
+        if value is None:
+            return "-"
+        if value == float("inf"):
+            return "inf"
+        scale, unit = next(((s, u) for s, u in ((1e12, "TB/s"), (1e9, "GB/s"), (1e6, "MB/s")) if value >= s), (1, "B/s"))
+        return f"{value / scale:.3g} {unit}"
+
+    lines.append(f"gradients: {format_params(work.params)} params x {work.grad_dtype} = {format_bytes(work.grad_bytes)} per step; "
+               f"compute {work.step_s * 1000:.4g} ms per step ({work.accum} x {work.micro_step_s * 1000:.4g} ms)")
+    lines.append(f"busbw: across nodes {rate(fabric.inter_busbw)} = {format_bits(fabric.inter_busbw)}, inside a node "
+               f"{rate(fabric.intra_busbw)} = {format_bits(fabric.intra_busbw)} ({fabric.source}); "
+               f"{plural(fabric.gpus_per_node, 'GPU')} per node")
+    header = (f"{'GPUs':>5} {'nodes':>5} {'comm/step':>10} {'eff':>6} {'eff(ovl)':>8} {'speed-up':>8} "
+              f"{'busbw for ' + format(target, '.0%'):>14} {'(overlap)':>11}")
+    lines.append(header)
+    for r in rows:
+        lines.append(f"{r.gpus:>5} {r.nodes:>5} {r.comm_s * 1000:>8.1f}ms {r.efficiency:>6.1%} {r.efficiency_overlap:>8.1%} "
+                   f"{r.speedup:>7.2f}x {rate(r.needed_busbw):>14} {rate(r.needed_busbw_overlap):>11}")
+    lines.append(f"levers at {plural(rows[-1].gpus, 'GPU')} (each on top of the previous, no overlap):")
+    for label, r in levers:
+        lines.append(f"  {label:58} comm {r.comm_s * 1000:7.1f} ms  efficiency {r.efficiency:6.1%}  speed-up {r.speedup:.2f}x")
+    return lines
+
+
+def plot_scale(path, rows, work, fabric, target: float = 0.9) -> None:
+    """Efficiency vs GPUs as a PNG, saying what it assumed (busbw inside and across nodes, GPUs per node),
+    with the target line and the step where training leaves the node; NodecheckError when matplotlib is
+    missing or the file cannot be written."""
+    from nodecheck.units import format_params, plural
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise NodecheckError(f"--plot needs matplotlib: {install_extra('plot')}") from None
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    gpus = [r.gpus for r in rows]
+    axes.plot(gpus, [r.efficiency * 100 for r in rows], marker="o", label="no overlap")
+    axes.plot(gpus, [r.efficiency_overlap * 100 for r in rows], marker="s", label="full overlap")
+    axes.axhline(target * 100, color="grey", linestyle="--", linewidth=1, label=f"target {target:.0%}")
+    if any(r.nodes > 1 for r in rows):
+        axes.axvline(fabric.gpus_per_node * 1.41, color="tab:red", linestyle=":", linewidth=1,
+                     label=f"beyond one node ({plural(fabric.gpus_per_node, 'GPU')})")
+    axes.set_xscale("log", base=2)
+    axes.set_xticks(gpus, [str(g) for g in gpus])
+    axes.set_ylim(0, 105)
+    axes.set_xlabel("GPUs")
+    axes.set_ylabel("scaling efficiency (%)")
+    axes.set_title(f"{format_params(work.params)} params, {work.grad_dtype} gradients, {work.step_s * 1000:.4g} ms/step\n"
+                   f"busbw {format_bits(fabric.inter_busbw)} across nodes, {format_bits(fabric.intra_busbw)} inside a node, "
+                   f"{plural(fabric.gpus_per_node, 'GPU')} per node ({fabric.source})"[:200], fontsize=9)
+    axes.grid(True, alpha=0.3)
+    axes.legend()
+    try:
+        figure.savefig(path, dpi=100, bbox_inches="tight")
+    except OSError as error:
+        raise NodecheckError(f"cannot write {path}: {error.strerror or error}") from None
+    finally:
+        plt.close(figure)

@@ -1,0 +1,57 @@
+"""`nodecheck prolog`, `healthcheck` and `config check` as lines of text."""
+
+from __future__ import annotations
+
+from nodecheck.model import Report
+from nodecheck.render.table import clean
+
+
+def outcome_lines(mode: str, outcome, dry_run: bool) -> list[tuple[str, bool]]:
+    """A prolog or health check outcome as (line, for standard error) pairs."""
+    lines: list[tuple[str, bool]] = []
+    verdict = outcome.verdict
+    if outcome.action == "skip":
+        lines.append((f"nodecheck {mode}: skipped ({outcome.detail})", False))
+        return lines
+    if verdict is not None:
+        for run in verdict.checks:
+            status = "timed out" if run.timed_out else "ok" if not any(f in verdict.failing for f in run.findings) else "FAILED"
+            lines.append((f"nodecheck {mode}: {run.name}: {status} ({run.seconds:.2f} s)", False))
+            for peer in run.details if run.name == "proximity" else []:
+                if not peer["examined"]:
+                    continue  # counted once, in the check_timed_out finding
+                where = "same subnet" if peer["same_subnet"] else f"outside, via {peer['gateway']}" if peer["gateway"] else "outside"
+                facts = peer["error"] or f"{peer['address']} on {peer['interface']} ({peer['subnet']}): {where}, {peer['rtt_ms']:g} ms"
+                lines.append((f"nodecheck {mode}:   peer {peer['name']}: {facts}", False))
+        for finding in verdict.failing + [f for f in verdict.findings if f not in verdict.failing]:
+            lines.append((f"nodecheck {mode}: {finding.severity}: {finding.message}", False))
+    would = "would " if dry_run else ""
+    if outcome.error and verdict is None:
+        lines.append((f"nodecheck {mode}: {outcome.error}", True))
+        return lines
+    if outcome.action == "drain":
+        lines.append((f"nodecheck {mode}: {would}drain {verdict.node}: {outcome.detail}", False))
+    elif outcome.action == "resume":
+        lines.append((f"nodecheck {mode}: {would}resume {verdict.node}", False))
+    else:
+        lines.append((f"nodecheck {mode}: no change ({outcome.detail})", False))
+    if outcome.error:
+        lines.append((f"nodecheck {mode}: {outcome.error}", True))
+    if outcome.slurm_error:
+        lines.append((f"nodecheck {mode}: {outcome.slurm_error}", True))
+    return lines
+
+
+
+
+def config_check_lines(name: str, where: str, report: Report, rows, failing, reason: str | None, fail_severity: str) -> list[str]:
+    """`nodecheck config check` as text: each expectation beside the node's value, the findings (those that
+    fail the prolog first), and what the prolog would do."""
+    width = max(len(key) for key, _, _ in rows)
+    lines = [f"{clean(name)}: valid. On {clean(where)} ({clean(report.node.get('hostname') or 'host name unknown')}):"]
+    lines += [f"  {clean(key):<{width}}  expects {clean(expected):<22} has {clean(has)}" for key, expected, has in rows]
+    lines += [f"  {f.severity}: {clean(f.message)}" for f in failing + [f for f in report.findings if f not in failing]]
+    if reason:
+        return lines + [f"the prolog would drain {clean(where)} with this config: {clean(reason)}"]
+    below = f" ({len(report.findings)} finding(s) below {fail_severity})" if report.findings else ""
+    return lines + [f"the prolog's node check passes on {clean(where)} with this config{below}"]
