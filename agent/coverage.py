@@ -8,15 +8,8 @@ from __future__ import annotations
 from nodecheck.findings import FINDING_KINDS
 from nodecheck.model import Report
 from nodecheck.probes import DISABLED
+from nodecheck.rules import RULES
 
-# The probe each fact-based check reads; the check is unknown when that probe failed or was switched off.
-NEEDS_PROBE = {
-    "nvml": ("pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "ecc_disabled", "row_remap_failed",
-             "row_remap_pending"),
-    "nvidia_smi_topo": ("gpu_link_changed", "nic_far_from_gpu"),
-    "nics": ("nic_missing", "nic_down", "nic_slow", "nic_speed_unknown"),
-    "pcie_paths": ("pcie_hop_narrow",),
-}
 MEASURED = ("bandwidth_below_spec", "bandwidth_above_bound", "bench_failed", "bench_wrong_result")
 FROM_NCCL = ("nccl_socket_fallback", "nccl_no_gdr", "nccl_p2p_disabled", "nccl_rail_mismatch", "nccl_warning")
 PROLOG_ONLY = ("check_timed_out", "check_failed", "peer_unreachable", "peer_outside_subnet", "peer_slow")
@@ -26,10 +19,10 @@ def unmade_checks(report: Report) -> dict[str, str]:
     """Finding kind -> why the Report cannot say whether it holds (absent: the check was made)."""
     unmade = {kind: "made by `nodecheck prolog`/`healthcheck` only" for kind in PROLOG_ONLY}
     outcomes = {p.name: p for p in report.probes}
-    for probe, kinds in NEEDS_PROBE.items():
-        outcome = outcomes.get(probe)
+    for rule in RULES:  # a fact-based check is unknown when the probe it reads failed or was switched off
+        outcome = outcomes.get(rule.needs) if rule.needs else None
         if outcome is not None and not outcome.ok and (not outcome.no_data or outcome.error == DISABLED):
-            unmade.update({kind: f"probe {probe}: {outcome.error or 'failed'}" for kind in kinds})
+            unmade.update({kind: f"probe {rule.needs}: {outcome.error or 'failed'}" for kind in rule.kinds})
     if report.acs_redirects() is None:
         unmade["pcie_acs_redirect"] = (report.pcie_acs and report.pcie_acs.why) or "ACS not read"
     platform = report.platform

@@ -165,12 +165,12 @@ MIN_BENCH_S = 5.0  # below this much budget left, a bandwidth test is skipped ra
 
 def _bench_check(tests: list[str], config, environ: dict[str, str], share: float, report=None):
     """The prolog's bandwidth tests, one at a time within `share` seconds, judged as `bench` judges them
-    (rules.with_measurements) against the node check's Report (an empty one when that check did not
+    (verdicts.with_measurements) against the node check's Report (an empty one when that check did not
     finish). A test that does not fit in what is left (not started, or stopped at the budget's end) is
     skipped and named at warning: running out of time says nothing against the node, so it never drains it."""
     from nodecheck.bench.plan import run_in_subprocess
     from nodecheck.model import Report
-    from nodecheck.rules import with_measurements
+    from nodecheck.verdicts import with_measurements
 
     deadline = time.monotonic() + share
     env = {k: v for k, v in environ.items() if k not in _DISTRIBUTED_VARS}  # in this node only
@@ -187,7 +187,7 @@ def _bench_check(tests: list[str], config, environ: dict[str, str], share: float
             skipped.append(test)
         else:
             measurements += results
-    report = report or Report(0.0, "", {}, [], None, [], None, [], [], [])
+    report = report or Report.from_dict({})  # a Report of nothing
     judged = with_measurements(report, measurements, time.time(), config)
     findings = judged.findings[len(report.findings):]  # the node check already counted the Report's own
     if skipped:

@@ -7,36 +7,34 @@ the GPU is busy (utilization >= BUSY_UTILIZATION); otherwise the bandwidth test 
 
 from __future__ import annotations
 
-import dataclasses
+from dataclasses import dataclass
+from typing import Callable
 
 from nodecheck.config import Config
 from nodecheck.findings import Finding
 from nodecheck.model import Report, link_family
 from nodecheck.pci import narrow_hops, normal_pci
 from nodecheck.specs import BUSY_UTILIZATION
-from nodecheck.units import format_bits, format_path_rate
+from nodecheck.units import format_bits
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One static check: a function of the Report and the Config, the finding kinds it may raise, and the
+    probe whose facts it reads (its kinds are unknown, not healthy, when that probe failed or was switched
+    off: agent/coverage.py)."""
+
+    check: Callable[[Report, Config], list[Finding]]
+    kinds: tuple[str, ...]
+    needs: str | None = None
 
 
 def evaluate(report: Report, config: Config | None) -> list[Finding]:
     config = config or Config()
-    findings: list[Finding] = []
-    findings += _probe_failures(report)
-    findings += _gpu_count(report, config)
-    for gpu in report.gpus:
-        findings += _pcie(gpu, config)
-        findings += _nvlinks(gpu, config)
-        findings += _memory(gpu, config)
-    findings += _links(report, config)
-    findings += _nics(report, config)
-    findings += _far_nics(report)
-    findings += _platform(report)
-    paths = report.hops()  # both checks walk the same PCIe paths
-    findings += _pcie_hops(report, paths)
-    findings += _acs_redirect(report, paths)
-    return findings
+    return [finding for rule in RULES for finding in rule.check(report, config)]
 
 
-def _probe_failures(report: Report) -> list[Finding]:
+def _probe_failures(report: Report, config: Config) -> list[Finding]:
     """Garbled output is a warning (the tool changed, the facts are unknown); a source that hung until
     killed is an error: a hung nvidia-smi or NVML call is how a failing GPU or driver shows (NHC drains on it)."""
     return [Finding("probe_failed", "error" if r.timed_out else "warning", f"probe:{r.name}",
@@ -69,6 +67,11 @@ def _missing_gpu_advice(report: Report) -> str:
         return (f"the NVIDIA kernel module {report.node['driver_version']} is loaded but NVML's library is missing: "
                 "install the driver's user-space part of the same version (libnvidia-ml)")
     return "check `nvidia-smi -L`, dmesg for Xid/fallen-off-the-bus errors, and reseat or replace the missing GPU"
+
+
+def _each_gpu(report: Report, config: Config) -> list[Finding]:
+    """The checks of one GPU's own facts (NVML), GPU by GPU."""
+    return [f for gpu in report.gpus for check in (_pcie, _nvlinks, _memory) for f in check(gpu, config)]
 
 
 def _pcie(gpu, config: Config) -> list[Finding]:
@@ -174,7 +177,7 @@ def _nic_speed(name: str, spec, expected_mbps: int) -> list[Finding]:
     return []
 
 
-def _far_nics(report: Report) -> list[Finding]:
+def _far_nics(report: Report, config: Config) -> list[Finding]:
     findings = []
     for gpu in report.gpus:
         types = [l.type for l in report.links if l.a == gpu.index and isinstance(l.b, str) and l.b in gpu.nearest_nics]
@@ -185,75 +188,11 @@ def _far_nics(report: Report) -> list[Finding]:
     return findings
 
 
-FABRIC_KINDS = ("infiniband", "ethernet")
-
-
-def _what_to_check(m) -> str:
-    """Advice for the kind of path that was slow: a GPU's host link is not a network cable, a PCIe box has
-    no NVLink to check."""
-    kind = m.details.get("path_kind")
-    if m.scope == "host-link":
-        return ("check the GPU's PCIe link (`nvidia-smi -q -d PCI`: generation and width now vs max), that nothing else "
-                "was copying over it, and the host memory's NUMA node")
-    if m.scope == "cluster" or kind in FABRIC_KINDS:
-        return "check that node's cable, switch port and NIC speed"
-    if kind == "nvlink-no-peer":
-        return ("the GPUs are linked by NVLink but have no peer access, so the copies went through host memory: check "
-                "the fabric manager on NVSwitch systems (`systemctl status nvidia-fabricmanager`), `nvidia-smi topo -p2p r`, "
-                "NCCL_P2P_DISABLE, and that both GPUs are passed to this VM or container")
-    if kind == "nvlink":
-        return "check the GPUs' NVLink state (`nvidia-smi nvlink -s`) and that no other job was using them"
-    return ("check the GPUs' PCIe links (`nvidia-smi -q -d PCI`: generation and width now vs max), ACS and the IOMMU on "
-            "their path (`nodecheck inspect`), and that no other job was using them")
-
-
-def algorithm_bound(m) -> float | None:
-    """For an all-reduce across nodes judged against the ring bound of its rails: the most any algorithm can
-    reach, as a ratio to that bound. A ring sends 2(n-1)/n x S of each node's data over its rails, a tree
-    or SHARP about S, so busbw (algbw x 2(n-1)/n) can reach 2(n-1)/n x the ring bound and no more.
-    None for other measurements."""
-    if m.test != "allreduce" or m.scope != "cluster" or not m.ranks or m.ranks < 2 or m.details.get("path_kind") not in FABRIC_KINDS:
-        return None
-    return 2 * (m.ranks - 1) / m.ranks
-
-
-def with_measurements(report: Report, measurements: list, measured_at: float, config: Config | None) -> Report:
-    """The Report with these measurements attached and judged: the one way `bench` and `serve` add them."""
-    config = config or Config()
-    measurements = [with_threshold(m, config) for m in measurements]
-    return dataclasses.replace(report, measurements=measurements, measured_at=measured_at,
-                               findings=report.findings + measurement_findings(measurements, config)
-                               + _what_nccl_did(report, measurements))
-
-
-def with_threshold(m, config: Config):
-    """The measurement with the threshold it is judged by, and where that comes from, in its details
-    (details["threshold"], ["threshold_basis"]): the exporter publishes it for the alert to compare with.
-    None where no figure is judged (a failed test, an unknown spec)."""
-    if not m.ok or m.ratio is None:
-        return m
-    ratio, basis = config.threshold(m.test, m.details.get("path_kind"), m.direction)
-    return dataclasses.replace(m, details=dict(m.details, threshold=ratio, threshold_basis=basis))
-
-
-def _what_nccl_did(report: Report, measurements: list) -> list[Finding]:
-    """The findings of what NCCL logged during the measurements (details["nccl"]), each named once."""
-    from nodecheck.nccl_run import nccl_findings, nccl_run_from_details
-
-    findings, seen = [], set()
-    for m in measurements:
-        run = nccl_run_from_details((m.details or {}).get("nccl") if isinstance(m.details, dict) else None)
-        for finding in nccl_findings(run, report) if run else []:
-            if (finding.kind, finding.subject, finding.message) not in seen:
-                seen.add((finding.kind, finding.subject, finding.message))
-                findings.append(finding)
-    return findings
-
-
-def _pcie_hops(report: Report, paths: dict) -> list[Finding]:
+def _pcie_hops(report: Report, config: Config) -> list[Finding]:
     """A link on a GPU's or NIC's PCIe path (a switch port, a riser, the root port) trained narrower than
     both its ends allow, named once per link with every device behind it. A GPU's own link is NVML's to
     judge (pcie_downtrained)."""
+    paths = report.hops()
 
     devices = [(f"gpu{g.index}", normal_pci(g.pci_bus_id), True) for g in report.gpus]
     devices += [(n.name, normal_pci(n.pci_address), False) for n in report.nics if n.pci_address]
@@ -268,13 +207,14 @@ def _pcie_hops(report: Report, paths: dict) -> list[Finding]:
             for bdf, (hop, capable, behind) in sorted(narrow.items())]
 
 
-def _acs_redirect(report: Report, paths: dict) -> list[Finding]:
+def _acs_redirect(report: Report, config: Config) -> list[Finding]:
     """For every GPU pair and GPU-RDMA NIC pair under a common switch, the bridges between them (the ports
     below the switch's upstream port where each one's traffic enters it): one with ACS P2P request or
     completion redirect on sends their peer traffic up to the root complex. Named once per bridge."""
     redirect = report.acs_redirects() or {}
     if not any(redirect.values()):
         return []
+    paths = report.hops()
     chains = {bdf: [hop.bdf for hop in hops] for bdf, hops in paths.items()}
     gpus = [(f"gpu{g.index}", chains.get(normal_pci(g.pci_bus_id))) for g in report.gpus]
     nics = [(n.name, chains.get(normal_pci(n.pci_address))) for n in report.rdma_nics_up() if n.pci_address]
@@ -298,7 +238,7 @@ def _acs_redirect(report: Report, paths: dict) -> list[Finding]:
             for bdf, affected in sorted(redirecting.items())]
 
 
-def _platform(report: Report) -> list[Finding]:
+def _platform(report: Report, config: Config) -> list[Finding]:
     """GPUDirect RDMA without its peer-memory module, and IOMMU translation on a GPU's or an RDMA NIC's
     group (NCCL's troubleshooting guide: both slow or break inter-node and peer-to-peer traffic)."""
     from nodecheck.probes.platform import TRANSLATED
@@ -327,59 +267,15 @@ def _platform(report: Report) -> list[Finding]:
     return findings
 
 
-def measurement_findings(measurements, config: Config) -> list[Finding]:
-    """Bandwidth below the test's ratio x spec, and tests that failed, each naming its path (and the slow node)."""
-    findings = []
-    for m in measurements:
-        threshold = config.ratio_for(m.test, m.details.get("path_kind"), m.direction)
-        if not m.ok:
-            findings.append(Finding("bench_failed", "error", m.path, "failed", "completed", f"{m.test} on {m.path}: {m.error}"))
-            continue
-        check = m.details.get("data_check") if isinstance(m.details, dict) else None
-        wrong = check.get("wrong_elements") if isinstance(check, dict) else None
-        if isinstance(wrong, int) and wrong > 0:
-            findings.append(Finding("bench_wrong_result", "error", m.path, f"{wrong} wrong", "0 wrong",
-                                    f"{m.test} on {m.path} returned wrong data: {wrong} of {check.get('elements')} elements arrived "
-                                    f"wrong (expected: {check.get('expected')}): a link or GPU corrupts data at whatever speed; "
-                                    "check Xid and ECC errors (`nodecheck inspect`), and run nccl-tests with -c 1 or nvbandwidth"))
-        if m.ratio is not None and (algorithm_bound(m) or float("inf")) < m.ratio:
-            bound = algorithm_bound(m)
-            findings.append(Finding(
-                "bandwidth_above_bound", "warning", m.path, f"{m.ratio:.2f}", f"<= {bound:.2f}",
-                f"{m.path} {m.test} {format_path_rate(m.scope, m.bytes_per_second)} = {m.ratio:.2f} x the ring bound of the rails nodecheck "
-                f"read, more than any all-reduce algorithm moves over them ({bound:.2f} x): NCCL used other or more NICs, "
-                "or a rail's rate was misread (set [nics] speed_mbps); this verdict cannot be trusted"))
-        elif m.ratio is not None and m.ratio < threshold:
-            suspects = _slow_nodes(m, threshold)
-            where = "; slow: " + ", ".join(f"{name} at {ratio:.2f} of spec" + (f" (rail {rails})" if rails else "")
-                                           for name, ratio, rails in suspects) if suspects else ""
-            findings.append(Finding(
-                "bandwidth_below_spec", "error", suspects[0][0] if suspects else m.path, f"{m.ratio:.2f}", f">= {threshold:g}",
-                f"{m.path} {m.test} {format_path_rate(m.scope, m.bytes_per_second)} = {m.ratio:.2f} of spec "
-                f"{format_path_rate(m.scope, m.spec_bytes_per_second)}{where}: {_what_to_check(m)}"))
-    return findings
-
-
-def _slow_nodes(m, threshold: float) -> list[tuple[str, float, str]]:
-    """From the pair exchanges (nodecheck.pairing): the nodes with a rank whose every exchange was slow
-    against that exchange's own rails, each with its best ratio and the rails of its slow ranks; with only
-    two nodes, both ends of the slow pairs."""
-    from nodecheck.pairing import node_groups, rank_ratio, slow_ranks
-
-    members = [n for n in m.details.get("nodes", []) if isinstance(n, dict) and isinstance(n.get("rank"), int)]
-    by_rank = {n["rank"]: n for n in members}
-    exchanges = m.details.get("pair_exchanges") or []
-    if not exchanges or not m.spec_bytes_per_second:
-        return []
-    nodes = len(node_groups(members)) if members else 1 + max(max(e["a"], e["b"]) for e in exchanges)
-    slow, undecided = slow_ranks(exchanges, nodes, threshold, m.spec_bytes_per_second)
-    suspects = slow or sorted({rank for pair in undecided for rank in pair})
-    named: dict[str, tuple[float, set]] = {}
-    for rank in suspects:
-        member = by_rank.get(rank, {})
-        name = f"{member.get('node', f'rank{rank}')} ({member.get('address') or 'rank ' + str(rank)})"
-        ratio = rank_ratio(exchanges, rank, m.spec_bytes_per_second) or 0.0
-        rails = {r.get("name") for r in member.get("rails") or [] if isinstance(r, dict) and r.get("name")}
-        best, seen = named.get(name, (ratio, set()))
-        named[name] = (min(best, ratio), seen | rails)
-    return sorted(((name, ratio, ",".join(sorted(rails))) for name, (ratio, rails) in named.items()), key=lambda s: s[1])
+RULES = [
+    Rule(_probe_failures, ("probe_failed",)),
+    Rule(_gpu_count, ("gpu_count_low",)),
+    Rule(_each_gpu, ("pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "ecc_disabled", "row_remap_failed",
+                     "row_remap_pending"), needs="nvml"),
+    Rule(_links, ("gpu_link_changed",), needs="nvidia_smi_topo"),
+    Rule(_nics, ("nic_missing", "nic_down", "nic_slow", "nic_speed_unknown"), needs="nics"),
+    Rule(_far_nics, ("nic_far_from_gpu",), needs="nvidia_smi_topo"),
+    Rule(_platform, ("gpudirect_rdma_unavailable", "iommu_translated")),
+    Rule(_pcie_hops, ("pcie_hop_narrow",), needs="pcie_paths"),
+    Rule(_acs_redirect, ("pcie_acs_redirect",)),
+]

@@ -53,7 +53,7 @@ class LatestReport:
             self._publish()
 
     def _publish(self) -> None:
-        from nodecheck.rules import with_measurements
+        from nodecheck.verdicts import with_measurements
 
         report = self._probed
         if report is not None and self._measured is not None:

@@ -66,8 +66,8 @@ def build_job(node: Path) -> dict:
     from nodecheck.build import build_report
     from nodecheck.config import Config
     from nodecheck.pairing import job_bound
-    from nodecheck.rules import with_measurements
     from nodecheck.snapshot import SnapshotHost
+    from nodecheck.verdicts import with_measurements
 
     report = build_report(SnapshotHost(node))
     fabric = [n for n in report.nics if n.rdma_device and n.state == "up"]

@@ -11,8 +11,8 @@ from nodecheck.bench import plan
 from nodecheck.build import build_report
 from nodecheck.config import Config
 from nodecheck.model import Measurement
-from nodecheck.rules import measurement_findings
 from nodecheck.snapshot import SnapshotHost
+from nodecheck.verdicts import measurement_findings
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from nodecheck.bench.nccl_tests import parse_nccl_log
 from nodecheck.build import build_report
 from nodecheck.config import Config
 from nodecheck.model import Measurement
-from nodecheck.rules import algorithm_bound, measurement_findings
 from nodecheck.snapshot import SnapshotHost
+from nodecheck.verdicts import algorithm_bound, measurement_findings
 
 
 def gpu_node_with_rdma(root, topo: str, nvml_gpus: list[dict], devices: list[tuple[str, str, str]]):

@@ -38,3 +38,13 @@ def test_every_drain_template_formats():
     for kind, template in FINDING_KINDS.items():
         text = template.format(subject="gpu3", measured="x8", expected="x16", head="h2d on gpu0:host")
         assert text and "{" not in text, kind
+
+
+def test_every_kind_has_one_home():
+    """A kind is raised by one rule of rules.RULES (whose row names the probe it reads), by the judging of
+    measurements or NCCL runs, or by the prolog: the exporter's check_healthy/check_unknown follow from it."""
+    from nodecheck.coverage import FROM_NCCL, MEASURED, PROLOG_ONLY
+    from nodecheck.rules import RULES
+
+    homes = [kind for rule in RULES for kind in rule.kinds] + [*MEASURED, *FROM_NCCL, *PROLOG_ONLY]
+    assert sorted(homes) == sorted(FINDING_KINDS)

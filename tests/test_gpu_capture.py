@@ -95,7 +95,7 @@ def test_the_live_h2d_sweep_of_that_node_judged_again():
     at the GPU's PCIe link. Pinned memory is at least 3x pageable at 1 GiB (README's payload table)."""
     from nodecheck.config import Config
     from nodecheck.model import Measurement
-    from nodecheck.rules import measurement_findings
+    from nodecheck.verdicts import measurement_findings
 
     report = json.loads((FIXTURE / "live-bench-full.json").read_text())
     measurements = [Measurement(**m) for m in report["measurements"]]

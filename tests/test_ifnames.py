@@ -3,7 +3,7 @@
 import pytest
 from helpers import make_nic, make_report
 
-from nodecheck.bench.ifnames import gloo_selection, nccl_selection
+from nodecheck.ifnames import gloo_selection, nccl_selection
 
 NAMES = ["docker0", "eth0", "eth1", "ib0", "ib1", "lo", "mlx5_0", "mlx5_1", "mlx5_10", "enp1s0f0"]
 

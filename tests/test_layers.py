@@ -13,11 +13,11 @@ PACKAGES = {"agent": "nodecheck", "probes": "nodecheck.probes", "exporters": "no
 # lowest first
 LAYERS = [
     ("bottom", ["nodecheck", "nodecheck.errors", "nodecheck.units", "nodecheck.limits", "nodecheck.specs",
-                "nodecheck.pairing", "nodecheck.pci", "nodecheck.findings"]),
-    ("model", ["nodecheck.model"]),
+                "nodecheck.pairing", "nodecheck.pci", "nodecheck.ifnames"]),
+    ("model", ["nodecheck.model", "nodecheck.findings"]),
     ("host", ["nodecheck.host", "nodecheck.files", "nodecheck.snapshot"]),
     ("probes", ["nodecheck.probes"]),
-    ("assembly", ["nodecheck.config", "nodecheck.build", "nodecheck.rules", "nodecheck.nccl_run", "nodecheck.advice",
+    ("assembly", ["nodecheck.config", "nodecheck.build", "nodecheck.rules", "nodecheck.verdicts", "nodecheck.nccl_run", "nodecheck.advice",
                   "nodecheck.coverage", "nodecheck.config_check"]),
     ("services", ["nodecheck.bench", "nodecheck.proximity", "nodecheck.slurm", "nodecheck.scale"]),
     ("faces", ["nodecheck.render", "nodecheck.exporters", "nodecheck.prolog", "nodecheck.cli", "nodecheck.__main__"]),

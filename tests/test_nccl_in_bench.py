@@ -14,7 +14,7 @@ from nodecheck.bench import gpu, plan
 from nodecheck.bench.nccl_debug import DEBUG_SUBSYS, debug_env, read_debug_files
 from nodecheck.config import Config
 from nodecheck.model import Report
-from nodecheck.rules import with_measurements
+from nodecheck.verdicts import with_measurements
 
 NO_GDR = PUBLIC / "nccl-debug" / "2node-a100-ib-no-gdr-p2p-direct-pointer-read.txt"
 TABLE = PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt"

@@ -115,7 +115,7 @@ def test_a_slow_rail_names_its_node_and_rank_among_eight():
 def test_rules_name_both_ends_of_a_two_node_slow_pair():
     from nodecheck.config import Config
     from nodecheck.model import Measurement
-    from nodecheck.rules import measurement_findings
+    from nodecheck.verdicts import measurement_findings
 
     details = {"nodes": [{"rank": 0, "node": "a", "address": "198.18.0.1"}, {"rank": 1, "node": "b", "address": "198.18.0.2"}],
                "pair_exchanges": exchanges(2, {1}, fast=100.0, slow=40.0)}
@@ -127,7 +127,7 @@ def test_rules_name_both_ends_of_a_two_node_slow_pair():
 def test_rules_name_the_node_and_rail_of_a_slow_rank_among_eight_per_node():
     from nodecheck.config import Config
     from nodecheck.model import Measurement
-    from nodecheck.rules import measurement_findings
+    from nodecheck.verdicts import measurement_findings
 
     job = hgx_job(4, 8)
     rounds = rank_rounds(job)

@@ -129,7 +129,7 @@ def test_a_wrong_all_reduce_result_is_its_own_finding_at_full_speed():
     element must be the world size); a wrong count is an error of its own, whatever the bandwidth."""
     from nodecheck.config import Config
     from nodecheck.model import Measurement
-    from nodecheck.rules import measurement_findings
+    from nodecheck.verdicts import measurement_findings
 
     check = {"expected": 16, "elements": 16 << 28, "wrong_elements": 12}
     m = Measurement.measured("allreduce:16-ranks", "allreduce", 48e9, 50e9, 1 << 30, "nccl", "busbw", {"data_check": check})

@@ -11,7 +11,7 @@ from helpers import A100_SXM4, H100, PUBLIC, answer_key, hgx_nvml, make_snapshot
 from nodecheck import specs
 from nodecheck.config import Config, loads
 from nodecheck.model import Measurement
-from nodecheck.rules import measurement_findings
+from nodecheck.verdicts import measurement_findings
 
 PCIE4_X16 = specs.pcie(4, 16).bytes_per_second
 PCIE5_X16 = specs.pcie(5, 16).bytes_per_second
@@ -183,7 +183,7 @@ def test_healthy_published_pcie_all_reduces_give_no_finding():
 
 
 def test_each_verdict_records_its_threshold_and_where_it_comes_from():
-    from nodecheck.rules import with_threshold
+    from nodecheck.verdicts import with_threshold
 
     calibrated = Measurement.measured("gpu0->gpu1", "p2p", 31.5e9, 126e9, 1, "m", "bidirectional", {"path_kind": "pcie-staged"})
     judged = with_threshold(calibrated, Config())

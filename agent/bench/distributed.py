@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodecheck.bench.identity import rank_gpu
-from nodecheck.bench.ifnames import gloo_selection, nccl_selection
 from nodecheck.bench.nccl_debug import attach, debug_env, read_debug_files
 from nodecheck.bench.plan import local_rank
 from nodecheck.bench.results import run_worker
 from nodecheck.errors import NodecheckError
+from nodecheck.ifnames import gloo_selection, nccl_selection
 from nodecheck.model import Measurement, Report
 from nodecheck.units import to_int
 

@@ -82,7 +82,7 @@ def _failed(path: str, test: str, error: str) -> Measurement:
 
 def run_in_subprocess(argv_tail: list[str], timeout: float, env: dict[str, str] | None = None) -> list[Measurement]:
     """`nodecheck bench --measure-only ARGV_TAIL` in a subprocess killed at `timeout` (the daemon and the
-    prolog never import torch): the measurements alone, for the caller to judge (rules.with_measurements);
+    prolog never import torch): the measurements alone, for the caller to judge (verdicts.with_measurements);
     any failure becomes a failed Measurement that says why."""
     argv = [sys.executable, "-m", "nodecheck", "bench", "--measure-only", *argv_tail]
     try:

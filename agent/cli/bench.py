@@ -40,7 +40,7 @@ def bench(
 
     from nodecheck.bench import plan
     from nodecheck.bench.distributed import distributed_env
-    from nodecheck.rules import with_measurements
+    from nodecheck.verdicts import with_measurements
 
     try:
         env = distributed_env(dict(os.environ))
@@ -152,7 +152,7 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
     from nodecheck.bench.nccl_tests import parse_nccl_log
     from nodecheck.errors import ParseError
     from nodecheck.nccl_run import nccl_findings
-    from nodecheck.rules import with_measurements
+    from nodecheck.verdicts import with_measurements
 
     try:
         text = _read_log(nccl_log)
