@@ -53,3 +53,25 @@ def test_a_probe_that_hung_is_an_error_and_one_that_garbled_a_warning():
 
 def test_too_few_gpus():
     assert found(node(Gpu(0, pcie=pcie())), Config(gpu_count=8)) == {("gpu_count_low", "node", "error")}
+
+
+def rail(name: str, mtu: int, layer: str = "Ethernet", state: str = "ACTIVE"):
+    from helpers import make_nic
+
+    from nodecheck.model import IbPort
+
+    port = IbPort(f"mlx5_{name[-1]}", 1, state, "LinkUp", "400 Gb/sec (4X NDR)", layer)
+    return make_nic(name, mtu=mtu, rdma_device=port.device, ib_ports=[port])
+
+
+def test_a_rail_whose_mtu_differs_from_its_peers_is_named():
+    """Written by CONTRIBUTING's recipe for a rule: a function and its RULES row, a FINDING_KINDS row, a docs
+    row, this test."""
+    rails = [rail(f"ens{i}", 9000) for i in range(7)] + [rail("ens7", 1500)]
+    assert found(make_report(nics=rails)) == {("nic_mtu_mismatch", "ens7", "warning")}
+    (finding,) = evaluate(make_report(nics=rails), Config())
+    assert (finding.measured, finding.expected) == (1500, 9000) and "its 7 peer(s) on Ethernet 9000" in finding.message
+    assert found(make_report(nics=[rail(f"ens{i}", 9000) for i in range(8)])) == set()
+    ipoib = [rail("ib0", 4092, "InfiniBand"), rail("ib1", 2044, "InfiniBand")]  # a tie: the larger is meant
+    assert found(make_report(nics=[*rails[:7], *ipoib])) == {("nic_mtu_mismatch", "ib1", "warning")}
+    assert found(make_report(nics=[*rails[:7], rail("ens7", 1500, state="DOWN")])) == set()  # not a rail in use
