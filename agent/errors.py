@@ -36,3 +36,6 @@ def install_extra(extra: str) -> str:
     published, so asking pip for nodecheck with an extra finds nothing: the extra comes from the checkout."""
     return (f"from nodecheck's checkout, sh deploy/install.sh {extra} (the system install, as root) "
             f"or {sys.executable} -m pip install '.[{extra}]' (this Python)")
+
+
+NO_DRIVER = "no NVIDIA driver"  # how NVML's "no GPU stack here" starts: the rules tell a missing driver from a missing GPU by it

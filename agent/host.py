@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Protocol, TypeVar
 
 from nodecheck import __version__
-from nodecheck.errors import NoData, NodecheckError, ProbeFailed, TimedOut
+from nodecheck.errors import NO_DRIVER, NoData, NodecheckError, ProbeFailed, TimedOut
 from nodecheck.files import read_bounded
 from nodecheck.limits import MAX_COMMAND_OUTPUT, MAX_DIR_ENTRIES, MAX_SYSFS_FILE
 
@@ -328,21 +328,15 @@ class LiveHost:
             return []
 
     def nvml(self, timeout: float, dump: Callable[[], dict]) -> dict:
+        if not self._path("/dev/nvidiactl").exists():  # NVML cannot start: spare its import (20 ms) on every CPU node
+            raise NoData(f"{NO_DRIVER}: no /dev/nvidiactl (the NVIDIA driver is not loaded, or its devices are not "
+                         "passed to this container)")
         return call_with_timeout(dump, timeout, "NVML", single_flight=True)
 
     def addresses(self) -> dict[str, list[dict]]:
-        import psutil
+        from nodecheck.netif import interface_addresses
 
-        families = {socket.AF_INET: "inet", socket.AF_INET6: "inet6"}
-        out: dict[str, list[dict]] = {}
-        for name, entries in psutil.net_if_addrs().items():
-            for entry in entries:
-                if entry.family in families and entry.netmask:
-                    address = entry.address.split("%")[0]  # drop the IPv6 zone (fe80::1%eth0)
-                    out.setdefault(name, []).append(
-                        {"family": families[entry.family], "address": address, "prefixlen": _prefixlen(entry.netmask)}
-                    )
-        return out
+        return interface_addresses()
 
     def resolve(self, name: str, port: int, timeout: float) -> str:
         return call_with_timeout(lambda: resolve_name(name, port), timeout, f"resolving {name}")
@@ -357,13 +351,3 @@ class LiveHost:
         uname = platform.uname()
         return {"hostname": socket.gethostname(), "kernel": uname.release, "machine": uname.machine,
                 "nodecheck_version": __version__}
-
-
-def _prefixlen(netmask: str) -> int:
-    """'255.255.255.0' -> 24, 'ffff:ffff:ffff:ffff::' -> 64 (psutil gives masks, not lengths)."""
-    import ipaddress
-
-    try:
-        return bin(int(ipaddress.ip_address(netmask))).count("1")
-    except ValueError:
-        raise NodecheckError(f"unreadable netmask {netmask!r}") from None

@@ -54,7 +54,7 @@ def _gpu_count(report: Report, config: Config) -> list[Finding]:
 
 def _missing_gpu_advice(report: Report) -> str:
     """No GPU at all because NVML found no driver is a software fault: reseating a GPU would not help."""
-    from nodecheck.probes.nvml import NO_DRIVER
+    from nodecheck.errors import NO_DRIVER
 
     nvml = next((r for r in report.probes if r.name == "nvml"), None)
     stack_absent = not report.gpus and nvml is not None and nvml.no_data and (nvml.error or "").startswith(NO_DRIVER)

@@ -1,6 +1,7 @@
 """Wall time of `nodecheck inspect` on this machine and of `inspect --from` an 8-GPU, 8-NIC snapshot
-(the HGX H100 capture with NVML values for 8 GPUs), median of N runs. Also checks that torch is never
-imported on that path. Run: .venv/bin/python benchmarks/bench_inspect.py [--runs 10]"""
+(the HGX H100 capture with NVML values for 8 GPUs), median of N runs, each beside its reference: a bare
+`python -c pass` of the same interpreter, timed in the same run (goal: `inspect --json` <= 6x). Also checks
+that torch is never imported on that path. Run: .venv/bin/python benchmarks/bench_inspect.py [--runs 10]"""
 
 from __future__ import annotations
 
@@ -17,11 +18,19 @@ sys.path.insert(0, str(REPO / "tests"))
 
 
 def wall(argv: list[str], runs: int) -> list[float]:
+    """Seconds from start to exit of each run. A blocking wait, with a timer to kill a run past 60 s:
+    subprocess.run(timeout=...) polls with sleeps of up to 50 ms, which rounded every figure up to them."""
+    import threading
+
     times = []
     for _ in range(runs):
         started = time.perf_counter()
-        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        killer = threading.Timer(60, proc.kill)
+        killer.start()
+        proc.wait()
         times.append(time.perf_counter() - started)
+        killer.cancel()
     return times
 
 
@@ -46,11 +55,13 @@ def main() -> None:
             "inspect --json --from 8-GPU 8-NIC snapshot": [entry, "inspect", "--json", "--from", str(snap)],
         }
         wall(cases["inspect (live, this machine)"], 2)  # warm the page cache
-        print(f"{'case':45} {'median':>8} {'min':>8} {'max':>8}  (s, {args.runs} runs)  torch imported")
+        bare = statistics.median(wall([sys.executable, "-c", "pass"], args.runs))
+        print(f"reference: bare `python -c pass` {bare:.3f} s (median of {args.runs})")
+        print(f"{'case':45} {'median':>8} {'min':>8} {'max':>8} {'x bare':>7}  (s, {args.runs} runs)  torch imported")
         for name, argv in cases.items():
             times = wall(argv, args.runs)
-            print(f"{name:45} {statistics.median(times):8.3f} {min(times):8.3f} {max(times):8.3f}  "
-                  f"{'YES' if imports_torch(argv) else 'no'}")
+            print(f"{name:45} {statistics.median(times):8.3f} {min(times):8.3f} {max(times):8.3f} "
+                  f"{statistics.median(times) / bare:7.1f}  {'YES' if imports_torch(argv) else 'no'}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from nodecheck.errors import NoData, ParseError, ProbeFailed
+from nodecheck.errors import NO_DRIVER, NoData, ParseError, ProbeFailed
 from nodecheck.limits import MAX_GPUS, MAX_NVLINKS
 from nodecheck.probes.base import Probe
 from nodecheck.units import format_cpulist, mask_words_to_cpus
@@ -26,7 +26,6 @@ PROBE = Probe("nvml", collect, 15.0)
 
 # NVML error class names that mean "there is no NVIDIA GPU stack here", not "it is broken".
 _ABSENT = ("LibraryNotFound", "DriverNotLoaded", "NoPermission")
-NO_DRIVER = "no NVIDIA driver"  # how such an error starts: the rules tell a missing driver from a missing GPU by it
 
 
 def dump_nvml() -> dict:

@@ -3,6 +3,7 @@
 import json
 import shutil
 import tarfile
+from pathlib import Path
 
 import pytest
 from helpers import H100, REPO, cli, hgx_nvml, make_snapshot, need, nodecheck, without_gpus
@@ -129,3 +130,6 @@ def test_inspect_never_imports_torch(tmp_path):
     result = nodecheck("inspect", "--json", env={"PYTHONPROFILEIMPORTTIME": "1"})
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
     assert "nodecheck.cli" in imported and not any(m.split(".")[0] == "torch" for m in imported)
+    if not Path("/dev/nvidiactl").exists():  # NVML cannot start here: its library is not even imported
+        assert "pynvml" not in imported
+    assert "psutil" not in imported and "rich" not in imported  # addresses from getifaddrs; no rich for JSON

@@ -16,9 +16,6 @@ VOLATILE_KEYS = ("generated_at", "source", "measured_at")
 VOLATILE_METRICS = ("nodecheck_report_timestamp_seconds", "nodecheck_probe_duration_seconds")
 # series added after the capture (nodecheck 0.1.0 of 2026-11-23, schema 1): the replay has them too
 NEWER_SERIES = {"nodecheck_gpu_ecc_enabled", "nodecheck_gpu_row_remap_pending", "nodecheck_gpu_row_remap_failed"}
-NEWER_KINDS = {"bandwidth_above_bound", "ecc_disabled", "row_remap_pending", "row_remap_failed", "nccl_socket_fallback",
-               "nccl_no_gdr", "nccl_p2p_disabled", "nccl_warning", "gpudirect_rdma_unavailable", "iommu_translated",
-               "pcie_hop_narrow", "pcie_acs_redirect", "nccl_rail_mismatch", "bench_wrong_result"}
 NEWER_PROBES = {"platform", "pcie_paths", "pcie_acs"}  # their sources were not recorded then: they replay as giving nothing
 NEWER_KEYS = ("platform", "pcie_paths", "pcie_acs")
 # checks that `nodecheck check` never made on that node (no bandwidth test, the prolog's own): exported as healthy
@@ -76,6 +73,7 @@ def test_replayed_gpu_snapshot_gives_the_live_metrics(tmp_path):
     assert run.returncode == 0, run.stderr
     replayed = samples((tmp_path / "nodecheck.prom").read_text())
     live = samples((FIXTURE / "live-metrics.prom").read_text())
+    captured_kinds = {dict(labels)["check"] for name, labels in live if name == "nodecheck_check_healthy"}
     unknown = {dict(labels)["check"] for name, labels in replayed if name == "nodecheck_check_unknown"}
     assert NEVER_MADE_THERE <= unknown
     live = {key: value for key, value in live.items()
@@ -84,7 +82,7 @@ def test_replayed_gpu_snapshot_gives_the_live_metrics(tmp_path):
     assert {key: replayed.get(key) for key in live} == live
     added = {key for key in replayed if key not in live}
     assert all(name in NEWER_SERIES or (name in ("nodecheck_check_healthy", "nodecheck_check_unknown")
-                                         and dict(labels)["check"] in NEWER_KINDS | NEVER_MADE_THERE)
+                                         and (dict(labels)["check"] not in captured_kinds or dict(labels)["check"] in NEVER_MADE_THERE))
                or dict(labels).get("probe") in NEWER_PROBES for name, labels in added), added
     assert replayed[("nodecheck_gpus", ())] == 1
 

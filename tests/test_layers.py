@@ -15,7 +15,7 @@ LAYERS = [
     ("bottom", ["nodecheck", "nodecheck.errors", "nodecheck.units", "nodecheck.limits", "nodecheck.specs",
                 "nodecheck.pairing", "nodecheck.pci", "nodecheck.ifnames"]),
     ("model", ["nodecheck.model", "nodecheck.findings"]),
-    ("host", ["nodecheck.host", "nodecheck.files", "nodecheck.snapshot"]),
+    ("host", ["nodecheck.host", "nodecheck.files", "nodecheck.netif", "nodecheck.snapshot"]),
     ("probes", ["nodecheck.probes"]),
     ("assembly", ["nodecheck.config", "nodecheck.build", "nodecheck.rules", "nodecheck.verdicts", "nodecheck.nccl_run", "nodecheck.advice",
                   "nodecheck.coverage", "nodecheck.config_check"]),

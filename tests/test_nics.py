@@ -244,3 +244,20 @@ def test_physical_nics_and_bonds_are_exported_by_default(tmp_path):
         {(name, "false") for name in physical} | {("bond0", "true")}
     every = metrics_of(write_textfile(report, tmp_path, loads('[metrics]\nvirtual_nics = ["*"]\n', "t").virtual_nics).read_text())
     assert {s["nic"] for s in every["nodecheck_nic_info"]} == physical | {"bond0", "dmz", "int"} == {n.name for n in report.nics}
+
+
+def test_interface_addresses_are_what_ip_addr_shows(netns):
+    """agent/netif.py (getifaddrs through ctypes, which replaced psutil) against iproute2's own listing, in a
+    namespace whose NIC has a secondary IPv4 address, a /30 and an IPv6 one."""
+    node, link = netns["node"], netns["up"]
+    for address in ("198.18.7.9/24", "198.19.0.5/30", "2001:db8:7::2/64"):
+        subprocess.run(["ip", "-n", node, "addr", "add", address, "dev", link], check=True, capture_output=True, timeout=10)
+    code = "import json; from nodecheck.netif import interface_addresses; print(json.dumps(interface_addresses()))"
+    ours = json.loads(subprocess.run(["ip", "netns", "exec", node, *nodecheck_argv()[:1], "-c", code], capture_output=True,
+                                     text=True, timeout=30, check=True).stdout)
+    shown = json.loads(subprocess.run(["ip", "-n", node, "-j", "addr", "show"], capture_output=True, text=True, timeout=10,
+                                      check=True).stdout)
+    theirs = {entry["ifname"]: sorted((a["family"], a["local"], a["prefixlen"]) for a in entry["addr_info"])
+              for entry in shown if entry["addr_info"]}
+    assert {name: sorted((a["family"], a["address"], a["prefixlen"]) for a in found) for name, found in ours.items()} == theirs
+    assert ("inet", "198.19.0.5", 30) in theirs[link] and ("inet6", "2001:db8:7::2", 64) in theirs[link]

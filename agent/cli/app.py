@@ -36,11 +36,12 @@ def load_report(source: Optional[Path], config_path: Optional[Path], judge: bool
     from nodecheck import config as config_module
     from nodecheck.build import build_report
     from nodecheck.host import LiveHost
-    from nodecheck.snapshot import open_snapshot
 
     config = config_module.load(config_path)
     if source is None:
         return build_report(LiveHost(), config, judge=judge), config
+    from nodecheck.snapshot import open_snapshot
+
     with tempfile.TemporaryDirectory(prefix="nodecheck-snapshot-") as workdir:
         return build_report(open_snapshot(source, Path(workdir)), config), config
 
