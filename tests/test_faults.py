@@ -63,7 +63,20 @@ def test_garbage_from_nvidia_smi_is_a_failed_probe_not_invented_gpus(tmp_path, m
     assert not result.ok and not result.no_data and "not `nvidia-smi topo -m` output" in result.error
 
 
-def test_hung_nvml_does_not_hold_the_agent_nor_gain_a_thread_per_round(monkeypatch):
+def with_nvidia_devices(root):
+    """A LiveHost whose root has /dev/nvidiactl, so NVML is asked (the fake pynvml answers)."""
+    (root / "dev").mkdir(exist_ok=True)
+    (root / "dev" / "nvidiactl").touch()
+    return LiveHost(root)
+
+
+def test_without_nvidiactl_nvml_is_not_even_imported(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # an import would raise ImportError
+    with pytest.raises(NoData, match="no NVIDIA driver: no /dev/nvidiactl"):
+        LiveHost(tmp_path).nvml(timeout=5, dump=dump_nvml)
+
+
+def test_hung_nvml_does_not_hold_the_agent_nor_gain_a_thread_per_round(tmp_path, monkeypatch):
     module = fake_pynvml.replaying([])
     release = threading.Event()
     module.nvmlInit = lambda: release.wait(30)
@@ -71,12 +84,12 @@ def test_hung_nvml_does_not_hold_the_agent_nor_gain_a_thread_per_round(monkeypat
     try:
         started = time.monotonic()
         with pytest.raises(ProbeFailed, match="NVML did not answer within 0.3 s"):
-            LiveHost().nvml(timeout=0.3, dump=dump_nvml)
+            with_nvidia_devices(tmp_path).nvml(timeout=0.3, dump=dump_nvml)
         assert time.monotonic() - started < 2
         threads = threading.active_count()
         for _ in range(5):  # later probe rounds: refused at once while the first call is stuck
             with pytest.raises(ProbeFailed, match="NVML has not returned from a call made"):
-                LiveHost().nvml(timeout=0.3, dump=dump_nvml)
+                with_nvidia_devices(tmp_path).nvml(timeout=0.3, dump=dump_nvml)
         assert threading.active_count() == threads
     finally:
         release.set()
@@ -84,7 +97,7 @@ def test_hung_nvml_does_not_hold_the_agent_nor_gain_a_thread_per_round(monkeypat
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:  # once the stuck call returns, NVML is asked again
         try:
-            assert LiveHost().nvml(timeout=2, dump=dump_nvml)["gpus"] == []
+            assert with_nvidia_devices(tmp_path).nvml(timeout=2, dump=dump_nvml)["gpus"] == []
             break
         except ProbeFailed:
             time.sleep(0.05)
@@ -92,12 +105,12 @@ def test_hung_nvml_does_not_hold_the_agent_nor_gain_a_thread_per_round(monkeypat
         pytest.fail("NVML was never asked again after the stuck call returned")
 
 
-def test_absurd_gpu_count_from_nvml_is_refused(monkeypatch):
+def test_absurd_gpu_count_from_nvml_is_refused(tmp_path, monkeypatch):
     module = fake_pynvml.replaying([])
     module.nvmlDeviceGetCount = lambda: 10**6
     monkeypatch.setitem(sys.modules, "pynvml", module)
     with pytest.raises(ProbeFailed, match="NVML reports 1000000 GPUs"):
-        LiveHost().nvml(timeout=5, dump=dump_nvml)
+        with_nvidia_devices(tmp_path).nvml(timeout=5, dump=dump_nvml)
 
 
 def test_commands_still_running_end_with_nodecheck(tmp_path):
