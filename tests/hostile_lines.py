@@ -14,7 +14,7 @@ def repeated(unit: str, size: int = MB) -> str:
 def _cases() -> dict:
     from nodecheck import slurm
     from nodecheck.bench import nccl_debug, nccl_tests
-    from nodecheck.probes import acs, nics, platform, topo
+    from nodecheck.probes import acs, kernel_log, nics, platform, topo
 
     nccl_line = "h:1:1 [0] NCCL INFO "
     return {
@@ -29,6 +29,9 @@ def _cases() -> dict:
                             "NET/IB : Using [1]a", "|"]),
         "/proc/net/route": (lambda line: nics.parse_proc_route(f"Iface\tDestination\tGateway\n{line}\n"), ["\t", "eth0\t0001"]),
         "/proc/cmdline": (lambda line: platform.parse_cmdline(line), ["iommu=", " ", "\""]),
+        "kernel log (Xid)": (lambda line: kernel_log.parse_kernel_log(f"{line}\n"),
+                             ["NVRM: Xid (PCI:0000:18:00", "NVRM: Xid (", "6,1,1,-;", "0000:18:", "NVRM: The NVIDIA GPU 0000:18:00.0 ",
+                              "nvidia-nvswitch0: SXid (PCI:", "caused by previous Xid 1"]),
         "scontrol show node": (lambda line: slurm.parse_node("n1", f"NodeName=n1 State=IDLE {line}\n"),
                                ["Reason= [", " ", "State="]),
     }

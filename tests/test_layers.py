@@ -13,7 +13,7 @@ PACKAGES = {"agent": "nodecheck", "probes": "nodecheck.probes", "exporters": "no
 # lowest first
 LAYERS = [
     ("bottom", ["nodecheck", "nodecheck.errors", "nodecheck.units", "nodecheck.limits", "nodecheck.specs",
-                "nodecheck.pairing", "nodecheck.pci", "nodecheck.ifnames"]),
+                "nodecheck.pairing", "nodecheck.pci", "nodecheck.ifnames", "nodecheck.xid_catalog"]),
     ("model", ["nodecheck.model", "nodecheck.findings"]),
     ("host", ["nodecheck.host", "nodecheck.files", "nodecheck.netif", "nodecheck.snapshot"]),
     ("probes", ["nodecheck.probes"]),

@@ -138,6 +138,7 @@ def targets() -> list[Target]:
     from nodecheck.exporters.http import parse_request
     from nodecheck.exporters.webconfig import parse_web_config
     from nodecheck.probes.acs import parse_lspci
+    from nodecheck.probes.kernel_log import parse_kernel_log
     from nodecheck.probes.lstopo import parse_lstopo_xml
     from nodecheck.probes.nics import parse_proc_route
     from nodecheck.probes.nvml import parse_nvml
@@ -157,6 +158,7 @@ def targets() -> list[Target]:
         Target("nccl_tests", lambda: _texts("captures/public/nccl/*.txt"), parse_nccl_log, (ParseError,)),
         Target("nccl_debug", lambda: _texts("captures/public/nccl-debug/*.txt"), parse_nccl_debug, (ParseError,)),
         Target("lspci", lambda: _texts("captures/public/lspci/*.txt"), parse_lspci, (ParseError,)),
+        Target("kernel_log", lambda: _texts("captures/public/health/xid/*.log"), parse_kernel_log, (ParseError,)),
         Target("config", _config_seeds, lambda text: loads(text, "fuzz.toml"), (ConfigError,)),
         Target("web_config", _web_config_seeds, lambda text: parse_web_config(text, "fuzz.yml"), (ConfigError,)),
         Target("cpulist", _affinity_seeds, units.parse_cpulist, (ValueError,)),

@@ -1,0 +1,45 @@
+"""NVIDIA's Xid catalog, the rows nodecheck acts on (agent/data/xid.toml, each from its source): what an
+Xid is called and whether it drains the node now or is watched for repeats."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+ACTIONS = ("drain", "watch")
+
+
+@dataclass(frozen=True)
+class XidEntry:
+    code: int
+    name: str
+    action: str  # drain (now) or watch (a warning; an error when it repeats on one GPU)
+    sympathetic: bool = False  # follows another Xid and is that one's fault (45)
+    listed: bool = True  # in the catalog file; False: an Xid nodecheck has no row for
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> dict:
+    return tomllib.loads(resources.files("nodecheck").joinpath("data/xid.toml").read_text())
+
+
+def source() -> dict[str, str]:
+    return dict(_catalog()["source"])
+
+
+def xid_entry(code: int) -> XidEntry:
+    """The catalog's row for an Xid; one nodecheck has no row for is watched, named by its number."""
+    row = _catalog()["xid"].get(str(code))
+    if row is None:
+        return XidEntry(code, f"Xid {code} (not in nodecheck's catalog)", "watch", listed=False)
+    return XidEntry(code, row["name"], row["action"], bool(row.get("sympathetic")))
+
+
+def listed_codes() -> list[int]:
+    return sorted(int(code) for code in _catalog()["xid"])

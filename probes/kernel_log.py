@@ -1,0 +1,89 @@
+"""NVIDIA error events in the kernel log: `NVRM: Xid (PCI:dddd:bb:dd): N, ...` lines, NVSwitch `SXid` lines,
+and "fallen off the bus" without an Xid line (the driver's multi-line or single-line message: an Xid 79 by
+NVIDIA's catalog, as gpud and NVSentinel count it). Reads what people and tools hand over: raw /dev/kmsg
+records (`prio,seq,usec,-;msg`), `dmesg` with or without `--ctime`, `journalctl -k` lines. Every pattern is
+linear (anchored or literal-led), so a hostile megabyte line is read, not stuck on.
+
+The parser only; reading /dev/kmsg (else journalctl -k -b, else dmesg) and the findings land with issue 23.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from nodecheck.errors import ParseError
+from nodecheck.limits import MAX_COMMAND_OUTPUT
+from nodecheck.pci import normal_pci
+
+MAX_EVENTS = 10_000  # a log that repeats one Xid forever is counted, not kept line by line past this
+_KMSG = re.compile(r"^\d{1,3},\d{1,20},(\d{1,20}),[^;]{0,64};")  # /dev/kmsg: prio,seq,usec,flags;message
+_ADDRESS = r"([0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2})"  # the driver drops the function: 0000:9b:00
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?" + _ADDRESS + r"(?:\.[0-7])?\): (\d{1,6}),")
+_SXID = re.compile(r"nvidia-nvswitch(\d{1,4}): SXid \(PCI:" + _ADDRESS + r"(?:\.[0-7])?\): (\d{1,6}),")
+_OFF_BUS_ONE_LINE = re.compile(r"NVRM: GPU " + _ADDRESS + r"\.[0-7]: GPU has fallen off the bus")
+_OFF_BUS_FIRST = re.compile(r"NVRM: The NVIDIA GPU " + _ADDRESS + r"\.[0-7]")
+_CAUSED_BY = re.compile(r"caused by previous Xid (\d{1,6})")
+OFF_BUS_WITHIN = 5  # lines between "The NVIDIA GPU ..." and "... fallen off the bus" of one message
+XID_FALLEN_OFF_THE_BUS = 79
+
+
+@dataclass
+class XidEvent:
+    kind: str  # "xid" (a GPU, NVRM) or "sxid" (an NVSwitch)
+    pci: str | None  # the device's address as sysfs writes it, function 0 ("0000:9b:00.0")
+    code: int  # the Xid or SXid number
+    message: str  # the message after the code, cut at 200 characters
+    line: int  # its line in the log, from 1
+    usec: int | None = None  # microseconds since boot (a /dev/kmsg record's timestamp)
+    caused_by: int | None = None  # "caused by previous Xid N": a sympathetic event, N's fault
+    switch: int | None = None  # nvidia-nvswitchN
+    implied: bool = False  # "fallen off the bus" without an Xid line: counted as Xid 79
+
+
+def _device(address: str) -> str | None:
+    return normal_pci(f"{address}.0")
+
+
+def parse_kernel_log(text: str) -> list[XidEvent]:
+    """Every Xid and SXid event in a kernel log, in order; [] when it holds none."""
+    if len(text) > MAX_COMMAND_OUTPUT:
+        raise ParseError(f"kernel log: more than {MAX_COMMAND_OUTPUT >> 20} MiB: not read")
+    events: list[XidEvent] = []
+    off_bus_started: dict[str, int] = {}  # GPU -> line of "The NVIDIA GPU ..." awaiting "fallen off the bus"
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if len(events) >= MAX_EVENTS:
+            break
+        record = _KMSG.match(raw)
+        usec = int(record[1]) if record else None
+        if "NVRM" not in raw and "SXid" not in raw:
+            continue
+        if xid := _XID.search(raw):
+            events.append(_event("xid", xid[1], xid[2], raw, xid.end(), number, usec))
+        elif sxid := _SXID.search(raw):
+            events.append(_event("sxid", sxid[2], sxid[3], raw, sxid.end(), number, usec, switch=int(sxid[1])))
+        elif one := _OFF_BUS_ONE_LINE.search(raw):
+            events.append(_event("xid", one[1], str(XID_FALLEN_OFF_THE_BUS), raw, one.end(), number, usec, implied=True))
+        elif first := _OFF_BUS_FIRST.search(raw):
+            off_bus_started[first[1]] = number
+            if "fallen off the bus" in raw[first.end():]:
+                events.append(_event("xid", first[1], str(XID_FALLEN_OFF_THE_BUS), raw, first.end(), number, usec, implied=True))
+                off_bus_started.pop(first[1])
+        elif "fallen off the bus" in raw:
+            for address, started in list(off_bus_started.items()):
+                if number - started <= OFF_BUS_WITHIN:
+                    events.append(_event("xid", address, str(XID_FALLEN_OFF_THE_BUS), raw, 0, number, usec, implied=True))
+                    off_bus_started.pop(address)
+    return _without_echoes(events)
+
+
+def _event(kind: str, address: str, code: str, raw: str, end: int, line: int, usec: int | None, **more) -> XidEvent:
+    message = raw[end:].strip()[:200]
+    caused = _CAUSED_BY.search(raw)
+    return XidEvent(kind, _device(address), int(code), message, line, usec, int(caused[1]) if caused else None, **more)
+
+
+def _without_echoes(events: list[XidEvent]) -> list[XidEvent]:
+    """An implied Xid 79 is dropped where the driver also printed the Xid 79 line for that GPU: one event."""
+    printed = {e.pci for e in events if e.code == XID_FALLEN_OFF_THE_BUS and not e.implied}
+    return [e for e in events if not (e.implied and e.pci in printed)]
