@@ -4,17 +4,24 @@ NVIDIA's catalog, as gpud and NVSentinel count it). Reads what people and tools 
 records (`prio,seq,usec,-;msg`), `dmesg` with or without `--ctime`, `journalctl -k` lines. Every pattern is
 linear (anchored or literal-led), so a hostile megabyte line is read, not stuck on.
 
-The parser only; reading /dev/kmsg (else journalctl -k -b, else dmesg) and the findings land with issue 23.
+Read with `dmesg` (it reads /dev/kmsg: root, or CAP_SYSLOG where kernel.dmesg_restrict is 1), else
+`journalctl -k -b`; when neither answers the log is a named unknown, never "no errors". The findings (drain
+now, watch for repeats, tied to the path's bandwidth verdict) land with the rest of issue 23.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-from nodecheck.errors import ParseError
+from nodecheck.errors import NoData, NotRecorded, ParseError, ProbeFailed, TimedOut
+from nodecheck.events import KernelLog, XidEvent
 from nodecheck.limits import MAX_COMMAND_OUTPUT
 from nodecheck.pci import normal_pci
+from nodecheck.probes.base import Probe
+
+# (the file a snapshot records it in, the command), tried in order
+SOURCES = (("dmesg.txt", ["dmesg"]),
+           ("journalctl-k.txt", ["journalctl", "-k", "-b", "--no-pager", "-o", "short-monotonic", "--lines", "200000"]))
 
 MAX_EVENTS = 10_000  # a log that repeats one Xid forever is counted, not kept line by line past this
 _KMSG = re.compile(r"^\d{1,3},\d{1,20},(\d{1,20}),[^;]{0,64};")  # /dev/kmsg: prio,seq,usec,flags;message
@@ -26,19 +33,6 @@ _OFF_BUS_FIRST = re.compile(r"NVRM: The NVIDIA GPU " + _ADDRESS + r"\.[0-7]")
 _CAUSED_BY = re.compile(r"caused by previous Xid (\d{1,6})")
 OFF_BUS_WITHIN = 5  # lines between "The NVIDIA GPU ..." and "... fallen off the bus" of one message
 XID_FALLEN_OFF_THE_BUS = 79
-
-
-@dataclass
-class XidEvent:
-    kind: str  # "xid" (a GPU, NVRM) or "sxid" (an NVSwitch)
-    pci: str | None  # the device's address as sysfs writes it, function 0 ("0000:9b:00.0")
-    code: int  # the Xid or SXid number
-    message: str  # the message after the code, cut at 200 characters
-    line: int  # its line in the log, from 1
-    usec: int | None = None  # microseconds since boot (a /dev/kmsg record's timestamp)
-    caused_by: int | None = None  # "caused by previous Xid N": a sympathetic event, N's fault
-    switch: int | None = None  # nvidia-nvswitchN
-    implied: bool = False  # "fallen off the bus" without an Xid line: counted as Xid 79
 
 
 def _device(address: str) -> str | None:
@@ -87,3 +81,25 @@ def _without_echoes(events: list[XidEvent]) -> list[XidEvent]:
     """An implied Xid 79 is dropped where the driver also printed the Xid 79 line for that GPU: one event."""
     printed = {e.pci for e in events if e.code == XID_FALLEN_OFF_THE_BUS and not e.implied}
     return [e for e in events if not (e.implied and e.pci in printed)]
+
+
+def collect(host, timeout: float) -> KernelLog:
+    """The first source that answers, parsed; a snapshot from before nodecheck read the kernel log gives no data."""
+    why = []
+    for source, argv in SOURCES:
+        try:
+            text = host.command(source, argv, timeout / len(SOURCES))
+        except NotRecorded:
+            raise
+        except (NoData, TimedOut, ProbeFailed) as error:
+            why.append(str(error))
+            continue
+        return KernelLog(True, None, " ".join(argv[:1]), parse_kernel_log(text))
+    return KernelLog(False, "unknown: the kernel log could not be read (" + "; ".join(why)[:400] + ")")
+
+
+def fill(report, facts: KernelLog) -> None:
+    report.kernel_log = facts
+
+
+PROBE = Probe("kernel_log", collect, 10.0, fill)

@@ -82,3 +82,32 @@ def test_a_log_past_its_bound_is_refused_and_a_flood_is_capped():
         parse_kernel_log("x" * (MAX_COMMAND_OUTPUT + 1))
     flood = "NVRM: Xid (PCI:0000:18:00): 31, pid=1, fault\n" * (kernel_log.MAX_EVENTS + 50)
     assert len(parse_kernel_log(flood)) == kernel_log.MAX_EVENTS
+
+
+def test_read_with_dmesg_else_journalctl_else_a_named_unknown(tmp_path, monkeypatch):
+    """The real reader with stand-ins on PATH: dmesg refused as it is without CAP_SYSLOG, journalctl printing
+    the captured Xid lines in its short-monotonic format; then both refused; then a snapshot replays it."""
+    from helpers import fake_executable
+
+    from nodecheck.host import LiveHost
+    from nodecheck.probes.kernel_log import collect
+    from nodecheck.snapshot import RecordingHost, SnapshotHost
+
+    lines = [line.split("] ", 1)[1] for line in need(XID / "gcm-test-xid-31-48.log").read_text().splitlines() if line]
+    journal = tmp_path / "journal.txt"
+    journal.write_text("".join(f"[ 8312.000001] gpu017 kernel: {line}\n" for line in lines))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_executable(bin_dir / "dmesg", "echo 'dmesg: read kernel buffer failed: Operation not permitted' >&2; exit 1")
+    fake_executable(bin_dir / "journalctl", f"cat {journal}")
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    recorder = RecordingHost(LiveHost())
+    log = collect(recorder, 10)
+    assert (log.known, log.source, [(e.pci, e.code) for e in log.events]) == (True, "journalctl",
+                                                                             [("000d:00:00.0", 31), ("000d:00:00.0", 48)])
+    recorder.write(tmp_path / "snap")
+    fake_executable(bin_dir / "journalctl", "echo 'No journal files were opened due to insufficient permissions.' >&2; exit 1")
+    unknown = collect(LiveHost(), 10)
+    assert not unknown.known and "Operation not permitted" in unknown.why and "insufficient permissions" in unknown.why
+    replayed = collect(SnapshotHost(tmp_path / "snap"), 10)
+    assert replayed == log

@@ -14,7 +14,7 @@ PACKAGES = {"agent": "nodecheck", "probes": "nodecheck.probes", "exporters": "no
 LAYERS = [
     ("bottom", ["nodecheck", "nodecheck.errors", "nodecheck.units", "nodecheck.limits", "nodecheck.specs",
                 "nodecheck.pairing", "nodecheck.pci", "nodecheck.ifnames", "nodecheck.xid_catalog"]),
-    ("model", ["nodecheck.model", "nodecheck.findings"]),
+    ("model", ["nodecheck.model", "nodecheck.findings", "nodecheck.events"]),
     ("host", ["nodecheck.host", "nodecheck.files", "nodecheck.netif", "nodecheck.snapshot"]),
     ("probes", ["nodecheck.probes"]),
     ("assembly", ["nodecheck.config", "nodecheck.build", "nodecheck.rules", "nodecheck.verdicts", "nodecheck.nccl_run", "nodecheck.advice",
