@@ -111,3 +111,19 @@ def test_read_with_dmesg_else_journalctl_else_a_named_unknown(tmp_path, monkeypa
     assert not unknown.known and "Operation not permitted" in unknown.why and "insufficient permissions" in unknown.why
     replayed = collect(SnapshotHost(tmp_path / "snap"), 10)
     assert replayed == log
+
+
+def test_inspect_names_each_gpus_events_with_the_catalog(tmp_path):
+    """The XE9680's five Xid 119 on its GPU at 0000:9b:00.0, as inspect prints them; an unread log says why."""
+    from helpers import make_gpu, make_report
+
+    from nodecheck.events import KernelLog
+    from nodecheck.render.report import kernel_log_lines
+
+    events = parse_kernel_log(need(XID / "gpud-dmesg-xid119-dell-xe9680.log").read_text())
+    report = make_report(gpus=[make_gpu(4, pci_bus_id="00000000:9B:00.0")], kernel_log=KernelLog(True, None, "dmesg", events))
+    assert kernel_log_lines(report) == ["Kernel log (dmesg): 5 NVIDIA event(s) since boot",
+                                        "  gpu4 (0000:9b:00.0): Xid 119 GSP RPC Timeout x5 (drain)"]
+    unread = make_report(kernel_log=KernelLog(False, "unknown: the kernel log could not be read (dmesg: ...)"))
+    assert kernel_log_lines(unread) == ["Kernel log: unknown: the kernel log could not be read (dmesg: ...)"]
+    assert kernel_log_lines(make_report()) == []
