@@ -15,7 +15,7 @@ class XidEvent:
     code: int  # the Xid or SXid number
     message: str  # the message after the code, cut at 200 characters
     line: int  # its line in the log, from 1
-    usec: int | None = None  # microseconds since boot (a /dev/kmsg record's timestamp)
+    usec: int | None = None  # microseconds since boot (a /dev/kmsg record's, a monotonic dmesg line's); None: --ctime
     caused_by: int | None = None  # "caused by previous Xid N": a sympathetic event, N's fault
     switch: int | None = None  # nvidia-nvswitchN
     implied: bool = False  # "fallen off the bus" without an Xid line: counted as Xid 79

@@ -25,6 +25,7 @@ SOURCES = (("dmesg.txt", ["dmesg"]),
 
 MAX_EVENTS = 10_000  # a log that repeats one Xid forever is counted, not kept line by line past this
 _KMSG = re.compile(r"^\d{1,3},\d{1,20},(\d{1,20}),[^;]{0,64};")  # /dev/kmsg: prio,seq,usec,flags;message
+_MONOTONIC = re.compile(r"^\[\s{0,12}(\d{1,10})\.(\d{1,9})\]")  # dmesg, journalctl -o short-monotonic: [ 8312.000001]
 _ADDRESS = r"([0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2})"  # the driver drops the function: 0000:9b:00
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?" + _ADDRESS + r"(?:\.[0-7])?\): (\d{1,6}),")
 _SXID = re.compile(r"nvidia-nvswitch(\d{1,4}): SXid \(PCI:" + _ADDRESS + r"(?:\.[0-7])?\): (\d{1,6}),")
@@ -48,8 +49,7 @@ def parse_kernel_log(text: str) -> list[XidEvent]:
     for number, raw in enumerate(text.splitlines(), start=1):
         if len(events) >= MAX_EVENTS:
             break
-        record = _KMSG.match(raw)
-        usec = int(record[1]) if record else None
+        usec = _since_boot(raw)
         if "NVRM" not in raw and "SXid" not in raw:
             continue
         if xid := _XID.search(raw):
@@ -69,6 +69,15 @@ def parse_kernel_log(text: str) -> list[XidEvent]:
                     events.append(_event("xid", address, str(XID_FALLEN_OFF_THE_BUS), raw, 0, number, usec, implied=True))
                     off_bus_started.pop(address)
     return _without_echoes(events)
+
+
+def _since_boot(raw: str) -> int | None:
+    """Microseconds since boot of a /dev/kmsg record or a monotonic dmesg/journalctl line; None for --ctime."""
+    if record := _KMSG.match(raw):
+        return int(record[1])
+    if stamp := _MONOTONIC.match(raw):
+        return int(stamp[1]) * 1_000_000 + int(stamp[2].ljust(6, "0")[:6])
+    return None
 
 
 def _event(kind: str, address: str, code: str, raw: str, end: int, line: int, usec: int | None, **more) -> XidEvent:

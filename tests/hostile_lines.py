@@ -31,7 +31,7 @@ def _cases() -> dict:
         "/proc/cmdline": (lambda line: platform.parse_cmdline(line), ["iommu=", " ", "\""]),
         "kernel log (Xid)": (lambda line: kernel_log.parse_kernel_log(f"{line}\n"),
                              ["NVRM: Xid (PCI:0000:18:00", "NVRM: Xid (", "6,1,1,-;", "0000:18:", "NVRM: The NVIDIA GPU 0000:18:00.0 ",
-                              "nvidia-nvswitch0: SXid (PCI:", "caused by previous Xid 1"]),
+                              "nvidia-nvswitch0: SXid (PCI:", "caused by previous Xid 1", "[ 8312."]),
         "scontrol show node": (lambda line: slurm.parse_node("n1", f"NodeName=n1 State=IDLE {line}\n"),
                                ["Reason= [", " ", "State="]),
     }

@@ -34,6 +34,8 @@ def test_the_same_lines_as_kmsg_journalctl_and_monotonic_dmesg_print_them():
     for text in (kmsg, journal, monotonic, "\n".join(lines)):
         assert [(e.pci, e.code) for e in parse_kernel_log(text)] == [("000d:00:00.0", 31), ("000d:00:00.0", 48)]
     assert [e.usec for e in parse_kernel_log(kmsg)] == [227996636, 227996637]
+    assert [e.usec for e in parse_kernel_log(monotonic)] == [8312000000, 8312000001]
+    assert [e.usec for e in parse_kernel_log(journal)] == [None, None]  # wall-clock stamps say nothing of the boot
     assert parse_kernel_log(kmsg)[1].message.startswith("pid=3234, Graphics SM Global Exception")
 
 
