@@ -165,12 +165,12 @@ MIN_BENCH_S = 5.0  # below this much budget left, a bandwidth test is skipped ra
 
 def _bench_check(tests: list[str], config, environ: dict[str, str], share: float, report=None):
     """The prolog's bandwidth tests, one at a time within `share` seconds, judged as `bench` judges them
-    (verdicts.with_measurements) against the node check's Report (an empty one when that check did not
+    (verdicts.judge_measurements) against the node check's Report (an empty one when that check did not
     finish). A test that does not fit in what is left (not started, or stopped at the budget's end) is
     skipped and named at warning: running out of time says nothing against the node, so it never drains it."""
     from nodecheck.bench.plan import run_in_subprocess
     from nodecheck.model import Report
-    from nodecheck.verdicts import with_measurements
+    from nodecheck.verdicts import judge_measurements
 
     deadline = time.monotonic() + share
     env = {k: v for k, v in environ.items() if k not in _DISTRIBUTED_VARS}  # in this node only
@@ -188,13 +188,12 @@ def _bench_check(tests: list[str], config, environ: dict[str, str], share: float
         else:
             measurements += results
     report = report or Report.from_dict({})  # a Report of nothing
-    judged = with_measurements(report, measurements, time.time(), config)
-    findings = judged.findings[len(report.findings):]  # the node check already counted the Report's own
+    measurements, findings = judge_measurements(report, measurements, config)  # the node check counted the Report's own
     if skipped:
         findings.append(Finding("check_timed_out", "warning", "bench", f"{len(skipped)} skipped", "every test",
                                 f"bench: {', '.join(skipped)} did not fit in what was left of [prolog] timeout_s: "
                                 "skipped, not judged (raise timeout_s or list fewer tests in [prolog] bench)"))
-    return findings, [asdict(m) for m in judged.measurements] + [{"test": t, "skipped": True} for t in skipped]
+    return findings, [asdict(m) for m in measurements] + [{"test": t, "skipped": True} for t in skipped]
 
 
 def plan_action(verdict: Verdict, state: NodeState | None, healthcheck: bool) -> tuple[str, str | None]:

@@ -44,13 +44,20 @@ def algorithm_bound(m) -> float | None:
     return 2 * (m.ranks - 1) / m.ranks
 
 
-def with_measurements(report: Report, measurements: list, measured_at: float, config: Config | None) -> Report:
-    """The Report with these measurements attached and judged: the one way `bench` and `serve` add them."""
+def judge_measurements(report: Report, measurements: list, config: Config | None) -> tuple[list, list[Finding]]:
+    """The measurements with their thresholds, and the findings they raise against `report` (its own findings
+    not included): the one judgment behind with_measurements, for faces that count the Report's findings apart
+    (the prolog's node check, nccl-log)."""
     config = config or Config()
     measurements = [with_threshold(m, config) for m in measurements]
+    return measurements, measurement_findings(measurements, config) + _what_nccl_did(report, measurements)
+
+
+def with_measurements(report: Report, measurements: list, measured_at: float, config: Config | None) -> Report:
+    """The Report with these measurements attached and judged: the one way `bench` and `serve` add them."""
+    measurements, findings = judge_measurements(report, measurements, config)
     return dataclasses.replace(report, measurements=measurements, measured_at=measured_at,
-                               findings=report.findings + measurement_findings(measurements, config)
-                               + _what_nccl_did(report, measurements))
+                               findings=report.findings + findings)
 
 
 def with_threshold(m, config: Config):

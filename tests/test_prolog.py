@@ -224,8 +224,8 @@ def test_a_replayed_snapshot_reaches_no_other_node(tmp_path):
 
 
 def test_the_prolog_judges_its_bench_as_bench_does(tmp_path, monkeypatch):
-    """The bench child hands back measurements only; the prolog judges them with verdicts.with_measurements
-    against the node check's Report, so what NCCL chose (details.nccl) raises the nccl_* findings there too."""
+    """The bench child hands back measurements only; the prolog judges them with verdicts.judge_measurements
+    (the judgment behind with_measurements) against the node check's Report, so what NCCL chose (details.nccl) raises the nccl_* findings there too."""
     from test_fabric import hgx_h100_with_ndr
 
     from nodecheck import prolog

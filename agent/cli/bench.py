@@ -152,7 +152,7 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
     from nodecheck.bench.nccl_tests import parse_nccl_log
     from nodecheck.errors import ParseError
     from nodecheck.nccl_run import nccl_findings
-    from nodecheck.verdicts import with_measurements
+    from nodecheck.verdicts import judge_measurements
 
     try:
         text = _read_log(nccl_log)
@@ -166,8 +166,7 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
         run = None
     measurement = measurement_from_log(log, report, "nccl-log", f"nccl-tests log {nccl_log.name}")
     if measurement is not None:  # judged as bench judges it (over SHM a staged path), what NCCL chose with it
-        judged = with_measurements(report, [staged_if_shm(attach(measurement, run))], time.time(), config)
-        (measurement,), findings = judged.measurements, judged.findings[len(report.findings):]
+        (measurement,), findings = judge_measurements(report, [staged_if_shm(attach(measurement, run))], config)
     else:
         findings = nccl_findings(run, report) if run else []
     where = f"snapshot {source}" if source else "this node"
