@@ -208,9 +208,7 @@ def make_nic(name: str = "eth0", **fields) -> Nic:
 
 
 def make_measurement(path: str = "allreduce:2-ranks", test: str = "allreduce", rate: float = 40e9, spec: float | None = 50e9,
-                **fields) -> Measurement:
-    """A completed measurement (busbw, 1 GiB) whose ratio is rate / spec."""
-    base = dict(payload=1 << 30, method="m", direction="busbw")
-    base.update(fields)
-    return Measurement.measured(path, test, rate, spec, base.pop("payload"), base.pop("method"), base.pop("direction"),
-                                base.pop("details", None))
+                     payload: int = 1 << 30, method: str = "m", direction: str = "busbw",
+                     details: dict | None = None) -> Measurement:
+    """A completed measurement (busbw, 1 GiB unless told otherwise) whose ratio is rate / spec."""
+    return Measurement.measured(path, test, rate, spec, payload, method, direction, details)

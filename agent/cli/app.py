@@ -43,8 +43,7 @@ def load_report(source: Optional[Path], config_path: Optional[Path], judge: bool
     from nodecheck.snapshot import open_snapshot
 
     with tempfile.TemporaryDirectory(prefix="nodecheck-snapshot-") as workdir:
-        return build_report(open_snapshot(source, Path(workdir)), config), config
-
+        return build_report(open_snapshot(source, Path(workdir)), config, judge=judge), config
 
 
 def _version(value: bool) -> None:

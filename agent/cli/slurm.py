@@ -13,12 +13,13 @@ from nodecheck.cli.app import CONFIG_OPTION, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE,
 from nodecheck.errors import ConfigError, NodecheckError
 
 _DRY_RUN = typer.Option(False, "--dry-run", help="Run the checks and print the drain or resume it would do; never call scontrol.")
+_JSON = typer.Option(False, "--json", help="Print the outcome as JSON.")
 
 
 @app.command()
 def prolog(
     dry_run: bool = _DRY_RUN,
-    as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
+    as_json: bool = _JSON,
     source: Optional[Path] = FROM_OPTION,
     config_path: Optional[Path] = CONFIG_OPTION,
 ) -> None:
@@ -31,7 +32,7 @@ def prolog(
 @app.command()
 def healthcheck(
     dry_run: bool = _DRY_RUN,
-    as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
+    as_json: bool = _JSON,
     source: Optional[Path] = FROM_OPTION,
     config_path: Optional[Path] = CONFIG_OPTION,
 ) -> None:

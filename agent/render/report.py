@@ -146,7 +146,7 @@ def kernel_log_lines(report: Report) -> list[str]:
             lines.append(f"  {device}: NVSwitch SXid {code} x{n}")
             continue
         entry = xid_entry(code)
-        lines.append(f"  {device}: Xid {code} {entry.name} x{n} ({'drain' if entry.action == 'drain' else 'watch'})")
+        lines.append(f"  {device}: Xid {code} {entry.name} x{n} ({entry.action})")
     return lines
 
 
