@@ -152,8 +152,11 @@ def serve(host: str, port: int, build: Callable[[], Report], interval: float, st
         threading.Thread(target=bench_forever, args=(latest, bench, bench_every, stop), name="bench", daemon=True).start()
     log.info("serving /metrics on %s:%d%s%s", host, port, " (TLS)" if tls else "", " (basic auth)" if auth else "")
     try:
-        while not stop.wait(3600):
-            pass
+        # Polled, not stop.wait(): `nodecheck serve` sets `stop` from its SIGTERM handler, which runs in this
+        # thread; had the signal landed while this thread held the Event's lock inside wait(), the handler's
+        # set() would have waited on that lock forever (a serve that ignored SIGTERM, seen once under load).
+        while not stop.is_set():
+            time.sleep(0.2)
     finally:
         server.stop()
         kill_running_commands()  # a probe command still hung (nvidia-smi) ends with the daemon
