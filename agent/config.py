@@ -62,6 +62,15 @@ class SlurmSettings:
 
 
 @dataclass
+class ErrorSettings:
+    """[errors]: how the error signals are judged (agent/signal_rules.py)."""
+
+    xid_repeat_count: int = 5  # a watched Xid this many times on one GPU ...
+    xid_repeat_window_s: float = 3600.0  # ... within this long is an error, not a warning
+    kernel_log_lookback_s: float = 0.0  # events older than this are not judged; 0: every event since boot
+
+
+@dataclass
 class Config:
     path: str | None = None
     gpu_count: int | None = None
@@ -84,6 +93,7 @@ class Config:
     prolog: PrologSettings = field(default_factory=PrologSettings)
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     proximity: ProximityPolicy = field(default_factory=ProximityPolicy)
+    errors: ErrorSettings = field(default_factory=ErrorSettings)
 
     def ratio_for(self, test: str, path_kind: str | None = None, direction: str | None = None) -> float:
         return self.threshold(test, path_kind, direction)[0]
@@ -151,7 +161,7 @@ def read_config_text(path: Path, what: str) -> str:
 def parse(data: dict, source: str) -> Config:
     config = Config(path=source)
     check_known_keys(data, ("gpus", "links", "nics", "thresholds", "bench", "serve", "metrics", "prolog", "slurm", "proximity",
-                            "probes"), "", source)
+                            "probes", "errors"), "", source)
     _probes(_table(data, "probes", source), config, source)
     gpus = _table(data, "gpus", source)
     check_known_keys(gpus, ("count", "pcie_gen", "pcie_width", "nvlinks_per_gpu", "ecc"), "gpus.", source)
@@ -189,6 +199,7 @@ def parse(data: dict, source: str) -> Config:
     _prolog(_table(data, "prolog", source), config.prolog, source)
     _slurm(_table(data, "slurm", source), config.slurm, source)
     _proximity(_table(data, "proximity", source), config.proximity, source)
+    _errors(_table(data, "errors", source), config.errors, source)
     config.fail_severity = thresholds.get("fail_severity", config.fail_severity)
     if config.fail_severity not in SEVERITIES:
         raise ConfigError(f"{source}: key 'thresholds.fail_severity': expected one of {', '.join(SEVERITIES)}, got {config.fail_severity!r}")
@@ -245,6 +256,14 @@ def _proximity(table: dict, policy: ProximityPolicy, source: str) -> None:
     policy.severity = table.get("severity", policy.severity)
     if policy.severity not in SEVERITIES:
         raise ConfigError(f"{source}: key 'proximity.severity': expected one of {', '.join(SEVERITIES)}, got {policy.severity!r}")
+
+
+def _errors(table: dict, errors: ErrorSettings, source: str) -> None:
+    check_known_keys(table, ("xid_repeat_count", "xid_repeat_window_s", "kernel_log_lookback_s"), "errors.", source)
+    errors.xid_repeat_count = _int(table, "xid_repeat_count", source, "errors.", 2, 1_000_000) or errors.xid_repeat_count
+    errors.xid_repeat_window_s = _number(table, "xid_repeat_window_s", source, "errors.", 1, 366 * 86400, errors.xid_repeat_window_s)
+    errors.kernel_log_lookback_s = _number(table, "kernel_log_lookback_s", source, "errors.", 0, 366 * 86400,
+                                           errors.kernel_log_lookback_s)
 
 
 def _number(table: dict, key: str, source: str, prefix: str, low: float, high: float, default: float) -> float:

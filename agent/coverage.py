@@ -30,6 +30,11 @@ def unmade_checks(report: Report) -> dict[str, str]:
         unmade["iommu_translated"] = unmade["gpudirect_rdma_unavailable"] = "platform probe: no data"
     elif not platform.modules_known:
         unmade["gpudirect_rdma_unavailable"] = "kernel modules unknown"
+    log = report.kernel_log
+    if log is None or not log.known:
+        why = log.why if log is not None else "kernel log not read"
+        for kind in ("gpu_xid", "nvswitch_sxid"):
+            unmade.setdefault(kind, why)
     if not report.measurements:
         unmade.update({kind: "no bandwidth test has run" for kind in MEASURED})
     if not any(isinstance(m.details, dict) and m.details.get("nccl") for m in report.measurements):

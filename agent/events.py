@@ -23,9 +23,33 @@ class XidEvent:
 
 @dataclass
 class KernelLog:
-    """The kernel log since boot, as `dmesg` (which reads /dev/kmsg) or `journalctl -k -b` gave it."""
+    """The kernel log since boot, as /dev/kmsg, `journalctl -k -b` or `dmesg` gave it."""
 
     known: bool  # a source answered; False: nodecheck cannot say whether the GPUs logged errors
-    why: str | None = None  # why it is unknown (dmesg restricted to root, no journal access ...)
-    source: str | None = None  # the command that answered
+    why: str | None = None  # why it is unknown ("needs CAP_SYSLOG", no journal access ...)
+    source: str | None = None  # what answered: /dev/kmsg, journalctl, dmesg
     events: list[XidEvent] = field(default_factory=list)
+    uptime_usec: int | None = None  # /proc/uptime when it was read: the look-back and repeat window count from it
+
+
+@dataclass
+class Acknowledgement:
+    """An operator's `nodecheck clear KIND [--gpu N]`: the events of that kind on that subject up to the last
+    one seen then are known and dealt with; a later one fails the node again. Kept in the state file, for
+    this boot only."""
+
+    kind: str  # the finding kind cleared (gpu_xid, ...)
+    subject: str | None  # gpu3, pci:0000:9b:00.0; None: every subject of that kind
+    upto_usec: int | None  # the last cleared event's time since boot
+    count: int  # how many events it cleared (the measure for a log without time stamps)
+    by: str  # who cleared it (the user, SUDO_USER when through sudo)
+    at: float  # when (Unix time)
+
+
+@dataclass
+class History:
+    """What nodecheck remembers between its runs on this boot (the state file, agent/state.py): the
+    operators' acknowledgements. None in a Report made without it (a snapshot replay)."""
+
+    boot_id: str | None
+    acknowledgements: list[Acknowledgement] = field(default_factory=list)

@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nodecheck.errors import NodecheckError, ProbeFailed
+from nodecheck.errors import NoData, NodecheckError, ProbeFailed, TimedOut
 
 
 def read_regular(path: Path, limit: int) -> bytes:
@@ -52,6 +52,43 @@ def read_bounded(path: Path, limit: int) -> str | None:
     if len(data) > limit:
         raise ProbeFailed(f"{path} is larger than {limit} bytes: not read")
     return data.decode("utf-8", errors="replace")
+
+
+KMSG_RECORD = 16384  # a read of /dev/kmsg returns one record; a smaller buffer than the record is EINVAL
+
+
+def read_kmsg(path: Path, limit: int, timeout: float) -> str:
+    """The records of the kernel's ring buffer as /dev/kmsg hands them (`prio,seq,usec,flags;message`, one
+    per read), up to the newest, without waiting for more. NoData when it cannot be opened (it needs
+    CAP_SYSLOG where kernel.dmesg_restrict is 1); ProbeFailed past `limit` bytes, TimedOut past `timeout`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except PermissionError:
+        raise NoData(f"{path}: permission denied (unknown: needs CAP_SYSLOG)") from None
+    except OSError as error:
+        raise NoData(f"{path}: {error.strerror or error}") from None
+    records, size, deadline = [], 0, time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                record = os.read(fd, KMSG_RECORD)
+            except BlockingIOError:
+                break  # the newest record was read
+            except BrokenPipeError:
+                continue  # records were overwritten while reading: the next read gives the oldest left
+            except OSError as error:
+                raise ProbeFailed(f"{path}: {error.strerror or error}") from None
+            if not record:
+                break  # a regular file (a copy) at its end
+            size += len(record)
+            if size > limit:
+                raise ProbeFailed(f"{path}: more than {limit >> 20} MiB: not read")
+            if time.monotonic() > deadline:
+                raise TimedOut(f"{path}: not read to its end within {timeout:g} s")
+            records.append(record)
+    finally:
+        os.close(fd)
+    return b"".join(records).decode("utf-8", errors="replace")
 
 
 @contextlib.contextmanager

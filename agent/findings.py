@@ -47,6 +47,8 @@ FINDING_KINDS = {
     "nccl_p2p_disabled": "NCCL over {measured} inside the node",
     "nccl_rail_mismatch": "{subject} NCCL on {measured}, nearest {expected}",
     "nccl_warning": "{head}",
+    "gpu_xid": "{subject} {measured}",
+    "nvswitch_sxid": "{subject} {measured}",
     # raised by `nodecheck prolog` / `healthcheck` only
     "check_timed_out": "{subject} timed out after {expected}",
     "check_failed": "{head}",

@@ -18,7 +18,7 @@ from typing import Callable, Protocol, TypeVar
 
 from nodecheck import __version__
 from nodecheck.errors import NO_DRIVER, NoData, NodecheckError, ProbeFailed, TimedOut
-from nodecheck.files import read_bounded
+from nodecheck.files import read_bounded, read_kmsg
 from nodecheck.limits import MAX_COMMAND_OUTPUT, MAX_DIR_ENTRIES, MAX_SYSFS_FILE
 
 T = TypeVar("T")
@@ -34,6 +34,12 @@ class Host(Protocol):
         """Contents of a file under /sys or /proc, None when it does not exist or cannot be read."""
 
     def read_link(self, path: str) -> str | None: ...
+
+    def kernel_messages(self, timeout: float) -> str:
+        """The kernel's ring buffer as /dev/kmsg records. NoData when it cannot be read (CAP_SYSLOG)."""
+
+    def history(self) -> dict:
+        """{"boot_id": this boot's id, "state": nodecheck's state file as JSON, or None} (agent/state.py)."""
 
     def list_dir(self, path: str) -> list[str]: ...
 
@@ -318,6 +324,14 @@ class LiveHost:
             return os.readlink(self._path(path))
         except OSError:
             return None
+
+    def kernel_messages(self, timeout: float) -> str:
+        return read_kmsg(self._path("/dev/kmsg"), MAX_COMMAND_OUTPUT, timeout)
+
+    def history(self) -> dict:
+        from nodecheck.state import boot_id, read_state
+
+        return {"boot_id": boot_id(self.read_text), "state": read_state()}  # nodecheck's own file: never under root
 
     def list_dir(self, path: str) -> list[str]:
         stop_at_deadline(path)

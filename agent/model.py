@@ -9,7 +9,7 @@ import types
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 
-from nodecheck.events import KernelLog
+from nodecheck.events import History, KernelLog
 from nodecheck.findings import SEVERITIES, Finding, at_or_above
 from nodecheck.pci import Hop, normal_pci
 
@@ -255,6 +255,7 @@ class Report:
     pcie_paths: dict[str, list[Hop]] | None = None  # GPU and NIC PCI address -> its hops, the device first (probes/pcie.py)
     pcie_acs: PcieAcs | None = None
     kernel_log: KernelLog | None = None  # NVIDIA Xid/SXid events since boot (probes/kernel_log.py)
+    history: History | None = None  # acknowledgements from the state file (agent/state.py)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
@@ -310,7 +311,8 @@ class Report:
 
 # What a source read, dropped when malformed (a hostile snapshot's value is as good as none); a malformed
 # list of GPUs, NICs or measurements refuses the whole document instead.
-_LENIENT = {(Report, "platform"), (Report, "pcie_paths"), (Report, "pcie_acs"), (Report, "kernel_log"), (Report, "cpu")}
+_LENIENT = {(Report, "platform"), (Report, "pcie_paths"), (Report, "pcie_acs"), (Report, "kernel_log"), (Report, "cpu"),
+            (Report, "history")}
 
 
 def from_json(kind, raw):

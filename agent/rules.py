@@ -15,6 +15,7 @@ from nodecheck.config import Config
 from nodecheck.findings import Finding
 from nodecheck.model import Report, link_family
 from nodecheck.pci import narrow_hops, normal_pci
+from nodecheck.signal_rules import gpu_xids, switch_xids
 from nodecheck.specs import BUSY_UTILIZATION
 from nodecheck.units import format_bits
 
@@ -300,4 +301,6 @@ RULES = [
     Rule(_platform, ("gpudirect_rdma_unavailable", "iommu_translated")),
     Rule(_pcie_hops, ("pcie_hop_narrow",), needs="pcie_paths"),
     Rule(_acs_redirect, ("pcie_acs_redirect",)),
+    Rule(gpu_xids, ("gpu_xid",), needs="kernel_log"),
+    Rule(switch_xids, ("nvswitch_sxid",), needs="kernel_log"),
 ]

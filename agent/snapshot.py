@@ -35,6 +35,7 @@ from nodecheck.limits import (
     MAX_SYSFS_FILE,
 )
 
+KMSG = "kmsg.txt"  # the /dev/kmsg records read, as they were
 _FAILURES = {"no_data": NoData, "failed": ProbeFailed, "timed_out": TimedOut}
 
 
@@ -70,6 +71,14 @@ class RecordingHost:
     def command(self, source: str, argv: list[str], timeout: float) -> str:
         text = self._record(source, argv, lambda: self.inner.command(source, argv, timeout))
         self.outputs[source] = text
+        return text
+
+    def history(self) -> dict:
+        return self._document("state.json", self.inner.history)
+
+    def kernel_messages(self, timeout: float) -> str:
+        text = self._record(KMSG, None, lambda: self.inner.kernel_messages(timeout))
+        self.outputs[KMSG] = text
         return text
 
     def read_text(self, path: str) -> str | None:
@@ -195,6 +204,12 @@ class SnapshotHost:
             return text
         self._replay_failure(source)
 
+    def kernel_messages(self, timeout: float) -> str:
+        return self.command(KMSG, [], timeout)
+
+    def history(self) -> dict:
+        return self._document("state.json", _history_shape)
+
     def read_text(self, path: str) -> str | None:
         stop_at_deadline(path)
         return self._read("fs/" + path.lstrip("/"), MAX_SYSFS_FILE)
@@ -276,7 +291,12 @@ def _identity_shape(value) -> bool:
     return _str_map(value, _scalar)
 
 
+def _history_shape(value) -> bool:
+    return isinstance(value, dict) and set(value) <= {"boot_id", "state"}
+
+
 _SHAPES = {
+    _history_shape: "an object of boot_id and state",
     _sources_shape: "an object of source name -> {argv, outcome, error}",
     _links_shape: "an object of path -> link target",
     _dirs_shape: "an object of path -> list of names",

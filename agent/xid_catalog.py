@@ -22,6 +22,21 @@ class XidEntry:
     action: str  # drain (now) or watch (a warning; an error when it repeats on one GPU)
     sympathetic: bool = False  # follows another Xid and is that one's fault (45)
     listed: bool = True  # in the catalog file; False: an Xid nodecheck has no row for
+    resolution: str = "UNKNOWN"  # the catalog's immediate resolution (RESET_GPU, RESTART_BM, WORKFLOW_...)
+    short: str = ""  # what a drain reason calls it ("fallen off the bus"); the name when not given
+    sustained: bool = False  # drains only when it repeats (92: a high single-bit ECC rate that goes on)
+
+    @property
+    def label(self) -> str:
+        return self.short or self.name
+
+    def advice(self, subject: str) -> str:
+        """What NVIDIA's catalog says to do, in words."""
+        index = subject[3:] if subject.startswith("gpu") else None
+        reset = f"reset the GPU (`nvidia-smi -r -i {index}`)" if index else "reset the GPU"
+        return {"RESET_GPU": f"{reset} when idle, or reboot", "RESTART_BM": "reboot the node (power-cycle if it does not come back)",
+                "RESTART_APP": "the application must restart; repeated, check the GPU", "IGNORE": "informational on its own",
+                }.get(self.resolution, f"follow NVIDIA's {self.resolution} in the Xid catalog")
 
 
 @lru_cache(maxsize=1)
@@ -37,8 +52,9 @@ def xid_entry(code: int) -> XidEntry:
     """The catalog's row for an Xid; one nodecheck has no row for is watched, named by its number."""
     row = _catalog()["xid"].get(str(code))
     if row is None:
-        return XidEntry(code, f"Xid {code} (not in nodecheck's catalog)", "watch", listed=False)
-    return XidEntry(code, row["name"], row["action"], bool(row.get("sympathetic")))
+        return XidEntry(code, f"Xid {code} (not in nodecheck's catalog)", "watch", listed=False, short="not in nodecheck's catalog")
+    return XidEntry(code, row["name"], row["action"], bool(row.get("sympathetic")), True, row["resolution"],
+                    row.get("short", ""), row.get("when") == "sustained")
 
 
 def listed_codes() -> list[int]:

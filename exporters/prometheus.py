@@ -8,6 +8,7 @@ rejects camelCase label names, and the model is not a join key. No hostname labe
 
 from __future__ import annotations
 
+from collections import Counter
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Callable, Iterator
@@ -20,6 +21,7 @@ from nodecheck.config import DEFAULT_VIRTUAL_NICS
 from nodecheck.coverage import unmade_checks
 from nodecheck.findings import FINDING_KINDS, SEVERITIES
 from nodecheck.model import Report
+from nodecheck.pci import normal_pci
 
 TEXTFILE_NAME = "nodecheck.prom"
 
@@ -49,6 +51,7 @@ class ReportCollector:
         yield from _gpus(report)
         yield from _links_and_nics(report, self.virtual_nics)
         yield from _measurements(report)
+        yield from _kernel_log(report)
         yield from _findings(report)
 
 
@@ -137,6 +140,27 @@ def _measurements(report: Report) -> Iterator[Metric]:
 def _threshold(m) -> float | None:
     value = (m.details or {}).get("threshold") if isinstance(m.details, dict) else None
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _kernel_log(report: Report) -> Iterator[Metric]:
+    """The kernel log's NVIDIA events since boot, counted per device and code (cleared or not: the findings and
+    nodecheck_finding carry the judgment); absent when the log was not read."""
+    log = report.kernel_log
+    if log is None:
+        return
+    yield _gauge("nodecheck_kernel_log_readable", "1 when nodecheck could read the kernel log (0: its Xid checks are unknown, "
+                 "e.g. it needs CAP_SYSLOG or the systemd-journal group).", [], [([], int(log.known))])
+    gpus = {normal_pci(g.pci_bus_id): g for g in report.gpus}  # pci_bus_id as NVML and dcgm-exporter spell it, where known
+    xids = Counter()
+    for e in (e for e in log.events if e.kind == "xid"):
+        gpu = gpus.get(e.pci)
+        xids[(gpu.index if gpu else "", gpu.pci_bus_id if gpu else e.pci, e.code)] += 1
+    yield _gauge("nodecheck_gpu_xid_events", "NVIDIA Xid events the kernel logged since boot, per GPU (gpu empty when NVML no "
+                 "longer lists it) and Xid.", ["gpu", "pci_bus_id", "xid"],
+                 [([gpu, pci, code], n) for (gpu, pci, code), n in sorted(xids.items(), key=str)])
+    sxids = Counter((e.switch, e.pci, e.code) for e in log.events if e.kind == "sxid")
+    yield _gauge("nodecheck_nvswitch_sxid_events", "NVSwitch SXid events the kernel logged since boot.", ["nvswitch", "pci_bus_id", "sxid"],
+                 [([switch, pci, code], n) for (switch, pci, code), n in sorted(sxids.items(), key=str)])
 
 
 def _findings(report: Report) -> Iterator[Metric]:

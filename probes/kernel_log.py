@@ -4,9 +4,9 @@ NVIDIA's catalog, as gpud and NVSentinel count it). Reads what people and tools 
 records (`prio,seq,usec,-;msg`), `dmesg` with or without `--ctime`, `journalctl -k` lines. Every pattern is
 linear (anchored or literal-led), so a hostile megabyte line is read, not stuck on.
 
-Read with `dmesg` (it reads /dev/kmsg: root, or CAP_SYSLOG where kernel.dmesg_restrict is 1), else
-`journalctl -k -b`; when neither answers the log is a named unknown, never "no errors". The findings (drain
-now, watch for repeats, tied to the path's bandwidth verdict) land with the rest of issue 23.
+Read from /dev/kmsg (root, or CAP_SYSLOG where kernel.dmesg_restrict is 1), else `journalctl -k -b` (the
+journal: root or the systemd-journal group), else `dmesg`; when none answers the log is a named unknown,
+never "no errors". agent/signal_rules.py judges the events.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from nodecheck.limits import MAX_COMMAND_OUTPUT
 from nodecheck.pci import normal_pci
 from nodecheck.probes.base import Probe
 
-# (the file a snapshot records it in, the command), tried in order
-SOURCES = (("dmesg.txt", ["dmesg"]),
-           ("journalctl-k.txt", ["journalctl", "-k", "-b", "--no-pager", "-o", "short-monotonic", "--lines", "200000"]))
+KMSG = "/dev/kmsg"
+# after /dev/kmsg, (the file a snapshot records it in, the command), tried in order
+COMMANDS = (("journalctl-k.txt", ["journalctl", "-k", "-b", "--no-pager", "-o", "short-monotonic", "--lines", "200000"]),
+            ("dmesg.txt", ["dmesg"]))
 
 MAX_EVENTS = 10_000  # a log that repeats one Xid forever is counted, not kept line by line past this
 _KMSG = re.compile(r"^\d{1,3},\d{1,20},(\d{1,20}),[^;]{0,64};")  # /dev/kmsg: prio,seq,usec,flags;message
@@ -94,17 +95,32 @@ def _without_echoes(events: list[XidEvent]) -> list[XidEvent]:
 
 def collect(host, timeout: float) -> KernelLog:
     """The first source that answers, parsed; a snapshot from before nodecheck read the kernel log gives no data."""
-    why = []
-    for source, argv in SOURCES:
+    reads = [(KMSG, lambda share: host.kernel_messages(share))]
+    reads += [(argv[0], lambda share, source=source, argv=argv: host.command(source, argv, share)) for source, argv in COMMANDS]
+    why, recorded = [], False
+    for name, read in reads:
         try:
-            text = host.command(source, argv, timeout / len(SOURCES))
-        except NotRecorded:
-            raise
-        except (NoData, TimedOut, ProbeFailed) as error:
+            text = read(timeout / len(reads))
+        except NotRecorded as error:
             why.append(str(error))
             continue
-        return KernelLog(True, None, " ".join(argv[:1]), parse_kernel_log(text))
-    return KernelLog(False, "unknown: the kernel log could not be read (" + "; ".join(why)[:400] + ")")
+        except (NoData, TimedOut, ProbeFailed) as error:
+            why.append(str(error))
+            recorded = True
+            continue
+        return KernelLog(True, None, name, parse_kernel_log(text), _uptime_usec(host))
+    if not recorded:
+        raise NotRecorded("the kernel log is not in the snapshot")
+    needs = " (needs CAP_SYSLOG)" if any("CAP_SYSLOG" in w for w in why) else ""
+    return KernelLog(False, f"unknown{needs}: the kernel log could not be read (" + "; ".join(why)[:400] + ")")
+
+
+def _uptime_usec(host) -> int | None:
+    """/proc/uptime's first figure, in microseconds: now, on the clock the kernel log is stamped with."""
+    try:
+        return int(float((host.read_text("/proc/uptime") or "").split()[0]) * 1_000_000)
+    except (IndexError, ValueError, OverflowError):
+        return None
 
 
 def fill(report, facts: KernelLog) -> None:

@@ -28,6 +28,7 @@ def dashboard_queries() -> list[str]:
 
 def test_dashboard_queries_use_exported_metrics(tmp_path):
     snap = make_snapshot(tmp_path / "s", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
+    (snap / "kmsg.txt").write_text("4,1,8312000001,-;NVRM: Xid (PCI:0000:48:00): 74, pid=1, NVLink: fatal error\n")
     report = build_report(SnapshotHost(snap))
     report.measurements.append(make_measurement())
     exported = {f.name for f in text_string_to_metric_families(write_textfile(report, tmp_path).read_text())}

@@ -1,5 +1,5 @@
 """The whole exposition of an 8-GPU HGX H100 snapshot (published topology, NVML as such a board reports,
-one NVLink down on gpu3) with one all-reduce measurement, compared byte for byte with
+one NVLink down on gpu3 and its Xid 74 in the kernel log) with one all-reduce measurement, compared byte for byte with
 tests/golden/hgx-h100-8gpu.prom, as node_exporter's e2e-output test does: a change to any metric's
 name, help, labels or value shows here. Regenerate on purpose only:
     NODECHECK_REGENERATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_golden_metrics.py"""
@@ -21,6 +21,9 @@ GOLDEN = REPO / "tests" / "golden" / "hgx-h100-8gpu.prom"
 
 def exposition(tmp_path) -> str:
     snap = make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml(inactive={3: [7]}))
+    # gpu3 (0000:48:00) logged the NVLink Xid of its link down, as /dev/kmsg records it
+    (snap / "kmsg.txt").write_text("4,1812,8312000001,-;NVRM: Xid (PCI:0000:48:00): 74, pid=1234, NVLink: fatal error detected "
+                                   "on link 7(0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)\n")
     config = Config(nvlinks_per_gpu=18)
     report = build_report(SnapshotHost(snap), config)
     # what differs between two runs by nature: when, and how long each probe took

@@ -16,8 +16,8 @@ VOLATILE_KEYS = ("generated_at", "source", "measured_at")
 VOLATILE_METRICS = ("nodecheck_report_timestamp_seconds", "nodecheck_probe_duration_seconds")
 # series added after the capture (nodecheck 0.1.0 of 2026-11-23, schema 1): the replay has them too
 NEWER_SERIES = {"nodecheck_gpu_ecc_enabled", "nodecheck_gpu_row_remap_pending", "nodecheck_gpu_row_remap_failed"}
-NEWER_PROBES = {"platform", "pcie_paths", "pcie_acs", "kernel_log"}  # their sources were not recorded then: they replay as giving nothing
-NEWER_KEYS = ("platform", "pcie_paths", "pcie_acs", "kernel_log")
+NEWER_PROBES = {"platform", "pcie_paths", "pcie_acs", "kernel_log", "history"}  # their sources were not recorded then: they replay as giving nothing
+NEWER_KEYS = ("platform", "pcie_paths", "pcie_acs", "kernel_log", "history")
 # checks that `nodecheck check` never made on that node (no bandwidth test, the prolog's own): exported as healthy
 # then, as unknown since issue 20 (13)
 NEVER_MADE_THERE = {"bandwidth_below_spec", "bench_failed", "check_timed_out", "check_failed", "peer_unreachable",

@@ -86,9 +86,10 @@ def test_a_log_past_its_bound_is_refused_and_a_flood_is_capped():
     assert len(parse_kernel_log(flood)) == kernel_log.MAX_EVENTS
 
 
-def test_read_with_dmesg_else_journalctl_else_a_named_unknown(tmp_path, monkeypatch):
-    """The real reader with stand-ins on PATH: dmesg refused as it is without CAP_SYSLOG, journalctl printing
-    the captured Xid lines in its short-monotonic format; then both refused; then a snapshot replays it."""
+def test_read_kmsg_else_journalctl_else_dmesg_else_a_named_unknown(tmp_path, monkeypatch):
+    """The real reader: /dev/kmsg records first (a copy under the host's root), then, without it, stand-ins on
+    PATH: journalctl printing the captured Xid lines in its short-monotonic format, dmesg refused as it is
+    without CAP_SYSLOG; then all refused; and a snapshot replays what was read."""
     from helpers import fake_executable
 
     from nodecheck.host import LiveHost
@@ -96,6 +97,15 @@ def test_read_with_dmesg_else_journalctl_else_a_named_unknown(tmp_path, monkeypa
     from nodecheck.snapshot import RecordingHost, SnapshotHost
 
     lines = [line.split("] ", 1)[1] for line in need(XID / "gcm-test-xid-31-48.log").read_text().splitlines() if line]
+    root = tmp_path / "root"
+    (root / "dev").mkdir(parents=True)
+    (root / "proc").mkdir()
+    (root / "dev/kmsg").write_text("".join(f"4,{n},{8312000001 + n},-;{line}\n" for n, line in enumerate(lines)))
+    (root / "proc/uptime").write_text("9000.25 17000.50\n")
+    from_kmsg = collect(LiveHost(root), 10)
+    assert (from_kmsg.source, [(e.code, e.usec) for e in from_kmsg.events], from_kmsg.uptime_usec) == (
+        "/dev/kmsg", [(31, 8312000001), (48, 8312000002)], 9_000_250_000)
+
     journal = tmp_path / "journal.txt"
     journal.write_text("".join(f"[ 8312.000001] gpu017 kernel: {line}\n" for line in lines))
     bin_dir = tmp_path / "bin"
@@ -103,16 +113,73 @@ def test_read_with_dmesg_else_journalctl_else_a_named_unknown(tmp_path, monkeypa
     fake_executable(bin_dir / "dmesg", "echo 'dmesg: read kernel buffer failed: Operation not permitted' >&2; exit 1")
     fake_executable(bin_dir / "journalctl", f"cat {journal}")
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    recorder = RecordingHost(LiveHost())
+    (root / "dev/kmsg").unlink()
+    recorder = RecordingHost(LiveHost(root))
     log = collect(recorder, 10)
     assert (log.known, log.source, [(e.pci, e.code) for e in log.events]) == (True, "journalctl",
                                                                              [("000d:00:00.0", 31), ("000d:00:00.0", 48)])
     recorder.write(tmp_path / "snap")
     fake_executable(bin_dir / "journalctl", "echo 'No journal files were opened due to insufficient permissions.' >&2; exit 1")
-    unknown = collect(LiveHost(), 10)
+    unknown = collect(LiveHost(root), 10)
     assert not unknown.known and "Operation not permitted" in unknown.why and "insufficient permissions" in unknown.why
     replayed = collect(SnapshotHost(tmp_path / "snap"), 10)
     assert replayed == log
+
+
+def test_the_real_kernel_hands_back_a_written_xid_through_dev_kmsg(tmp_path):
+    """As root: a tagged Xid line written into the real /dev/kmsg comes back through the probe as an event
+    with its time since boot (at a device address no machine has, in PCI domain 00ff). Unprivileged (as the units run)
+    on a kernel that restricts dmesg, /dev/kmsg says it needs CAP_SYSLOG."""
+    import os
+    import uuid
+
+    from nodecheck.host import LiveHost
+    from nodecheck.probes.kernel_log import collect
+
+    if os.geteuid() != 0 or not os.path.exists("/dev/kmsg"):
+        pytest.skip("needs root and /dev/kmsg")
+    tag = uuid.uuid4().hex[:12]
+    # an address of its own each time: the same one written on every run would repeat into an error that the
+    # live-host tests of the next hour would see
+    bus, device = int(tag[:2], 16), int(tag[2:4], 16) % 32
+    try:
+        with open("/dev/kmsg", "w") as kmsg:
+            kmsg.write(f"<4>NVRM: Xid (PCI:00ff:{bus:02x}:{device:02x}): 13, nodecheck-test-{tag} Graphics Exception\n")
+    except OSError as error:
+        pytest.skip(f"/dev/kmsg refuses writes here ({error})")
+    log = collect(LiveHost(), 20)
+    mine = [e for e in log.events if tag in e.message]
+    assert log.source == "/dev/kmsg" and len(mine) == 1
+    assert (mine[0].pci, mine[0].code) == (f"00ff:{bus:02x}:{device:02x}.0", 13) and mine[0].usec is not None
+    assert log.uptime_usec is not None and mine[0].usec <= log.uptime_usec + 5_000_000
+    if open("/proc/sys/kernel/dmesg_restrict").read().strip() == "1":
+        assert "needs CAP_SYSLOG" in _as_nobody(lambda: LiveHost().kernel_messages(5))
+
+
+def _as_nobody(call) -> str:
+    """What `call` raises (its message) in a forked child that dropped to the units' unprivileged user."""
+    import os
+
+    from helpers import UNIT_USER
+
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        try:
+            os.setgroups([])
+            os.setgid(UNIT_USER)
+            os.setuid(UNIT_USER)
+            call()
+            message = "no error"
+        except BaseException as error:  # noqa: BLE001 - handed to the parent as text
+            message = str(error)
+        os.write(write, message.encode()[:4096])
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        message = pipe.read().decode()
+    os.waitpid(child, 0)
+    return message
 
 
 def test_inspect_names_each_gpus_events_with_the_catalog(tmp_path):
@@ -120,7 +187,7 @@ def test_inspect_names_each_gpus_events_with_the_catalog(tmp_path):
     from helpers import make_gpu, make_report
 
     from nodecheck.events import KernelLog
-    from nodecheck.render.report import kernel_log_lines
+    from nodecheck.render.kernel_log import kernel_log_lines
 
     events = parse_kernel_log(need(XID / "gpud-dmesg-xid119-dell-xe9680.log").read_text())
     report = make_report(gpus=[make_gpu(4, pci_bus_id="00000000:9B:00.0")], kernel_log=KernelLog(True, None, "dmesg", events))

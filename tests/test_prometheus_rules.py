@@ -10,6 +10,7 @@ from helpers import REPO, hgx_nvml, make_measurement, make_snapshot
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodecheck.build import build_report
+from nodecheck.events import KernelLog
 from nodecheck.exporters.prometheus import write_textfile
 from nodecheck.snapshot import SnapshotHost
 
@@ -44,6 +45,7 @@ def test_every_metric_in_the_rules_is_exported(tmp_path):
     snap = make_snapshot(tmp_path / "s", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
     report = build_report(SnapshotHost(snap))
     report.measurements.append(make_measurement())
+    report.kernel_log = KernelLog(True, None, "/dev/kmsg", [])
     exported = {f.name for f in text_string_to_metric_families(write_textfile(report, tmp_path).read_text())}
     queried = set(re.findall(r"\bnodecheck_[a-z_]+", (RULES / "nodecheck-rules.yml").read_text()))
     assert queried and queried <= exported, queried - exported

@@ -7,6 +7,7 @@ from rich.text import Text
 
 from nodecheck.model import Report, link_distance
 from nodecheck.pci import normal_pci
+from nodecheck.render.kernel_log import kernel_log_lines
 from nodecheck.render.table import IDENTITY, LIST, SEVERITY_STYLE, TEXT, cell, clean, esc, fitted_table, new_console, unknown_cell
 from nodecheck.units import format_bits, format_rate, natural_key
 
@@ -121,33 +122,6 @@ def _nics(console: Console, report: Report) -> None:
     headers = [("NIC", IDENTITY), ("kind", 4), ("state", 7), ("speed", 6), ("spec", 1), ("MTU", 2), ("NUMA", IDENTITY),
                ("driver", 3), ("PCI", 5), ("addresses", LIST)]
     console.print(fitted_table(console, "NICs", headers, rows))
-
-
-def kernel_log_lines(report: Report) -> list[str]:
-    """The NVIDIA events of the kernel log since boot, one line per device and code with the catalog's name and
-    what it calls for, or why the log could not be read; nothing when no probe read it."""
-    from collections import Counter
-
-    from nodecheck.xid_catalog import xid_entry
-
-    log = report.kernel_log
-    if log is None:
-        return []
-    if not log.known:
-        return [f"Kernel log: {log.why}"]
-    if not log.events:
-        return [f"Kernel log ({log.source}): no NVIDIA Xid or SXid since boot"]
-    names = {normal_pci(g.pci_bus_id): f"gpu{g.index}" for g in report.gpus}
-    counts = Counter((e.kind, e.pci, e.code) for e in log.events)
-    lines = [f"Kernel log ({log.source}): {len(log.events)} NVIDIA event(s) since boot"]
-    for (kind, pci, code), n in counts.items():
-        device = f"{names[pci]} ({pci})" if pci in names else (pci or "unknown device")
-        if kind == "sxid":
-            lines.append(f"  {device}: NVSwitch SXid {code} x{n}")
-            continue
-        entry = xid_entry(code)
-        lines.append(f"  {device}: Xid {code} {entry.name} x{n} ({entry.action})")
-    return lines
 
 
 def platform_lines(report: Report) -> list[str]:

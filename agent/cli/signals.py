@@ -1,0 +1,124 @@
+"""`nodecheck kernel-log FILE` (a pasted dmesg, journal or kmsg dump judged as nodecheck judges its own) and
+`nodecheck clear KIND [--gpu N]` (an operator's acknowledgement, kept in the state file for this boot)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from nodecheck.cli.app import CONFIG_OPTION, EXIT_FINDINGS, EXIT_OK, app, fail
+from nodecheck.errors import NodecheckError
+
+KERNEL_LOG_SCHEMA_VERSION = 1
+CLEARABLE = ("gpu_xid", "nvswitch_sxid")
+
+
+@app.command("kernel-log")
+def kernel_log(
+    path: Path = typer.Argument(..., help="A kernel log: `dmesg` (any format), `journalctl -k`, or /dev/kmsg records."),
+    as_json: bool = typer.Option(False, "--json", help="Print events and findings as JSON (schema nodecheck.kernel_log)."),
+    config_path: Optional[Path] = CONFIG_OPTION,
+) -> None:
+    """Judge a kernel log's NVIDIA Xid and SXid events by NVIDIA's catalog, as nodecheck judges its own."""
+    from nodecheck import config as config_module
+    from nodecheck.events import KernelLog
+    from nodecheck.files import read_user_file
+    from nodecheck.findings import at_or_above
+    from nodecheck.limits import MAX_COMMAND_OUTPUT
+    from nodecheck.model import Report
+    from nodecheck.probes.kernel_log import parse_kernel_log
+    from nodecheck.signal_rules import gpu_xids, switch_xids
+
+    try:
+        config = config_module.load(config_path)
+        text = read_user_file(path, MAX_COMMAND_OUTPUT, "kernel log").decode("utf-8", errors="replace")
+        log = KernelLog(True, None, str(path), parse_kernel_log(text))
+    except NodecheckError as error:
+        fail(str(error))
+    report = Report.from_dict({})
+    report.kernel_log = log
+    findings = gpu_xids(report, config) + switch_xids(report, config)
+    if as_json:
+        from dataclasses import asdict
+
+        from nodecheck.render.kernel_log import event_record
+
+        typer.echo(json.dumps({"schema": "nodecheck.kernel_log", "schema_version": KERNEL_LOG_SCHEMA_VERSION,
+                               "source": str(path), "events": [event_record(e) for e in log.events],
+                               "findings": [asdict(f) for f in findings]}, indent=2))
+    else:
+        from nodecheck.render.kernel_log import render_kernel_log
+
+        render_kernel_log(log, findings)
+    raise typer.Exit(EXIT_FINDINGS if at_or_above(findings, config.fail_severity) else EXIT_OK)
+
+
+@app.command()
+def clear(
+    kind: str = typer.Argument(..., help=f"The finding kind to acknowledge: {', '.join(CLEARABLE)}."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Only this GPU (its index, or its PCI address when NVML no longer lists it)."),
+    config_path: Optional[Path] = CONFIG_OPTION,
+) -> None:
+    """Acknowledge the events a finding names (after a repair): they stop failing the node until the next one.
+    Kept in nodecheck's state file ($STATE_DIRECTORY, else /var/lib/nodecheck) until the node reboots."""
+    from nodecheck import config as config_module
+    from nodecheck.build import build_report
+    from nodecheck.events import Acknowledgement
+    from nodecheck.host import LiveHost
+    from nodecheck.signal_rules import events_by_subject, open_events
+    from nodecheck.state import acknowledge
+
+    if kind not in CLEARABLE:
+        fail(f"{kind!r} cannot be cleared: one of {', '.join(CLEARABLE)} (other findings clear when their cause is fixed)")
+    try:
+        config = config_module.load(config_path)
+        report = build_report(LiveHost(), config)
+    except NodecheckError as error:
+        fail(str(error))
+    if report.kernel_log is None or not report.kernel_log.known:
+        fail(f"the kernel log cannot be read, so there is nothing known to clear ({report.kernel_log.why if report.kernel_log else 'not read'})")
+    wanted = _subject(gpu) if gpu is not None else None
+    pending = {subject: events for subject, events in open_events(report, config, kind).items()
+               if wanted is None or subject == wanted}
+    if not pending:
+        typer.echo(f"nothing to clear: no {kind} event{' on ' + wanted if wanted else ''} is open")
+        raise typer.Exit(EXIT_OK)
+    who = os.environ.get("SUDO_USER") or _user()
+    every = events_by_subject(report, config, kind)
+    try:
+        for subject, events in sorted(pending.items()):
+            stamps = [e.usec for e in events if e.usec is not None]
+            seen = len(every[subject])
+            written = acknowledge(Acknowledgement(kind, subject, max(stamps) if stamps else None, seen, who, time.time()))
+            typer.echo(f"cleared {subject}: {len(events)} event(s), codes {', '.join(sorted({str(e.code) for e in events}, key=int))} "
+                       f"(by {who}; in {written})")
+    except NodecheckError as error:
+        fail(str(error))
+
+
+def _subject(gpu: str) -> str:
+    from nodecheck.pci import normal_pci
+
+    if gpu.isdigit():
+        return f"gpu{int(gpu)}"
+    if gpu.startswith("nvswitch") or gpu.startswith("gpu"):
+        return gpu
+    given = gpu.removeprefix("pci:")
+    address = normal_pci(given if "." in given else f"{given}.0")  # the driver's form leaves the function out
+    if address is None:
+        fail(f"--gpu {gpu!r}: a GPU index or a PCI address (0000:9b:00.0)")
+    return f"pci:{address}"
+
+
+def _user() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return f"uid {os.getuid()}"

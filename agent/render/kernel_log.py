@@ -1,0 +1,67 @@
+"""The kernel log's NVIDIA events as people read them: inspect's lines, `nodecheck kernel-log`'s table and
+the records of its JSON."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from nodecheck.events import KernelLog, XidEvent
+from nodecheck.model import Report
+from nodecheck.pci import normal_pci
+from nodecheck.render.table import SEVERITY_STYLE, esc, new_console
+from nodecheck.xid_catalog import xid_entry
+
+SYMPATHETIC = "info"  # an event that is another's fault ("caused by previous Xid N")
+
+
+def event_record(event: XidEvent) -> dict:
+    """One event of `kernel-log --json`, one per line of the log in its order: `kind` is xid (an `NVRM: Xid`
+    line), fallen_off_bus (the driver's message without an Xid line: counted as Xid 79) or sxid (NVSwitch);
+    `severity` is what the event alone calls for (the catalog's drain: error, watch: warning; sympathetic: info);
+    `pci_bus_id` as the driver prints it (domain:bus:device)."""
+    kind = "fallen_off_bus" if event.implied else event.kind
+    if event.kind == "sxid":
+        severity = "error" if event.message.lower().startswith("fatal") else "warning"
+    elif event.caused_by is not None:
+        severity = SYMPATHETIC
+    else:
+        severity = "error" if xid_entry(event.code).action == "drain" else "warning"
+    return {"kind": kind, "xid": event.code if event.kind == "xid" else None,
+            "sxid": event.code if event.kind == "sxid" else None,
+            "pci_bus_id": event.pci.rsplit(".", 1)[0] if event.pci else None, "device": event.pci, "count": 1,
+            "severity": severity, "caused_by": event.caused_by, "name": xid_entry(event.code).name if event.kind == "xid" else None,
+            "switch": event.switch, "line": event.line, "usec": event.usec, "message": event.message}
+
+
+def render_kernel_log(log: KernelLog, findings: list) -> None:
+    console = new_console()
+    for line in kernel_log_lines(Report.from_dict({}), log):
+        console.print(esc(line))
+    for finding in findings:
+        style = SEVERITY_STYLE.get(finding.severity, "")
+        console.print(f"[{style}]{finding.severity.upper():8}[/] {esc(finding.message)}")
+    if not findings:
+        console.print("no finding")
+
+
+def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
+    """The NVIDIA events of the kernel log since boot, one line per device and code with the catalog's name and
+    what it calls for, or why the log could not be read; nothing when no probe read it."""
+    log = log or report.kernel_log
+    if log is None:
+        return []
+    if not log.known:
+        return [f"Kernel log: {log.why}"]
+    if not log.events:
+        return [f"Kernel log ({log.source}): no NVIDIA Xid or SXid since boot"]
+    names = {normal_pci(g.pci_bus_id): f"gpu{g.index}" for g in report.gpus}
+    counts = Counter((e.kind, e.pci, e.code) for e in log.events)
+    lines = [f"Kernel log ({log.source}): {len(log.events)} NVIDIA event(s) since boot"]
+    for (kind, pci, code), n in counts.items():
+        device = f"{names[pci]} ({pci})" if pci in names else (pci or "unknown device")
+        if kind == "sxid":
+            lines.append(f"  {device}: NVSwitch SXid {code} x{n}")
+            continue
+        entry = xid_entry(code)
+        lines.append(f"  {device}: Xid {code} {entry.name} x{n} ({entry.action})")
+    return lines

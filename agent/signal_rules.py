@@ -1,0 +1,158 @@
+"""Error signals judged: the kernel log's Xid and SXid events, by NVIDIA's catalog (agent/data/xid.toml).
+Pure: reads the Report and the Config.
+
+- A drain-now Xid is an error until the GPU's node reboots or an operator clears it (`nodecheck clear`).
+- A watched Xid is a warning; [errors] xid_repeat_count of it on one GPU within xid_repeat_window_s is an
+  error (a sustained one, 92, drains only so).
+- A sympathetic Xid ("caused by previous Xid N", or 45 following another Xid) is its cause's fault: named in
+  the cause's finding, never counted against the GPU it names.
+- A GPU that fell off the bus is gone from NVML, so an event is named by its GPU's index only while NVML
+  lists a GPU at that address, else by the address (pci:0000:9b:00.0).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from nodecheck.config import Config
+from nodecheck.events import Acknowledgement, XidEvent
+from nodecheck.findings import Finding
+from nodecheck.model import Report
+from nodecheck.pci import normal_pci
+from nodecheck.xid_catalog import xid_entry
+
+
+def judged_events(report: Report, config: Config) -> list[XidEvent]:
+    """The kernel log's events inside [errors] kernel_log_lookback_s (all since boot when 0 or when the log
+    has no time stamps)."""
+    log = report.kernel_log
+    if log is None or not log.known:
+        return []
+    lookback = config.errors.kernel_log_lookback_s
+    if not lookback or log.uptime_usec is None:
+        return list(log.events)
+    since = log.uptime_usec - lookback * 1_000_000
+    return [e for e in log.events if e.usec is None or e.usec >= since]
+
+
+def xid_subject(report: Report, event: XidEvent) -> str:
+    """gpuN while NVML lists a GPU at the event's address, else pci:ADDRESS; nvswitchN for an SXid."""
+    if event.kind == "sxid":
+        return f"nvswitch{event.switch}" if event.switch is not None else f"pci:{event.pci}"
+    for gpu in report.gpus:
+        if event.pci and normal_pci(gpu.pci_bus_id) == event.pci:
+            return f"gpu{gpu.index}"
+    return f"pci:{event.pci}" if event.pci else "gpu?"
+
+
+def _acknowledged(kind: str, subject: str, position: int, event: XidEvent, acks: list[Acknowledgement]) -> bool:
+    """Cleared by an operator: at or before the last event they saw (by time since boot; by position in a
+    log without time stamps)."""
+    for ack in acks:
+        if ack.kind != kind or ack.subject not in (None, subject):
+            continue
+        if event.usec is not None and ack.upto_usec is not None:
+            if event.usec <= ack.upto_usec:
+                return True
+        elif position < ack.count:
+            return True
+    return False
+
+
+EVENT_KIND = {"gpu_xid": "xid", "nvswitch_sxid": "sxid"}  # finding kind -> the events it judges
+
+
+def events_by_subject(report: Report, config: Config, kind: str) -> dict[str, list[XidEvent]]:
+    """Subject -> its events of the kind this finding judges, in log order, cleared or not."""
+    grouped: dict[str, list[XidEvent]] = defaultdict(list)
+    for event in judged_events(report, config):
+        if event.kind == EVENT_KIND[kind]:
+            grouped[xid_subject(report, event)].append(event)
+    return dict(grouped)
+
+
+def open_events(report: Report, config: Config, kind: str) -> dict[str, list[XidEvent]]:
+    """Subject -> its events not yet cleared (`nodecheck clear`), in log order."""
+    acks = report.history.acknowledgements if report.history else []
+    open_ = {subject: [e for position, e in enumerate(events) if not _acknowledged(kind, subject, position, e, acks)]
+             for subject, events in events_by_subject(report, config, kind).items()}
+    return {subject: events for subject, events in open_.items() if events}
+
+
+def gpu_xids(report: Report, config: Config) -> list[Finding]:
+    findings = []
+    by_subject = open_events(report, config, "gpu_xid")
+    causes_logged = any(not _sympathetic(e, True) for events in by_subject.values() for e in events)
+    for subject, events in by_subject.items():
+        sympathetic = [e for e in events if _sympathetic(e, causes_logged)]
+        by_code: dict[int, list[XidEvent]] = defaultdict(list)
+        for event in events:
+            if event not in sympathetic:
+                by_code[event.code].append(event)
+        for code, same in sorted(by_code.items()):
+            findings.append(_xid_finding(report, config, subject, code, same, [e for e in sympathetic if e.caused_by in (code, None)]))
+    return findings
+
+
+def _sympathetic(event: XidEvent, causes_logged: bool) -> bool:
+    return event.caused_by is not None or (xid_entry(event.code).sympathetic and causes_logged)
+
+
+def _xid_finding(report: Report, config: Config, subject: str, code: int, events: list[XidEvent],
+                 sympathetic: list[XidEvent]) -> Finding:
+    entry = xid_entry(code)
+    recent = _within_window(report, config, events)
+    repeated = len(recent) >= config.errors.xid_repeat_count
+    drains = (entry.action == "drain" and not entry.sustained) or repeated
+    pci = events[0].pci
+    where = f" ({pci})" if not subject.startswith("pci:") else ""
+    timed = all(e.usec is not None for e in events)
+    window = f"x{len(events)} since boot" + (f" ({len(recent)} within {config.errors.xid_repeat_window_s:g} s)" if timed else "")
+    followed = f"; followed by {len(sympathetic)} sympathetic Xid(s) {_codes(sympathetic)}" if sympathetic else ""
+    if drains:
+        why = "repeated" if repeated and not entry.action == "drain" else "drain now"
+        message = (f"{subject}{where} logged Xid {code} ({entry.name}) {window}{followed}: {why}; "
+                   f"{entry.advice(subject)}, then `nodecheck clear gpu_xid --gpu {_gpu_argument(subject)}` once it is dealt with")
+    else:
+        message = (f"{subject}{where} logged Xid {code} ({entry.name}) {window}{followed}: watched, an error at "
+                   f"{config.errors.xid_repeat_count} within {config.errors.xid_repeat_window_s:g} s ([errors]); {entry.advice(subject)}")
+    return Finding("gpu_xid", "error" if drains else "warning", subject, f"Xid {code} {entry.label}",
+                   "no Xid" if entry.action == "drain" and not entry.sustained else
+                   f"< {config.errors.xid_repeat_count} in {config.errors.xid_repeat_window_s:g} s", message)
+
+
+def _gpu_argument(subject: str) -> str:
+    return subject[3:] if subject.startswith("gpu") else subject[4:]
+
+
+def _within_window(report: Report, config: Config, events: list[XidEvent]) -> list[XidEvent]:
+    """The events inside the repeat window that ends now (the log's uptime; the last event's time when the
+    log gave none): all of them when the log has no time stamps."""
+    stamps = [e.usec for e in events if e.usec is not None]
+    if len(stamps) < len(events):
+        return events
+    log = report.kernel_log
+    end = log.uptime_usec if log and log.uptime_usec is not None else max(stamps)
+    start = end - config.errors.xid_repeat_window_s * 1_000_000
+    return [e for e in events if e.usec >= start]
+
+
+def _codes(events: list[XidEvent]) -> str:
+    return ", ".join(sorted({str(e.code) for e in events}, key=int))
+
+
+def switch_xids(report: Report, config: Config) -> list[Finding]:
+    """NVSwitch SXid events, one finding per switch and code: the driver calls each Fatal or Non-fatal."""
+    findings = []
+    for subject, events in sorted(open_events(report, config, "nvswitch_sxid").items()):
+        by_code: dict[int, list[XidEvent]] = defaultdict(list)
+        for event in events:
+            by_code[event.code].append(event)
+        for code, same in sorted(by_code.items()):
+            fatal = any(e.message.lower().startswith("fatal") for e in same)
+            findings.append(Finding("nvswitch_sxid", "error" if fatal else "warning", subject, f"SXid {code}", "no SXid",
+                                    f"{subject} ({same[0].pci}) logged SXid {code} x{len(same)} since boot"
+                                    f"{' (fatal)' if fatal else ''}: {same[-1].message[:120]}; check the fabric manager "
+                                    "log and `nvidia-smi nvlink -s` on the GPUs behind it, then `nodecheck clear "
+                                    f"nvswitch_sxid --gpu {subject}` once it is dealt with"))
+    return findings

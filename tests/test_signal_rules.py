@@ -1,0 +1,150 @@
+"""The kernel log's Xid and SXid events judged (agent/signal_rules.py), from real lines of
+../shared/captures/public/health/xid and the driver's forms: drain now, watch and repeat, sympathetic events
+counted against their cause, a GPU gone from NVML named by its address, the look-back, and operators'
+acknowledgements (their own events only; a later event fails the node again)."""
+
+import pytest
+from helpers import PUBLIC, make_gpu, make_report, need
+
+from nodecheck.config import Config
+from nodecheck.coverage import unmade_checks
+from nodecheck.events import Acknowledgement, History, KernelLog
+from nodecheck.probes.kernel_log import parse_kernel_log
+from nodecheck.prolog import drain_reason, failing_findings
+from nodecheck.rules import evaluate
+from nodecheck.signal_rules import gpu_xids, switch_xids
+
+XID = PUBLIC / "health" / "xid"
+GPU3 = "00000000:9B:00.0"
+
+
+def xid_line(code: int, seconds: float = 100.0, address: str = "0000:9b:00", tail: str = "pid=7, details") -> str:
+    return f"[{seconds:12.6f}] NVRM: Xid (PCI:{address}): {code}, {tail}"
+
+
+def judged(lines: list[str], uptime_s: float = 200.0, acks=(), config: Config | None = None, gpus=None):
+    log = KernelLog(True, None, "/dev/kmsg", parse_kernel_log("\n".join(lines) + "\n"), int(uptime_s * 1e6))
+    report = make_report(gpus=[make_gpu(3, pci_bus_id=GPU3)] if gpus is None else gpus, kernel_log=log,
+                         history=History("boot", list(acks)))
+    return report, gpu_xids(report, config or Config()) + switch_xids(report, config or Config())
+
+
+def test_a_drain_now_xid_drains_with_the_gpu_and_the_signal_in_the_reason():
+    report, findings = judged([xid_line(79, tail="GPU has fallen off the bus.")])
+    (finding,) = findings
+    assert (finding.kind, finding.severity, finding.subject) == ("gpu_xid", "error", "gpu3")
+    assert drain_reason(failing_findings(findings, "error")) == "nodecheck: gpu3 Xid 79 fallen off the bus"
+    assert "nodecheck clear gpu_xid --gpu 3" in finding.message
+
+
+def test_a_gpu_gone_from_nvml_is_named_by_its_address():
+    """The real XE9680 log: five Xid 119 on 0000:9b:00; NVML lists no GPU there (it fell off)."""
+    log = KernelLog(True, None, "dmesg", parse_kernel_log(need(XID / "gpud-dmesg-xid119-dell-xe9680.log").read_text()))
+    report = make_report(kernel_log=log)
+    (finding,) = gpu_xids(report, Config())
+    assert (finding.subject, finding.severity, finding.measured) == ("pci:0000:9b:00.0", "error", "Xid 119 GSP RPC timeout")
+    assert "x5" in finding.message
+
+
+def test_a_watched_xid_is_a_warning_until_it_repeats_within_the_window():
+    config = Config()
+    config.errors.xid_repeat_count, config.errors.xid_repeat_window_s = 3, 60
+    _, (once,) = judged([xid_line(13, 150)], config=config)
+    assert once.severity == "warning" and once.expected == "< 3 in 60 s"
+    _, (spread,) = judged([xid_line(13, s) for s in (10, 100, 190)], config=config)  # only one within the last 60 s
+    assert spread.severity == "warning"
+    _, (burst,) = judged([xid_line(13, s) for s in (150, 160, 170)], config=config)
+    assert burst.severity == "error" and "3 within 60 s" in burst.message
+    _, (sustained,) = judged([xid_line(92, 150)], config=config)  # 92 drains only when sustained
+    assert sustained.severity == "warning"
+    _, (sustained,) = judged([xid_line(92, s) for s in (150, 160, 170)], config=config)
+    assert sustained.severity == "error"
+
+
+def test_a_log_without_time_stamps_counts_every_event_since_boot():
+    config = Config()
+    config.errors.xid_repeat_count = 2
+    lines = [f"[Tue Jun 11 10:0{n}:00 2024] NVRM: Xid (PCI:0000:9b:00): 31, pid=1, fault" for n in range(2)]
+    _, (finding,) = judged(lines, config=config)
+    assert finding.severity == "error"
+
+
+def test_a_sympathetic_xid_is_counted_against_its_cause_not_its_gpu():
+    other = "0000:1b:00"
+    lines = [xid_line(79, 100), xid_line(45, 101, other, "pid=9, Ch 00000010 (caused by previous Xid 79)"),
+             xid_line(45, 102, other, "pid=9, Ch 00000011")]
+    report, findings = judged(lines, gpus=[make_gpu(3, pci_bus_id=GPU3), make_gpu(0, pci_bus_id="00000000:1B:00.0")])
+    assert [(f.subject, f.measured) for f in findings] == [("gpu3", "Xid 79 fallen off the bus")]
+    alone = judged([xid_line(45, 100)])[1]
+    assert [(f.subject, f.severity) for f in alone] == [("gpu3", "warning")]  # with no cause logged, 45 is watched
+
+
+def test_an_acknowledgement_clears_its_events_and_a_later_one_fails_again():
+    first = xid_line(79, 100)
+    ack = Acknowledgement("gpu_xid", "gpu3", 100_000_000, 1, "ops", 0.0)
+    assert judged([first], acks=[ack])[1] == []
+    assert judged([first], acks=[Acknowledgement("gpu_xid", "gpu5", 100_000_000, 1, "ops", 0.0)])[1] != []
+    assert judged([first], acks=[Acknowledgement("nvswitch_sxid", None, 100_000_000, 1, "ops", 0.0)])[1] != []
+    (again,) = judged([first, xid_line(79, 150)], acks=[ack])[1]
+    assert again.severity == "error" and "x1" in again.message
+    ctime = "[Tue Jun 11 10:00:00 2024] NVRM: Xid (PCI:0000:9b:00): 79, GPU has fallen off the bus."
+    assert judged([ctime], acks=[Acknowledgement("gpu_xid", None, None, 1, "ops", 0.0)])[1] == []  # by position
+    assert judged([ctime, ctime], acks=[Acknowledgement("gpu_xid", None, None, 1, "ops", 0.0)])[1] != []
+
+
+def test_the_look_back_leaves_out_older_events():
+    config = Config()
+    config.errors.kernel_log_lookback_s = 50
+    assert judged([xid_line(79, 100)], uptime_s=200, config=config)[1] == []
+    assert judged([xid_line(79, 160)], uptime_s=200, config=config)[1] != []
+
+
+@pytest.mark.parametrize(("severity_word", "severity"), [("Fatal", "error"), ("Non-fatal", "warning")])
+def test_an_nvswitch_sxid_is_an_error_when_the_driver_calls_it_fatal(severity_word, severity):
+    line = f"[131453.740743] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, {severity_word}, Link 30 LTSSM Fault Up"
+    _, (finding,) = judged([line])
+    assert (finding.kind, finding.subject, finding.severity, finding.measured) == ("nvswitch_sxid", "nvswitch0", severity, "SXid 20034")
+
+
+def test_an_unreadable_kernel_log_leaves_the_xid_checks_unknown_never_healthy():
+    report = make_report(kernel_log=KernelLog(False, "unknown (needs CAP_SYSLOG): /dev/kmsg: permission denied"))
+    assert evaluate(report, Config()) == []
+    unknown = unmade_checks(report)
+    assert "needs CAP_SYSLOG" in unknown["gpu_xid"] and "needs CAP_SYSLOG" in unknown["nvswitch_sxid"]
+    assert "gpu_xid" not in unmade_checks(make_report(kernel_log=KernelLog(True, None, "/dev/kmsg", [])))
+
+
+def test_the_answer_key_comes_back_from_kernel_log_json(tmp_path):
+    """`nodecheck kernel-log FILE --json` on each capture: its xid events in file order are the answer key's
+    [pci, xid] lines; every event holds the fields the schema names."""
+    import json
+
+    from helpers import cli
+
+    key = json.loads(need(XID / "EXPECTED.json").read_text())
+    for name, expected in key.items():
+        if name.startswith("_"):
+            continue
+        result = cli("kernel-log", str(XID / name), "--json")
+        document = json.loads(result.stdout)
+        assert (document["schema"], document["schema_version"]) == ("nodecheck.kernel_log", 1)
+        assert [[e["pci_bus_id"], e["xid"]] for e in document["events"] if e["kind"] == "xid"] == expected["xids"], name
+        for event in document["events"]:
+            assert {"kind", "xid", "pci_bus_id", "count", "severity", "caused_by", "message"} <= set(event)
+        assert result.returncode == (1 if any(f["severity"] == "error" for f in document["findings"]) else 0)
+
+
+def test_kernel_log_refuses_what_it_cannot_read(tmp_path):
+    from helpers import cli
+
+    assert cli("kernel-log", str(tmp_path / "absent.log")).returncode == 2
+    assert cli("kernel-log", "/dev/zero").returncode == 2
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    result = cli("kernel-log", str(empty))
+    assert result.returncode == 0 and "no NVIDIA Xid or SXid" in result.stdout
+
+
+def test_unknown_xids_are_watched_by_number():
+    _, (finding,) = judged([xid_line(999, 150)])
+    assert (finding.severity, finding.measured) == ("warning", "Xid 999 not in nodecheck's catalog")

@@ -1,0 +1,98 @@
+"""nodecheck's state file (agent/state.py, probes/history.py): acknowledgements kept for one boot, a broken
+or hostile file forgotten rather than fatal, concurrent writers never losing each other's entries, and
+`nodecheck clear` end to end on the real kernel log."""
+
+import json
+import os
+import random
+import threading
+
+import pytest
+from helpers import cli
+
+from nodecheck.events import Acknowledgement
+from nodecheck.probes.history import history_from
+from nodecheck.state import STATE_FILE, acknowledge, boot_id, read_state
+
+
+def ack(subject: str = "gpu3", usec: int | None = 5) -> Acknowledgement:
+    return Acknowledgement("gpu_xid", subject, usec, 1, "ops", 1.0)
+
+
+def test_acknowledgements_hold_for_this_boot_only(tmp_path):
+    acknowledge(ack(), tmp_path)
+    raw = {"boot_id": boot_id(), "state": read_state(tmp_path)}
+    assert [a.subject for a in history_from(raw).acknowledgements] == ["gpu3"]
+    rebooted = dict(raw, boot_id="another-boot")
+    assert history_from(rebooted).acknowledgements == []
+    assert history_from(rebooted).boot_id == "another-boot"
+
+
+@pytest.mark.parametrize("content", [b"", b"{", b"[]", b"\xff\xfe", b'{"boot_id": 1, "acknowledgements": 5}',
+                                     b'{"acknowledgements": [{"kind": "gpu_xid"}, "x", null]}'])
+def test_a_broken_state_file_is_forgotten_not_fatal(tmp_path, content):
+    (tmp_path / STATE_FILE).write_bytes(content)
+    history = history_from({"boot_id": boot_id(), "state": read_state(tmp_path)})
+    assert history.acknowledgements == []
+    acknowledge(ack(), tmp_path)  # and the next write starts it afresh
+    assert len(history_from({"boot_id": boot_id(), "state": read_state(tmp_path)}).acknowledgements) == 1
+
+
+def test_one_broken_entry_costs_itself_only(tmp_path):
+    good = {"kind": "gpu_xid", "subject": "gpu1", "upto_usec": 9, "count": 1, "by": "ops", "at": 1.0}
+    state = {"boot_id": "b", "acknowledgements": [{"kind": "gpu_xid", "subject": 7}, good, {"nonsense": True}]}
+    assert [a.subject for a in history_from({"boot_id": "b", "state": state}).acknowledgements] == ["gpu1"]
+
+
+def test_concurrent_writers_keep_every_acknowledgement(tmp_path):
+    threads = [threading.Thread(target=acknowledge, args=(ack(f"gpu{n}"), tmp_path)) for n in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    subjects = {a["subject"] for a in json.loads((tmp_path / STATE_FILE).read_text())["acknowledgements"]}
+    assert subjects == {f"gpu{n}" for n in range(16)}
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".") and p.name != ".lock"] == []  # no temporary left
+
+
+def test_an_unwritable_state_directory_is_a_clear_message(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    from nodecheck.errors import NodecheckError
+
+    with pytest.raises(NodecheckError, match="STATE_DIRECTORY"):
+        acknowledge(ack(), blocker / "state")
+
+
+def test_clear_acknowledges_a_real_kernel_event_and_a_new_one_fails_again(tmp_path, monkeypatch):
+    """As root: a watched Xid written into the real /dev/kmsg at an address no machine has is a gpu_xid
+    finding; `nodecheck clear` acknowledges it (who, when, in $STATE_DIRECTORY); the same event again is a
+    finding again."""
+    if os.geteuid() != 0 or not os.path.exists("/dev/kmsg"):
+        pytest.skip("needs root and /dev/kmsg")
+    address = f"00fe:{random.randrange(256):02x}:{random.randrange(32):02x}"  # noqa: S311 - a name, not a secret
+    subject = f"pci:{address}.0"
+
+    def write_xid():
+        try:
+            with open("/dev/kmsg", "w") as kmsg:
+                kmsg.write(f"<4>NVRM: Xid (PCI:{address}): 13, nodecheck-test Graphics Exception\n")
+        except OSError as error:
+            pytest.skip(f"/dev/kmsg refuses writes here ({error})")
+
+    def findings():
+        result = cli("inspect", "--json")
+        return [f for f in json.loads(result.stdout)["findings"] if f["kind"] == "gpu_xid" and f["subject"] == subject]
+
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path))
+    write_xid()
+    assert [f["severity"] for f in findings()] == ["warning"]
+    cleared = cli("clear", "gpu_xid", "--gpu", address)
+    assert cleared.returncode == 0 and f"cleared {subject}: 1 event(s), codes 13" in cleared.stdout, cleared.stdout
+    (entry,) = [a for a in json.loads((tmp_path / STATE_FILE).read_text())["acknowledgements"] if a["subject"] == subject]
+    assert entry["by"] and entry["at"] > 0
+    assert findings() == []
+    assert "nothing to clear" in cli("clear", "gpu_xid", "--gpu", address).stdout
+    write_xid()
+    assert [f["severity"] for f in findings()] == ["warning"]
+    assert cli("clear", "ecc_disabled").returncode == 2
