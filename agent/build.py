@@ -33,9 +33,24 @@ def build_report(host, config=None, probe_timeout: float | None = None, judge: b
     report.paths = path_specs(report, config)
     if not judge:
         return report
+    _remember_counters(host, report, config)
     report.findings = evaluate(report, config)
     report.advice = binding_advice(report)
     return report
+
+
+def _remember_counters(host, report: Report, config) -> None:
+    """This run's error counters into nodecheck's state, for the next run's rates (read before: history)."""
+    from nodecheck.config import Config
+    from nodecheck.error_rules import counter_sample
+    from nodecheck.events import CounterSample
+
+    history = report.history
+    if history is None or history.uptime_s is None:
+        return
+    sample = counter_sample(report)
+    if sample:
+        host.remember(CounterSample(history.uptime_s, sample), (config or Config()).errors.limit("min_rate_interval_s")[0])
 
 
 _DRIVER = re.compile(r"Kernel Module(?: for \S+)?\s+([0-9][0-9.]+)")

@@ -68,6 +68,15 @@ class ErrorSettings:
     xid_repeat_count: int = 5  # a watched Xid this many times on one GPU ...
     xid_repeat_window_s: float = 3600.0  # ... within this long is an error, not a warning
     kernel_log_lookback_s: float = 0.0  # events older than this are not judged; 0: every event since boot
+    limits: dict[str, float] = field(default_factory=dict)  # [errors.limits]: overrides of specs.toml [error_limits]
+
+    def limit(self, name: str) -> tuple[float, str]:
+        """(the limit, where it comes from): the config's override, else specs.toml's with its source."""
+        from nodecheck.specs import error_limit
+
+        if name in self.limits:
+            return self.limits[name], f"[errors.limits] {name} in the config"
+        return error_limit(name)
 
 
 @dataclass
@@ -259,7 +268,12 @@ def _proximity(table: dict, policy: ProximityPolicy, source: str) -> None:
 
 
 def _errors(table: dict, errors: ErrorSettings, source: str) -> None:
-    check_known_keys(table, ("xid_repeat_count", "xid_repeat_window_s", "kernel_log_lookback_s"), "errors.", source)
+    from nodecheck.specs import error_limit_names
+
+    check_known_keys(table, ("xid_repeat_count", "xid_repeat_window_s", "kernel_log_lookback_s", "limits"), "errors.", source)
+    limits = _table(table, "limits", source, "errors.")
+    check_known_keys(limits, tuple(error_limit_names()), "errors.limits.", source)
+    errors.limits = {name: _number(limits, name, source, "errors.limits.", 0, 1e12, 0) for name in limits}
     errors.xid_repeat_count = _int(table, "xid_repeat_count", source, "errors.", 2, 1_000_000) or errors.xid_repeat_count
     errors.xid_repeat_window_s = _number(table, "xid_repeat_window_s", source, "errors.", 1, 366 * 86400, errors.xid_repeat_window_s)
     errors.kernel_log_lookback_s = _number(table, "kernel_log_lookback_s", source, "errors.", 0, 366 * 86400,

@@ -5,6 +5,8 @@ names it in nodecheck_check_unknown."""
 
 from __future__ import annotations
 
+from nodecheck.config import Config
+from nodecheck.error_rules import unknown_rates
 from nodecheck.findings import FINDING_KINDS
 from nodecheck.model import Report
 from nodecheck.probes import DISABLED
@@ -12,6 +14,8 @@ from nodecheck.rules import RULES
 
 MEASURED = ("bandwidth_below_spec", "bandwidth_above_bound", "bench_failed", "bench_wrong_result")
 FROM_NCCL = ("nccl_socket_fallback", "nccl_no_gdr", "nccl_p2p_disabled", "nccl_rail_mismatch", "nccl_warning")
+# judged on the change since a previous sample, by the counters' family
+RATE_KINDS = {"aer/": ("pcie_link_errors",), "ib/": ("ib_link_downed", "ib_port_errors")}
 PROLOG_ONLY = ("check_timed_out", "check_failed", "peer_unreachable", "peer_outside_subnet", "peer_slow")
 
 
@@ -34,6 +38,10 @@ def unmade_checks(report: Report) -> dict[str, str]:
     if log is None or not log.known:
         why = log.why if log is not None else "kernel log not read"
         for kind in ("gpu_xid", "nvswitch_sxid"):
+            unmade.setdefault(kind, why)
+    for prefix, kinds in RATE_KINDS.items():
+        why = unknown_rates(report, Config(), prefix)
+        for kind in kinds if why else ():
             unmade.setdefault(kind, why)
     if not report.measurements:
         unmade.update({kind: "no bandwidth test has run" for kind in MEASURED})

@@ -47,9 +47,20 @@ class Acknowledgement:
 
 
 @dataclass
+class CounterSample:
+    """The error counters of one run (agent/error_rules.py counter_sample): key -> count, and when."""
+
+    uptime_s: float  # /proc/uptime when they were read
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
 class History:
     """What nodecheck remembers between its runs on this boot (the state file, agent/state.py): the
-    operators' acknowledgements. None in a Report made without it (a snapshot replay)."""
+    operators' acknowledgements and the last counter samples, from which rates are taken. None in a Report
+    made without it (a snapshot from before nodecheck kept state)."""
 
     boot_id: str | None
     acknowledgements: list[Acknowledgement] = field(default_factory=list)
+    samples: list[CounterSample] = field(default_factory=list)  # oldest first
+    uptime_s: float | None = None  # /proc/uptime now: the rates end here

@@ -49,6 +49,11 @@ FINDING_KINDS = {
     "nccl_warning": "{head}",
     "gpu_xid": "{subject} {measured}",
     "nvswitch_sxid": "{subject} {measured}",
+    "pcie_aer_fatal": "{subject} {measured}",
+    "pcie_link_errors": "{subject} {measured} > {expected}",
+    "ib_link_downed": "{subject} {measured}",
+    "ib_port_errors": "{subject} {measured}",
+    "ib_counter_saturated": "{subject} {measured} saturated",
     # raised by `nodecheck prolog` / `healthcheck` only
     "check_timed_out": "{subject} timed out after {expected}",
     "check_failed": "{head}",

@@ -41,6 +41,9 @@ class Host(Protocol):
     def history(self) -> dict:
         """{"boot_id": this boot's id, "state": nodecheck's state file as JSON, or None} (agent/state.py)."""
 
+    def remember(self, sample, min_interval_s: float) -> str | None:
+        """Keep this run's error counters for the next run's rates; why not, when they could not be kept."""
+
     def list_dir(self, path: str) -> list[str]: ...
 
     def nvml(self, timeout: float, dump: Callable[[], dict]) -> dict:
@@ -307,6 +310,7 @@ class LiveHost:
     def __init__(self, root: str | Path = "/") -> None:
         self.root = Path(root)
         self.label = "live" if str(root) == "/" else f"live:{root}"
+        self._samples: tuple | None = None  # (boot id, [samples]) kept when the state file cannot be written
 
     def _path(self, path: str) -> Path:
         return self.root / path.lstrip("/")
@@ -331,7 +335,25 @@ class LiveHost:
     def history(self) -> dict:
         from nodecheck.state import boot_id, read_state
 
-        return {"boot_id": boot_id(self.read_text), "state": read_state()}  # nodecheck's own file: never under root
+        state = read_state()  # nodecheck's own file: never under root
+        if self._samples and not (state or {}).get("samples"):  # the state directory cannot be written: memory
+            state = dict(state or {}, boot_id=self._samples[0], samples=self._samples[1])
+        return {"boot_id": boot_id(self.read_text), "state": state}
+
+    def remember(self, sample, min_interval_s: float) -> str | None:
+        """Into the state file; where it cannot be written (not root, no StateDirectory), in this process's
+        memory, which serves a daemon's next round."""
+        from dataclasses import asdict
+
+        from nodecheck.state import boot_id, record_sample
+
+        try:
+            record_sample(sample, min_interval_s, boot_id(self.read_text))
+            return None
+        except NodecheckError as error:
+            kept = [s for s in (self._samples[1] if self._samples else []) if s["uptime_s"] < sample.uptime_s]
+            self._samples = (boot_id(self.read_text), (kept + [asdict(sample)])[-2:])
+            return str(error)
 
     def list_dir(self, path: str) -> list[str]:
         stop_at_deadline(path)

@@ -184,6 +184,9 @@ class IbPort:
     phys_state: str | None  # LinkUp, Disabled, Polling ...
     rate: str | None  # as sysfs prints it: "400 Gb/sec (4X NDR)"
     link_layer: str | None  # InfiniBand or Ethernet (RoCE)
+    # the error counters rules judge (probes/ib_counters.py): name -> count, None where the port says
+    # "N/A (no PMA)" or garbage (unknown, never 0); {} when not read
+    counters: dict[str, int | None] = field(default_factory=dict)
 
 
 @dataclass

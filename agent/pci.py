@@ -24,6 +24,7 @@ class Hop:
     width_max: int | None  # max_link_width: lanes it can train at
     speed: str | None  # current_link_speed, as sysfs prints it: "32.0 GT/s PCIe"
     speed_max: str | None  # max_link_speed
+    aer: dict[str, int] | None = None  # AER counts since boot: correctable, nonfatal, fatal (+ "family.Name" when nonzero)
 
 
 def narrow_hops(hops: list[Hop]) -> list[tuple[int, Hop, int]]:

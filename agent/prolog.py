@@ -99,10 +99,24 @@ def run_checks(host, config, environ: dict[str, str], node: str, with_bench: boo
     runs = _run_bounded(checks, first_deadline)
     if bench:
         remaining = deadline - time.monotonic()
-        runs += _run_bounded({"bench": (lambda: _bench_check(bench, config, environ, remaining, built.get("report")),
+        runs += _run_bounded({"bench": (lambda: _bench_check(bench, config, environ, remaining, built.get("report"), built),
                                         "warning")}, deadline)
-    findings = [f for run in runs for f in run.findings]
+    findings = _joined([f for run in runs for f in run.findings], runs, built)
     return Verdict(node, runs, findings, failing_findings(findings, config.fail_severity))
+
+
+def _joined(findings: list[Finding], runs: list[CheckRun], built: dict) -> list[Finding]:
+    """The node check's error signals joined to the bench check's verdicts (agent/signal_join.py), in every
+    check's own list too."""
+    from nodecheck.signal_join import joined
+
+    if not built.get("measurements") or built.get("report") is None:
+        return findings
+    joined_findings = joined(built["report"], built["measurements"], findings)
+    replaced = {id(old): new for old, new in zip(findings, joined_findings, strict=True)}
+    for run in runs:
+        run.findings = [replaced.get(id(f), f) for f in run.findings]
+    return joined_findings
 
 
 def _run_bounded(checks: dict, deadline: float) -> list[CheckRun]:
@@ -163,7 +177,7 @@ def _proximity_check(host, environ: dict[str, str], config, node: str, share: fl
 MIN_BENCH_S = 5.0  # below this much budget left, a bandwidth test is skipped rather than started
 
 
-def _bench_check(tests: list[str], config, environ: dict[str, str], share: float, report=None):
+def _bench_check(tests: list[str], config, environ: dict[str, str], share: float, report=None, built: dict | None = None):
     """The prolog's bandwidth tests, one at a time within `share` seconds, judged as `bench` judges them
     (verdicts.judge_measurements) against the node check's Report (an empty one when that check did not
     finish). A test that does not fit in what is left (not started, or stopped at the budget's end) is
@@ -189,6 +203,8 @@ def _bench_check(tests: list[str], config, environ: dict[str, str], share: float
             measurements += results
     report = report or Report.from_dict({})  # a Report of nothing
     measurements, findings = judge_measurements(report, measurements, config)  # the node check counted the Report's own
+    if built is not None:
+        built["measurements"] = measurements  # for the error signals' join with these verdicts
     if skipped:
         findings.append(Finding("check_timed_out", "warning", "bench", f"{len(skipped)} skipped", "every test",
                                 f"bench: {', '.join(skipped)} did not fit in what was left of [prolog] timeout_s: "

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from nodecheck.config import Config
+from nodecheck.error_rules import aer_findings, ib_findings
 from nodecheck.findings import Finding
 from nodecheck.model import Report, link_family
 from nodecheck.pci import narrow_hops, normal_pci
@@ -303,4 +304,6 @@ RULES = [
     Rule(_acs_redirect, ("pcie_acs_redirect",)),
     Rule(gpu_xids, ("gpu_xid",), needs="kernel_log"),
     Rule(switch_xids, ("nvswitch_sxid",), needs="kernel_log"),
+    Rule(aer_findings, ("pcie_aer_fatal", "pcie_link_errors"), needs="pcie_paths"),
+    Rule(ib_findings, ("ib_link_downed", "ib_port_errors", "ib_counter_saturated"), needs="nics"),
 ]

@@ -76,6 +76,9 @@ class RecordingHost:
     def history(self) -> dict:
         return self._document("state.json", self.inner.history)
 
+    def remember(self, sample, min_interval_s: float) -> str | None:
+        return self.inner.remember(sample, min_interval_s)
+
     def kernel_messages(self, timeout: float) -> str:
         text = self._record(KMSG, None, lambda: self.inner.kernel_messages(timeout))
         self.outputs[KMSG] = text
@@ -209,6 +212,9 @@ class SnapshotHost:
 
     def history(self) -> dict:
         return self._document("state.json", _history_shape)
+
+    def remember(self, sample, min_interval_s: float) -> str | None:
+        return "a replayed snapshot keeps no state"
 
     def read_text(self, path: str) -> str | None:
         stop_at_deadline(path)

@@ -5,6 +5,7 @@ The figures live in data/specs.toml with their sources; this module only does th
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -145,3 +146,25 @@ def default_ratio(test: str, path_kind: str | None, direction: str | None = None
     rows = table().get("thresholds", {})
     row = (rows.get(f"{test}.{path_kind}.{direction}") or rows.get(f"{test}.{path_kind}")) if path_kind else None
     return (row["ratio"], row["source"]) if row else None
+
+
+def error_limit(name: str) -> tuple[float, str]:
+    """(the limit, its source) of agent/data/specs.toml [error_limits.NAME]."""
+    row = table()["error_limits"][name]
+    return float(row["value"]), row["source"]
+
+
+def error_limit_names() -> list[str]:
+    return sorted(table()["error_limits"])
+
+
+def pcie_errors_per_minute(speed: str | None, width: int | None) -> tuple[float, str] | None:
+    """The replays (or AER correctable errors) per minute a healthy link stays under, as DCGM derives it:
+    the bit error rate x the lane rate x 60 s x the width, rounded up; None when the link is unknown."""
+    gen = pcie_generation(speed)
+    if gen is None or not width:
+        return None
+    ber, source = error_limit("pcie_bit_error_rate")
+    rate = table()["pcie"][str(gen)]["gt_per_s"] * 1e9
+    return float(math.ceil(ber * rate * 60 * width)), f"BER {ber:g} x {rate / 1e9:g} GT/s x 60 s x{width} ({source})"
+

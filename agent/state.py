@@ -1,6 +1,7 @@
 """nodecheck's memory between runs on one boot: the state file (`$STATE_DIRECTORY/state.json`, systemd's
 StateDirectory=, else /var/lib/nodecheck). It holds the boot id it was written on, so a reboot starts it
-afresh, and the operators' acknowledgements (`nodecheck clear`). Read like any untrusted file (bounded, a
+afresh, the operators' acknowledgements (`nodecheck clear`) and the last error-counter samples (a rate
+needs two). Read like any untrusted file (bounded, a
 regular file, JSON of the expected shape: else it is as good as absent); written atomically under a lock, so
 a `clear` and a daemon's round never lose each other's writes."""
 
@@ -14,13 +15,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 from nodecheck.errors import NodecheckError
-from nodecheck.events import Acknowledgement
+from nodecheck.events import Acknowledgement, CounterSample
 from nodecheck.files import atomic_file, read_bounded
 
 DEFAULT_DIR = "/var/lib/nodecheck"
 STATE_FILE = "state.json"
 MAX_STATE_BYTES = 1024 * 1024
 MAX_ACKNOWLEDGEMENTS = 1000  # the oldest go first: a script clearing in a loop cannot grow the file forever
+MAX_SAMPLES = 4
+MAX_COUNTERS = 20_000  # per sample: a node has a few hundred
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
@@ -47,7 +50,7 @@ def read_state(directory: Path | None = None) -> dict | None:
 def this_boot(data: dict | None, current_boot: str | None) -> dict:
     """The state as it holds for this boot: empty when written on another (or the boot is unknown)."""
     if not data or current_boot is None or data.get("boot_id") != current_boot:
-        return {"boot_id": current_boot, "acknowledgements": []}
+        return {"boot_id": current_boot, "acknowledgements": [], "samples": []}
     return data
 
 
@@ -68,11 +71,30 @@ def _locked(directory: Path):
 
 def acknowledge(ack: Acknowledgement, directory: Path | None = None) -> Path:
     """Add an acknowledgement to this boot's state; returns the file written."""
-    directory = directory or state_dir()
-    with _locked(directory):
-        data = this_boot(read_state(directory), boot_id())
-        acks = [a for a in data.get("acknowledgements", []) if isinstance(a, dict)]
+    def add(data: dict) -> None:
+        acks = [a for a in data.get("acknowledgements") or [] if isinstance(a, dict)]
         data["acknowledgements"] = (acks + [asdict(ack)])[-MAX_ACKNOWLEDGEMENTS:]
+
+    return _update(directory or state_dir(), add)
+
+
+def record_sample(sample: CounterSample, min_interval_s: float, boot: str | None, directory: Path | None = None) -> Path:
+    """Add this run's counters to this boot's state, keeping what a later run needs for its rate: the newest
+    sample at least min_interval_s older than this one, and those newer than that."""
+    def add(data: dict) -> None:
+        kept = [s for s in data.get("samples") or [] if isinstance(s, dict) and isinstance(s.get("uptime_s"), (int, float))]
+        kept = sorted((s for s in kept if s["uptime_s"] < sample.uptime_s), key=lambda s: s["uptime_s"])
+        old_enough = [s for s in kept if sample.uptime_s - s["uptime_s"] >= min_interval_s]
+        recent = [s for s in kept if sample.uptime_s - s["uptime_s"] < min_interval_s]
+        data["samples"] = (old_enough[-1:] + recent + [asdict(sample)])[-MAX_SAMPLES:]
+
+    return _update(directory or state_dir(), add, boot)
+
+
+def _update(directory: Path, change, boot: str | None = None) -> Path:
+    with _locked(directory):
+        data = this_boot(read_state(directory), boot or boot_id())
+        change(data)
         target = directory / STATE_FILE
         with atomic_file(target) as out:
             out.write(json.dumps(data, indent=1).encode())

@@ -55,9 +55,11 @@ def judge_measurements(report: Report, measurements: list, config: Config | None
 
 def with_measurements(report: Report, measurements: list, measured_at: float, config: Config | None) -> Report:
     """The Report with these measurements attached and judged: the one way `bench` and `serve` add them."""
+    from nodecheck.signal_join import joined
+
     measurements, findings = judge_measurements(report, measurements, config)
     return dataclasses.replace(report, measurements=measurements, measured_at=measured_at,
-                               findings=report.findings + findings)
+                               findings=joined(report, measurements, report.findings + findings))
 
 
 def with_threshold(m, config: Config):

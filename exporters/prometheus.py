@@ -52,6 +52,7 @@ class ReportCollector:
         yield from _links_and_nics(report, self.virtual_nics)
         yield from _measurements(report)
         yield from _kernel_log(report)
+        yield from _aer(report)
         yield from _findings(report)
 
 
@@ -161,6 +162,19 @@ def _kernel_log(report: Report) -> Iterator[Metric]:
     sxids = Counter((e.switch, e.pci, e.code) for e in log.events if e.kind == "sxid")
     yield _gauge("nodecheck_nvswitch_sxid_events", "NVSwitch SXid events the kernel logged since boot.", ["nvswitch", "pci_bus_id", "sxid"],
                  [([switch, pci, code], n) for (switch, pci, code), n in sorted(sxids.items(), key=str)])
+
+
+def _aer(report: Report) -> Iterator[Metric]:
+    """The AER counts since boot of every device on a GPU's or NIC's PCIe path (the rates and their limits
+    are judged by nodecheck: pcie_link_errors, pcie_aer_fatal); absent when no path was read."""
+    from nodecheck.error_rules import AER_FAMILIES, device_hops
+
+    if report.pcie_paths is None:
+        return
+    rows = [([bdf, family], hop.aer[family]) for bdf, (hop, _) in sorted(device_hops(report).items())
+            for family in AER_FAMILIES if hop.aer and family in hop.aer]
+    yield _gauge("nodecheck_pcie_aer_errors", "PCIe AER errors counted since boot (sysfs aer_dev_*) by each device on a GPU's "
+                 "or NIC's path, by type (correctable, nonfatal, fatal).", ["pci_bus_id", "type"], rows)
 
 
 def _findings(report: Report) -> Iterator[Metric]:

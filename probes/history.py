@@ -1,15 +1,16 @@
-"""What nodecheck remembers on this boot (agent/state.py's file): the operators' acknowledgements, read as
-untrusted input. A file from another boot, or one not of its shape, is as good as none."""
+"""What nodecheck remembers on this boot (agent/state.py's file): the operators' acknowledgements and the last
+error-counter samples, read as untrusted input, and /proc/uptime (now). A file from another boot, or one not
+of its shape, is as good as none."""
 
 from __future__ import annotations
 
 from dataclasses import fields
 
 from nodecheck.errors import NodecheckError
-from nodecheck.events import Acknowledgement, History
+from nodecheck.events import Acknowledgement, CounterSample, History
 from nodecheck.model import from_json
 from nodecheck.probes.base import Probe
-from nodecheck.state import MAX_ACKNOWLEDGEMENTS, this_boot
+from nodecheck.state import MAX_ACKNOWLEDGEMENTS, MAX_COUNTERS, MAX_SAMPLES, this_boot
 
 FIELDS = {f.name for f in fields(Acknowledgement)}
 
@@ -28,12 +29,36 @@ def history_from(raw: dict) -> History:
             continue
         if isinstance(ack.kind, str) and isinstance(ack.count, int):
             acks.append(ack)
-    return History(current, acks)
+    return History(current, acks, _samples(data.get("samples")))
+
+
+def _samples(raw) -> list[CounterSample]:
+    """The samples of a state file, oldest first; entries not of their shape (or holding more than a node
+    has) are left out."""
+    out = []
+    for entry in raw[-MAX_SAMPLES:] if isinstance(raw, list) else []:
+        counters = entry.get("counters") if isinstance(entry, dict) else None
+        uptime = entry.get("uptime_s") if isinstance(entry, dict) else None
+        if (isinstance(uptime, (int, float)) and not isinstance(uptime, bool) and isinstance(counters, dict)
+                and len(counters) <= MAX_COUNTERS
+                and all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in counters.items())):
+            out.append(CounterSample(float(uptime), dict(counters)))
+    return sorted(out, key=lambda s: s.uptime_s)
+
+
+def uptime_seconds(host) -> float | None:
+    """/proc/uptime's first figure: now, on the clock the samples (and the kernel log) are stamped with."""
+    try:
+        return float((host.read_text("/proc/uptime") or "").split()[0])
+    except (IndexError, ValueError):
+        return None
 
 
 def collect(host, timeout: float) -> History:
     try:
-        return history_from(host.history())
+        history = history_from(host.history())
+        history.uptime_s = uptime_seconds(host)
+        return history
     except NodecheckError:
         raise
     except (TypeError, AttributeError) as error:  # a snapshot's document of another shape

@@ -116,11 +116,10 @@ def collect(host, timeout: float) -> KernelLog:
 
 
 def _uptime_usec(host) -> int | None:
-    """/proc/uptime's first figure, in microseconds: now, on the clock the kernel log is stamped with."""
-    try:
-        return int(float((host.read_text("/proc/uptime") or "").split()[0]) * 1_000_000)
-    except (IndexError, ValueError, OverflowError):
-        return None
+    from nodecheck.probes.history import uptime_seconds
+
+    seconds = uptime_seconds(host)
+    return int(seconds * 1_000_000) if seconds is not None and seconds < 1e12 else None
 
 
 def fill(report, facts: KernelLog) -> None:

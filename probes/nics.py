@@ -17,6 +17,7 @@ from nodecheck.errors import NoData, ParseError
 from nodecheck.limits import MAX_NICS
 from nodecheck.model import IbPort, Nic
 from nodecheck.probes.base import Probe
+from nodecheck.probes.ib_counters import COUNTER_BITS, parse_counter, read_port_counters
 from nodecheck.units import to_int
 
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -81,6 +82,8 @@ def read_rdma_device(host, name: str) -> dict:
     base = f"/sys/class/infiniband/{name}"
     ports = {port: {key: host.read_text(f"{base}/ports/{port}/{key}") for key in _IB_PORT_FILES}
              for port in host.list_dir(f"{base}/ports")}
+    for port, raw in ports.items():
+        raw["counters"] = read_port_counters(host, f"{base}/ports/{port}")
     return {"device": host.read_link(f"{base}/device"), "ports": ports, "netdevs": host.list_dir(f"{base}/device/net")}
 
 
@@ -121,11 +124,16 @@ def _check_shapes(netdevs, rdma, addresses) -> None:
         ports = raw.get("ports") if isinstance(raw, dict) else None
         if (not isinstance(raw, dict) or not text_or_none(raw.get("device")) or not names(raw.get("netdevs"))
                 or not (ports is None or isinstance(ports, dict) and all(
-                    isinstance(p, dict) and all(text_or_none(v) for v in p.values()) for p in ports.values()))):
+                    isinstance(p, dict) and all(text_or_none(v) or k == "counters" and _texts(v) for k, v in p.items())
+                    for p in ports.values()))):
             raise ParseError(f"RDMA device {name!r:.40}: unexpected values")
     for name, entries in addresses.items():
         if not isinstance(entries, list):
             raise ParseError(f"addresses of {name!r:.40}: expected a list")
+
+
+def _texts(value) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in value.items())
 
 
 def _nic(name: str, raw: dict, addresses: list[dict]) -> Nic:
@@ -149,8 +157,9 @@ def _nic(name: str, raw: dict, addresses: list[dict]) -> Nic:
 def _ib_ports(device: str, ports: dict[str, dict]) -> list[IbPort]:
     out = []
     for number, raw in sorted((to_int(port), raw) for port, raw in ports.items() if to_int(port) is not None):
+        counters = {name: parse_counter(text) for name, text in (raw.get("counters") or {}).items() if name in COUNTER_BITS}
         out.append(IbPort(device, number, _after_colon(raw.get("state")), _after_colon(raw.get("phys_state")),
-                          _clean(raw.get("rate")), _clean(raw.get("link_layer"))))
+                          _clean(raw.get("rate")), _clean(raw.get("link_layer")), counters))
     return out
 
 

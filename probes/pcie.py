@@ -4,6 +4,7 @@ current_link_width / max_link_width say how its upstream link trained. NVML sees
 link; a switch uplink trained at x8 halves every GPU behind it without NVML noticing.
 
 Widths only: an idle link lowers its speed to save power (an idle GPU sits at 2.5 GT/s), never its width.
+Each hop's AER counters are read on the way (probes/aer.py): the errors of the links that carry its traffic.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 
 from nodecheck.errors import NoData
 from nodecheck.pci import Hop
+from nodecheck.probes.aer import read_aer
 from nodecheck.probes.base import Probe
 from nodecheck.units import to_int
 
@@ -43,11 +45,15 @@ def _hop(host, bdf: str) -> Hop:
         text = host.read_text(f"/sys/bus/pci/devices/{bdf}/{name}")
         return text.strip()[:40] if text and text.strip() else None
 
+    def read_all(name: str) -> str | None:
+        return host.read_text(f"/sys/bus/pci/devices/{bdf}/{name}")
+
     def lanes(name: str) -> int | None:
         value = to_int(read(name) or "")
         return value if value in _WIDTHS else None  # 0 (link down) and garbage are unknown
 
-    return Hop(bdf, lanes("current_link_width"), lanes("max_link_width"), read("current_link_speed"), read("max_link_speed"))
+    return Hop(bdf, lanes("current_link_width"), lanes("max_link_width"), read("current_link_speed"), read("max_link_speed"),
+               read_aer(read_all))
 
 
 def fill(report, paths: dict[str, list[Hop]]) -> None:

@@ -11,6 +11,20 @@ import pytest
 from helpers import REPO
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_state_directory(tmp_path_factory):
+    """nodecheck keeps its state (acknowledgements, counter samples) under $STATE_DIRECTORY: the suite's own,
+    never the machine's /var/lib/nodecheck (tests that run nodecheck in a subprocess inherit it)."""
+    directory = tmp_path_factory.mktemp("state")
+    previous = os.environ.get("STATE_DIRECTORY")
+    os.environ["STATE_DIRECTORY"] = str(directory)
+    yield directory
+    if previous is None:
+        os.environ.pop("STATE_DIRECTORY", None)
+    else:
+        os.environ["STATE_DIRECTORY"] = previous
+
+
 @pytest.fixture(scope="session")
 def system_install():
     """deploy/install.sh run as on a node: into a prefix every user can reach, with root's PATH starting at a

@@ -212,3 +212,29 @@ def make_measurement(path: str = "allreduce:2-ranks", test: str = "allreduce", r
                      details: dict | None = None) -> Measurement:
     """A completed measurement (busbw, 1 GiB unless told otherwise) whose ratio is rate / spec."""
     return Measurement.measured(path, test, rate, spec, payload, method, direction, details)
+
+
+def write_pci_tree(snap: Path, devices: dict[str, tuple], aer: dict[str, dict[str, int]] | None = None) -> None:
+    """PCI devices into a snapshot as sysfs lays them out: address -> (class, its path under /sys/devices,
+    current width, max width[, max speed]); `aer`: address -> {"correctable": n, "nonfatal": n, "fatal": n},
+    written as the kernel writes aer_dev_* (TOTAL_ERR_* last)."""
+    links = json.loads((snap / "fs-links.json").read_text()) if (snap / "fs-links.json").exists() else {}
+    dirs = json.loads((snap / "fs-dirs.json").read_text()) if (snap / "fs-dirs.json").exists() else {}
+    totals = {"correctable": "TOTAL_ERR_COR", "nonfatal": "TOTAL_ERR_NONFATAL", "fatal": "TOTAL_ERR_FATAL"}
+    for bdf, (kind, real, width, width_max, *speed_max) in devices.items():
+        folder = snap / "fs/sys/bus/pci/devices" / bdf
+        folder.mkdir(parents=True)
+        (folder / "class").write_text(kind + "\n")
+        for name, value in (("current_link_width", width), ("max_link_width", width_max)):
+            if value is not None:
+                (folder / name).write_text(f"{value}\n")
+        (folder / "current_link_speed").write_text("32.0 GT/s PCIe\n")
+        if speed_max:
+            (folder / "max_link_speed").write_text(f"{speed_max[0]}\n")
+        for family, count in (aer or {}).get(bdf, {}).items():
+            (folder / f"aer_dev_{family}").write_text(f"{totals[family]} {count}\n")
+        links[f"/sys/bus/pci/devices/{bdf}"] = "../../../devices/" + real
+    dirs["/sys/bus/pci/devices"] = sorted(set(dirs.get("/sys/bus/pci/devices", [])) | set(devices))
+    (snap / "fs-links.json").write_text(json.dumps(links))
+    (snap / "fs-dirs.json").write_text(json.dumps(dirs))
+

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 import yaml
-from helpers import REPO, hgx_nvml, make_measurement, make_snapshot, nodecheck
+from helpers import REPO, hgx_nvml, make_measurement, make_snapshot, nodecheck, write_pci_tree
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodecheck.build import build_report
@@ -29,6 +29,10 @@ def dashboard_queries() -> list[str]:
 def test_dashboard_queries_use_exported_metrics(tmp_path):
     snap = make_snapshot(tmp_path / "s", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
     (snap / "kmsg.txt").write_text("4,1,8312000001,-;NVRM: Xid (PCI:0000:48:00): 74, pid=1, NVLink: fatal error\n")
+    # gpu3 behind a PCIe switch port, each with the AER counts the kernel keeps
+    write_pci_tree(snap, {"0000:47:00.0": ("0x060400", "pci0000:40/0000:40:01.0/0000:47:00.0", 16, 16, "32.0 GT/s PCIe"),
+                          "0000:48:00.0": ("0x030200", "pci0000:40/0000:40:01.0/0000:47:00.0/0000:48:00.0", 16, 16, "32.0 GT/s PCIe")},
+                   {"0000:47:00.0": {"correctable": 3, "nonfatal": 0, "fatal": 0}, "0000:48:00.0": {"correctable": 0, "nonfatal": 0, "fatal": 0}})
     report = build_report(SnapshotHost(snap))
     report.measurements.append(make_measurement())
     exported = {f.name for f in text_string_to_metric_families(write_textfile(report, tmp_path).read_text())}

@@ -1,5 +1,5 @@
 """The whole exposition of an 8-GPU HGX H100 snapshot (published topology, NVML as such a board reports,
-one NVLink down on gpu3 and its Xid 74 in the kernel log) with one all-reduce measurement, compared byte for byte with
+one NVLink down on gpu3 and its Xid 74 in the kernel log, gpu3's PCIe path with AER counts) with one all-reduce measurement, compared byte for byte with
 tests/golden/hgx-h100-8gpu.prom, as node_exporter's e2e-output test does: a change to any metric's
 name, help, labels or value shows here. Regenerate on purpose only:
     NODECHECK_REGENERATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_golden_metrics.py"""
@@ -7,7 +7,7 @@ name, help, labels or value shows here. Regenerate on purpose only:
 import dataclasses
 import os
 
-from helpers import REPO, hgx_nvml, make_snapshot
+from helpers import REPO, hgx_nvml, make_snapshot, write_pci_tree
 
 from nodecheck.build import build_report
 from nodecheck.config import Config
@@ -24,6 +24,10 @@ def exposition(tmp_path) -> str:
     # gpu3 (0000:48:00) logged the NVLink Xid of its link down, as /dev/kmsg records it
     (snap / "kmsg.txt").write_text("4,1812,8312000001,-;NVRM: Xid (PCI:0000:48:00): 74, pid=1234, NVLink: fatal error detected "
                                    "on link 7(0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)\n")
+    # gpu3 behind a PCIe switch port, each with the AER counts the kernel keeps
+    write_pci_tree(snap, {"0000:47:00.0": ("0x060400", "pci0000:40/0000:40:01.0/0000:47:00.0", 16, 16, "32.0 GT/s PCIe"),
+                          "0000:48:00.0": ("0x030200", "pci0000:40/0000:40:01.0/0000:47:00.0/0000:48:00.0", 16, 16, "32.0 GT/s PCIe")},
+                   {"0000:47:00.0": {"correctable": 3, "nonfatal": 0, "fatal": 0}, "0000:48:00.0": {"correctable": 0, "nonfatal": 0, "fatal": 0}})
     config = Config(nvlinks_per_gpu=18)
     report = build_report(SnapshotHost(snap), config)
     # what differs between two runs by nature: when, and how long each probe took

@@ -3,7 +3,7 @@ values (../shared/captures/h100-pcie-vm/sysfs.txt), and switch trees laid out as
 
 import json
 
-from helpers import hgx_nvml, make_snapshot, nodecheck
+from helpers import hgx_nvml, make_snapshot, nodecheck, write_pci_tree
 
 from nodecheck.build import build_report
 from nodecheck.host import LiveHost
@@ -23,22 +23,7 @@ def test_this_machine():
 
 def tree(snap, devices: dict[str, tuple]):
     """devices: PCI address -> (class, its path under /sys/devices, current width, max width[, max speed])."""
-    links = json.loads((snap / "fs-links.json").read_text()) if (snap / "fs-links.json").exists() else {}
-    dirs = json.loads((snap / "fs-dirs.json").read_text()) if (snap / "fs-dirs.json").exists() else {}
-    for bdf, (kind, real, width, width_max, *speed_max) in devices.items():
-        folder = snap / "fs/sys/bus/pci/devices" / bdf
-        folder.mkdir(parents=True)
-        (folder / "class").write_text(kind + "\n")
-        for name, value in (("current_link_width", width), ("max_link_width", width_max)):
-            if value is not None:
-                (folder / name).write_text(f"{value}\n")
-        (folder / "current_link_speed").write_text("32.0 GT/s PCIe\n")
-        if speed_max:
-            (folder / "max_link_speed").write_text(f"{speed_max[0]}\n")
-        links[f"/sys/bus/pci/devices/{bdf}"] = "../../../devices/" + real
-    dirs["/sys/bus/pci/devices"] = sorted(devices)
-    (snap / "fs-links.json").write_text(json.dumps(links))
-    (snap / "fs-dirs.json").write_text(json.dumps(dirs))
+    write_pci_tree(snap, devices)
     return build_report(SnapshotHost(snap))
 
 

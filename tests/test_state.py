@@ -96,3 +96,37 @@ def test_clear_acknowledges_a_real_kernel_event_and_a_new_one_fails_again(tmp_pa
     write_xid()
     assert [f["severity"] for f in findings()] == ["warning"]
     assert cli("clear", "ecc_disabled").returncode == 2
+
+
+def test_samples_keep_the_newest_one_old_enough_for_a_rate(tmp_path):
+    from nodecheck.events import CounterSample
+    from nodecheck.state import record_sample
+
+    def kept():
+        return [s["uptime_s"] for s in json.loads((tmp_path / STATE_FILE).read_text())["samples"]]
+
+    for uptime in (100.0, 150.0, 155.0, 158.0):
+        record_sample(CounterSample(uptime, {"k": int(uptime)}), 10.0, "boot", tmp_path)
+    assert kept() == [100.0, 150.0, 155.0, 158.0]  # 100 is the newest at least 10 s before 158
+    record_sample(CounterSample(165.0, {"k": 165}), 10.0, "boot", tmp_path)
+    assert kept() == [155.0, 158.0, 165.0]  # now 155 is
+    history = history_from({"boot_id": "boot", "state": read_state(tmp_path)})
+    assert [s.counters["k"] for s in history.samples] == [155, 158, 165]
+    record_sample(CounterSample(5.0, {"k": 1}), 10.0, "rebooted", tmp_path)
+    assert [s["uptime_s"] for s in json.loads((tmp_path / STATE_FILE).read_text())["samples"]] == [5.0]
+
+
+def test_without_a_writable_state_directory_a_daemon_keeps_its_samples_in_memory(tmp_path, monkeypatch):
+    """serve's host lives across rounds: where the state file cannot be written, the previous round's
+    counters come from memory, so its rates still work."""
+    from nodecheck.events import CounterSample
+    from nodecheck.host import LiveHost
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("STATE_DIRECTORY", str(blocker / "state"))
+    host = LiveHost()
+    assert "STATE_DIRECTORY" in host.remember(CounterSample(100.0, {"k": 1}), 10.0)
+    history = history_from(host.history())
+    assert [(s.uptime_s, s.counters) for s in history.samples] == [(100.0, {"k": 1})]
+    assert history_from(LiveHost().history()).samples == []  # another process has none

@@ -15,7 +15,7 @@ from nodecheck.cli.app import CONFIG_OPTION, EXIT_FINDINGS, EXIT_OK, app, fail
 from nodecheck.errors import NodecheckError
 
 KERNEL_LOG_SCHEMA_VERSION = 1
-CLEARABLE = ("gpu_xid", "nvswitch_sxid")
+CLEARABLE = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal")
 
 
 @app.command("kernel-log")
@@ -68,10 +68,7 @@ def clear(
     Kept in nodecheck's state file ($STATE_DIRECTORY, else /var/lib/nodecheck) until the node reboots."""
     from nodecheck import config as config_module
     from nodecheck.build import build_report
-    from nodecheck.events import Acknowledgement
     from nodecheck.host import LiveHost
-    from nodecheck.signal_rules import events_by_subject, open_events
-    from nodecheck.state import acknowledge
 
     if kind not in CLEARABLE:
         fail(f"{kind!r} cannot be cleared: one of {', '.join(CLEARABLE)} (other findings clear when their cause is fixed)")
@@ -80,25 +77,52 @@ def clear(
         report = build_report(LiveHost(), config)
     except NodecheckError as error:
         fail(str(error))
-    if report.kernel_log is None or not report.kernel_log.known:
-        fail(f"the kernel log cannot be read, so there is nothing known to clear ({report.kernel_log.why if report.kernel_log else 'not read'})")
     wanted = _subject(gpu) if gpu is not None else None
-    pending = {subject: events for subject, events in open_events(report, config, kind).items()
-               if wanted is None or subject == wanted}
-    if not pending:
-        typer.echo(f"nothing to clear: no {kind} event{' on ' + wanted if wanted else ''} is open")
-        raise typer.Exit(EXIT_OK)
     who = os.environ.get("SUDO_USER") or _user()
-    every = events_by_subject(report, config, kind)
     try:
-        for subject, events in sorted(pending.items()):
-            stamps = [e.usec for e in events if e.usec is not None]
-            seen = len(every[subject])
-            written = acknowledge(Acknowledgement(kind, subject, max(stamps) if stamps else None, seen, who, time.time()))
-            typer.echo(f"cleared {subject}: {len(events)} event(s), codes {', '.join(sorted({str(e.code) for e in events}, key=int))} "
-                       f"(by {who}; in {written})")
+        cleared = _clear_counts(report, kind, wanted, who) if kind == "pcie_aer_fatal" else \
+            _clear_events(report, config, kind, wanted, who)
     except NodecheckError as error:
         fail(str(error))
+    if not cleared:
+        typer.echo(f"nothing to clear: no {kind} {'on ' + wanted + ' ' if wanted else ''}is open")
+    for line in cleared:
+        typer.echo(line)
+
+
+def _clear_events(report, config, kind: str, wanted: str | None, who: str) -> list[str]:
+    """Acknowledge the open Xid or SXid events, up to the last one seen now."""
+    from nodecheck.events import Acknowledgement
+    from nodecheck.signal_rules import events_by_subject, open_events
+    from nodecheck.state import acknowledge
+
+    if report.kernel_log is None or not report.kernel_log.known:
+        raise NodecheckError("the kernel log cannot be read, so there is nothing known to clear "
+                             f"({report.kernel_log.why if report.kernel_log else 'not read'})")
+    pending = {s: events for s, events in open_events(report, config, kind).items() if wanted is None or s == wanted}
+    every = events_by_subject(report, config, kind)
+    lines = []
+    for subject, events in sorted(pending.items()):
+        stamps = [e.usec for e in events if e.usec is not None]
+        written = acknowledge(Acknowledgement(kind, subject, max(stamps) if stamps else None, len(every[subject]), who, time.time()))
+        lines.append(f"cleared {subject}: {len(events)} event(s), codes {', '.join(sorted({str(e.code) for e in events}, key=int))} "
+                     f"(by {who}; in {written})")
+    return lines
+
+
+def _clear_counts(report, kind: str, wanted: str | None, who: str) -> list[str]:
+    """Acknowledge a counter's count since boot (fatal AER): it fails the node again when it rises."""
+    from nodecheck.error_rules import device_hops
+    from nodecheck.events import Acknowledgement
+    from nodecheck.state import acknowledge
+
+    hops = device_hops(report)
+    lines = []
+    for finding in (f for f in report.findings if f.kind == kind and (wanted is None or f.subject == wanted)):
+        count = (hops[finding.subject[4:]][0].aer or {}).get("fatal", 0)
+        written = acknowledge(Acknowledgement(kind, finding.subject, None, count, who, time.time()))
+        lines.append(f"cleared {finding.subject}: {finding.measured} (by {who}; in {written})")
+    return lines
 
 
 def _subject(gpu: str) -> str:

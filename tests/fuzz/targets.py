@@ -138,6 +138,8 @@ def targets() -> list[Target]:
     from nodecheck.exporters.http import parse_request
     from nodecheck.exporters.webconfig import parse_web_config
     from nodecheck.probes.acs import parse_lspci
+    from nodecheck.probes.aer import parse_aer_file
+    from nodecheck.probes.ib_counters import parse_counter
     from nodecheck.probes.kernel_log import parse_kernel_log
     from nodecheck.probes.lstopo import parse_lstopo_xml
     from nodecheck.probes.nics import parse_proc_route
@@ -159,6 +161,9 @@ def targets() -> list[Target]:
         Target("nccl_debug", lambda: _texts("captures/public/nccl-debug/*.txt"), parse_nccl_debug, (ParseError,)),
         Target("lspci", lambda: _texts("captures/public/lspci/*.txt"), parse_lspci, (ParseError,)),
         Target("kernel_log", lambda: _texts("captures/public/health/xid/*.log"), parse_kernel_log, (ParseError,)),
+        Target("aer", lambda: _texts("captures/public/health/aer/**/aer_dev_*"), parse_aer_file, ()),
+        Target("ib_counter", lambda: _texts("captures/public/health/ib/**/counters/*", "captures/public/health/ib/**/hw_counters/*"),
+               parse_counter, ()),
         Target("config", _config_seeds, lambda text: loads(text, "fuzz.toml"), (ConfigError,)),
         Target("web_config", _web_config_seeds, lambda text: parse_web_config(text, "fuzz.yml"), (ConfigError,)),
         Target("cpulist", _affinity_seeds, units.parse_cpulist, (ValueError,)),

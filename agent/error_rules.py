@@ -1,0 +1,184 @@
+"""Error counters judged: PCIe AER on every GPU's and NIC's path (the pcie_paths hops), InfiniBand port
+counters. Pure: reads the Report and the Config.
+
+A counter's rate needs two samples: this run's (counter_sample) and the newest earlier one at least
+[errors.limits] min_rate_interval_s old (report.history, kept in the state file). Without one the check is
+"unknown (first sample)", never healthy; a counter that went down (a reset) is unknown for that run. Every
+limit comes from agent/data/specs.toml [error_limits] (the PCIe one derived from the link: BER x lane rate x
+60 s x width, as DCGM derives its replay watch) or the config's [errors.limits].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nodecheck.config import Config
+from nodecheck.findings import Finding
+from nodecheck.model import Report
+from nodecheck.pci import Hop, normal_pci
+from nodecheck.probes.ib_counters import saturated
+from nodecheck.specs import pcie_errors_per_minute
+
+AER_FAMILIES = ("correctable", "nonfatal", "fatal")
+IB_ANY_INCREASE = ("excessive_buffer_overrun_errors", "local_link_integrity_errors")
+IB_RATES = {"symbol_error": ("ib_symbol_error_per_s", 1), "link_error_recovery": ("ib_link_error_recovery_per_min", 60),
+            "port_rcv_errors": ("ib_port_rcv_errors_per_s", 1), "port_xmit_discards": ("ib_port_xmit_discards_per_s", 1)}
+FIRST_SAMPLE = "unknown (first sample): a rate needs a previous run's counters"
+
+
+@dataclass
+class Change:
+    """How much a counter rose since the previous sample, over how long; why not, when unknown."""
+
+    delta: int | None
+    seconds: float | None
+    why: str | None = None
+
+    def per(self, seconds: float) -> float:
+        return self.delta / self.seconds * seconds
+
+
+def device_hops(report: Report) -> dict[str, tuple[Hop, list[str]]]:
+    """Every hop on a GPU's or NIC's path, once: its address -> (the hop, the GPUs and NICs behind it)."""
+    names = {normal_pci(g.pci_bus_id): f"gpu{g.index}" for g in report.gpus}
+    names.update({normal_pci(n.pci_address): n.name for n in report.nics if n.pci_address})
+    out: dict[str, tuple[Hop, list[str]]] = {}
+    for device, hops in report.hops().items():
+        for hop in hops:
+            behind = out.setdefault(normal_pci(hop.bdf) or hop.bdf, (hop, []))[1]
+            if names.get(device) and names[device] not in behind:
+                behind.append(names[device])
+    return out
+
+
+def counter_sample(report: Report) -> dict[str, int]:
+    """This run's error counters by key (aer/ADDRESS/family, ib/DEVICE/PORT/name): what the state file keeps."""
+    sample = {}
+    for bdf, (hop, _) in device_hops(report).items():
+        for family in AER_FAMILIES:
+            if hop.aer and family in hop.aer:
+                sample[f"aer/{bdf}/{family}"] = hop.aer[family]
+    for nic in report.nics:
+        for port in nic.ib_ports:
+            sample.update({f"ib/{port.device}/{port.port}/{name}": v for name, v in port.counters.items() if v is not None})
+    return sample
+
+
+def change(report: Report, config: Config, key: str, now: int) -> Change:
+    history = report.history
+    if history is None or history.uptime_s is None:
+        return Change(None, None, "unknown: nodecheck's state (the previous sample) could not be read")
+    least = config.errors.limit("min_rate_interval_s")[0]
+    earlier = [s for s in history.samples if history.uptime_s - s.uptime_s >= least and key in s.counters]
+    if not earlier:
+        return Change(None, None, FIRST_SAMPLE)
+    previous = earlier[-1]
+    delta = now - previous.counters[key]
+    if delta < 0:
+        return Change(None, None, "unknown: the counter went down since the previous sample (reset)")
+    return Change(delta, history.uptime_s - previous.uptime_s)
+
+
+def unknown_rates(report: Report, config: Config, prefix: str) -> str | None:
+    """Why the rates of this family of counters (aer/, ib/) cannot be judged in this run; None when they can
+    (or when the node has none of them: nothing to judge)."""
+    sample = {key: value for key, value in counter_sample(report).items() if key.startswith(prefix)}
+    whys = [change(report, config, key, value).why for key, value in sample.items()]
+    return None if not whys or None in whys else whys[0]
+
+
+def aer_findings(report: Report, config: Config) -> list[Finding]:
+    """Fatal AER on a path is an error (drain now); nonfatal AER rising, or correctable AER faster than the
+    link's derived limit, is pcie_link_errors (an error, a warning where the path measured fine: verdicts)."""
+    acks = report.history.acknowledgements if report.history else []
+    findings = []
+    for bdf, (hop, behind) in sorted(device_hops(report).items()):
+        aer = hop.aer or {}
+        subject, where = f"pci:{bdf}", _behind(bdf, behind)
+        fatal = aer.get("fatal") or 0
+        cleared = max([a.count for a in acks if a.kind == "pcie_aer_fatal" and a.subject in (None, subject)], default=0)
+        if fatal > cleared:
+            kinds = ", ".join(k.split(".", 1)[1] for k in aer if k.startswith("fatal.")) or "see aer_dev_fatal"
+            findings.append(Finding("pcie_aer_fatal", "error", subject, f"AER fatal {fatal}", "none",
+                                    f"{subject}{where} logged {fatal} fatal PCIe error(s) since boot ({kinds}): the link or device "
+                                    f"failed; reseat or replace it, then `nodecheck clear pcie_aer_fatal --gpu {bdf}`"))
+        findings += _aer_rates(report, config, bdf, hop, subject, where)
+    return findings
+
+
+def _aer_rates(report: Report, config: Config, bdf: str, hop: Hop, subject: str, where: str) -> list[Finding]:
+    aer, findings = hop.aer or {}, []
+    if "nonfatal" in aer:
+        rise = change(report, config, f"aer/{bdf}/nonfatal", aer["nonfatal"])
+        if rise.delta:
+            findings.append(Finding("pcie_link_errors", "error", subject, f"AER nonfatal +{rise.delta}", "no increase",
+                                    f"{subject}{where}: AER nonfatal +{rise.delta} in {rise.seconds:.0f} s: uncorrectable "
+                                    "errors the link recovered from; check the card's seating and the riser"))
+    limit = pcie_errors_per_minute(hop.speed_max or hop.speed, hop.width)
+    if "correctable" in aer and limit:
+        rise = change(report, config, f"aer/{bdf}/correctable", aer["correctable"])
+        if rise.delta is not None and rise.per(60) > limit[0]:
+            link = f"gen{_gen(hop)} x{hop.width}"
+            findings.append(Finding("pcie_link_errors", "error", subject, f"AER correctable {rise.per(60):.0f}/min",
+                                    f"<= {limit[0]:g}/min",
+                                    f"{subject}{where}: AER correctable +{rise.delta} in {rise.seconds:.0f} s "
+                                    f"({rise.per(60):.0f}/min, limit {limit[0]:g}/min for {link}: {limit[1]}); a marginal "
+                                    "link retrying its packets: reseat, check the riser and the slot"))
+    return findings
+
+
+def _gen(hop: Hop) -> int | None:
+    from nodecheck.specs import pcie_generation
+
+    return pcie_generation(hop.speed_max or hop.speed)
+
+
+def _behind(bdf: str, behind: list[str]) -> str:
+    return f" ({', '.join(behind)})" if behind and behind != [bdf] else ""
+
+
+def ib_findings(report: Report, config: Config) -> list[Finding]:
+    """Per InfiniBand port: link_downed rising (drain now), buffer overruns or link integrity errors rising,
+    a rate above its limit; a counter saturated at its width is named (it can no longer show increases)."""
+    findings, seen = [], set()
+    for nic in report.nics:
+        for port in nic.ib_ports:
+            subject = f"{port.device}/{port.port}"
+            if subject in seen or not port.counters:
+                continue
+            seen.add(subject)
+            findings += _ib_port(report, config, subject, nic.name, port.counters)
+    return findings
+
+
+def _ib_port(report: Report, config: Config, subject: str, netdev: str, counters: dict) -> list[Finding]:
+    findings = []
+    stuck = sorted(name for name, value in counters.items() if saturated(name, value))
+    if stuck:
+        findings.append(Finding("ib_counter_saturated", "warning", subject, ", ".join(stuck), "below its maximum",
+                                f"{subject} ({netdev}): {', '.join(f'{n}={counters[n]}' for n in stuck)} at the counter's maximum: "
+                                "it can no longer show increases; reset the port counters (`perfquery -x -R`) so errors show again"))
+    for name, value in sorted(counters.items()):
+        if value is None or name in stuck:
+            continue
+        rise = change(report, config, f"ib/{subject}/{name}", value)
+        if rise.delta is None or not rise.delta:
+            continue
+        if name == "link_downed":
+            findings.append(Finding("ib_link_downed", "error", subject, f"link_downed +{rise.delta}", "no increase",
+                                    f"{subject} ({netdev}): the link went down {rise.delta} time(s) in {rise.seconds:.0f} s: "
+                                    "check the cable, the transceiver and the switch port"))
+        elif name in IB_ANY_INCREASE:
+            findings.append(Finding("ib_port_errors", "error", subject, f"{name} +{rise.delta}", "no increase",
+                                    f"{subject} ({netdev}): {name} +{rise.delta} in {rise.seconds:.0f} s: check the cable and the "
+                                    "switch port"))
+        elif name in IB_RATES:
+            limit_name, per = IB_RATES[name]
+            limit, source = config.errors.limit(limit_name)
+            unit = "min" if per == 60 else "s"
+            if rise.per(per) > limit:
+                findings.append(Finding("ib_port_errors", "error", subject, f"{name} {rise.per(per):.1f}/{unit}", f"<= {limit:g}/{unit}",
+                                        f"{subject} ({netdev}): {name} +{rise.delta} in {rise.seconds:.0f} s "
+                                        f"({rise.per(per):.1f}/{unit}, limit {limit:g}/{unit}: {source}); check the cable, "
+                                        "the transceiver and the switch port"))
+    return findings

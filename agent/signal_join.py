@@ -1,0 +1,83 @@
+"""Each error signal joined to the bandwidth verdict of the path it sits on (issue 23's judgment). Pure.
+
+- A measurement below its threshold names the signals on its path in its finding ("gpu0:host h2d ... = 0.41
+  of spec ...; signals on this path: pci:0000:16:00.0 AER correctable 40/min > <= 31/min").
+- An error-only signal whose path's last measurements all passed is a warning, not a drain: the link errs but
+  carries its bandwidth (the NVLink "unhealthy" for 13 days while NCCL measured 843 GB/s). A drain-now class
+  (a drain Xid, fatal AER, link_downed rising) stays an error whatever was measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from nodecheck.error_rules import device_hops
+from nodecheck.findings import Finding
+from nodecheck.model import Report, path_identity
+from nodecheck.pci import normal_pci
+
+SIGNALS = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal", "pcie_link_errors", "ib_link_downed", "ib_port_errors")
+TEMPERED = ("pcie_link_errors", "ib_port_errors", "gpu_xid")  # gpu_xid only when repeated, not of a drain-now Xid
+DRAIN_NOW_XID = "no Xid"  # the expected figure of a drain-now Xid's finding
+
+
+def signal_devices(report: Report, finding: Finding) -> list[str]:
+    """The GPUs and NICs (gpu3, ibp26s0) whose traffic a signal's device carries."""
+    if finding.kind in ("pcie_link_errors", "pcie_aer_fatal") and finding.subject.startswith("pci:"):
+        entry = device_hops(report).get(normal_pci(finding.subject[4:]) or finding.subject[4:])
+        return list(entry[1]) if entry else []
+    if finding.kind in ("ib_port_errors", "ib_link_downed"):
+        device = finding.subject.split("/", 1)[0]
+        return [n.name for n in report.nics if n.rdma_device == device]
+    if finding.kind == "gpu_xid" and finding.subject.startswith("gpu"):
+        return [finding.subject]
+    return []
+
+
+def on_path(measurement, devices: list[str]) -> bool:
+    """Whether the measurement's traffic crossed one of these devices: a GPU's host link or pair for its GPU,
+    an all-reduce inside the node for any GPU, one across nodes (or a NIC's own test) for a NIC."""
+    scope, endpoints, _ = path_identity(measurement.path)
+    gpus = [d for d in devices if d.startswith("gpu")]
+    nics = [d for d in devices if not d.startswith("gpu")]
+    if scope in ("host-link", "gpu-pair"):
+        return any(e in gpus for e in endpoints)
+    if scope == "node":
+        return bool(gpus)
+    if scope == "cluster":
+        return bool(nics)
+    if scope == "nic":
+        return bool(endpoints) and endpoints[0] in nics
+    return False
+
+
+def passed(measurement) -> bool:
+    threshold = (measurement.details or {}).get("threshold")
+    return measurement.ok and measurement.ratio is not None and threshold is not None and measurement.ratio >= threshold
+
+
+def joined(report: Report, measurements: list, findings: list[Finding]) -> list[Finding]:
+    """The findings with each signal joined to its path's verdict (see the module's text)."""
+    signals = [(f, signal_devices(report, f)) for f in findings if f.kind in SIGNALS]
+    out = []
+    for finding in findings:
+        if finding.kind == "bandwidth_below_spec":
+            finding = _naming_signals(finding, measurements, signals)
+        elif finding.kind in TEMPERED and finding.severity == "error" and finding.expected != DRAIN_NOW_XID:
+            devices = dict((id(f), d) for f, d in signals).get(id(finding), [])
+            crossing = [m for m in measurements if devices and on_path(m, devices)]
+            if crossing and all(passed(m) for m in crossing):
+                figures = ", ".join(f"{m.test} on {m.path} {m.ratio:.2f} of spec" for m in crossing[:3])
+                finding = dataclasses.replace(finding, severity="warning", message=(
+                    f"{finding.message} (its path's last bandwidth test passed: {figures}; a warning, not a drain, "
+                    "until the bandwidth drops or the errors grow)"))
+        out.append(finding)
+    return out
+
+
+def _naming_signals(finding: Finding, measurements: list, signals: list) -> Finding:
+    measurement = next((m for m in measurements if finding.message.startswith(f"{m.path} {m.test} ")), None)
+    named = [f"{s.subject} {s.measured}" for s, devices in signals if measurement is not None and on_path(measurement, devices)]
+    if not named:
+        return finding
+    return dataclasses.replace(finding, message=f"{finding.message}; error signals on this path: {'; '.join(named)}")

@@ -1,0 +1,167 @@
+"""PCIe AER and InfiniBand port error counters (probes/aer.py, probes/ib_counters.py, agent/error_rules.py):
+parsed from the published sysfs trees of ../shared/captures/public/health (node_exporter's AER and IB trees,
+gpud's H100 NDR node with link_downed saturated at 255), then judged over two real runs of the real reader
+against a /sys tree whose counters move between them, the samples kept in a real state file."""
+
+import json
+import shutil
+
+import pytest
+from helpers import PUBLIC, make_gpu, make_nic, make_report, need
+
+from nodecheck.config import Config
+from nodecheck.coverage import unmade_checks
+from nodecheck.error_rules import FIRST_SAMPLE, aer_findings, counter_sample, ib_findings
+from nodecheck.events import CounterSample, History
+from nodecheck.model import IbPort
+from nodecheck.pci import Hop
+from nodecheck.probes.aer import parse_aer_file, read_aer
+from nodecheck.probes.ib_counters import parse_counter, read_port_counters, saturated
+
+HEALTH = PUBLIC / "health"
+GPUD = HEALTH / "ib" / "gpud-sys-class-infiniband-h100"
+NODE_EXPORTER_IB = HEALTH / "ib" / "node_exporter-sys" / "class" / "infiniband"
+
+
+def aer_device() -> "Path":  # noqa: F821 - a pathlib.Path
+    return need(HEALTH / "aer/node_exporter-sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0")
+
+
+def test_aer_files_as_the_kernel_writes_them():
+    counts = read_aer(lambda name: (aer_device() / name).read_text() if (aer_device() / name).exists() else None)
+    assert counts == {"correctable": 0, "nonfatal": 0, "fatal": 0}
+    text = (aer_device() / "aer_dev_correctable").read_text().replace("RxErr 0", "RxErr 40").replace("TOTAL_ERR_COR 0", "TOTAL_ERR_COR 41")
+    assert parse_aer_file(text) == (41, {"RxErr": 40})
+    assert parse_aer_file("garbage\nRxErr x\n") == (None, {})  # no total: unknown, not 0
+    assert read_aer(lambda name: None) is None  # no AER files: a device without AER
+
+
+def test_ib_counters_of_the_published_trees():
+    class Tree:
+        def __init__(self, root):
+            self.root = root
+
+        def read_text(self, path):
+            file = self.root / path
+            return file.read_text() if file.is_file() else None
+
+    gpud = {name: parse_counter(text) for name, text in read_port_counters(Tree(need(GPUD)), "mlx5_1/ports/1").items()}
+    assert gpud["link_downed"] == 255 and saturated("link_downed", 255)
+    assert gpud["excessive_buffer_overrun_errors"] == 15 and saturated("excessive_buffer_overrun_errors", 15)  # 4 bits
+    assert gpud["port_rcv_errors"] == 14 and not saturated("port_rcv_errors", 14)
+    no_pma = read_port_counters(Tree(need(NODE_EXPORTER_IB)), "i40iw0/ports/1")
+    assert no_pma["symbol_error"].strip() == "N/A (no PMA)" and parse_counter(no_pma["symbol_error"]) is None  # unknown, never 0
+    mlx4 = {n: parse_counter(t) for n, t in read_port_counters(Tree(need(NODE_EXPORTER_IB)), "mlx4_0/ports/1").items()}
+    assert all(isinstance(v, int) for v in mlx4.values() if v is not None)
+
+
+def report_with(hop_aer: dict | None = None, ib: dict | None = None, samples=(), uptime: float = 1000.0, **fields):
+    gpu = make_gpu(3, pci_bus_id="00000000:9B:00.0")
+    hops = {"0000:9b:00.0": [Hop("0000:9b:00.0", 16, 16, "32.0 GT/s PCIe", "32.0 GT/s PCIe", {"correctable": 0}),
+                             Hop("0000:16:00.0", 16, 16, "32.0 GT/s PCIe", "32.0 GT/s PCIe", hop_aer)]}
+    port = IbPort("mlx5_0", 1, "ACTIVE", "LinkUp", "400 Gb/sec (4X NDR)", "InfiniBand", ib or {})
+    nic = make_nic("ibp12s0", kind="infiniband", rdma_device="mlx5_0", ib_ports=[port])
+    return make_report(gpus=[gpu], nics=[nic], pcie_paths=hops, history=History("boot", [], list(samples), uptime), **fields)
+
+
+def test_correctable_aer_above_the_links_limit_is_named_with_the_limit_and_the_devices_behind():
+    before = CounterSample(940.0, {"aer/0000:16:00.0/correctable": 100})
+    report = report_with({"correctable": 140, "nonfatal": 0, "fatal": 0}, samples=[before])  # +40 in 60 s: 40/min > 31/min
+    (finding,) = aer_findings(report, Config())
+    assert (finding.kind, finding.subject, finding.expected) == ("pcie_link_errors", "pci:0000:16:00.0", "<= 31/min")
+    assert "(gpu3)" in finding.message and "AER correctable +40 in 60 s" in finding.message and "gen5 x16" in finding.message
+    calm = report_with({"correctable": 120, "nonfatal": 0, "fatal": 0}, samples=[before])  # 20/min
+    assert aer_findings(calm, Config()) == []
+
+
+def test_a_fatal_aer_drains_and_a_nonfatal_rise_is_an_error():
+    report = report_with({"correctable": 0, "nonfatal": 3, "fatal": 2, "fatal.SDES": 2},
+                         samples=[CounterSample(900.0, {"aer/0000:16:00.0/nonfatal": 1})])
+    findings = {f.kind: f for f in aer_findings(report, Config())}
+    assert findings["pcie_aer_fatal"].severity == "error" and "(SDES)" in findings["pcie_aer_fatal"].message
+    assert findings["pcie_link_errors"].measured == "AER nonfatal +2"
+
+
+def test_rates_need_a_previous_sample_old_enough_and_a_counter_that_did_not_go_down():
+    first = report_with({"correctable": 500, "nonfatal": 0, "fatal": 0})
+    assert aer_findings(first, Config()) == []
+    assert unmade_checks(first)["pcie_link_errors"] == FIRST_SAMPLE
+    too_close = report_with({"correctable": 500}, samples=[CounterSample(995.0, {"aer/0000:16:00.0/correctable": 0})])
+    assert aer_findings(too_close, Config()) == []  # 5 s apart: below min_rate_interval_s
+    reset = report_with({"correctable": 5}, samples=[CounterSample(900.0, {"aer/0000:16:00.0/correctable": 500})])
+    assert aer_findings(reset, Config()) == []
+    assert "pcie_link_errors" not in unmade_checks(report_with({"correctable": 0}, samples=[
+        CounterSample(900.0, {"aer/0000:16:00.0/correctable": 0})]))
+
+
+def test_ib_link_downed_rising_drains_a_saturated_counter_is_named_and_rates_have_limits():
+    before = CounterSample(940.0, {"ib/mlx5_0/1/link_downed": 2, "ib/mlx5_0/1/symbol_error": 0, "ib/mlx5_0/1/port_xmit_discards": 0})
+    report = report_with(ib={"link_downed": 3, "symbol_error": 1200, "port_xmit_discards": 600, "excessive_buffer_overrun_errors": 15},
+                         samples=[before])
+    findings = {(f.kind, f.measured): f for f in ib_findings(report, Config())}
+    assert set(findings) == {("ib_link_downed", "link_downed +1"), ("ib_port_errors", "symbol_error 20.0/s"),
+                             ("ib_counter_saturated", "excessive_buffer_overrun_errors")}  # discards 10/s: under 100/s
+    config = Config()
+    config.errors.limits["ib_symbol_error_per_s"] = 50
+    assert not [f for f in ib_findings(report, config) if f.measured.startswith("symbol_error")]
+    unknown = report_with(ib={"symbol_error": None}, samples=[before])
+    assert ib_findings(unknown, Config()) == [] and "ib/mlx5_0/1/symbol_error" not in counter_sample(unknown)
+
+
+def test_two_real_runs_judge_what_moved_between_them(tmp_path, monkeypatch):
+    """The real reader (LiveHost on a /sys tree: gpud's mlx5_0 port and a GPU behind a switch port with AER),
+    twice, with the real state file: the first run's rates are unknown; between the runs the clock moves
+    60 s, symbol_error +1200 and the bridge's correctable AER +40; the second run names both."""
+    from nodecheck.build import build_report
+    from nodecheck.host import LiveHost
+
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
+    root = tmp_path / "root"
+    sys_ = root / "sys"
+    port = sys_ / "class/infiniband/mlx5_0/ports/1"
+    shutil.copytree(need(GPUD / "mlx5_0/ports/1"), port, symlinks=False)
+    (sys_ / "devices/pci0000:00/0000:16:00.0/0000:1a:00.0/net/ibp26s0").mkdir(parents=True)
+    (sys_ / "class/infiniband/mlx5_0/device").symlink_to("../../../devices/pci0000:00/0000:16:00.0/0000:1a:00.0")
+    net = sys_ / "class/net"
+    net.mkdir(parents=True)
+    (net / "ibp26s0").symlink_to("../../devices/pci0000:00/0000:16:00.0/0000:1a:00.0/net/ibp26s0")
+    for name, value in (("type", "32"), ("operstate", "up"), ("mtu", "4092")):
+        (sys_ / "devices/pci0000:00/0000:16:00.0/0000:1a:00.0/net/ibp26s0" / name).write_text(value + "\n")
+    devices = sys_ / "bus/pci/devices"
+    devices.mkdir(parents=True)
+    for bdf, real, kind in (("0000:1a:00.0", "pci0000:00/0000:16:00.0/0000:1a:00.0", "0x020700"),
+                            ("0000:16:00.0", "pci0000:00/0000:16:00.0", "0x060400")):
+        folder = sys_ / "devices" / real
+        for name, value in (("class", kind), ("current_link_width", "16"), ("max_link_width", "16"),
+                            ("current_link_speed", "32.0 GT/s PCIe"), ("max_link_speed", "32.0 GT/s PCIe")):
+            (folder / name).write_text(value + "\n")
+        for family, total in (("correctable", "TOTAL_ERR_COR"), ("nonfatal", "TOTAL_ERR_NONFATAL"), ("fatal", "TOTAL_ERR_FATAL")):
+            (folder / f"aer_dev_{family}").write_text(f"{total} 0\n")
+        (devices / bdf).symlink_to(f"../../../devices/{real}")
+    (root / "proc/sys/kernel/random").mkdir(parents=True)
+    (root / "proc/sys/kernel/random/boot_id").write_text("3c0ffee0-0000-4000-8000-000000000001\n")
+    (root / "proc/uptime").write_text("1000.00 1.00\n")
+
+    first = build_report(LiveHost(root))
+    assert "ib_port_errors" in unmade_checks(first) and not [f for f in first.findings if f.kind == "ib_port_errors"]
+    kept = json.loads((tmp_path / "state/state.json").read_text())["samples"]
+    assert kept[-1]["counters"]["ib/mlx5_0/1/symbol_error"] == int((port / "counters/symbol_error").read_text())
+
+    (root / "proc/uptime").write_text("1060.00 2.00\n")
+    symbol = port / "counters/symbol_error"
+    symbol.write_text(f"{int(symbol.read_text()) + 1200}\n")
+    (sys_ / "devices/pci0000:00/0000:16:00.0/aer_dev_correctable").write_text("RxErr 40\nTOTAL_ERR_COR 40\n")
+    second = build_report(LiveHost(root))
+    found = {(f.kind, f.subject, f.measured) for f in second.findings}
+    assert ("ib_port_errors", "mlx5_0/1", "symbol_error 20.0/s") in found
+    assert ("pcie_link_errors", "pci:0000:16:00.0", "AER correctable 40/min") in found
+    (root / "proc/sys/kernel/random/boot_id").write_text("3c0ffee0-0000-4000-8000-000000000002\n")  # a reboot
+    (root / "proc/uptime").write_text("70.00 2.00\n")
+    rebooted = build_report(LiveHost(root))
+    assert not [f for f in rebooted.findings if f.kind in ("ib_port_errors", "pcie_link_errors")]
+    assert "ib_port_errors" in unmade_checks(rebooted)
+
+
+@pytest.mark.parametrize("content", ["RxErr 18446744073709551616\nTOTAL_ERR_COR 99999999999999999999999\n", "\x00" * 100, "TOTAL_ERR_COR -1\n"])
+def test_hostile_aer_text_is_unknown_not_a_number(content):
+    assert parse_aer_file(content) == (None, {})

@@ -1,0 +1,64 @@
+"""Error signals joined to the bandwidth verdict of their path (agent/signal_join.py through
+verdicts.with_measurements, the way bench and serve judge): a slow path's finding names the signals on it; an
+error-only signal on a path that measured fine is a warning; a drain-now class stays an error."""
+
+from helpers import make_measurement, make_nic, make_report
+
+from nodecheck.config import Config
+from nodecheck.findings import Finding
+from nodecheck.model import IbPort
+from nodecheck.pci import Hop
+from nodecheck.verdicts import with_measurements
+
+GPU3 = "00000000:9B:00.0"
+
+
+def report_with(*signals: Finding):
+    from helpers import make_gpu
+
+    hops = {"0000:9b:00.0": [Hop("0000:9b:00.0", 16, 16, None, None), Hop("0000:16:00.0", 16, 16, None, None)]}
+    port = IbPort("mlx5_0", 1, "ACTIVE", "LinkUp", "400 Gb/sec (4X NDR)", "InfiniBand")
+    nic = make_nic("ibp26s0", kind="infiniband", rdma_device="mlx5_0", ib_ports=[port])
+    return make_report(gpus=[make_gpu(3, pci_bus_id=GPU3)], nics=[nic], pcie_paths=hops, findings=list(signals))
+
+
+AER = Finding("pcie_link_errors", "error", "pci:0000:16:00.0", "AER correctable 40/min", "<= 31/min", "pci:0000:16:00.0 (gpu3): ...")
+FATAL = Finding("pcie_aer_fatal", "error", "pci:0000:16:00.0", "AER fatal 1", "none", "pci:0000:16:00.0 (gpu3): fatal")
+SYMBOLS = Finding("ib_port_errors", "error", "mlx5_0/1", "symbol_error 20.0/s", "<= 10/s", "mlx5_0/1 (ibp26s0): ...")
+
+
+def h2d(ratio: float):
+    return make_measurement("gpu3:host", "h2d", rate=ratio * 50e9, spec=50e9, direction="unidirectional",
+                            details={"path_kind": "pcie"})
+
+
+def judged(report, *measurements):
+    return {f.kind: f for f in with_measurements(report, list(measurements), 0.0, Config()).findings}
+
+
+def test_a_slow_path_names_the_error_signals_on_it():
+    findings = judged(report_with(AER), h2d(0.41))
+    assert findings["bandwidth_below_spec"].message.endswith(
+        "; error signals on this path: pci:0000:16:00.0 AER correctable 40/min")
+    assert findings["pcie_link_errors"].severity == "error"
+
+
+def test_an_error_only_signal_on_a_path_that_measured_fine_is_a_warning():
+    findings = judged(report_with(AER), h2d(0.95))
+    assert findings["pcie_link_errors"].severity == "warning"
+    assert "h2d on gpu3:host 0.95 of spec" in findings["pcie_link_errors"].message
+    assert judged(report_with(AER))["pcie_link_errors"].severity == "error"  # nothing measured: nothing tempers it
+
+
+def test_a_drain_now_class_stays_an_error_whatever_was_measured():
+    assert judged(report_with(FATAL), h2d(0.95))["pcie_aer_fatal"].severity == "error"
+    drain = Finding("gpu_xid", "error", "gpu3", "Xid 79 fallen off the bus", "no Xid", "gpu3 ...")
+    assert judged(report_with(drain), h2d(0.95))["gpu_xid"].severity == "error"
+    repeated = Finding("gpu_xid", "error", "gpu3", "Xid 13 Graphics Engine Exception", "< 5 in 3600 s", "gpu3 ...")
+    assert judged(report_with(repeated), h2d(0.95))["gpu_xid"].severity == "warning"
+
+
+def test_an_infiniband_port_joins_the_all_reduce_across_nodes():
+    across = make_measurement("allreduce:16-ranks", "allreduce", rate=45e9, spec=50e9, details={"path_kind": "infiniband"})
+    assert judged(report_with(SYMBOLS), across)["ib_port_errors"].severity == "warning"
+    assert judged(report_with(SYMBOLS), h2d(0.95))["ib_port_errors"].severity == "error"  # not its path
