@@ -7,7 +7,19 @@ import time
 
 from nodecheck import specs
 from nodecheck.errors import NodecheckError
-from nodecheck.model import Cpu, Gpu, Link, Nic, PathSpec, ProbeOutcome, Report, link_class, link_distance, nvlink_count
+from nodecheck.model import (
+    Cpu,
+    Gpu,
+    GpuSignals,
+    Link,
+    Nic,
+    PathSpec,
+    ProbeOutcome,
+    Report,
+    link_class,
+    link_distance,
+    nvlink_count,
+)
 from nodecheck.pci import normal_pci
 from nodecheck.probes import PROBES, ProbeResult, run_probes
 from nodecheck.probes.lstopo import LstopoFacts
@@ -119,6 +131,8 @@ def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | No
             gpu.utilization_percent, gpu.memory_bytes = n.utilization_gpu, n.memory_total_bytes
             gpu.nvlinks = [{"link": link, "active": active, "version": version} for link, active, version in n.nvlinks]
             gpu.ecc_enabled, gpu.remapped_rows_pending, gpu.remapped_rows_failed = n.ecc_enabled, n.remapped_rows_pending, n.remapped_rows_failed
+            signals = GpuSignals(n.pcie_replays, n.clock_event_reasons, n.ecc_uncorrected_volatile, n.nvlink_errors)
+            gpu.signals = signals if signals != GpuSignals() else None  # None: NVML said nothing of them (an older dump)
             gpu.cpu_affinity = n.cpu_affinity
             gpu.gpu_numa_id = n.numa_node
         if t:

@@ -61,22 +61,35 @@ def counter_sample(report: Report) -> dict[str, int]:
     for nic in report.nics:
         for port in nic.ib_ports:
             sample.update({f"ib/{port.device}/{port.port}/{name}": v for name, v in port.counters.items() if v is not None})
+    for gpu in report.gpus:
+        signals, key = gpu.signals, f"gpu/{normal_pci(gpu.pci_bus_id)}"
+        if signals is None:
+            continue
+        for name in ("pcie_replays", "clock_event_reasons"):
+            if getattr(signals, name) is not None:
+                sample[f"{key}/{name}"] = getattr(signals, name)
+        sample.update({f"{key}/nvlink_{name}": value for name, value in (signals.nvlink_errors or {}).items()})
     return sample
 
 
-def change(report: Report, config: Config, key: str, now: int) -> Change:
+def previous_sample(report: Report, config: Config, key: str):
+    """The newest earlier sample holding `key` at least [errors.limits] min_rate_interval_s old, or why none."""
     history = report.history
     if history is None or history.uptime_s is None:
-        return Change(None, None, "unknown: nodecheck's state (the previous sample) could not be read")
+        return None, "unknown: nodecheck's state (the previous sample) could not be read"
     least = config.errors.limit("min_rate_interval_s")[0]
     earlier = [s for s in history.samples if history.uptime_s - s.uptime_s >= least and key in s.counters]
-    if not earlier:
-        return Change(None, None, FIRST_SAMPLE)
-    previous = earlier[-1]
+    return (earlier[-1], None) if earlier else (None, FIRST_SAMPLE)
+
+
+def change(report: Report, config: Config, key: str, now: int) -> Change:
+    previous, why = previous_sample(report, config, key)
+    if previous is None:
+        return Change(None, None, why)
     delta = now - previous.counters[key]
     if delta < 0:
         return Change(None, None, "unknown: the counter went down since the previous sample (reset)")
-    return Change(delta, history.uptime_s - previous.uptime_s)
+    return Change(delta, report.history.uptime_s - previous.uptime_s)
 
 
 def unknown_rates(report: Report, config: Config, prefix: str) -> str | None:

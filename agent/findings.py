@@ -54,6 +54,10 @@ FINDING_KINDS = {
     "ib_link_downed": "{subject} {measured}",
     "ib_port_errors": "{subject} {measured}",
     "ib_counter_saturated": "{subject} {measured} saturated",
+    "pcie_replays": "{subject} {measured} > {expected}",
+    "nvlink_errors": "{subject} {measured}",
+    "ecc_uncorrected": "{subject} {measured} ECC errors",
+    "gpu_clock_slowdown": "{subject} clocks: {measured}",
     # raised by `nodecheck prolog` / `healthcheck` only
     "check_timed_out": "{subject} timed out after {expected}",
     "check_failed": "{head}",

@@ -49,6 +49,16 @@ def nvlink_count(link_type: str) -> int | None:
 
 
 @dataclass
+class GpuSignals:
+    """A GPU's error signals as NVML reports them (probes/nvml.py); None where NVML did not say."""
+
+    pcie_replays: int | None = None  # PCIe replay counter, since the driver loaded
+    clock_event_reasons: int | None = None  # what slows its clocks now: a bitmask of nvmlClocksEventReason*
+    ecc_uncorrected_volatile: int | None = None  # uncorrectable ECC errors since the driver loaded or the GPU reset
+    nvlink_errors: dict[str, int] | None = None  # replay, recovery, crc_flit, crc_data summed over its links
+
+
+@dataclass
 class Gpu:
     index: int
     name: str | None = None
@@ -66,6 +76,7 @@ class Gpu:
     remapped_rows_pending: bool | None = None
     remapped_rows_failed: bool | None = None
     nearest_nics: list[str] = field(default_factory=list)
+    signals: GpuSignals | None = None  # None: NVML not read
 
 
 @dataclass

@@ -14,6 +14,7 @@ from typing import Callable
 from nodecheck.config import Config
 from nodecheck.error_rules import aer_findings, ib_findings
 from nodecheck.findings import Finding
+from nodecheck.gpu_error_rules import gpu_findings
 from nodecheck.model import Report, link_family
 from nodecheck.pci import narrow_hops, normal_pci
 from nodecheck.signal_rules import gpu_xids, switch_xids
@@ -306,4 +307,5 @@ RULES = [
     Rule(switch_xids, ("nvswitch_sxid",), needs="kernel_log"),
     Rule(aer_findings, ("pcie_aer_fatal", "pcie_link_errors"), needs="pcie_paths"),
     Rule(ib_findings, ("ib_link_downed", "ib_port_errors", "ib_counter_saturated"), needs="nics"),
+    Rule(gpu_findings, ("pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown"), needs="nvml"),
 ]

@@ -53,6 +53,7 @@ class ReportCollector:
         yield from _measurements(report)
         yield from _kernel_log(report)
         yield from _aer(report)
+        yield from _gpu_signals(report)
         yield from _findings(report)
 
 
@@ -175,6 +176,25 @@ def _aer(report: Report) -> Iterator[Metric]:
             for family in AER_FAMILIES if hop.aer and family in hop.aer]
     yield _gauge("nodecheck_pcie_aer_errors", "PCIe AER errors counted since boot (sysfs aer_dev_*) by each device on a GPU's "
                  "or NIC's path, by type (correctable, nonfatal, fatal).", ["pci_bus_id", "type"], rows)
+
+
+def _gpu_signals(report: Report) -> Iterator[Metric]:
+    """Each GPU's error signals as NVML reports them (dcgm-exporter's DCGM_FI_DEV_PCIE_REPLAY_COUNTER,
+    _NVLINK_*_ERROR_COUNT_TOTAL, _ECC_DBE_VOL_TOTAL, _CLOCKS_EVENT_REASONS), labelled as dcgm-exporter labels them."""
+    from nodecheck.gpu_error_rules import HW_REASONS, SW_REASONS, reason_label
+
+    gpus = [g for g in report.gpus if g.signals is not None]
+    yield _gauge("nodecheck_gpu_pcie_replays", "PCIe replays counted since the driver loaded.", ["gpu"],
+                 [([g.index], g.signals.pcie_replays) for g in gpus])
+    yield _gauge("nodecheck_gpu_nvlink_errors", "NVLink errors counted since the driver loaded, summed over the GPU's links, "
+                 "by type (replay, recovery, crc_flit, crc_data).", ["gpu", "type"],
+                 [([g.index, name], value) for g in gpus for name, value in sorted((g.signals.nvlink_errors or {}).items())])
+    yield _gauge("nodecheck_gpu_ecc_uncorrected_volatile", "Uncorrectable ECC errors since the driver loaded or the GPU reset.",
+                 ["gpu"], [([g.index], g.signals.ecc_uncorrected_volatile) for g in gpus])
+    reasons = {**HW_REASONS, **SW_REASONS}
+    yield _gauge("nodecheck_gpu_clock_event_active", "1 while this reason slows the GPU's clocks (NVML clock event reasons).",
+                 ["gpu", "reason"], [([g.index, reason_label(name)], int(bool(g.signals.clock_event_reasons & bit)))
+                                     for g in gpus if g.signals.clock_event_reasons is not None for bit, name in reasons.items()])
 
 
 def _findings(report: Report) -> Iterator[Metric]:

@@ -1,5 +1,6 @@
 """NVML (nvidia-ml-py, imported as pynvml): per GPU identity, PCIe link state, NVLink state,
-NUMA node, ECC and remapped rows, driver version.
+NUMA node, ECC and remapped rows, driver version; and the error signals: the PCIe replay counter, NVLink
+error counters, clock event reasons, volatile uncorrectable ECC errors.
 
 dump_nvml() is the thin reader: it asks NVML and returns plain JSON-able values, each either the
 value or {"error": "..."}; a snapshot stores exactly this. parse_nvml() turns it into facts.
@@ -16,6 +17,9 @@ from nodecheck.probes.base import Probe
 from nodecheck.units import format_cpulist, mask_words_to_cpus
 
 SOURCE = "nvml.json"
+MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC = 1, 0  # nvmlMemoryErrorType_t, nvmlEccCounterType_t
+# nvmlNvLinkErrorCounter_t 0..3, in this order
+NVLINK_ERROR_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
 
 
 def collect(host, timeout: float) -> "NvmlFacts":
@@ -96,6 +100,12 @@ def _dump_gpu(pynvml, index: int) -> dict:
         "remapped_rows": _ask(pynvml, pynvml.nvmlDeviceGetRemappedRows, handle),
         "cpu_affinity_words": _ask(pynvml, pynvml.nvmlDeviceGetCpuAffinity, handle, words),
         "nvlinks": _dump_nvlinks(pynvml, handle),
+        # error signals (agent/error_rules.py): counters since the driver loaded, and what slows the clocks now
+        "pcie_replays": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetPcieReplayCounter", None), handle),
+        "clock_event_reasons": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                                    or getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None), handle),
+        "ecc_uncorrected_volatile": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetTotalEccErrors", None), handle,
+                                         MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC),
     }
 
 
@@ -108,7 +118,9 @@ def _dump_nvlinks(pynvml, handle) -> list[dict]:
                 links.append({"link": 0, "state": state})
             break
         version = _ask(pynvml, pynvml.nvmlDeviceGetNvLinkVersion, handle, link)
-        links.append({"link": link, "state": state, "version": version})
+        errors = [_ask(pynvml, getattr(pynvml, "nvmlDeviceGetNvLinkErrorCounter", None), handle, link, counter)
+                  for counter in range(len(NVLINK_ERROR_COUNTERS))]
+        links.append({"link": link, "state": state, "version": version, "errors": errors})
     return links
 
 
@@ -136,6 +148,10 @@ class NvmlGpu:
     remapped_rows_failed: bool | None = None
     cpu_affinity: str = ""
     nvlinks: list[tuple[int, bool, int | None]] = field(default_factory=list)  # (link, active, version)
+    pcie_replays: int | None = None  # nvmlDeviceGetPcieReplayCounter, since the driver loaded
+    clock_event_reasons: int | None = None  # nvmlDeviceGetCurrentClocksEventReasons: a bitmask of nvmlClocksEventReason*
+    ecc_uncorrected_volatile: int | None = None  # uncorrectable ECC errors since the last driver load or GPU reset
+    nvlink_errors: dict[str, int] | None = None  # replay, recovery, crc_flit, crc_data summed over the GPU's links
     errors: dict[str, str] = field(default_factory=dict)  # field -> NVML's reason
 
 
@@ -171,7 +187,8 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
     for name in ("name", "uuid", "pci_bus_id"):
         setattr(gpu, name, _field(gpu, raw, name, str))
     for name in ("pcie_gen_current", "pcie_gen_max", "pcie_gen_gpu_max", "pcie_width_current",
-                 "pcie_width_max", "utilization_gpu", "memory_total_bytes", "architecture"):
+                 "pcie_width_max", "utilization_gpu", "memory_total_bytes", "architecture", "pcie_replays",
+                 "clock_event_reasons", "ecc_uncorrected_volatile"):
         value = _field(gpu, raw, name, int)
         setattr(gpu, name, value if value is None or value >= 0 else None)
     numa = _field(gpu, raw, "numa_node", int)
@@ -185,7 +202,20 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
     if words and all(_is_int(w) and 0 <= w < 1 << 64 for w in words):
         gpu.cpu_affinity = format_cpulist(mask_words_to_cpus(words))
     gpu.nvlinks = _parse_nvlinks(gpu, raw.get("nvlinks"))
+    gpu.nvlink_errors = _nvlink_errors(raw.get("nvlinks"))
     return gpu
+
+
+def _nvlink_errors(raw) -> dict[str, int] | None:
+    """Each NVLink error counter summed over the GPU's links that report it; None when none does (no NVLink,
+    or an older dump)."""
+    totals: dict[str, int] = {}
+    for entry in raw if isinstance(raw, list) else []:
+        counts = entry.get("errors") if isinstance(entry, dict) else None
+        for name, value in zip(NVLINK_ERROR_COUNTERS, counts if isinstance(counts, list) else [], strict=False):
+            if _is_int(value) and 0 <= value < 1 << 64:
+                totals[name] = totals.get(name, 0) + value
+    return totals or None
 
 
 def _field(gpu: NvmlGpu, raw: dict, name: str, kind: type):

@@ -67,4 +67,18 @@ def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Excep
 
     m.nvmlDeviceGetNvLinkState = lambda h, link: nvlink(h, link, "state")
     m.nvmlDeviceGetNvLinkVersion = lambda h, link: nvlink(h, link, "version")
+    # error signals: the capture's PCIe replay counter (0 on that node); clock event reasons and volatile
+    # uncorrectable ECC as its `nvidia-smi -q` says them (every reason "Not Active": 0; DRAM Uncorrectable 0)
+    # unless a test gives others; NVLink error counters per link as NVML returns them (an int per counter)
+    m.nvmlDeviceGetPcieReplayCounter = lambda h: _value(h.get("replay", "ERR"))
+    m.nvmlDeviceGetCurrentClocksEventReasons = lambda h: _value(h.get("clock_reasons", 0))
+    m.nvmlDeviceGetTotalEccErrors = lambda h, error_type, counter_type: _value(h.get("ecc_volatile_uncorrected", 0))
+
+    def nvlink_error(h, link, counter):
+        counts = h.get("nvlink_errors", {}).get(link)
+        if counts is None:
+            raise NVMLError_NotSupported("Not Supported")
+        return _value(counts[counter])
+
+    m.nvmlDeviceGetNvLinkErrorCounter = nvlink_error
     return m

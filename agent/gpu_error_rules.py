@@ -1,0 +1,94 @@
+"""A GPU's own error signals judged (NVML, probes/nvml.py): the PCIe replay rate against the limit derived
+from its link, NVLink errors, volatile uncorrectable ECC, and what slows its clocks. Pure: reads the Report and
+the Config; rates and "sustained" come from the previous sample (agent/error_rules.py)."""
+
+from __future__ import annotations
+
+from nodecheck.config import Config
+from nodecheck.error_rules import change, previous_sample
+from nodecheck.findings import Finding
+from nodecheck.model import Report
+from nodecheck.pci import normal_pci
+from nodecheck.specs import pcie_generation_errors_per_minute
+
+# nvmlClocksEventReason* bits (nvml.h): the hardware's own brakes, and the driver's
+HW_REASONS = {0x8: "HW slowdown", 0x40: "HW thermal slowdown", 0x80: "HW power brake slowdown"}
+SW_REASONS = {0x4: "SW power cap", 0x20: "SW thermal slowdown"}
+
+
+def reason_label(name: str) -> str:
+    """A reason as a metric label: "HW power brake slowdown" -> hw_power_brake_slowdown."""
+    return name.lower().replace(" ", "_")
+
+
+def gpu_findings(report: Report, config: Config) -> list[Finding]:
+    findings = []
+    for gpu in report.gpus:
+        if gpu.signals is not None:
+            key = f"gpu/{normal_pci(gpu.pci_bus_id)}"
+            for check in (_replays, _nvlink, _ecc, _clocks):
+                findings += check(report, config, gpu, f"gpu{gpu.index}", key)
+    return findings
+
+
+def _replays(report: Report, config: Config, gpu, subject: str, key: str) -> list[Finding]:
+    pcie, replays = gpu.pcie or {}, gpu.signals.pcie_replays
+    limit = pcie_generation_errors_per_minute(pcie.get("gen_max"), pcie.get("width_current"))
+    rise = change(report, config, f"{key}/pcie_replays", replays) if replays is not None else None
+    if not limit or rise is None or rise.delta is None or rise.per(60) <= limit[0]:
+        return []
+    link = f"gen{pcie.get('gen_max')} x{pcie.get('width_current')}"
+    return [Finding("pcie_replays", "error", subject, f"PCIe replays {rise.per(60):.0f}/min", f"<= {limit[0]:g}/min",
+                    f"{subject} PCIe replays +{rise.delta} in {rise.seconds:.0f} s ({rise.per(60):.0f}/min, limit {limit[0]:g}/min "
+                    f"for {link}: {limit[1]}): its link retries packets; reseat the GPU or its riser, check the slot")]
+
+
+def _nvlink(report: Report, config: Config, gpu, subject: str, key: str) -> list[Finding]:
+    errors = gpu.signals.nvlink_errors or {}
+    rises = {name: change(report, config, f"{key}/nvlink_{name}", value) for name, value in errors.items()}
+    known = {name: rise for name, rise in rises.items() if rise.delta is not None}
+    found = []
+    crc = [rise for name, rise in known.items() if name.startswith("crc_")]
+    crc_limit, crc_source = config.errors.limit("nvlink_crc_per_s")
+    if crc and sum(r.delta for r in crc) / crc[0].seconds > crc_limit:
+        found.append((f"NVLink CRC {sum(r.delta for r in crc) / crc[0].seconds:.0f}/s", f"<= {crc_limit:g}/s", crc_source))
+    for name in ("replay", "recovery"):
+        limit, source = config.errors.limit(f"nvlink_{name}_per_interval")
+        if name in known and known[name].delta > limit:
+            found.append((f"NVLink {name} +{known[name].delta}", f"<= {limit:g} per sample", source))
+    return [Finding("nvlink_errors", "error", subject, measured, expected,
+                    f"{subject} {measured} in {next(iter(known.values())).seconds:.0f} s (limit {expected}: {source}): check "
+                    "`nvidia-smi nvlink -e`, the fabric manager and the NVSwitch tray") for measured, expected, source in found]
+
+
+def _ecc(report: Report, config: Config, gpu, subject: str, key: str) -> list[Finding]:
+    count = gpu.signals.ecc_uncorrected_volatile
+    if not count:
+        return []
+    return [Finding("ecc_uncorrected", "error", subject, f"{count} uncorrectable", "0",
+                    f"{subject} counted {count} uncorrectable ECC error(s) since the driver loaded: its memory returned "
+                    f"data it could not correct; reset the GPU (`nvidia-smi -r -i {gpu.index}`) so pending row remappings "
+                    "take effect, and replace it if they fail")]
+
+
+def _clocks(report: Report, config: Config, gpu, subject: str, key: str) -> list[Finding]:
+    """A hardware brake is an error when it held at the previous sample too (sustained), else a warning; the
+    driver's own caps (power, thermal) are warnings."""
+    reasons = gpu.signals.clock_event_reasons
+    if not reasons:
+        return []
+    previous, _ = previous_sample(report, config, f"{key}/clock_event_reasons")
+    before = previous.counters[f"{key}/clock_event_reasons"] if previous else 0
+    hardware = [name for bit, name in HW_REASONS.items() if reasons & bit]
+    sustained = [name for bit, name in HW_REASONS.items() if reasons & bit and before & bit]
+    software = [name for bit, name in SW_REASONS.items() if reasons & bit]
+    if not hardware and not software:
+        return []
+    named = ", ".join(hardware + software)
+    severity = "error" if sustained else "warning"
+    held = f"held since the previous sample ({', '.join(sustained)})" if sustained else "seen now"
+    return [Finding("gpu_clock_slowdown", severity, subject, named, "none",
+                    f"{subject} clocks slowed by {named}, {held}: " + (
+                        "the GPU's hardware brakes (overheating, a power supply or board fault); check cooling, "
+                        "`nvidia-smi -q -d PERFORMANCE` and the BMC's sensors" if hardware else
+                        "the driver caps power or temperature; under load this costs speed, check the power limit and cooling"))]

@@ -1,0 +1,93 @@
+"""A GPU's own error signals (NVML): read by the real dump_nvml through the pynvml stand-in, which replays the
+H100 node's captured values (PCIe replay counter 0, every clock event reason "Not Active", no uncorrectable
+ECC) and, where a test gives them, others in the shapes NVML returns them; judged over two samples."""
+
+import copy
+import json
+import sys
+
+import pytest
+from fakes import fake_pynvml
+from helpers import H100, need
+
+from nodecheck.build import build_report
+from nodecheck.config import Config
+from nodecheck.coverage import unmade_checks
+from nodecheck.error_rules import counter_sample
+from nodecheck.events import CounterSample, History
+from nodecheck.gpu_error_rules import gpu_findings
+from nodecheck.probes.nvml import dump_nvml
+from nodecheck.snapshot import SnapshotHost
+
+
+def captured() -> dict:
+    (gpu,) = [json.loads(line) for line in need(H100 / "nvml.json").read_text().splitlines() if line.strip()]
+    return gpu
+
+
+def report_of(tmp_path, gpu: dict, monkeypatch, samples=(), uptime: float = 1000.0):
+    """The Report of a node whose NVML answers as `gpu` (dump_nvml through the stand-in, then the real build),
+    with these earlier samples of its counters."""
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.replaying([gpu]))
+    snap = tmp_path / f"snap-{len(list(tmp_path.iterdir()))}"
+    snap.mkdir()
+    (snap / "nvml.json").write_text(json.dumps(dump_nvml()))
+    report = build_report(SnapshotHost(snap))
+    report.history = History("boot", [], list(samples), uptime)
+    return report
+
+
+def test_the_h100_captures_values_say_nothing_is_wrong(tmp_path, monkeypatch):
+    report = report_of(tmp_path, captured(), monkeypatch)
+    (gpu,) = report.gpus
+    assert (gpu.signals.pcie_replays, gpu.signals.clock_event_reasons, gpu.signals.ecc_uncorrected_volatile) == (0, 0, 0)
+    assert gpu.signals.nvlink_errors is None  # no NVLink on that VM (NVML: Not Supported): unknown, not 0
+    assert gpu_findings(report, Config()) == []
+    assert unmade_checks(report)["pcie_replays"].startswith("unknown (first sample)")
+
+
+def test_replays_above_the_links_limit(tmp_path, monkeypatch):
+    """gen5 x16: 31/min. +300 in 60 s is 300/min."""
+    gpu = dict(captured(), replay=300)
+    before = CounterSample(940.0, {"gpu/0000:00:06.0/pcie_replays": 0})
+    (finding,) = gpu_findings(report_of(tmp_path, gpu, monkeypatch, [before]), Config())
+    assert (finding.kind, finding.subject, finding.measured, finding.expected) == (
+        "pcie_replays", "gpu0", "PCIe replays 300/min", "<= 31/min")
+    calm = dict(captured(), replay=20)
+    assert gpu_findings(report_of(tmp_path, calm, monkeypatch, [before]), Config()) == []
+
+
+def test_nvlink_crc_replay_and_recovery(tmp_path, monkeypatch):
+    """NVML's counters per link (replay, recovery, CRC flit, CRC data), summed per GPU: CRC 200/s over DCGM's
+    100/s, 3 replays in one sample interval (more than 1); recoveries unchanged."""
+    gpu = copy.deepcopy(captured())
+    gpu["nvlink"] = [[0, 1, 4], [1, 1, 4]]
+    gpu["nvlink_errors"] = {0: [3, 1, 6000, 0], 1: [0, 0, 6000, 0]}
+    key = "gpu/0000:00:06.0/nvlink_"
+    before = CounterSample(940.0, {key + "replay": 0, key + "recovery": 1, key + "crc_flit": 0, key + "crc_data": 0})
+    report = report_of(tmp_path, gpu, monkeypatch, [before])
+    assert report.gpus[0].signals.nvlink_errors == {"replay": 3, "recovery": 1, "crc_flit": 12000, "crc_data": 0}
+    assert {f.measured for f in gpu_findings(report, Config())} == {"NVLink CRC 200/s", "NVLink replay +3"}
+    assert counter_sample(report)[key + "crc_flit"] == 12000
+
+
+@pytest.mark.parametrize(("now", "before", "severity"), [
+    (0x48, 0x40, "error"),  # HW thermal slowdown held since the previous sample
+    (0x48, 0, "warning"),  # seen now only
+    (0x4, 0x4, "warning"),  # the driver's power cap
+    (0x1, 0x1, None),  # idle: not a slowdown
+])
+def test_clock_event_reasons(tmp_path, monkeypatch, now, before, severity):
+    previous = CounterSample(940.0, {"gpu/0000:00:06.0/clock_event_reasons": before})
+    findings = gpu_findings(report_of(tmp_path, dict(captured(), clock_reasons=now), monkeypatch, [previous]), Config())
+    assert [f.severity for f in findings] == ([severity] if severity else [])
+
+
+def test_volatile_uncorrectable_ecc_is_an_error(tmp_path, monkeypatch):
+    (finding,) = gpu_findings(report_of(tmp_path, dict(captured(), ecc_volatile_uncorrected=2), monkeypatch), Config())
+    assert (finding.kind, finding.severity, finding.measured) == ("ecc_uncorrected", "error", "2 uncorrectable")
+
+
+def test_an_nvml_refusal_is_unknown_not_zero(tmp_path, monkeypatch):
+    report = report_of(tmp_path, dict(captured(), replay="ERR NVMLError_NotSupported"), monkeypatch)
+    assert report.gpus[0].signals.pcie_replays is None and "gpu/0000:00:06.0/pcie_replays" not in counter_sample(report)
