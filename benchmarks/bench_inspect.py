@@ -1,7 +1,10 @@
 """Wall time of `nodecheck inspect` on this machine and of `inspect --from` an 8-GPU, 8-NIC snapshot
 (the HGX H100 capture with NVML values for 8 GPUs), median of N runs, each beside its reference: a bare
 `python -c pass` of the same interpreter, timed in the same run (goal: `inspect --json` <= 6x). Also checks
-that torch is never imported on that path. Run: .venv/bin/python benchmarks/bench_inspect.py [--runs 10]"""
+that torch is never imported on that path. With --against REV, the same cases of nodecheck as it was at git
+revision REV, run from a copy of that tree by the same interpreter in the same run: the reference a change's
+cost is read against (issue 23: inspect within 0.05 s of its time before the error signals).
+Run: .venv/bin/python benchmarks/bench_inspect.py [--runs 10] [--against 6b0556c]"""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 
-def wall(argv: list[str], runs: int) -> list[float]:
+def wall(argv: list[str], runs: int, env: dict | None = None) -> list[float]:
     """Seconds from start to exit of each run. A blocking wait, with a timer to kill a run past 60 s:
     subprocess.run(timeout=...) polls with sleeps of up to 50 ms, which rounded every figure up to them."""
     import threading
@@ -25,13 +28,35 @@ def wall(argv: list[str], runs: int) -> list[float]:
     times = []
     for _ in range(runs):
         started = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         killer = threading.Timer(60, proc.kill)
         killer.start()
         proc.wait()
         times.append(time.perf_counter() - started)
         killer.cancel()
     return times
+
+
+def tree_at(revision: str | None, into: Path) -> Path:
+    """nodecheck's package as it was at `revision` (None: this working tree), laid out as pyproject's
+    package-dir installs it: both sides of the comparison import the same way."""
+    import io
+    import shutil
+    import tarfile
+
+    if revision is None:
+        for part in ("agent", "probes", "exporters"):
+            shutil.copytree(REPO / part, into / "src" / part, ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", revision, "agent", "probes", "exporters"],
+                                 capture_output=True, timeout=60, check=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(into / "src", filter="data")
+    package = into / "nodecheck"
+    (into / "src/agent").rename(package)
+    (into / "src/probes").rename(package / "probes")
+    (into / "src/exporters").rename(package / "exporters")
+    return into
 
 
 def imports_torch(argv: list[str]) -> bool:
@@ -42,6 +67,7 @@ def imports_torch(argv: list[str]) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--against", help="a git revision to time beside this tree")
     args = parser.parse_args()
     from helpers import hgx_nvml, make_snapshot  # the same snapshot the tests use
 
@@ -62,6 +88,27 @@ def main() -> None:
             times = wall(argv, args.runs)
             print(f"{name:45} {statistics.median(times):8.3f} {min(times):8.3f} {max(times):8.3f} "
                   f"{statistics.median(times) / bare:7.1f}  {'YES' if imports_torch(argv) else 'no'}")
+        if args.against:
+            _against(args.against, cases, entry, args.runs, Path(tmp))
+
+
+def _against(revision: str, cases: dict, entry: str, runs: int, tmp: Path) -> None:
+    """Each case now and at `revision`, alternating run by run so both see the same machine load."""
+    import os
+
+    old, new = tree_at(revision, tmp / "old"), tree_at(None, tmp / "new")
+    print(f"\nthis tree vs {revision} (median of {runs} alternating runs each; both copied out and run by {sys.executable})")
+    print(f"{'case':45} {'now':>8} {revision[:10]:>10} {'difference':>11}")
+    for name, argv in cases.items():
+        module = [sys.executable, "-m", "nodecheck", *argv[1:]]
+        env_old, env_new = dict(os.environ, PYTHONPATH=str(old)), dict(os.environ, PYTHONPATH=str(new))
+        wall(module, 1, env_old), wall(module, 1, env_new)  # each tree compiles its bytecode once
+        now, before = [], []
+        for _ in range(runs):
+            now += wall(module, 1, env_new)
+            before += wall(module, 1, env_old)
+        a, b = statistics.median(now), statistics.median(before)
+        print(f"{name:45} {a:8.3f} {b:10.3f} {a - b:+10.3f} s")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ never "no errors". agent/signal_rules.py judges the events.
 from __future__ import annotations
 
 import re
+from collections import deque
 
 from nodecheck.errors import NoData, NotRecorded, ParseError, ProbeFailed, TimedOut
 from nodecheck.events import KernelLog, XidEvent
@@ -24,7 +25,7 @@ KMSG = "/dev/kmsg"
 COMMANDS = (("journalctl-k.txt", ["journalctl", "-k", "-b", "--no-pager", "-o", "short-monotonic", "--lines", "200000"]),
             ("dmesg.txt", ["dmesg"]))
 
-MAX_EVENTS = 10_000  # a log that repeats one Xid forever is counted, not kept line by line past this
+MAX_EVENTS = 10_000  # the newest kept: a log that repeats one Xid forever costs bounded memory
 _KMSG = re.compile(r"^\d{1,3},\d{1,20},(\d{1,20}),[^;]{0,64};")  # /dev/kmsg: prio,seq,usec,flags;message
 _MONOTONIC = re.compile(r"^\[\s{0,12}(\d{1,10})\.(\d{1,9})\]")  # dmesg, journalctl -o short-monotonic: [ 8312.000001]
 _ADDRESS = r"([0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2})"  # the driver drops the function: 0000:9b:00
@@ -45,11 +46,9 @@ def parse_kernel_log(text: str) -> list[XidEvent]:
     """Every Xid and SXid event in a kernel log, in order; [] when it holds none."""
     if len(text) > MAX_COMMAND_OUTPUT:
         raise ParseError(f"kernel log: more than {MAX_COMMAND_OUTPUT >> 20} MiB: not read")
-    events: list[XidEvent] = []
+    events: deque[XidEvent] = deque(maxlen=MAX_EVENTS)  # the newest: the last events are the ones that matter now
     off_bus_started: dict[str, int] = {}  # GPU -> line of "The NVIDIA GPU ..." awaiting "fallen off the bus"
     for number, raw in enumerate(text.splitlines(), start=1):
-        if len(events) >= MAX_EVENTS:
-            break
         usec = _since_boot(raw)
         if "NVRM" not in raw and "SXid" not in raw:
             continue
@@ -69,7 +68,7 @@ def parse_kernel_log(text: str) -> list[XidEvent]:
                 if number - started <= OFF_BUS_WITHIN:
                     events.append(_event("xid", address, str(XID_FALLEN_OFF_THE_BUS), raw, 0, number, usec, implied=True))
                     off_bus_started.pop(address)
-    return _without_echoes(events)
+    return _without_echoes(list(events))
 
 
 def _since_boot(raw: str) -> int | None:

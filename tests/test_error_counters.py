@@ -165,3 +165,13 @@ def test_two_real_runs_judge_what_moved_between_them(tmp_path, monkeypatch):
 @pytest.mark.parametrize("content", ["RxErr 18446744073709551616\nTOTAL_ERR_COR 99999999999999999999999\n", "\x00" * 100, "TOTAL_ERR_COR -1\n"])
 def test_hostile_aer_text_is_unknown_not_a_number(content):
     assert parse_aer_file(content) == (None, {})
+
+
+def test_inspect_says_what_the_counters_cover_and_their_sample():
+    from nodecheck.render.kernel_log import counter_lines
+
+    before = CounterSample(940.0, {"aer/0000:16:00.0/correctable": 100, "ib/mlx5_0/1/symbol_error": 0})
+    assert counter_lines(report_with({"correctable": 100}, ib={"symbol_error": 0}, samples=[before])) == [
+        "Error counters: 2 PCIe devices with AER, 1 InfiniBand ports; rates over the last 60 s"]
+    assert counter_lines(report_with({"correctable": 100})) == [
+        "Error counters: 2 PCIe devices with AER; " + FIRST_SAMPLE]

@@ -83,7 +83,9 @@ def test_a_log_past_its_bound_is_refused_and_a_flood_is_capped():
     with pytest.raises(ParseError):
         parse_kernel_log("x" * (MAX_COMMAND_OUTPUT + 1))
     flood = "NVRM: Xid (PCI:0000:18:00): 31, pid=1, fault\n" * (kernel_log.MAX_EVENTS + 50)
-    assert len(parse_kernel_log(flood)) == kernel_log.MAX_EVENTS
+    last = "NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.\n"
+    kept = parse_kernel_log(flood + last)
+    assert len(kept) == kernel_log.MAX_EVENTS and kept[-1].code == 79  # the newest are kept: the last one counts most
 
 
 def test_read_kmsg_else_journalctl_else_dmesg_else_a_named_unknown(tmp_path, monkeypatch):

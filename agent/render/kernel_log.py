@@ -65,3 +65,24 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
         entry = xid_entry(code)
         lines.append(f"  {device}: Xid {code} {entry.name} x{n} ({entry.action})")
     return lines
+
+
+def counter_lines(report: Report) -> list[str]:
+    """What the error counters cover and the sample their rates are taken against (the findings name what
+    they found); nothing when none was read."""
+    from nodecheck.config import Config
+    from nodecheck.error_rules import counter_sample, previous_sample
+
+    sample = counter_sample(report)
+    if not sample:
+        return []
+    families = {"aer/": "PCIe devices with AER", "ib/": "InfiniBand ports", "gpu/": "GPUs (NVML)"}
+    counts = {label: len({k.rsplit("/", 1)[0] for k in sample if k.startswith(prefix)}) for prefix, label in families.items()}
+    covered = ", ".join(f"{n} {label}" for label, n in counts.items() if n)
+    found = [previous_sample(report, Config(), key) for key in sample]
+    previous, why = next(((p, w) for p, w in found if p is not None), found[0])
+    history = report.history
+    against = (f"rates over the last {history.uptime_s - previous.uptime_s:.0f} s" if previous and history and history.uptime_s
+               else (why or "rates unknown"))
+    return [f"Error counters: {covered}; {against}"]
+

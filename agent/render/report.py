@@ -7,7 +7,7 @@ from rich.text import Text
 
 from nodecheck.model import Report, link_distance
 from nodecheck.pci import normal_pci
-from nodecheck.render.kernel_log import kernel_log_lines
+from nodecheck.render.kernel_log import counter_lines, kernel_log_lines
 from nodecheck.render.table import IDENTITY, LIST, SEVERITY_STYLE, TEXT, cell, clean, esc, fitted_table, new_console, unknown_cell
 from nodecheck.units import format_bits, format_rate, natural_key
 
@@ -29,7 +29,7 @@ def render(report: Report, console: Console | None = None) -> None:
     _gpus(console, report)
     _matrix(console, report)
     _nics(console, report)
-    for line in platform_lines(report) + kernel_log_lines(report):
+    for line in platform_lines(report) + kernel_log_lines(report) + counter_lines(report):
         console.print(clean(line), highlight=False, markup=False)
     render_findings(console, report)
     _advice(console, report)
