@@ -107,11 +107,21 @@ def collect(host, timeout: float) -> KernelLog:
             why.append(str(error))
             recorded = True
             continue
+        recorded = True
+        if not _has_messages(text):  # a booted kernel has logged something: none means none could be read
+            why.append(f"{name} gave no kernel messages (journalctl: no journal file it may read)")
+            continue
         return KernelLog(True, None, name, parse_kernel_log(text), _uptime_usec(host))
     if not recorded:
         raise NotRecorded("the kernel log is not in the snapshot")
     needs = " (needs CAP_SYSLOG)" if any("CAP_SYSLOG" in w for w in why) else ""
     return KernelLog(False, f"unknown{needs}: the kernel log could not be read (" + "; ".join(why)[:400] + ")")
+
+
+def _has_messages(text: str) -> bool:
+    """Whether a source handed over any kernel message: journalctl prints "-- No entries --" and exits 0 when
+    it found no journal file it may read (a user outside the systemd-journal group, a container)."""
+    return any(line.strip() and line.strip() != "-- No entries --" for line in text.splitlines()[:50])
 
 
 def _uptime_usec(host) -> int | None:

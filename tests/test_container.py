@@ -103,6 +103,9 @@ def test_inspect_runs_inside_the_image(container):
     probes = {p["name"]: p for p in report["probes"]}
     assert probes["lstopo"]["ok"] and probes["nics"]["ok"]  # the image's own lstopo; the host's /sys
     assert probes["pcie_acs"]["ok"] and report["pcie_acs"]["why"] is not None  # lspci as nobody: unknown, said why
+    # nobody reads no journal here (none mounted): the image's journalctl answers "-- No entries --", and the
+    # kernel log is unknown, never clean
+    assert report["kernel_log"]["known"] is False and "journalctl gave no kernel messages" in report["kernel_log"]["why"]
     whoami = subprocess.run(inside(container, "id", "-u"), capture_output=True, text=True, timeout=60).stdout.strip()
     assert whoami == "65534"  # like the DaemonSet: never root
 

@@ -68,6 +68,24 @@ def test_kubernetes_manifests_agree():
     assert usage.returncode == 0 and all(flag in usage.stdout for flag in ("--listen", "--interval"))
 
 
+def test_the_daemonset_gives_the_kernel_log_and_the_state_what_they_need():
+    """The journal read-only with the groups its ACLs name (no privilege, no CAP_SYSLOG), and a writable state
+    directory where STATE_DIRECTORY points, under a read-only root filesystem."""
+    daemonset, _ = yaml.safe_load_all((REPO / "deploy/kubernetes/daemonset.yaml").read_text())
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert all(mounts[path].get("readOnly") for path in ("/var/log/journal", "/run/log/journal", "/etc/machine-id"))
+    assert volumes[mounts["/var/log/journal"]["name"]]["hostPath"]["path"] == "/var/log/journal"
+    assert {4, 10} <= set(pod["securityContext"]["supplementalGroups"])
+    security = container["securityContext"]
+    assert security["runAsNonRoot"] and security["capabilities"] == {"drop": ["ALL"]} and not security.get("privileged")
+    state = {e["name"]: e["value"] for e in container["env"]}["STATE_DIRECTORY"]
+    assert not mounts[state].get("readOnly") and "emptyDir" in volumes[mounts[state]["name"]]
+    assert "systemd" in (REPO / "deploy/container/Containerfile").read_text()  # journalctl in the image
+
+
 def test_the_test_command_left_no_service_enabled():
     """tests/run.sh installs slurm-wlm, munge, Prometheus and Alertmanager for the tests' own instances: the
     machine it ran on must not be left with them enabled at boot (a CI runner or a GPU node is not a cluster head)."""

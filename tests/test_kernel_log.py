@@ -4,6 +4,7 @@ same real lines as /dev/kmsg records, journalctl and monotonic dmesg print them,
 and NVSwitch SXid forms as NVIDIA's driver prints them (quoted from gpud's parser, the lines its tests use)."""
 
 import json
+import subprocess
 
 import pytest
 from helpers import PUBLIC, need
@@ -124,6 +125,10 @@ def test_read_kmsg_else_journalctl_else_dmesg_else_a_named_unknown(tmp_path, mon
     fake_executable(bin_dir / "journalctl", "echo 'No journal files were opened due to insufficient permissions.' >&2; exit 1")
     unknown = collect(LiveHost(root), 10)
     assert not unknown.known and "Operation not permitted" in unknown.why and "insufficient permissions" in unknown.why
+    # journalctl 252 as a user who may read no journal file: "-- No entries --", exit 0 (as measured here)
+    fake_executable(bin_dir / "journalctl", "echo '-- No entries --'; echo 'No journal files were found.' >&2; exit 0")
+    unknown = collect(LiveHost(root), 10)
+    assert not unknown.known and "journalctl gave no kernel messages" in unknown.why
     replayed = collect(SnapshotHost(tmp_path / "snap"), 10)
     assert replayed == log
 
@@ -198,3 +203,28 @@ def test_inspect_names_each_gpus_events_with_the_catalog(tmp_path):
     unread = make_report(kernel_log=KernelLog(False, "unknown: the kernel log could not be read (dmesg: ...)"))
     assert kernel_log_lines(unread) == ["Kernel log: unknown: the kernel log could not be read (dmesg: ...)"]
     assert kernel_log_lines(make_report()) == []
+
+
+def test_the_real_journalctl_with_no_journal_it_may_read_is_unknown_not_empty(tmp_path, monkeypatch):
+    """journalctl exits 0 printing "-- No entries --" when it finds no journal file it may read (here: this
+    machine keeps no journal): the kernel log is unknown, never read-and-clean."""
+    import shutil
+
+    from helpers import fake_executable
+
+    from nodecheck.host import LiveHost
+    from nodecheck.probes.kernel_log import collect
+
+    journalctl = shutil.which("journalctl")
+    if journalctl is None:
+        pytest.skip("journalctl is not installed")
+    probe = subprocess.run([journalctl, "-k", "-b", "--no-pager", "--lines", "5"], capture_output=True, text=True, timeout=30)
+    if probe.stdout.strip() != "-- No entries --":
+        pytest.skip("this machine keeps a journal with kernel messages")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "journalctl").symlink_to(journalctl)
+    fake_executable(bin_dir / "dmesg", "echo 'dmesg: read kernel buffer failed: Operation not permitted' >&2; exit 1")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    log = collect(LiveHost(tmp_path / "root-without-kmsg"), 20)
+    assert not log.known and "journalctl gave no kernel messages" in log.why
