@@ -19,6 +19,7 @@ class XidEvent:
     caused_by: int | None = None  # "caused by previous Xid N": a sympathetic event, N's fault
     switch: int | None = None  # nvidia-nvswitchN
     implied: bool = False  # "fallen off the bus" without an Xid line: counted as Xid 79
+    printed: str | None = None  # the address as the line prints it ("0000:9b:00", "00000000:3B:00.0")
 
 
 @dataclass

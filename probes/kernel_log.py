@@ -83,7 +83,8 @@ def _since_boot(raw: str) -> int | None:
 def _event(kind: str, address: str, code: str, raw: str, end: int, line: int, usec: int | None, **more) -> XidEvent:
     message = raw[end:].strip()[:200]
     caused = _CAUSED_BY.search(raw)
-    return XidEvent(kind, _device(address), int(code), message, line, usec, int(caused[1]) if caused else None, **more)
+    return XidEvent(kind, _device(address), int(code), message, line, usec, int(caused[1]) if caused else None,
+                    printed=address, **more)
 
 
 def _without_echoes(events: list[XidEvent]) -> list[XidEvent]:

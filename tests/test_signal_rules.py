@@ -148,3 +148,14 @@ def test_kernel_log_refuses_what_it_cannot_read(tmp_path):
 def test_unknown_xids_are_watched_by_number():
     _, (finding,) = judged([xid_line(999, 150)])
     assert (finding.severity, finding.measured) == ("warning", "Xid 999 not in nodecheck's catalog")
+
+
+def test_kernel_log_json_keeps_the_address_as_printed(tmp_path):
+    import json
+
+    from helpers import cli
+
+    log = tmp_path / "k.log"
+    log.write_text("[ 5.0] NVRM: Xid (PCI:00000000:3B:00): 79, pid=1, GPU has fallen off the bus.\n")
+    (event,) = json.loads(cli("kernel-log", str(log), "--json").stdout)["events"]
+    assert (event["pci_bus_id"], event["device"], event["xid"], event["severity"]) == ("00000000:3B:00", "0000:3b:00.0", 79, "error")

@@ -18,7 +18,7 @@ def event_record(event: XidEvent) -> dict:
     """One event of `kernel-log --json`, one per line of the log in its order: `kind` is xid (an `NVRM: Xid`
     line), fallen_off_bus (the driver's message without an Xid line: counted as Xid 79) or sxid (NVSwitch);
     `severity` is what the event alone calls for (the catalog's drain: error, watch: warning; sympathetic: info);
-    `pci_bus_id` as the driver prints it (domain:bus:device)."""
+    `pci_bus_id` as the line prints it (the driver: domain:bus:device), `device` normalized (0000:9b:00.0)."""
     kind = "fallen_off_bus" if event.implied else event.kind
     if event.kind == "sxid":
         severity = "error" if event.message.lower().startswith("fatal") else "warning"
@@ -28,7 +28,7 @@ def event_record(event: XidEvent) -> dict:
         severity = "error" if xid_entry(event.code).action == "drain" else "warning"
     return {"kind": kind, "xid": event.code if event.kind == "xid" else None,
             "sxid": event.code if event.kind == "sxid" else None,
-            "pci_bus_id": event.pci.rsplit(".", 1)[0] if event.pci else None, "device": event.pci, "count": 1,
+            "pci_bus_id": event.printed or (event.pci.rsplit(".", 1)[0] if event.pci else None), "device": event.pci, "count": 1,
             "severity": severity, "caused_by": event.caused_by, "name": xid_entry(event.code).name if event.kind == "xid" else None,
             "switch": event.switch, "line": event.line, "usec": event.usec, "message": event.message}
 
