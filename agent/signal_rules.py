@@ -106,7 +106,7 @@ def _xid_finding(report: Report, config: Config, subject: str, code: int, events
     drains = (entry.action == "drain" and not entry.sustained) or repeated
     pci = events[0].pci
     where = f" ({pci})" if not subject.startswith("pci:") else ""
-    timed = all(e.usec is not None for e in events)
+    timed = all(e.usec is not None for e in events) and not (entry.action == "drain" and not entry.sustained)
     window = f"x{len(events)} since boot" + (f" ({len(recent)} within {config.errors.xid_repeat_window_s:g} s)" if timed else "")
     followed = f"; followed by {len(sympathetic)} sympathetic Xid(s) {_codes(sympathetic)}" if sympathetic else ""
     if drains:

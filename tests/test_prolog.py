@@ -262,3 +262,13 @@ def test_the_bench_tests_are_listed_once():
 
     listed = [p for p in (REPO / "agent").rglob("*.py") if '"h2d", "d2h", "p2p", "allreduce"' in p.read_text()]
     assert [p.name for p in listed] == ["model.py"]
+
+
+def test_a_gpu_that_fell_off_the_bus_drains_with_the_gpu_and_the_signal(tmp_path):
+    """An 8-GPU node whose kernel log (as /dev/kmsg records it) holds gpu3's Xid 79: the prolog would drain it
+    with the GPU and the signal in the reason."""
+    snap = make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
+    (snap / "kmsg.txt").write_text("3,900,8312000001,-;NVRM: Xid (PCI:0000:48:00): 79, pid=1, GPU has fallen off the bus.\n")
+    run = run_nodecheck("prolog", "--dry-run", "--json", "--from", str(snap))
+    outcome = json.loads(run.stdout)
+    assert (run.returncode, outcome["action"], outcome["detail"]) == (1, "drain", "nodecheck: gpu3 Xid 79 fallen off the bus"), outcome
