@@ -203,3 +203,20 @@ def test_snapshot_tarball_is_written_whole_beside_its_name(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["node.tar.gz"]  # no partial file left beside it
     with tarfile.open(out) as tar:
         assert "node/sources.json" in tar.getnames()
+
+
+@pytest.mark.parametrize("content", ['{"boot_id": "b", "state": {"boot_id": "b", "acknowledgements": [{"kind": 5}], '
+                                     '"samples": [{"uptime_s": "x", "counters": {"k": "v"}}, 7]}}',
+                                     '{"boot_id": ["b"], "state": 12}', '{"evil": 1}', "[]"])
+def test_a_hostile_state_document_costs_only_the_history(tmp_path, content):
+    """A snapshot's state.json (acknowledgements, counter samples) of the wrong shape: the entries that are
+    not their shape are dropped, or the history probe fails saying so; the rest of the Report stands."""
+    snap = cpu_snapshot(tmp_path)
+    (snap / "state.json").write_text(content)
+    run = nodecheck("inspect", "--json", "--from", str(snap))
+    assert run.returncode in (0, 1), run.stderr
+    report = json.loads(run.stdout)
+    (history,) = [p for p in report["probes"] if p["name"] == "history"]
+    assert history["ok"] or "state.json" in history["error"]
+    assert not report["history"] or (report["history"]["acknowledgements"] == [] and report["history"]["samples"] == [])
+    assert report["cpu"]["pus"] == 2
