@@ -184,3 +184,15 @@ def test_config_check_on_a_node_without_its_driver(tmp_path):
     result = nodecheck("config", "check", str(config), timeout=120)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "the NVIDIA driver is not loaded" in result.stdout and "would drain this node" in result.stdout
+
+
+def test_the_readmes_config_example_is_a_valid_config():
+    """The TOML block of README.md's Config section loads as written (every key there is one nodecheck knows)."""
+    from helpers import REPO
+
+    from nodecheck.config import loads
+
+    block = (REPO / "README.md").read_text().split("## Config", 1)[1].split("```toml", 1)[1].split("```", 1)[0]
+    config = loads(block, "README.md")
+    assert config.errors.limit("ib_symbol_error_per_s")[1] == "[errors.limits] ib_symbol_error_per_s in the config"
+    assert config.gpu_count == 8
