@@ -61,12 +61,19 @@ class SlurmSettings:
     scontrol_timeout_s: float = 10.0
 
 
+def _xid_repeat() -> tuple[int, float]:
+    from nodecheck.xid_catalog import repeat_defaults
+
+    return repeat_defaults()
+
+
 @dataclass
 class ErrorSettings:
     """[errors]: how the error signals are judged (agent/signal_rules.py)."""
 
-    xid_repeat_count: int = 5  # a watched Xid this many times on one GPU ...
-    xid_repeat_window_s: float = 3600.0  # ... within this long is an error, not a warning
+    # a watched Xid this many times on one GPU within this long is an error, not a warning (agent/data/xid.toml [repeat])
+    xid_repeat_count: int = field(default_factory=lambda: _xid_repeat()[0])
+    xid_repeat_window_s: float = field(default_factory=lambda: _xid_repeat()[1])
     kernel_log_lookback_s: float = 0.0  # events older than this are not judged; 0: every event since boot
     limits: dict[str, float] = field(default_factory=dict)  # [errors.limits]: overrides of specs.toml [error_limits]
 

@@ -59,3 +59,10 @@ def xid_entry(code: int) -> XidEntry:
 
 def listed_codes() -> list[int]:
     return sorted(int(code) for code in _catalog()["xid"])
+
+
+def repeat_defaults() -> tuple[int, float]:
+    """(count, window in seconds) at which a watched Xid repeating on one GPU becomes an error."""
+    row = _catalog()["repeat"]
+    return int(row["count"]), float(row["window_s"])
+

@@ -159,3 +159,10 @@ def test_kernel_log_json_keeps_the_address_as_printed(tmp_path):
     log.write_text("[ 5.0] NVRM: Xid (PCI:00000000:3B:00): 79, pid=1, GPU has fallen off the bus.\n")
     (event,) = json.loads(cli("kernel-log", str(log), "--json").stdout)["events"]
     assert (event["pci_bus_id"], event["device"], event["xid"], event["severity"]) == ("00000000:3B:00", "0000:3b:00.0", 79, "error")
+
+
+def test_the_repeat_defaults_come_from_the_catalog_with_their_source():
+    from nodecheck.xid_catalog import _catalog, repeat_defaults
+
+    assert (Config().errors.xid_repeat_count, Config().errors.xid_repeat_window_s) == repeat_defaults() == (5, 3600.0)
+    assert "gpud" in _catalog()["repeat"]["source"]
