@@ -3,15 +3,13 @@ documented in docs/report-schema.md; bump SCHEMA_VERSION on any incompatible cha
 
 from __future__ import annotations
 
-import functools
 import re
-import types
-import typing
-from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field
 
 from nodecheck.events import History, KernelLog
 from nodecheck.findings import SEVERITIES, Finding, at_or_above
 from nodecheck.pci import Hop, normal_pci
+from nodecheck.typed_json import record
 
 SCHEMA_VERSION = 2  # 2: paths and measurements carry scope (and endpoints, ranks); GPUs memory_bytes
 BENCH_TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests")  # what `bench --tests` and [prolog] bench name
@@ -286,7 +284,7 @@ class Report:
         ValueError when the document is not a Report's shape."""
         if not isinstance(data, dict):
             raise ValueError("a Report is a JSON object")
-        report = _record(cls, data)
+        report = record(cls, data, _LENIENT)
         report.generated_at, report.source = report.generated_at or 0.0, report.source or ""
         report.schema_version = SCHEMA_VERSION  # read into today's shape
         return report
@@ -332,67 +330,4 @@ _LENIENT = {(Report, "platform"), (Report, "pcie_paths"), (Report, "pcie_acs"), 
 def from_json(kind, raw):
     """One dataclass of the model (a Measurement, a Gpu ...) from its JSON object, read as Report.from_dict
     reads it; ValueError when it is not that shape."""
-    return _record(kind, raw)
-
-
-def _record(kind, raw):
-    """One dataclass from its JSON object, each field decoded by its type: unknown keys dropped, a missing
-    one takes its default (None, [] or {} where it has none). ValueError on a value of the wrong shape."""
-    if not isinstance(raw, dict):
-        raise ValueError(f"{kind.__name__}: expected an object, got {type(raw).__name__}")
-    hints = _hints(kind)
-    values = {}
-    for spec in fields(kind):
-        value = raw.get(spec.name)
-        if value is None:
-            if spec.default is MISSING and spec.default_factory is MISSING:  # required: its empty value
-                values[spec.name] = _empty(hints[spec.name])
-            continue
-        try:
-            values[spec.name] = _decode(hints[spec.name], value, f"{kind.__name__}.{spec.name}")
-        except ValueError:
-            if (kind, spec.name) not in _LENIENT:
-                raise
-    return kind(**values)
-
-
-@functools.lru_cache(maxsize=None)
-def _hints(kind) -> dict:
-    return typing.get_type_hints(kind)
-
-
-def _empty(hint):
-    origin = typing.get_origin(hint)
-    return [] if origin is list or hint is list else {} if origin is dict or hint is dict else None
-
-
-def _decode(hint, value, where: str):
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                return _decode(arg, value, where)
-            except ValueError as error:
-                errors.append(str(error))
-        raise ValueError("; ".join(errors))
-    if is_dataclass(hint):
-        return _record(hint, value)
-    if origin is list or hint is list:
-        if not isinstance(value, list):
-            raise ValueError(f"{where}: expected a list, got {type(value).__name__}")
-        return [_decode(args[0], v, where) for v in value] if args else value
-    if origin is dict or hint is dict:
-        if not isinstance(value, dict):
-            raise ValueError(f"{where}: expected an object, got {type(value).__name__}")
-        if not args:
-            return value
-        return {_decode(args[0], k, where): _decode(args[1], v, where) for k, v in value.items()}
-    if hint is object:
-        return value
-    allowed = (int, float) if hint is float else (hint,)
-    if not isinstance(value, allowed) or (isinstance(value, bool) and hint is not bool):
-        raise ValueError(f"{where}: expected {hint.__name__}, got {type(value).__name__}")
-    return value
+    return record(kind, raw, _LENIENT)

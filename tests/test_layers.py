@@ -14,7 +14,7 @@ PACKAGES = {"agent": "nodecheck", "probes": "nodecheck.probes", "exporters": "no
 LAYERS = [
     ("bottom", ["nodecheck", "nodecheck.errors", "nodecheck.units", "nodecheck.limits", "nodecheck.specs",
                 "nodecheck.pairing", "nodecheck.pci", "nodecheck.ifnames", "nodecheck.xid_catalog"]),
-    ("model", ["nodecheck.model", "nodecheck.findings", "nodecheck.events"]),
+    ("model", ["nodecheck.model", "nodecheck.findings", "nodecheck.events", "nodecheck.typed_json"]),
     ("host", ["nodecheck.host", "nodecheck.files", "nodecheck.netif", "nodecheck.snapshot", "nodecheck.state"]),
     ("probes", ["nodecheck.probes"]),
     ("assembly", ["nodecheck.config", "nodecheck.build", "nodecheck.rules", "nodecheck.signal_rules", "nodecheck.error_rules", "nodecheck.gpu_error_rules", "nodecheck.signal_join", "nodecheck.verdicts", "nodecheck.nccl_run", "nodecheck.advice",
