@@ -91,6 +91,7 @@ def merge(results: dict[str, ProbeResult], identity: dict, source: str, started:
     net: NicFacts | None = _facts(results, "nics")
     node = {k: identity.get(k) for k in ("hostname", "kernel", "machine", "nodecheck_version")}
     node["driver_version"] = (nvml.driver_version if nvml else None) or identity.get("kernel_module_version")
+    node["cuda_driver_version"] = nvml.cuda_driver_version if nvml else None  # NVML's: 12040 is CUDA 12.4
     gpus = _gpus(topo, nvml, hw)
     nics = _nics(topo, net, hw)
     links = [Link(l.a, l.b, l.type, link_class(l.type)) for l in topo.links] if topo else []
@@ -131,6 +132,7 @@ def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | No
             gpu.utilization_percent, gpu.memory_bytes = n.utilization_gpu, n.memory_total_bytes
             gpu.nvlinks = [{"link": link, "active": active, "version": version} for link, active, version in n.nvlinks]
             gpu.ecc_enabled, gpu.remapped_rows_pending, gpu.remapped_rows_failed = n.ecc_enabled, n.remapped_rows_pending, n.remapped_rows_failed
+            gpu.vbios = n.vbios
             signals = GpuSignals(n.pcie_replays, n.clock_event_reasons, n.ecc_uncorrected_volatile, n.nvlink_errors)
             gpu.signals = signals if signals != GpuSignals() else None  # None: NVML said nothing of them (an older dump)
             gpu.cpu_affinity = n.cpu_affinity

@@ -58,6 +58,7 @@ FINDING_KINDS = {
     "nvlink_errors": "{subject} {measured}",
     "ecc_uncorrected": "{subject} {measured} ECC errors",
     "gpu_clock_slowdown": "{subject} clocks: {measured}",
+    "gpu_vbios_mismatch": "{subject} VBIOS {measured} != {expected}",
     # raised by `nodecheck prolog` / `healthcheck` only
     "check_timed_out": "{subject} timed out after {expected}",
     "check_failed": "{head}",

@@ -62,6 +62,7 @@ class Gpu:
     name: str | None = None
     uuid: str | None = None
     pci_bus_id: str | None = None
+    vbios: str | None = None  # NVML's VBIOS version
     architecture: int | None = None  # NVML's number (nvmlDeviceGetArchitecture: 7 Ampere, 9 Hopper ...)
     cpu_affinity: str = ""  # Linux cpulist; "" when not reported
     numa_node: int | None = None  # the CPU-side NUMA node closest to the GPU
@@ -213,6 +214,7 @@ class Nic:
     addresses: list[dict] = field(default_factory=list)
     rdma_device: str | None = None  # mlx5_0 when this netdev belongs to an RDMA device
     ib_ports: list[IbPort] = field(default_factory=list)
+    firmware: str | None = None  # its RDMA device's fw_ver (/sys/class/infiniband/DEV/fw_ver)
 
 
 @dataclass

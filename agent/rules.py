@@ -14,6 +14,7 @@ from typing import Callable
 from nodecheck.config import Config
 from nodecheck.error_rules import aer_findings, ib_findings
 from nodecheck.findings import Finding
+from nodecheck.fingerprint import vbios_mismatch
 from nodecheck.gpu_error_rules import gpu_findings
 from nodecheck.model import Report, link_family
 from nodecheck.pci import narrow_hops, normal_pci
@@ -308,4 +309,5 @@ RULES = [
     Rule(aer_findings, ("pcie_aer_fatal", "pcie_link_errors"), needs="pcie_paths"),
     Rule(ib_findings, ("ib_link_downed", "ib_port_errors", "ib_counter_saturated"), needs="nics"),
     Rule(gpu_findings, ("pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown"), needs="nvml"),
+    Rule(vbios_mismatch, ("gpu_vbios_mismatch",), needs="nvml"),
 ]

@@ -48,6 +48,7 @@ class ReportCollector:
         if report is None:
             return
         yield from _probes(report)
+        yield from _fingerprint(report)
         yield from _gpus(report)
         yield from _links_and_nics(report, self.virtual_nics)
         yield from _measurements(report)
@@ -66,6 +67,15 @@ def _probes(report: Report) -> Iterator[Metric]:
                  ["probe"], [([p.name], int(p.ok)) for p in report.probes])
     yield _gauge("nodecheck_probe_duration_seconds", "How long the probe took.", ["probe"],
                  [([p.name], p.duration_seconds) for p in report.probes])
+
+
+def _fingerprint(report: Report) -> Iterator[Metric]:
+    from nodecheck.fingerprint import FIELDS, fingerprint
+
+    labels = fingerprint(report).labels()
+    yield _gauge("nodecheck_node_fingerprint_info", "What every node of one type should share (agent/fingerprint.py): its "
+                 "type, driver, CUDA, VBIOS and NIC firmware versions, kernel, and a hash of its topology.", list(FIELDS),
+                 [([labels[f] for f in FIELDS], 1)])
 
 
 def _gpus(report: Report) -> Iterator[Metric]:

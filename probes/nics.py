@@ -84,7 +84,8 @@ def read_rdma_device(host, name: str) -> dict:
              for port in host.list_dir(f"{base}/ports")}
     for port, raw in ports.items():
         raw["counters"] = read_port_counters(host, f"{base}/ports/{port}")
-    return {"device": host.read_link(f"{base}/device"), "ports": ports, "netdevs": host.list_dir(f"{base}/device/net")}
+    return {"device": host.read_link(f"{base}/device"), "ports": ports, "netdevs": host.list_dir(f"{base}/device/net"),
+            "fw_ver": host.read_text(f"{base}/fw_ver")}
 
 
 def pci_address_from_path(path: str) -> str | None:
@@ -102,6 +103,8 @@ def parse_nics(netdevs: dict[str, dict], rdma: dict[str, dict], addresses: dict,
         nic = _nic(name, netdevs[name], addresses.get(name, []))
         nic.rdma_device = owner.get(name)
         nic.ib_ports = rdma_ports.get(nic.rdma_device, []) if nic.rdma_device else []
+        firmware = _clean(rdma[nic.rdma_device].get("fw_ver")) if nic.rdma_device else None
+        nic.firmware = firmware[:64] if firmware else None
         nics.append(nic)
     rdma_pci = {name: pci for name, raw in rdma.items() if (pci := pci_address_from_path(raw.get("device") or ""))}
     return NicFacts(nics, rdma_ports, rdma_pci, parse_proc_route(route_text) if route_text else [])
@@ -123,6 +126,7 @@ def _check_shapes(netdevs, rdma, addresses) -> None:
     for name, raw in rdma.items():
         ports = raw.get("ports") if isinstance(raw, dict) else None
         if (not isinstance(raw, dict) or not text_or_none(raw.get("device")) or not names(raw.get("netdevs"))
+                or not text_or_none(raw.get("fw_ver"))
                 or not (ports is None or isinstance(ports, dict) and all(
                     isinstance(p, dict) and all(text_or_none(v) or k == "counters" and _texts(v) for k, v in p.items())
                     for p in ports.values()))):

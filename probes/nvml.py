@@ -84,6 +84,7 @@ def _dump_gpu(pynvml, index: int) -> dict:
     return {
         "index": index,
         "name": _ask(pynvml, pynvml.nvmlDeviceGetName, handle),
+        "vbios": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetVbiosVersion", None), handle),
         "architecture": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetArchitecture", None), handle),
         "uuid": _ask(pynvml, pynvml.nvmlDeviceGetUUID, handle),
         "pci_bus_id": pci if isinstance(pci, dict) else _text(pci.busId),
@@ -132,6 +133,7 @@ def _text(value) -> str:
 class NvmlGpu:
     index: int
     name: str | None = None
+    vbios: str | None = None  # nvmlDeviceGetVbiosVersion: "96.00.DA.00.0C"
     uuid: str | None = None
     pci_bus_id: str | None = None
     architecture: int | None = None  # NVML_DEVICE_ARCH_*: the NVLink rate follows from it
@@ -184,7 +186,7 @@ def _is_int(value) -> bool:
 
 def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
     gpu = NvmlGpu(index=raw.get("index", position) if _is_int(raw.get("index")) else position)
-    for name in ("name", "uuid", "pci_bus_id"):
+    for name in ("name", "uuid", "pci_bus_id", "vbios"):
         setattr(gpu, name, _field(gpu, raw, name, str))
     for name in ("pcie_gen_current", "pcie_gen_max", "pcie_gen_gpu_max", "pcie_width_current",
                  "pcie_width_max", "utilization_gpu", "memory_total_bytes", "architecture", "pcie_replays",

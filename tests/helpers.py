@@ -77,8 +77,12 @@ def requires_root() -> None:
 
 
 def h100_nvml_records() -> list[dict]:
-    """NVML values captured on the real H100 node, one record per GPU."""
-    return [json.loads(line) for line in need(H100 / "nvml.json").read_text().splitlines() if line.strip()]
+    """NVML values captured on the real H100 node, one record per GPU, with its VBIOS version as that node's
+    `nvidia-smi -q` (NVML's nvmlDeviceGetVbiosVersion) printed it."""
+    import re
+
+    vbios = re.search(r"VBIOS Version\s+: (\S+)", need(H100 / "nvidia-smi-q.txt").read_text())[1]
+    return [dict(json.loads(line), vbios=vbios) for line in need(H100 / "nvml.json").read_text().splitlines() if line.strip()]
 
 
 def make_snapshot(root: Path, topo: str | None = None, nvml_gpus: list[dict] | None = None) -> Path:

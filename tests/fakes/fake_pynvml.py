@@ -41,6 +41,7 @@ def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Excep
     m.nvmlDeviceGetCount = lambda: len(gpus)
     m.nvmlDeviceGetHandleByIndex = lambda i: gpus[i]
     m.nvmlDeviceGetName = lambda h: h["name"]
+    m.nvmlDeviceGetVbiosVersion = lambda h: _value(h.get("vbios", "ERR"))
     m.nvmlDeviceGetArchitecture = lambda h: _value(h.get("arch", "ERR"))
     m.nvmlDeviceGetUUID = lambda h: h["uuid"]
     m.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=h["pci"])
