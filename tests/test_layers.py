@@ -19,7 +19,7 @@ LAYERS = [
     ("probes", ["nodecheck.probes"]),
     ("assembly", ["nodecheck.config", "nodecheck.build", "nodecheck.rules", "nodecheck.signal_rules", "nodecheck.error_rules", "nodecheck.gpu_error_rules", "nodecheck.signal_join", "nodecheck.fingerprint", "nodecheck.verdicts", "nodecheck.nccl_run", "nodecheck.advice",
                   "nodecheck.coverage", "nodecheck.config_check"]),
-    ("services", ["nodecheck.bench", "nodecheck.proximity", "nodecheck.slurm", "nodecheck.scale"]),
+    ("services", ["nodecheck.bench", "nodecheck.proximity", "nodecheck.slurm", "nodecheck.scale", "nodecheck.fleet"]),
     ("faces", ["nodecheck.render", "nodecheck.exporters", "nodecheck.prolog", "nodecheck.cli", "nodecheck.__main__"]),
 ]
 ISOLATED = ("services", "faces")  # their modules import each other only within one package

@@ -1,5 +1,5 @@
 """The command line: inspect, snapshot, config, bench, nccl-log, check, serve, scale, prolog, healthcheck,
-kernel-log, clear.
+kernel-log, clear, fleet.
 Each family of commands is a module of its own, holding its declarations and the calls they make; this
 module registers them, in the order `--help` lists them, and is the entry point."""
 
@@ -13,7 +13,7 @@ import typer
 from nodecheck.cli.app import EXIT_USAGE, app
 from nodecheck.errors import ConfigError
 
-for _family in ("inspect", "bench", "serve", "scale", "slurm", "signals"):  # each registers its commands, in this order
+for _family in ("inspect", "bench", "serve", "scale", "slurm", "signals", "fleet"):  # each registers its commands, in this order
     importlib.import_module(f"nodecheck.cli.{_family}")
 
 

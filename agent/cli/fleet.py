@@ -1,0 +1,68 @@
+"""`nodecheck fleet DIR`: the nodes of a directory of Reports (`inspect --json`, `bench --json`, one per node)
+compared with their peers of the same type (agent/fleet.py)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+
+from nodecheck.cli.app import EXIT_FINDINGS, EXIT_OK, app, fail
+
+FLEET_SCHEMA_VERSION = 1
+MAX_REPORTS = 100_000
+
+
+@app.command()
+def fleet(
+    source: Path = typer.Argument(..., help="A directory of Reports, one JSON file per node (e.g. from deploy/slurm/nodecheck-sweep)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON (schema nodecheck.fleet)."),
+    fraction: float = typer.Option(0.9, "--fraction", min=0.01, max=1.0,
+                                   help="A node below this fraction of its peers' median on a measurement is out of line."),
+) -> None:
+    """Compare each node with its peers of the same type: measurements and facts (median, robust z-score) and
+    fingerprint drift (driver, VBIOS, NIC firmware, kernel, topology). Exit 1 when a node is out of line."""
+    from nodecheck.fleet import compare, out_of_line
+
+    views, skipped = _read_reports(source)
+    groups = compare(views, fraction)
+    out = out_of_line(groups)
+    if as_json:
+        typer.echo(json.dumps({"schema": "nodecheck.fleet", "schema_version": FLEET_SCHEMA_VERSION, "fraction": fraction,
+                               "nodes": len(views), "skipped": skipped, "groups": [asdict(g) for g in groups],
+                               "out_of_line": out}, indent=2))
+    else:
+        from nodecheck.render.fleet import render_fleet
+
+        render_fleet(groups, skipped, fraction)
+    raise typer.Exit(EXIT_FINDINGS if out else EXIT_OK)
+
+
+def _read_reports(source: Path):
+    """Each *.json file of `source` as a node; one that is not a Report is skipped and said why."""
+    from nodecheck.errors import NodecheckError
+    from nodecheck.files import read_user_file
+    from nodecheck.fleet import node_view
+    from nodecheck.limits import MAX_JSON_DOCUMENT
+    from nodecheck.model import Report
+
+    if not source.is_dir():
+        fail(f"{source}: not a directory of Reports")
+    files = sorted(source.glob("*.json"))
+    if len(files) > MAX_REPORTS:
+        fail(f"{source}: {len(files)} files, more than {MAX_REPORTS} nodes: not read")
+    views, skipped, names = [], [], set()
+    for path in files:
+        try:
+            report = Report.from_dict(json.loads(read_user_file(path, MAX_JSON_DOCUMENT, "Report")))
+        except (NodecheckError, ValueError, RecursionError) as error:
+            skipped.append({"file": path.name, "why": str(error)[:200]})
+            continue
+        view = node_view(report, path.stem)
+        if view.name in names:
+            view.name = f"{view.name} ({path.name})"
+        names.add(view.name)
+        views.append(view)
+    return views, skipped

@@ -1,0 +1,135 @@
+"""The fleet view (issue 24): nodes of one type compared with each other. Pure: Reports in, a verdict out.
+
+Nodes are grouped by sku (agent/fingerprint.py). In a group of at least MIN_PEERS nodes:
+- every measurement (the node's worst ratio to spec per test and path kind) and numeric fact gets the group's
+  median, each node's ratio to it and a robust z-score (0.6745 (x - median) / MAD, Iglewicz and Hoaglin); a node
+  below `fraction` of its peers' median on a measurement, or at z <= -3.5 on anything, is out of line;
+- every fingerprint field has its majority; a node that differs from it is named ("gpu-17: driver 550.54.15;
+  412 of 415 nodes run 550.90.07").
+Fewer than MIN_PEERS nodes: said, nothing judged. Peers advise; they never drain a node (issue 24).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+
+from nodecheck.fingerprint import fingerprint
+from nodecheck.model import Report
+
+MIN_PEERS = 5
+DEFAULT_FRACTION = 0.9
+Z_OUT = -3.5  # Iglewicz and Hoaglin's cut for a modified z-score
+DRIFT_FIELDS = ("driver", "cuda", "vbios", "nic_firmware", "kernel", "topology")
+
+
+@dataclass
+class NodeView:
+    name: str
+    sku: str
+    fingerprint: dict[str, str]
+    values: dict[str, float]  # "measured:allreduce/nvlink" -> worst ratio to spec; "fact:..." -> a number
+
+
+@dataclass
+class Outlier:
+    node: str
+    key: str
+    value: float
+    median: float
+    ratio: float | None
+    z: float | None
+
+
+@dataclass
+class Drift:
+    node: str
+    field: str
+    value: str
+    majority: str
+    majority_nodes: int
+    nodes: int
+
+
+@dataclass
+class Group:
+    sku: str
+    nodes: list[str]
+    judged: bool
+    why: str | None = None
+    medians: dict[str, float] = field(default_factory=dict)
+    outliers: list[Outlier] = field(default_factory=list)
+    drift: list[Drift] = field(default_factory=list)
+
+
+def node_view(report: Report, fallback_name: str) -> NodeView:
+    values: dict[str, float] = {}
+    for m in report.measurements:
+        if m.ok and m.ratio is not None:
+            key = f"measured:{m.test}/{(m.details or {}).get('path_kind') or m.scope or 'path'}"
+            values[key] = min(values.get(key, m.ratio), m.ratio)  # the node's worst path of that kind
+    values.update(_facts(report))
+    name = str((report.node or {}).get("hostname") or fallback_name)
+    return NodeView(name, fingerprint(report).sku, fingerprint(report).labels(), values)
+
+
+def _facts(report: Report) -> dict[str, float]:
+    facts = {"fact:gpus": float(len(report.gpus))}
+    widths = [(g.pcie or {}).get("width_current") for g in report.gpus]
+    if any(widths):
+        facts["fact:gpu_pcie_width_min"] = float(min(w for w in widths if w))
+    if any(g.nvlinks for g in report.gpus):
+        facts["fact:nvlinks_active"] = float(sum(1 for g in report.gpus for l in g.nvlinks if l.get("active")))
+    up = [n for n in report.nics if not n.virtual and n.state == "up"]
+    facts["fact:nics_up"] = float(len(up))
+    if any(n.speed_mbps for n in up):
+        facts["fact:nic_speed_mbps_total"] = float(sum(n.speed_mbps or 0 for n in up))
+    return facts
+
+
+def compare(views: list[NodeView], fraction: float = DEFAULT_FRACTION) -> list[Group]:
+    groups = []
+    for sku in sorted({v.sku for v in views}):
+        members = sorted((v for v in views if v.sku == sku), key=lambda v: v.name)
+        names = [v.name for v in members]
+        if len(members) < MIN_PEERS:
+            groups.append(Group(sku, names, False, f"{len(members)} node(s), fewer than {MIN_PEERS}: nothing judged"))
+            continue
+        group = Group(sku, names, True)
+        for key in sorted({k for v in members for k in v.values}):
+            _judge_key(group, key, [(v.name, v.values[key]) for v in members if key in v.values], fraction)
+        for name in DRIFT_FIELDS:
+            _drift(group, name, [(v.name, v.fingerprint.get(name, "")) for v in members])
+        groups.append(group)
+    return groups
+
+
+def _judge_key(group: Group, key: str, values: list[tuple[str, float]], fraction: float) -> None:
+    if len(values) < MIN_PEERS:
+        return
+    numbers = [x for _, x in values]
+    median = statistics.median(numbers)
+    mad = statistics.median(abs(x - median) for x in numbers)
+    group.medians[key] = median
+    for name, x in values:
+        ratio = x / median if median else None
+        z = 0.6745 * (x - median) / mad if mad else (0.0 if x == median else None)
+        low_measurement = key.startswith("measured:") and ratio is not None and ratio < fraction
+        low_z = z is not None and z <= Z_OUT
+        off_fact = key.startswith("fact:") and mad == 0 and x != median  # all peers agree but this one
+        if low_measurement or low_z or off_fact:
+            group.outliers.append(Outlier(name, key, x, median, round(ratio, 4) if ratio is not None else None,
+                                          round(z, 2) if z is not None else None))
+
+
+def _drift(group: Group, name: str, values: list[tuple[str, str]]) -> None:
+    majority, majority_nodes = Counter(value for _, value in values).most_common(1)[0]
+    for node, value in values:
+        if value != majority:
+            group.drift.append(Drift(node, name, value, majority, majority_nodes, len(values)))
+
+
+def out_of_line(groups: list[Group]) -> list[str]:
+    return sorted({o.node for g in groups for o in g.outliers} | {d.node for g in groups for d in g.drift})
+

@@ -1,0 +1,70 @@
+"""`nodecheck fleet DIR` (agent/fleet.py) over Reports of real snapshots: eight HGX H100 nodes built from the
+published topology and the H100 capture's NVML values, each with an in-node all-reduce; one measures 0.81 of
+spec where its peers measure 0.95, one runs another driver, one has a GPU trained at x8. The fleet names those
+three and no other; fewer than five nodes of a type are not judged."""
+
+import dataclasses
+import json
+
+import pytest
+from helpers import cli, hgx_nvml, make_measurement, make_snapshot
+
+from nodecheck.build import build_report
+from nodecheck.snapshot import SnapshotHost
+
+
+@pytest.fixture(scope="module")
+def hgx_report(tmp_path_factory):
+    snap = make_snapshot(tmp_path_factory.mktemp("hgx") / "node", topo="hgx-h100-8gpu-8nic-sglang30401.txt",
+                         nvml_gpus=hgx_nvml())
+    return build_report(SnapshotHost(snap))
+
+
+def node(report, name: str, ratio: float = 0.95, driver: str | None = None, narrow_gpu: int | None = None):
+    allreduce = make_measurement("allreduce:node-8-gpus", "allreduce", rate=ratio * 400e9, spec=400e9,
+                                 details={"path_kind": "nvlink"})
+    gpus = [dataclasses.replace(g, pcie=dict(g.pcie, width_current=8)) if g.index == narrow_gpu else g for g in report.gpus]
+    return dataclasses.replace(report, node=dict(report.node, hostname=name, driver_version=driver or report.node["driver_version"]),
+                               gpus=gpus, measurements=[allreduce])
+
+
+def write(directory, reports) -> None:
+    directory.mkdir(exist_ok=True)
+    for report in reports:
+        (directory / f"{report.node['hostname']}.json").write_text(json.dumps(report.to_dict()))
+
+
+def test_the_fleet_names_the_nodes_out_of_line_and_no_other(tmp_path, hgx_report):
+    reports = [node(hgx_report, f"gpu-{i:02d}") for i in range(5)]
+    reports += [node(hgx_report, "gpu-slow", ratio=0.81), node(hgx_report, "gpu-olddriver", driver="550.54.15"),
+                node(hgx_report, "gpu-x8", narrow_gpu=3)]
+    write(tmp_path / "fleet", reports)
+    (tmp_path / "fleet" / "garbage.json").write_text("{not json")
+    result = cli("fleet", str(tmp_path / "fleet"), "--json")
+    assert result.returncode == 1
+    document = json.loads(result.stdout)
+    assert (document["schema"], document["schema_version"], document["nodes"]) == ("nodecheck.fleet", 1, 8)
+    assert document["out_of_line"] == ["gpu-olddriver", "gpu-slow", "gpu-x8"]
+    assert [s["file"] for s in document["skipped"]] == ["garbage.json"]
+    (group,) = document["groups"]
+    slow = [o for o in group["outliers"] if o["node"] == "gpu-slow"]
+    assert [(o["key"], o["ratio"]) for o in slow] == [("measured:allreduce/nvlink", round(0.81 / 0.95, 4))]
+    (drift,) = group["drift"]
+    assert (drift["node"], drift["field"], drift["value"], drift["majority"], drift["majority_nodes"]) == (
+        "gpu-olddriver", "driver", "550.54.15", "580.159.04", 7)
+
+    text = cli("fleet", str(tmp_path / "fleet"))
+    lines = text.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert "  gpu-olddriver: driver 550.54.15; 7 of 8 nodes run 580.159.04" in lines
+
+
+def test_fewer_than_five_peers_judge_nothing(tmp_path, hgx_report):
+    write(tmp_path / "small", [node(hgx_report, "a"), node(hgx_report, "b"), node(hgx_report, "c", ratio=0.5)])
+    result = cli("fleet", str(tmp_path / "small"), "--json")
+    (group,) = json.loads(result.stdout)["groups"]
+    assert result.returncode == 0 and not group["judged"] and "fewer than 5" in group["why"]
+
+
+def test_fleet_refuses_what_is_not_a_directory(tmp_path):
+    assert cli("fleet", str(tmp_path / "absent")).returncode == 2
