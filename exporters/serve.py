@@ -18,6 +18,7 @@ from typing import Callable
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from nodecheck.config import DEFAULT_VIRTUAL_NICS
+from nodecheck.errors import NodecheckError
 from nodecheck.exporters.http import ScrapeServer, listening_socket
 from nodecheck.exporters.prometheus import exposition
 from nodecheck.host import kill_running_commands
@@ -123,6 +124,20 @@ def bench_forever(latest: LatestReport, bench: Callable[[], list[Measurement]], 
         latest.set_measurements(measurements, time.time())
 
 
+def follow_measurements(latest: LatestReport, read: Callable[[], tuple[list[Measurement], float | None]], every: float,
+                        stop: threading.Event) -> None:
+    """Publish the measurements a file holds (`serve --measurements FILE`, written by a bench timer), read now
+    and again every `every` seconds; a file that cannot be read keeps what was published, and is logged."""
+    while True:
+        try:
+            measurements, measured_at = read()
+            latest.set_measurements(measurements, measured_at or time.time())
+        except NodecheckError as error:
+            log.warning("measurements not read: %s", error)
+        if stop.wait(every):
+            return
+
+
 def _tls_context(certfile: str, keyfile: str, client_cafile: str | None) -> ssl.SSLContext:
     """The standard library's TLS, configured as prometheus_client's start_http_server configures it."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -136,7 +151,7 @@ def _tls_context(certfile: str, keyfile: str, client_cafile: str | None) -> ssl.
 
 def serve(host: str, port: int, build: Callable[[], Report], interval: float, stop: threading.Event,
           web=None, bench: Callable[[], list[Measurement]] | None = None, bench_every: float = 0,
-          config=None) -> None:
+          config=None, measurements: Callable[[], tuple[list[Measurement], float | None]] | None = None) -> None:
     """web: a webconfig.WebConfig (TLS, mutual TLS, basic auth). bench: run every bench_every seconds
     (0: never, the default on nodes that run jobs)."""
     from nodecheck.exporters.webconfig import BasicAuth
@@ -150,6 +165,9 @@ def serve(host: str, port: int, build: Callable[[], Report], interval: float, st
     server.start()
     if bench is not None and bench_every > 0:
         threading.Thread(target=bench_forever, args=(latest, bench, bench_every, stop), name="bench", daemon=True).start()
+    if measurements is not None:
+        threading.Thread(target=follow_measurements, args=(latest, measurements, interval, stop), name="measurements",
+                         daemon=True).start()
     log.info("serving /metrics on %s:%d%s%s", host, port, " (TLS)" if tls else "", " (basic auth)" if auth else "")
     try:
         # Polled, not stop.wait(): `nodecheck serve` sets `stop` from its SIGTERM handler, which runs in this

@@ -48,7 +48,7 @@ def test_the_fleet_names_the_nodes_out_of_line_and_no_other(tmp_path, hgx_report
     assert [s["file"] for s in document["skipped"]] == ["garbage.json"]
     (group,) = document["groups"]
     slow = [o for o in group["outliers"] if o["node"] == "gpu-slow"]
-    assert [(o["key"], o["ratio"]) for o in slow] == [("measured:allreduce/nvlink", round(0.81 / 0.95, 4))]
+    assert [(o["key"], o["ratio"]) for o in slow] == [("measured:allreduce/allreduce:node-8-gpus", round(0.81 / 0.95, 4))]
     (drift,) = group["drift"]
     assert (drift["node"], drift["field"], drift["value"], drift["majority"], drift["majority_nodes"]) == (
         "gpu-olddriver", "driver", "550.54.15", "580.159.04", 7)
@@ -68,3 +68,47 @@ def test_fewer_than_five_peers_judge_nothing(tmp_path, hgx_report):
 
 def test_fleet_refuses_what_is_not_a_directory(tmp_path):
     assert cli("fleet", str(tmp_path / "absent")).returncode == 2
+
+
+def test_fleet_takes_one_source_and_says_what_is_wrong_with_a_prometheus(tmp_path):
+    import http.server
+    import threading
+
+    from helpers import free_port
+
+    assert cli("fleet").returncode == 2 and cli("fleet", str(tmp_path), "--prometheus", "http://x").returncode == 2
+    closed = cli("fleet", "--prometheus", f"http://127.0.0.1:{free_port()}")
+    assert closed.returncode == 2 and "Prometheus at" in closed.stderr
+    assert "http:// or https://" in cli("fleet", "--prometheus", "file:///etc/passwd").stderr
+
+    class Garbage(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'{"status": "success", "data": {"result": 5}}')
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Garbage)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        answer = cli("fleet", "--prometheus", f"http://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+    assert answer.returncode == 2 and "not an instant-query answer" in answer.stderr
+
+
+def test_serve_reads_the_measurements_a_bench_run_wrote(tmp_path, hgx_report):
+    """`serve --measurements FILE`: a `bench --json` Report or a `bench --measure-only` document; anything else
+    is refused naming the file (serve logs it and keeps what it published)."""
+    from nodecheck.bench.plan import read_measurements_file
+    from nodecheck.errors import NodecheckError
+
+    report = node(hgx_report, "n", ratio=0.9)
+    (tmp_path / "bench.json").write_text(json.dumps(dict(report.to_dict(), measured_at=1.8e9)))
+    measurements, when = read_measurements_file(tmp_path / "bench.json")
+    assert [(m.test, round(m.ratio, 2)) for m in measurements] == [("allreduce", 0.9)] and when == 1.8e9
+    (tmp_path / "bad.json").write_text('{"measurements": [{"path": 5}]}')
+    with pytest.raises(NodecheckError, match="bad.json"):
+        read_measurements_file(tmp_path / "bad.json")

@@ -3,13 +3,14 @@ deploy/slurm's wrapper and slurm.conf snippet: a healthy node runs a job; a node
 more than it has is drained with a `nodecheck:` reason and the sbatch job is requeued; the health
 check resumes it once the fault is gone; an admin's drain stays; a job can skip the prolog."""
 
+import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import fake_executable
+from helpers import REPO, fake_executable
 from slurm_cluster import SlurmNode, missing
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
@@ -135,3 +136,18 @@ def test_healthcheck_dry_run_leaves_an_admin_drain(slurm):
     finally:
         slurm.configure(HEALTHY)
         slurm.run("scontrol", "update", f"nodename={slurm.name}", "state=resume")
+
+
+def test_a_sweep_writes_each_nodes_report_and_compares_them(slurm, tmp_path):
+    """deploy/slurm/nodecheck-sweep in a real job: srun runs `nodecheck inspect --json` on the node into the
+    sweep's directory, then `nodecheck fleet` reads it (one node: fewer than 5 peers, nothing judged)."""
+    slurm.configure(HEALTHY)
+    out, log = tmp_path / "sweep", tmp_path / "sweep.log"
+    entry = Path(sys.executable).parent / "nodecheck"
+    job = slurm.sbatch("-o", str(log), "--export", f"ALL,NODECHECK={entry}",
+                       "--wrap", f"sh {REPO / 'deploy/slurm/nodecheck-sweep'} {out}")
+    slurm.wait_for(lambda: finished(slurm, job), 120, f"sweep job {job} to finish")
+    assert slurm.job(job)["JobState"] == "COMPLETED", log.read_text()[-2000:] if log.exists() else slurm.log("slurmd.log")
+    (report,) = list(out.glob("*.json"))
+    assert json.loads(report.read_text())["schema"] == "nodecheck.report"
+    assert "fewer than 5: nothing judged" in log.read_text()

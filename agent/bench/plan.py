@@ -80,6 +80,21 @@ def _failed(path: str, test: str, error: str) -> Measurement:
     return Measurement.failed(path, test, "-", "-", error)
 
 
+def read_measurements_file(path) -> tuple[list[Measurement], float | None]:
+    """The measurements of a file `bench --json` (a Report) or `bench --measure-only` wrote, and when they were
+    taken: what `serve --measurements FILE` publishes. NodecheckError naming the file when it is neither."""
+    from nodecheck.files import read_user_file
+    from nodecheck.limits import MAX_JSON_DOCUMENT
+
+    try:
+        document = json.loads(read_user_file(path, MAX_JSON_DOCUMENT, "measurements"))
+        measurements = [from_json(Measurement, m) for m in document["measurements"]]
+    except (ValueError, KeyError, TypeError, RecursionError) as error:
+        raise NodecheckError(f"{path}: not the output of `nodecheck bench --json` ({str(error)[:200]})") from None
+    when = document.get("measured_at")
+    return measurements, float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None
+
+
 def run_in_subprocess(argv_tail: list[str], timeout: float, env: dict[str, str] | None = None) -> list[Measurement]:
     """`nodecheck bench --measure-only ARGV_TAIL` in a subprocess killed at `timeout` (the daemon and the
     prolog never import torch): the measurements alone, for the caller to judge (verdicts.with_measurements);

@@ -1,11 +1,12 @@
-"""`nodecheck fleet DIR`: the nodes of a directory of Reports (`inspect --json`, `bench --json`, one per node)
-compared with their peers of the same type (agent/fleet.py)."""
+"""`nodecheck fleet DIR` or `--prometheus URL`: the nodes of a directory of Reports (`inspect --json`, `bench
+--json`, one per node), or those a Prometheus scrapes, compared with their peers of the same type (agent/fleet.py)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -17,16 +18,28 @@ MAX_REPORTS = 100_000
 
 @app.command()
 def fleet(
-    source: Path = typer.Argument(..., help="A directory of Reports, one JSON file per node (e.g. from deploy/slurm/nodecheck-sweep)."),
+    source: Optional[Path] = typer.Argument(None, help="A directory of Reports, one JSON file per node (e.g. from deploy/slurm/nodecheck-sweep)."),
+    prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Ask this Prometheus (http://host:9090) instead."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON (schema nodecheck.fleet)."),
     fraction: float = typer.Option(0.9, "--fraction", min=0.01, max=1.0,
                                    help="A node below this fraction of its peers' median on a measurement is out of line."),
 ) -> None:
     """Compare each node with its peers of the same type: measurements and facts (median, robust z-score) and
     fingerprint drift (driver, VBIOS, NIC firmware, kernel, topology). Exit 1 when a node is out of line."""
+    from nodecheck.errors import NodecheckError
     from nodecheck.fleet import compare, out_of_line
 
-    views, skipped = _read_reports(source)
+    if (source is None) == (prometheus is None):
+        fail("give a directory of Reports or --prometheus URL (one of them)")
+    if prometheus is not None:
+        from nodecheck.fleet.prometheus import node_views
+
+        try:
+            views, skipped = node_views(prometheus), []
+        except NodecheckError as error:
+            fail(str(error))
+    else:
+        views, skipped = _read_reports(source)
     groups = compare(views, fraction)
     out = out_of_line(groups)
     if as_json:

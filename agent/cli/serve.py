@@ -42,6 +42,7 @@ def serve(
     bench_every: float = typer.Option(0.0, "--bench-every", min=0, help="Run `nodecheck bench --quick` in a subprocess every N seconds (0: never; leave 0 on nodes that run jobs)."),
     bench_timeout: float = typer.Option(600.0, "--bench-timeout", min=1, help="Seconds before a scheduled bench run is killed."),
     log_level: str = typer.Option("info", "--log-level", help="debug (a line per probe round), info (start, recoveries, bench runs), warning (probe failures), or error."),
+    measurements_file: Optional[Path] = typer.Option(None, "--measurements", help="Publish the measurements this file holds (what `nodecheck bench --json` wrote, e.g. from a timer), read again every interval."),
     config_path: Optional[Path] = CONFIG_OPTION,
 ) -> None:
     """Serve the latest Report as Prometheus metrics (docs/metrics.md). A scrape never waits for a probe."""
@@ -77,11 +78,12 @@ def serve(
             stop = threading.Event()
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
             signal.signal(signal.SIGINT, lambda *_: stop.set())
-            from nodecheck.bench.plan import run_in_subprocess
+            from nodecheck.bench.plan import read_measurements_file, run_in_subprocess
 
             bench_args = ["--quick"] + (["--config", str(config_path)] if config_path else [])
             run_server(host, port, lambda: build_report(probe_host, config), interval, stop, web,
-                       bench=lambda: run_in_subprocess(bench_args, bench_timeout), bench_every=bench_every, config=config)
+                       bench=lambda: run_in_subprocess(bench_args, bench_timeout), bench_every=bench_every, config=config,
+                       measurements=(lambda: read_measurements_file(measurements_file)) if measurements_file else None)
     except NodecheckError as error:
         fail(str(error))
     except OSError as error:  # port taken, unreadable certificate ...

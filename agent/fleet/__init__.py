@@ -1,7 +1,7 @@
 """The fleet view (issue 24): nodes of one type compared with each other. Pure: Reports in, a verdict out.
 
 Nodes are grouped by sku (agent/fingerprint.py). In a group of at least MIN_PEERS nodes:
-- every measurement (the node's worst ratio to spec per test and path kind) and numeric fact gets the group's
+- every measurement (its ratio to spec, per test and path) and numeric fact gets the group's
   median, each node's ratio to it and a robust z-score (0.6745 (x - median) / MAD, Iglewicz and Hoaglin); a node
   below `fraction` of its peers' median on a measurement, or at z <= -3.5 on anything, is out of line;
 - every fingerprint field has its majority; a node that differs from it is named ("gpu-17: driver 550.54.15;
@@ -29,7 +29,7 @@ class NodeView:
     name: str
     sku: str
     fingerprint: dict[str, str]
-    values: dict[str, float]  # "measured:allreduce/nvlink" -> worst ratio to spec; "fact:..." -> a number
+    values: dict[str, float]  # "measured:allreduce/allreduce:node-8-gpus" -> ratio to spec; "fact:gpus" -> a number
 
 
 @dataclass
@@ -67,8 +67,8 @@ def node_view(report: Report, fallback_name: str) -> NodeView:
     values: dict[str, float] = {}
     for m in report.measurements:
         if m.ok and m.ratio is not None:
-            key = f"measured:{m.test}/{(m.details or {}).get('path_kind') or m.scope or 'path'}"
-            values[key] = min(values.get(key, m.ratio), m.ratio)  # the node's worst path of that kind
+            key = f"measured:{m.test}/{m.path.rsplit('/', 1)[-1]}"  # a path as every node of a type names it
+            values[key] = min(values.get(key, m.ratio), m.ratio)
     values.update(_facts(report))
     name = str((report.node or {}).get("hostname") or fallback_name)
     return NodeView(name, fingerprint(report).sku, fingerprint(report).labels(), values)

@@ -1,0 +1,76 @@
+"""The fleet's nodes as the Prometheus that scrapes them sees them (`nodecheck fleet --prometheus URL`): the same
+NodeViews a directory of Reports gives (agent/fleet.py), from instant queries of its HTTP API. Every call has a
+timeout and a bounded answer; a node is named by its `instance` label."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from nodecheck.errors import NodecheckError
+from nodecheck.fingerprint import FIELDS
+from nodecheck.fleet import NodeView
+
+MAX_ANSWER = 64 * 1024 * 1024  # 10,000 nodes x a few dozen series
+TIMEOUT_S = 30.0
+FACTS = {  # the numeric facts agent/fleet.py takes from a Report, as PromQL over nodecheck's metrics
+    "fact:gpus": "nodecheck_gpus",
+    "fact:gpu_pcie_width_min": "min by (instance) (nodecheck_gpu_pcie_link_width)",
+    "fact:nvlinks_active": "sum by (instance) (nodecheck_gpu_nvlink_active_links)",
+    "fact:nics_up": 'count by (instance) (nodecheck_nic_up * on (instance, nic) group_left () nodecheck_nic_info{virtual="false"} == 1)',
+    "fact:nic_speed_mbps_total": ('sum by (instance) (nodecheck_nic_speed_bytes_per_second * on (instance, nic) nodecheck_nic_up'
+                                  ' * on (instance, nic) group_left () nodecheck_nic_info{virtual="false"}) * 8 / 1e6'),
+}
+
+
+def query(base: str, promql: str, timeout: float = TIMEOUT_S) -> list[dict]:
+    """An instant query's result vector: [{"metric": {...}, "value": [time, "text"]}]."""
+    url = base.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    if not url.startswith(("http://", "https://")):
+        raise NodecheckError(f"--prometheus {base!r}: expected an http:// or https:// URL")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:  # noqa: S310 - the scheme is checked above
+            body = answer.read(MAX_ANSWER + 1)
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        raise NodecheckError(f"Prometheus at {base}: {getattr(error, 'reason', error)}") from None
+    if len(body) > MAX_ANSWER:
+        raise NodecheckError(f"Prometheus at {base}: an answer larger than {MAX_ANSWER >> 20} MiB")
+    try:
+        document = json.loads(body)
+        result = document["data"]["result"] if document.get("status") == "success" else None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        result = None
+    if not isinstance(result, list):
+        raise NodecheckError(f"Prometheus at {base}: not an instant-query answer to {promql[:80]!r}")
+    return [r for r in result if isinstance(r, dict) and isinstance(r.get("metric"), dict)]
+
+
+def _number(sample: dict) -> float | None:
+    try:
+        value = float(sample["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return value if value == value else None  # NaN: no figure
+
+
+def node_views(base: str) -> list[NodeView]:
+    """One NodeView per instance that publishes a fingerprint."""
+    views: dict[str, NodeView] = {}
+    for sample in query(base, "nodecheck_node_fingerprint_info"):
+        labels = sample["metric"]
+        instance = str(labels.get("instance", ""))
+        if instance:
+            views[instance] = NodeView(instance, str(labels.get("sku", "")), {f: str(labels.get(f, "")) for f in FIELDS}, {})
+    for sample in query(base, "min by (instance, test, path) (nodecheck_bandwidth_ratio)"):
+        view, value = views.get(str(sample["metric"].get("instance"))), _number(sample)
+        if view is not None and value is not None:
+            path = str(sample["metric"].get("path", "")).rsplit("/", 1)[-1]
+            view.values[f"measured:{sample['metric'].get('test')}/{path}"] = value
+    for key, promql in FACTS.items():
+        for sample in query(base, promql):
+            view, value = views.get(str(sample["metric"].get("instance"))), _number(sample)
+            if view is not None and value is not None:
+                view.values[key] = value
+    return sorted(views.values(), key=lambda v: v.name)

@@ -1,0 +1,87 @@
+"""The fleet view for real: a real Prometheus with the shipped rules scrapes eight `nodecheck serve --from`
+processes on loopback (HGX H100 snapshots of the published topology and the H100 capture's NVML values, each
+publishing an in-node all-reduce result with --measurements): five alike, one at 0.81 of spec where the others
+measure 0.95, one on another driver, one with a GPU trained at x8. The fleet alerts fire for those three and no
+other node; `nodecheck fleet --prometheus` and `nodecheck fleet DIR` over the same nodes' Reports name the same
+three."""
+
+import json
+import re
+import shutil
+import sys
+import time
+import urllib.parse
+
+import pytest
+from helpers import REPO, cli, free_port, hgx_nvml, make_measurement, make_snapshot
+from test_prometheus_server import get_json, processes, wait_for  # noqa: F401 - processes is a fixture
+
+from nodecheck.build import build_report
+from nodecheck.snapshot import SnapshotHost
+from nodecheck.verdicts import with_measurements
+
+DEADLINE = 120
+FLEET_ALERTS = ("NodecheckBelowPeers", "NodecheckFingerprintDrift", "NodecheckNarrowerThanPeers")
+NODES = {"node-1": {}, "node-2": {}, "node-3": {}, "node-4": {}, "node-5": {},
+         "node-slow": {"ratio": 0.81}, "node-olddriver": {"driver": "550.54.15"}, "node-x8": {"x8": 3}}
+
+
+def node_snapshot(root, ratio: float = 0.95, driver: str | None = None, x8: int | None = None):
+    gpus = hgx_nvml()
+    if x8 is not None:
+        gpus[x8] = dict(gpus[x8], width=8)
+    snap = make_snapshot(root, topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=gpus)
+    if driver:
+        dump = json.loads((snap / "nvml.json").read_text())
+        (snap / "nvml.json").write_text(json.dumps(dict(dump, driver_version=driver)))
+    allreduce = make_measurement("allreduce:node-8-gpus", "allreduce", rate=ratio * 400e9, spec=400e9,
+                                 details={"path_kind": "nvlink"})
+    (root / "measurements.json").write_text(json.dumps({"schema": "nodecheck.measurements", "measured_at": 1.8e9,
+                                                        "measurements": [allreduce.__dict__]}))
+    return snap, allreduce
+
+
+def test_the_fleet_alerts_and_both_fleet_commands_name_the_same_nodes(tmp_path, processes):  # noqa: F811
+    if shutil.which("prometheus") is None:
+        pytest.skip("prometheus is not installed (apt install prometheus)")
+    targets, reports = {}, tmp_path / "reports"
+    reports.mkdir()
+    for name, variant in NODES.items():
+        snap, allreduce = node_snapshot(tmp_path / name, **variant)
+        targets[name] = f"127.0.0.1:{free_port()}"
+        processes([sys.executable, "-m", "nodecheck", "serve", "--listen", targets[name], "--from", str(snap), "--interval", "1",
+                   "--measurements", str(tmp_path / name / "measurements.json")], tmp_path / f"{name}.log")
+        report = with_measurements(build_report(SnapshotHost(snap)), [allreduce], 1.8e9, None)
+        (reports / f"{name}.json").write_text(json.dumps(report.to_dict()))
+
+    rules = re.sub(r"for: \d+m", "for: 2s", (REPO / "deploy/prometheus/nodecheck-rules.yml").read_text())
+    (tmp_path / "rules.yml").write_text(rules)
+    prom_port = free_port()
+    (tmp_path / "prometheus.yml").write_text(json.dumps({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "rule_files": [str(tmp_path / "rules.yml")],
+        "scrape_configs": [{"job_name": "nodecheck", "static_configs": [{"targets": list(targets.values())}]}]}))
+    processes(["prometheus", f"--config.file={tmp_path}/prometheus.yml", f"--storage.tsdb.path={tmp_path}/tsdb",
+               f"--web.listen-address=127.0.0.1:{prom_port}"], tmp_path / "prometheus.log")
+    base = f"http://127.0.0.1:{prom_port}"
+    deadline = time.monotonic() + DEADLINE
+
+    def query(expr: str) -> list:
+        return get_json(f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))["data"]["result"]
+
+    wait_for(lambda: len(query("nodecheck_bandwidth_ratio")) == len(NODES), "every node's all-reduce scraped", deadline)
+    names = {address: name for name, address in targets.items()}
+    expected = {("NodecheckBelowPeers", "node-slow"), ("NodecheckFingerprintDrift", "node-olddriver"),
+                ("NodecheckNarrowerThanPeers", "node-x8")}
+
+    def firing() -> set:
+        alerts = query('ALERTS{alertstate="firing",alertname=~"%s"}' % "|".join(FLEET_ALERTS))
+        return {(a["metric"]["alertname"], names[a["metric"]["instance"]]) for a in alerts}
+
+    wait_for(lambda: firing() >= expected, "the three fleet alerts to fire", deadline)
+    time.sleep(3)  # a few more evaluations: nothing else fires
+    assert firing() == expected
+
+    from_prometheus = json.loads(cli("fleet", "--prometheus", base, "--json").stdout)
+    from_reports = json.loads(cli("fleet", str(reports), "--json").stdout)
+    assert sorted(names[i] for i in from_prometheus["out_of_line"]) == from_reports["out_of_line"] == [
+        "node-olddriver", "node-slow", "node-x8"]
