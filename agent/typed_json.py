@@ -17,7 +17,7 @@ def record(kind, raw, lenient=frozenset()):
         raise ValueError(f"{kind.__name__}: expected an object, got {type(raw).__name__}")
     hints = _hints(kind)
     values = {}
-    for spec in fields(kind):
+    for spec in _fields(kind):
         value = raw.get(spec.name)
         if value is None:
             if spec.default is MISSING and spec.default_factory is MISSING:  # required: its empty value
@@ -36,38 +36,62 @@ def _hints(kind) -> dict:
     return typing.get_type_hints(kind)
 
 
+@functools.lru_cache(maxsize=None)
+def _fields(kind) -> tuple:
+    return fields(kind)
+
+
 def _empty(hint):
     origin = typing.get_origin(hint)
     return [] if origin is list or hint is list else {} if origin is dict or hint is dict else None
 
 
-def _decode(hint, value, where: str, lenient):
+@functools.lru_cache(maxsize=None)
+def _shape(hint) -> tuple:
+    """How a value of this type hint is read, worked out once per hint (a Report holds thousands of values)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
+        return ("union", tuple(a for a in args if a is not type(None)), type(None) in args)
+    if is_dataclass(hint):
+        return ("record", hint)
+    if origin is list or hint is list:
+        return ("list", args[0] if args else None)
+    if origin is dict or hint is dict:
+        return ("dict", args or None)
+    if hint is object:
+        return ("any",)
+    return ("scalar", (int, float) if hint is float else (hint,), hint is bool, hint.__name__)
+
+
+def _decode(hint, value, where: str, lenient):
+    shape = _shape(hint)
+    kind = shape[0]
+    if kind == "union":
+        if value is None and shape[2]:
             return None
         errors = []
-        for arg in (a for a in args if a is not type(None)):
+        for arg in shape[1]:
             try:
                 return _decode(arg, value, where, lenient)
             except ValueError as error:
                 errors.append(str(error))
         raise ValueError("; ".join(errors))
-    if is_dataclass(hint):
-        return record(hint, value, lenient)
-    if origin is list or hint is list:
+    if kind == "record":
+        return record(shape[1], value, lenient)
+    if kind == "list":
         if not isinstance(value, list):
             raise ValueError(f"{where}: expected a list, got {type(value).__name__}")
-        return [_decode(args[0], v, where, lenient) for v in value] if args else value
-    if origin is dict or hint is dict:
+        return [_decode(shape[1], v, where, lenient) for v in value] if shape[1] is not None else value
+    if kind == "dict":
         if not isinstance(value, dict):
             raise ValueError(f"{where}: expected an object, got {type(value).__name__}")
-        if not args:
+        if shape[1] is None:
             return value
-        return {_decode(args[0], k, where, lenient): _decode(args[1], v, where, lenient) for k, v in value.items()}
-    if hint is object:
+        key, item = shape[1]
+        return {_decode(key, k, where, lenient): _decode(item, v, where, lenient) for k, v in value.items()}
+    if kind == "any":
         return value
-    allowed = (int, float) if hint is float else (hint,)
-    if not isinstance(value, allowed) or (isinstance(value, bool) and hint is not bool):
-        raise ValueError(f"{where}: expected {hint.__name__}, got {type(value).__name__}")
+    _, allowed, is_bool, name = shape
+    if not isinstance(value, allowed) or (isinstance(value, bool) and not is_bool):
+        raise ValueError(f"{where}: expected {name}, got {type(value).__name__}")
     return value

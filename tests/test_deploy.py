@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -19,8 +20,11 @@ from nodecheck.snapshot import SnapshotHost
 DASHBOARD = REPO / "deploy" / "grafana" / "nodecheck-dashboard.json"
 
 
-def dashboard_queries() -> list[str]:
-    dash = json.loads(DASHBOARD.read_text())
+FLEET_DASHBOARD = REPO / "deploy" / "grafana" / "nodecheck-fleet-dashboard.json"
+
+
+def dashboard_queries(path: Path = DASHBOARD) -> list[str]:
+    dash = json.loads(path.read_text())
     queries = [t["expr"] for p in dash["panels"] for t in p["targets"]]
     queries += [v["query"]["query"] for v in dash["templating"]["list"] if isinstance(v.get("query"), dict)]
     return queries
@@ -43,7 +47,8 @@ def test_dashboard_queries_use_exported_metrics(tmp_path):
 def test_dashboard_queries_are_valid_promql(tmp_path):
     if shutil.which("promtool") is None:
         pytest.skip("promtool is not installed (apt install prometheus)")
-    exprs = [q.replace("$instance", ".*") for q in dashboard_queries() if not q.startswith("label_values")]
+    exprs = [q.replace("$instance", ".*").replace("$sku", ".*") for path in (DASHBOARD, FLEET_DASHBOARD)
+             for q in dashboard_queries(path) if not q.startswith("label_values")]
     rules = {"groups": [{"name": "dashboard", "rules": [{"record": f"dashboard:query{i}", "expr": e} for i, e in enumerate(exprs)]}]}
     (tmp_path / "q.yml").write_text(yaml.safe_dump(rules))
     checked = subprocess.run(["promtool", "check", "rules", str(tmp_path / "q.yml")], capture_output=True, text=True, timeout=60)
@@ -66,6 +71,16 @@ def test_kubernetes_manifests_agree():
     assert daemonset["spec"]["template"]["spec"]["hostNetwork"] is True
     usage = nodecheck(*container["args"][:1], "--help")
     assert usage.returncode == 0 and all(flag in usage.stdout for flag in ("--listen", "--interval"))
+
+
+def test_the_fleet_dashboard_reads_what_the_fleet_rules_record():
+    """Every recorded series the fleet dashboard queries is one the rules define; every raw one is exported."""
+    recorded = set(re.findall(r"record: (nodecheck:[a-z_:]+)", (REPO / "deploy/prometheus/nodecheck-rules.yml").read_text()))
+    queries = dashboard_queries(FLEET_DASHBOARD)
+    used = {m for q in queries for m in re.findall(r"\bnodecheck:[a-z_:]+", q)}
+    assert used and used <= recorded, used - recorded
+    dash = json.loads(FLEET_DASHBOARD.read_text())
+    assert dash["uid"] == "nodecheck-fleet" and len({p["id"] for p in dash["panels"]}) == len(dash["panels"])
 
 
 def test_the_daemonset_gives_the_kernel_log_and_the_state_what_they_need():

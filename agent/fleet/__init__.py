@@ -71,7 +71,8 @@ def node_view(report: Report, fallback_name: str) -> NodeView:
             values[key] = min(values.get(key, m.ratio), m.ratio)
     values.update(_facts(report))
     name = str((report.node or {}).get("hostname") or fallback_name)
-    return NodeView(name, fingerprint(report).sku, fingerprint(report).labels(), values)
+    labels = fingerprint(report).labels()
+    return NodeView(name, labels["sku"], labels, values)
 
 
 def _facts(report: Report) -> dict[str, float]:
