@@ -112,3 +112,11 @@ def test_serve_reads_the_measurements_a_bench_run_wrote(tmp_path, hgx_report):
     (tmp_path / "bad.json").write_text('{"measurements": [{"path": 5}]}')
     with pytest.raises(NodecheckError, match="bad.json"):
         read_measurements_file(tmp_path / "bad.json")
+
+
+def test_five_peers_means_six_nodes_as_in_the_prometheus_rules(tmp_path, hgx_report):
+    five = [node(hgx_report, f"n{i}") for i in range(4)] + [node(hgx_report, "slow", ratio=0.5)]
+    write(tmp_path / "five", five)
+    assert not json.loads(cli("fleet", str(tmp_path / "five"), "--json").stdout)["groups"][0]["judged"]
+    write(tmp_path / "six", five + [node(hgx_report, "n4")])
+    assert json.loads(cli("fleet", str(tmp_path / "six"), "--json").stdout)["out_of_line"] == ["slow"]

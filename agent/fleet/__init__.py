@@ -1,12 +1,12 @@
 """The fleet view (issue 24): nodes of one type compared with each other. Pure: Reports in, a verdict out.
 
-Nodes are grouped by sku (agent/fingerprint.py). In a group of at least MIN_PEERS nodes:
+Nodes are grouped by sku (agent/fingerprint.py). In a group where each node has at least MIN_PEERS peers:
 - every measurement (its ratio to spec, per test and path) and numeric fact gets the group's
   median, each node's ratio to it and a robust z-score (0.6745 (x - median) / MAD, Iglewicz and Hoaglin); a node
   below `fraction` of its peers' median on a measurement, or at z <= -3.5 on anything, is out of line;
 - every fingerprint field has its majority; a node that differs from it is named ("gpu-17: driver 550.54.15;
   412 of 415 nodes run 550.90.07").
-Fewer than MIN_PEERS nodes: said, nothing judged. Peers advise; they never drain a node (issue 24).
+Fewer than MIN_PEERS peers: said, nothing judged (the Prometheus rules' `fleet_nodes >= 6` is the same bar). Peers advise; they never drain a node (issue 24).
 """
 
 from __future__ import annotations
@@ -94,8 +94,8 @@ def compare(views: list[NodeView], fraction: float = DEFAULT_FRACTION) -> list[G
     for sku in sorted({v.sku for v in views}):
         members = sorted((v for v in views if v.sku == sku), key=lambda v: v.name)
         names = [v.name for v in members]
-        if len(members) < MIN_PEERS:
-            groups.append(Group(sku, names, False, f"{len(members)} node(s), fewer than {MIN_PEERS}: nothing judged"))
+        if len(members) < MIN_PEERS + 1:
+            groups.append(Group(sku, names, False, f"{len(members)} node(s): fewer than {MIN_PEERS} peers each, nothing judged"))
             continue
         group = Group(sku, names, True)
         for key in sorted({k for v in members for k in v.values}):
@@ -107,7 +107,7 @@ def compare(views: list[NodeView], fraction: float = DEFAULT_FRACTION) -> list[G
 
 
 def _judge_key(group: Group, key: str, values: list[tuple[str, float]], fraction: float) -> None:
-    if len(values) < MIN_PEERS:
+    if len(values) < MIN_PEERS + 1:
         return
     numbers = [x for _, x in values]
     median = statistics.median(numbers)
