@@ -68,6 +68,13 @@ FINDING_KINDS = {
 }
 
 
+def headline(finding) -> str:
+    """The finding's figure as a Slurm drain reason or an NPD condition names it ("gpu3 PCIe x8 < x16")."""
+    template = FINDING_KINDS.get(finding.kind, "{head}")
+    return template.format(subject=finding.subject, measured=finding.measured, expected=finding.expected,
+                           head=finding.message.split(": ")[0])
+
+
 @dataclass
 class Finding:
     kind: str  # gpu_count_low, pcie_downtrained, nvlink_inactive, ...

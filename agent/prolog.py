@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from nodecheck.errors import NoData, NodecheckError
-from nodecheck.findings import FINDING_KINDS, SEVERITIES, Finding, at_or_above
+from nodecheck.findings import SEVERITIES, Finding, at_or_above, headline
 from nodecheck.host import run_until
 from nodecheck.slurm import MAX_REASON, REASON_PREFIX, NodeState
 
@@ -67,10 +67,7 @@ def drain_reason(failing: list[Finding]) -> str:
     """`nodecheck: gpu3 PCIe x8 < x16 (+2 more)`: the first failing check and its figure."""
     if not failing:
         return ""
-    first = failing[0]
-    head = first.message.split(": ")[0]
-    template = FINDING_KINDS.get(first.kind, "{head}")
-    text = template.format(subject=first.subject, measured=first.measured, expected=first.expected, head=head)
+    text = headline(failing[0])
     more = f" (+{len(failing) - 1} more)" if len(failing) > 1 else ""
     reason = f"{REASON_PREFIX} {text}"
     return reason[: MAX_REASON - len(more)] + more

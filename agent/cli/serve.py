@@ -14,13 +14,20 @@ from nodecheck.errors import NodecheckError
 
 @app.command()
 def check(
-    textfile_dir: Path = typer.Option(..., "--textfile-dir", help="node_exporter's textfile collector directory."),
+    textfile_dir: Optional[Path] = typer.Option(None, "--textfile-dir", help="node_exporter's textfile collector directory."),
+    npd: Optional[str] = typer.Option(None, "--npd", help="Speak node-problem-detector's custom-plugin protocol for one area: gpu, fabric or bandwidth (exit 0 ok, 1 problem, 2 unknown; one line of at most 80 characters)."),
+    npd_severity: str = typer.Option("error", "--npd-severity", help="With --npd: the least severity that is a problem (error for a condition; warning for NPD's temporary events)."),
     source: Optional[Path] = FROM_OPTION,
     config_path: Optional[Path] = CONFIG_OPTION,
 ) -> None:
-    """Probe once and write the metrics as DIR/nodecheck.prom, atomically (for node_exporter sites)."""
+    """Probe once and write the metrics as DIR/nodecheck.prom, atomically (for node_exporter sites); or, with
+    --npd AREA, answer node-problem-detector as its custom plugin."""
     from nodecheck.exporters.prometheus import write_textfile
 
+    if (textfile_dir is None) == (npd is None):
+        fail("give --textfile-dir DIR or --npd AREA (one of them)")
+    if npd is not None:
+        _npd(npd, npd_severity, source, config_path)
     if not textfile_dir.is_dir():
         fail(f"--textfile-dir {textfile_dir} is not a directory")
     try:
@@ -31,6 +38,25 @@ def check(
     except OSError as error:
         fail(f"cannot write into {textfile_dir}: {error.strerror or error}")
     typer.echo(f"metrics written to {target} ({len(report.findings)} findings)")
+
+
+def _npd(area: str, severity: str, source: Optional[Path], config_path: Optional[Path]) -> None:
+    """NPD reads the exit code and the first line of stdout; anything nodecheck cannot answer is unknown (2),
+    never a problem: a broken config must not mark every node unhealthy."""
+    from nodecheck.findings import SEVERITIES
+    from nodecheck.npd import AREAS, NPD_UNKNOWN, npd_verdict
+
+    if area not in AREAS or severity not in SEVERITIES:
+        typer.echo(f"unknown: --npd {area[:20]} --npd-severity {severity[:10]}"[:80])
+        raise typer.Exit(NPD_UNKNOWN)
+    try:
+        report, _ = load_report(source, config_path)
+    except NodecheckError as error:
+        typer.echo(" ".join(f"unknown: {error}".split())[:80])
+        raise typer.Exit(NPD_UNKNOWN) from None
+    code, line = npd_verdict(report, area, severity)
+    typer.echo(line)
+    raise typer.Exit(code)
 
 
 @app.command()

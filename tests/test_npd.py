@@ -1,0 +1,61 @@
+"""node-problem-detector's custom-plugin protocol (issue 25, item 1): `nodecheck check --npd AREA` run as NPD
+runs a plugin (a subprocess under a timeout; exit 0 ok, 1 problem, 2 unknown; one line of at most 80
+characters), on real snapshots, and deploy/kubernetes/npd-nodecheck.json naming only what the plugin accepts."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from helpers import REPO, h100_node_snapshot, hgx_nvml, make_snapshot
+
+from nodecheck.findings import FINDING_KINDS
+from nodecheck.npd import AREAS, MAX_LINE
+
+CONFIG = REPO / "deploy/kubernetes/npd-nodecheck.json"
+
+
+def plugin(*args: str, timeout: float = 60) -> tuple[int, list[str]]:
+    """As NPD invokes a custom plugin: the command, its exit code and its output lines."""
+    run = subprocess.run([sys.executable, "-m", "nodecheck", "check", *args], capture_output=True, text=True, timeout=timeout)
+    return run.returncode, run.stdout.splitlines()
+
+
+def test_every_finding_kind_is_in_exactly_one_area():
+    placed = [kind for kinds in AREAS.values() for kind in kinds]
+    assert sorted(placed) == sorted(FINDING_KINDS)
+
+
+@pytest.fixture(scope="module")
+def snapshots(tmp_path_factory):
+    root = tmp_path_factory.mktemp("npd")
+    return {"healthy": h100_node_snapshot(root / "healthy"),
+            "nvlink_down": make_snapshot(root / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt",
+                                         nvml_gpus=hgx_nvml(inactive={3: [7]}))}
+
+
+def test_a_problem_an_ok_and_an_unknown_as_npd_reads_them(snapshots, tmp_path):
+    code, lines = plugin("--npd", "gpu", "--from", str(snapshots["nvlink_down"]))
+    assert (code, lines) == (1, ["gpu3 NVLinks active 17 < 18"])
+    code, lines = plugin("--npd", "gpu", "--from", str(snapshots["healthy"]))
+    assert code == 0 and len(lines) == 1 and lines[0].startswith("gpu: ok")
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[gpus]\ncount = 'eight'\n")
+    code, lines = plugin("--npd", "gpu", "--from", str(snapshots["healthy"]), "--config", str(broken))
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("unknown:") and len(lines[0]) <= MAX_LINE
+    assert plugin("--npd", "disks", "--from", str(snapshots["healthy"]))[0] == 2
+    for area in AREAS:
+        code, lines = plugin("--npd", area, "--npd-severity", "warning", "--from", str(snapshots["nvlink_down"]))
+        assert code in (0, 1, 2) and len(lines) == 1 and len(lines[0]) <= MAX_LINE, (area, lines)
+
+
+def test_the_npd_config_asks_only_what_the_plugin_answers():
+    config = json.loads(CONFIG.read_text())
+    assert config["plugin"] == "custom" and config["pluginConfig"]["max_output_length"] == MAX_LINE
+    conditions = {c["type"] for c in config["conditions"]}
+    for rule in config["rules"]:
+        args = rule["args"]
+        assert args[:2] == ["check", "--npd"] and args[2] in AREAS, rule
+        assert rule["type"] in ("permanent", "temporary") and (rule["type"] == "temporary" or rule["condition"] in conditions)
+        assert rule["path"] == "/usr/local/bin/nodecheck"
+    assert {r["args"][2] for r in config["rules"] if r["type"] == "permanent"} == set(AREAS)
