@@ -25,8 +25,8 @@ def test_every_manifest_is_valid_kubernetes(version):
         if doc["kind"] in CRDS:
             continue
         kubernetes_validate.validate(doc, version, strict=True)
-        validated.append(doc["kind"])
-    assert {"DaemonSet", "Service"} <= set(validated)
+        validated.append((path.name, doc["kind"]))
+    assert {("daemonset.yaml", "DaemonSet"), ("daemonset.yaml", "Service")} <= set(validated)
 
 
 def test_an_unknown_field_fails_the_validation():
