@@ -39,9 +39,8 @@ def unmade_checks(report: Report) -> dict[str, str]:
         why = log.why if log is not None else "kernel log not read"
         for kind in ("gpu_xid", "nvswitch_sxid"):
             unmade.setdefault(kind, why)
-    for prefix, kinds in RATE_KINDS.items():
-        why = unknown_rates(report, Config(), prefix)
-        for kind in kinds if why else ():
+    for prefix, why in unknown_rates(report, Config(), RATE_KINDS).items():
+        for kind in RATE_KINDS[prefix]:
             unmade.setdefault(kind, why)
     if not report.measurements:
         unmade.update({kind: "no bandwidth test has run" for kind in MEASURED})

@@ -17,7 +17,7 @@ from nodecheck.findings import Finding
 from nodecheck.model import Report
 from nodecheck.pci import Hop, normal_pci
 from nodecheck.probes.ib_counters import saturated
-from nodecheck.specs import pcie_errors_per_minute
+from nodecheck.specs import pcie_errors_per_minute, pcie_generation
 
 AER_FAMILIES = ("correctable", "nonfatal", "fatal")
 IB_ANY_INCREASE = ("excessive_buffer_overrun_errors", "local_link_integrity_errors")
@@ -92,12 +92,15 @@ def change(report: Report, config: Config, key: str, now: int) -> Change:
     return Change(delta, report.history.uptime_s - previous.uptime_s)
 
 
-def unknown_rates(report: Report, config: Config, prefix: str) -> str | None:
-    """Why the rates of this family of counters (aer/, ib/) cannot be judged in this run; None when they can
-    (or when the node has none of them: nothing to judge)."""
-    sample = {key: value for key, value in counter_sample(report).items() if key.startswith(prefix)}
-    whys = [change(report, config, key, value).why for key, value in sample.items()]
-    return None if not whys or None in whys else whys[0]
+def unknown_rates(report: Report, config: Config, prefixes) -> dict[str, str]:
+    """Family prefix (aer/, ib/, gpu/) -> why the rates of those counters cannot be judged in this run; a family
+    absent when they can (or when the node has none of them: nothing to judge)."""
+    whys: dict[str, list] = {prefix: [] for prefix in prefixes}
+    for key, value in counter_sample(report).items():
+        family = whys.get(key.split("/", 1)[0] + "/")
+        if family is not None:
+            family.append(change(report, config, key, value).why)
+    return {prefix: found[0] for prefix, found in whys.items() if found and None not in found}
 
 
 def aer_findings(report: Report, config: Config) -> list[Finding]:
@@ -127,23 +130,18 @@ def _aer_rates(report: Report, config: Config, bdf: str, hop: Hop, subject: str,
             findings.append(Finding("pcie_link_errors", "error", subject, f"AER nonfatal +{rise.delta}", "no increase",
                                     f"{subject}{where}: AER nonfatal +{rise.delta} in {rise.seconds:.0f} s: uncorrectable "
                                     "errors the link recovered from; check the card's seating and the riser"))
-    limit = pcie_errors_per_minute(hop.speed_max or hop.speed, hop.width)
+    gen = pcie_generation(hop.speed_max or hop.speed)
+    limit = pcie_errors_per_minute(gen, hop.width)
     if "correctable" in aer and limit:
         rise = change(report, config, f"aer/{bdf}/correctable", aer["correctable"])
         if rise.delta is not None and rise.per(60) > limit[0]:
-            link = f"gen{_gen(hop)} x{hop.width}"
+            link = f"gen{gen} x{hop.width}"
             findings.append(Finding("pcie_link_errors", "error", subject, f"AER correctable {rise.per(60):.0f}/min",
                                     f"<= {limit[0]:g}/min",
                                     f"{subject}{where}: AER correctable +{rise.delta} in {rise.seconds:.0f} s "
                                     f"({rise.per(60):.0f}/min, limit {limit[0]:g}/min for {link}: {limit[1]}); a marginal "
                                     "link retrying its packets: reseat, check the riser and the slot"))
     return findings
-
-
-def _gen(hop: Hop) -> int | None:
-    from nodecheck.specs import pcie_generation
-
-    return pcie_generation(hop.speed_max or hop.speed)
 
 
 def _behind(bdf: str, behind: list[str]) -> str:

@@ -9,7 +9,7 @@ from nodecheck.error_rules import change, previous_sample
 from nodecheck.findings import Finding
 from nodecheck.model import Report
 from nodecheck.pci import normal_pci
-from nodecheck.specs import pcie_generation_errors_per_minute
+from nodecheck.specs import pcie_errors_per_minute
 
 # nvmlClocksEventReason* bits (nvml.h): the hardware's own brakes, and the driver's
 HW_REASONS = {0x8: "HW slowdown", 0x40: "HW thermal slowdown", 0x80: "HW power brake slowdown"}
@@ -33,7 +33,7 @@ def gpu_findings(report: Report, config: Config) -> list[Finding]:
 
 def _replays(report: Report, config: Config, gpu, subject: str, key: str) -> list[Finding]:
     pcie, replays = gpu.pcie or {}, gpu.signals.pcie_replays
-    limit = pcie_generation_errors_per_minute(pcie.get("gen_max"), pcie.get("width_current"))
+    limit = pcie_errors_per_minute(pcie.get("gen_max"), pcie.get("width_current"))
     rise = change(report, config, f"{key}/pcie_replays", replays) if replays is not None else None
     if not limit or rise is None or rise.delta is None or rise.per(60) <= limit[0]:
         return []

@@ -23,10 +23,10 @@ TEMPERED = ("pcie_link_errors", "pcie_replays", "ib_port_errors", "nvlink_errors
 DRAIN_NOW_XID = "no Xid"  # the expected figure of a drain-now Xid's finding
 
 
-def signal_devices(report: Report, finding: Finding) -> list[str]:
-    """The GPUs and NICs (gpu3, ibp26s0) whose traffic a signal's device carries."""
+def signal_devices(report: Report, finding: Finding, hops: dict) -> list[str]:
+    """The GPUs and NICs (gpu3, ibp26s0) whose traffic a signal's device carries (hops: device_hops(report))."""
     if finding.kind in ("pcie_link_errors", "pcie_aer_fatal") and finding.subject.startswith("pci:"):
-        entry = device_hops(report).get(normal_pci(finding.subject[4:]) or finding.subject[4:])
+        entry = hops.get(normal_pci(finding.subject[4:]) or finding.subject[4:])
         return list(entry[1]) if entry else []
     if finding.kind in ("ib_port_errors", "ib_link_downed"):
         device = finding.subject.split("/", 1)[0]
@@ -60,7 +60,8 @@ def passed(measurement) -> bool:
 
 def joined(report: Report, measurements: list, findings: list[Finding]) -> list[Finding]:
     """The findings with each signal joined to its path's verdict (see the module's text)."""
-    signals = [(f, signal_devices(report, f)) for f in findings if f.kind in SIGNALS]
+    hops = device_hops(report)
+    signals = [(f, signal_devices(report, f, hops)) for f in findings if f.kind in SIGNALS]
     out = []
     for finding in findings:
         if finding.kind == "bandwidth_below_spec":

@@ -158,14 +158,10 @@ def error_limit_names() -> list[str]:
     return sorted(table()["error_limits"])
 
 
-def pcie_errors_per_minute(speed: str | None, width: int | None) -> tuple[float, str] | None:
-    """The replays (or AER correctable errors) per minute a healthy link stays under, as DCGM derives it:
-    the bit error rate x the lane rate x 60 s x the width, rounded up; None when the link is unknown."""
-    return pcie_generation_errors_per_minute(pcie_generation(speed), width)
-
-
-def pcie_generation_errors_per_minute(gen: int | None, width: int | None) -> tuple[float, str] | None:
-    """As pcie_errors_per_minute, for a link known by its generation (NVML's)."""
+def pcie_errors_per_minute(gen: int | None, width: int | None) -> tuple[float, str] | None:
+    """The replays (or AER correctable errors) per minute a healthy link of this generation and width stays
+    under, as DCGM derives it: the bit error rate x the lane rate x 60 s x the width, rounded up; None when the
+    link is unknown."""
     if gen is None or str(gen) not in table()["pcie"] or not width:
         return None
     ber, source = error_limit("pcie_bit_error_rate")
