@@ -35,13 +35,13 @@ def judged_events(report: Report, config: Config) -> list[XidEvent]:
     return [e for e in log.events if e.usec is None or e.usec >= since]
 
 
-def xid_subject(report: Report, event: XidEvent) -> str:
-    """gpuN while NVML lists a GPU at the event's address, else pci:ADDRESS; nvswitchN for an SXid."""
+def xid_subject(gpus: dict[str | None, str], event: XidEvent) -> str:
+    """gpuN while NVML lists a GPU at the event's address (gpus: address -> gpuN), else pci:ADDRESS; nvswitchN
+    for an SXid."""
     if event.kind == "sxid":
         return f"nvswitch{event.switch}" if event.switch is not None else f"pci:{event.pci}"
-    for gpu in report.gpus:
-        if event.pci and normal_pci(gpu.pci_bus_id) == event.pci:
-            return f"gpu{gpu.index}"
+    if event.pci and event.pci in gpus:
+        return gpus[event.pci]
     return f"pci:{event.pci}" if event.pci else "gpu?"
 
 
@@ -64,10 +64,11 @@ EVENT_KIND = {"gpu_xid": "xid", "nvswitch_sxid": "sxid"}  # finding kind -> the 
 
 def events_by_subject(report: Report, config: Config, kind: str) -> dict[str, list[XidEvent]]:
     """Subject -> its events of the kind this finding judges, in log order, cleared or not."""
+    gpus = {normal_pci(g.pci_bus_id): f"gpu{g.index}" for g in report.gpus}  # once: a log holds up to 10,000 events
     grouped: dict[str, list[XidEvent]] = defaultdict(list)
     for event in judged_events(report, config):
         if event.kind == EVENT_KIND[kind]:
-            grouped[xid_subject(report, event)].append(event)
+            grouped[xid_subject(gpus, event)].append(event)
     return dict(grouped)
 
 
@@ -84,10 +85,12 @@ def gpu_xids(report: Report, config: Config) -> list[Finding]:
     by_subject = open_events(report, config, "gpu_xid")
     causes_logged = any(not _sympathetic(e, True) for events in by_subject.values() for e in events)
     for subject, events in by_subject.items():
-        sympathetic = [e for e in events if _sympathetic(e, causes_logged)]
+        sympathetic: list[XidEvent] = []
         by_code: dict[int, list[XidEvent]] = defaultdict(list)
-        for event in events:
-            if event not in sympathetic:
+        for event in events:  # one pass: `event not in sympathetic` compared whole events, pair by pair
+            if _sympathetic(event, causes_logged):
+                sympathetic.append(event)
+            else:
                 by_code[event.code].append(event)
         for code, same in sorted(by_code.items()):
             findings.append(_xid_finding(report, config, subject, code, same, [e for e in sympathetic if e.caused_by in (code, None)]))
