@@ -163,10 +163,8 @@ def _kernel_log(report: Report) -> Iterator[Metric]:
     yield _gauge("nodecheck_kernel_log_readable", "1 when nodecheck could read the kernel log (0: its Xid checks are unknown, "
                  "e.g. it needs CAP_SYSLOG or the systemd-journal group).", [], [([], int(log.known))])
     gpus = {normal_pci(g.pci_bus_id): g for g in report.gpus}  # pci_bus_id as NVML and dcgm-exporter spell it, where known
-    xids = Counter()
-    for e in (e for e in log.events if e.kind == "xid"):
-        gpu = gpus.get(e.pci)
-        xids[(gpu.index if gpu else "", gpu.pci_bus_id if gpu else e.pci, e.code)] += 1
+    xids = Counter((gpus[e.pci].index, gpus[e.pci].pci_bus_id, e.code) if e.pci in gpus else ("", e.pci, e.code)
+                   for e in log.events if e.kind == "xid")
     yield _gauge("nodecheck_gpu_xid_events", "NVIDIA Xid events the kernel logged since boot, per GPU (gpu empty when NVML no "
                  "longer lists it) and Xid.", ["gpu", "pci_bus_id", "xid"],
                  [([gpu, pci, code], n) for (gpu, pci, code), n in sorted(xids.items(), key=str)])
