@@ -9,6 +9,7 @@ Run: .venv/bin/python benchmarks/bench_inspect.py [--runs 10] [--against 6b0556c
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -20,7 +21,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 
-def wall(argv: list[str], runs: int, env: dict | None = None) -> list[float]:
+# bytecode written once and then used, as an installed package's is: with PYTHONDONTWRITEBYTECODE set (some
+# sandboxes set it) every run compiled every module, and a larger tree looked slower by its compile time
+BYTECODE_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def wall(argv: list[str], runs: int, env: dict | None = BYTECODE_ENV) -> list[float]:
     """Seconds from start to exit of each run. A blocking wait, with a timer to kill a run past 60 s:
     subprocess.run(timeout=...) polls with sleeps of up to 50 ms, which rounded every figure up to them."""
     import threading
@@ -94,14 +100,12 @@ def main() -> None:
 
 def _against(revision: str, cases: dict, entry: str, runs: int, tmp: Path) -> None:
     """Each case now and at `revision`, alternating run by run so both see the same machine load."""
-    import os
-
     old, new = tree_at(revision, tmp / "old"), tree_at(None, tmp / "new")
     print(f"\nthis tree vs {revision} (median of {runs} alternating runs each; both copied out and run by {sys.executable})")
     print(f"{'case':45} {'now':>8} {revision[:10]:>10} {'difference':>11}")
     for name, argv in cases.items():
         module = [sys.executable, "-m", "nodecheck", *argv[1:]]
-        env_old, env_new = dict(os.environ, PYTHONPATH=str(old)), dict(os.environ, PYTHONPATH=str(new))
+        env_old, env_new = dict(BYTECODE_ENV, PYTHONPATH=str(old)), dict(BYTECODE_ENV, PYTHONPATH=str(new))
         wall(module, 1, env_old), wall(module, 1, env_new)  # each tree compiles its bytecode once
         now, before = [], []
         for _ in range(runs):
