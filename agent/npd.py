@@ -4,12 +4,15 @@ check, as a Slurm drain reason names it. Pure: a Report in, (exit code, line) ou
 
 Areas (each a node condition in deploy/kubernetes/npd-nodecheck.json): gpu (the GPUs, their links and their
 error signals), fabric (NICs, InfiniBand, the PCIe and platform paths peer traffic takes, NCCL), bandwidth (the
-bandwidth tests). Every finding kind is in exactly one area (tests/test_npd.py)."""
+bandwidth tests). Every finding kind is in exactly one area (tests/test_npd.py). `serve --kubernetes-conditions`
+(exporters/node_health.py) patches the same areas as the same node conditions, from the same verdicts."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from nodecheck.coverage import unmade_checks
-from nodecheck.findings import FINDING_KINDS, SEVERITIES, at_or_above, headline
+from nodecheck.findings import FINDING_KINDS, SEVERITIES, Finding, at_or_above, headline
 from nodecheck.model import Report
 
 NPD_OK, NPD_PROBLEM, NPD_UNKNOWN = 0, 1, 2
@@ -28,24 +31,49 @@ AREAS = {
 }
 
 
-def npd_verdict(report: Report, area: str, severity: str) -> tuple[int, str]:
-    """(exit code, line) for one area: a problem when a finding of it is at or above `severity`; unknown when
-    none of its checks could be made; else OK, saying how many it could not make."""
+@dataclass(frozen=True)
+class AreaVerdict:
+    """One area's answer: a problem (its gravest failing finding first), ok, or unknown (why)."""
+
+    area: str
+    failing: tuple[Finding, ...]  # gravest first, as the prolog names them
+    unknown: dict[str, str]  # kind -> why, for the area's checks that could not be made
+    made: int  # checks of the area that were made
+
+    @property
+    def state(self) -> str:
+        return "problem" if self.failing else "unknown" if not self.made else "ok"
+
+    def line(self, width: int = MAX_LINE) -> str:
+        """What NPD shows, and what a node condition's message says: the first failing check and how many
+        more; else ok (and how many checks could not be made) or unknown (why)."""
+        if self.failing:
+            more = f" (+{len(self.failing) - 1} more)" if len(self.failing) > 1 else ""
+            return fit(headline(self.failing[0]), width, more)
+        if not self.made:
+            return fit(f"{self.area}: unknown ({next(iter(self.unknown.values()), 'no check')})", width)
+        return fit(f"{self.area}: ok" + (f" ({len(self.unknown)} check(s) unknown)" if self.unknown else ""), width)
+
+
+def area_verdict(report: Report, area: str, severity: str) -> AreaVerdict:
+    """A problem when a finding of the area is at or above `severity`; unknown when none of its checks could
+    be made; else ok."""
     kinds = set(AREAS[area])
     failing = sorted((f for f in at_or_above(report.findings, severity) if f.kind in kinds),
-                     key=lambda f: -SEVERITIES.index(f.severity))  # gravest first, as the prolog names them
-    if failing:
-        more = f" (+{len(failing) - 1} more)" if len(failing) > 1 else ""
-        return NPD_PROBLEM, _fit(headline(failing[0]), more)
-    unmade = {kind: why for kind, why in unmade_checks(report).items() if kind in kinds}
-    made = [kind for kind in kinds if kind in FINDING_KINDS and kind not in unmade]
-    if not made:
-        why = next(iter(unmade.values()), "no check")
-        return NPD_UNKNOWN, _fit(f"{area}: unknown ({why})")
-    return NPD_OK, _fit(f"{area}: ok" + (f" ({len(unmade)} check(s) unknown)" if unmade else ""))
+                     key=lambda f: -SEVERITIES.index(f.severity))
+    unknown = {kind: why for kind, why in unmade_checks(report).items() if kind in kinds}
+    made = sum(1 for kind in kinds if kind in FINDING_KINDS and kind not in unknown)
+    return AreaVerdict(area, tuple(failing), unknown, made)
 
 
-def _fit(line: str, tail: str = "") -> str:
+def npd_verdict(report: Report, area: str, severity: str) -> tuple[int, str]:
+    """(exit code, line) for one area, as NPD reads a custom plugin."""
+    verdict = area_verdict(report, area, severity)
+    code = {"problem": NPD_PROBLEM, "unknown": NPD_UNKNOWN, "ok": NPD_OK}[verdict.state]
+    return code, verdict.line()
+
+
+def fit(line: str, width: int, tail: str = "") -> str:
     line = " ".join(line.split())  # one line, whatever a message held
-    room = MAX_LINE - len(tail)
+    room = width - len(tail)
     return (line if len(line) <= room else line[: room - 3] + "...") + tail

@@ -31,7 +31,8 @@ class LatestReport:
     """The most recent Report, with the latest bandwidth results merged in, rendered; scrapes read the
     bytes. The refresher and the bench thread both publish: one at a time, each from the other's latest."""
 
-    def __init__(self, config=None) -> None:
+    def __init__(self, config=None, on_report: Callable[[Report], None] | None = None) -> None:
+        self._on_report = on_report  # told each judged Report (serve --kubernetes-conditions); must not block
         self._lock = threading.Lock()  # guards _body, held only to swap or copy it
         self._publishing = threading.Lock()  # serialises publishers (probe rounds, bench runs)
         self._config = config
@@ -64,6 +65,8 @@ class LatestReport:
         body = exposition(report, virtual_nics)  # outside _lock: scrapes keep getting the previous bytes meanwhile
         with self._lock:
             self._body = body
+        if report is not None and self._on_report is not None:
+            self._on_report(report)
 
 
 class RoundLog:
@@ -151,12 +154,14 @@ def _tls_context(certfile: str, keyfile: str, client_cafile: str | None) -> ssl.
 
 def serve(host: str, port: int, build: Callable[[], Report], interval: float, stop: threading.Event,
           web=None, bench: Callable[[], list[Measurement]] | None = None, bench_every: float = 0,
-          config=None, measurements: Callable[[], tuple[list[Measurement], float | None]] | None = None) -> None:
+          config=None, measurements: Callable[[], tuple[list[Measurement], float | None]] | None = None,
+          node_health=None) -> None:
     """web: a webconfig.WebConfig (TLS, mutual TLS, basic auth). bench: run every bench_every seconds
-    (0: never, the default on nodes that run jobs)."""
+    (0: never, the default on nodes that run jobs). node_health: a node_health.NodeHealth that publishes each
+    judged Report as the node's conditions."""
     from nodecheck.exporters.webconfig import BasicAuth
 
-    latest = LatestReport(config)
+    latest = LatestReport(config, node_health.offer if node_health is not None else None)
     tls = web.tls if web else {}
     auth = BasicAuth(web.users) if web and web.users else None
     context = _tls_context(tls["certfile"], tls["keyfile"], tls.get("client_cafile")) if tls else None
@@ -168,6 +173,8 @@ def serve(host: str, port: int, build: Callable[[], Report], interval: float, st
     if measurements is not None:
         threading.Thread(target=follow_measurements, args=(latest, measurements, interval, stop), name="measurements",
                          daemon=True).start()
+    if node_health is not None:
+        threading.Thread(target=node_health.follow, args=(stop,), name="node-health", daemon=True).start()
     log.info("serving /metrics on %s:%d%s%s", host, port, " (TLS)" if tls else "", " (basic auth)" if auth else "")
     try:
         # Polled, not stop.wait(): `nodecheck serve` sets `stop` from its SIGTERM handler, which runs in this

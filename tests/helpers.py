@@ -156,6 +156,32 @@ def as_unit_user(*argv: str, timeout: float = 120) -> subprocess.CompletedProces
                           capture_output=True, text=True, timeout=timeout, cwd="/")
 
 
+def make_ca_and_certs(tmp_path):
+    """ca.pem, and server.pem/.key and client.pem/.key it signed, for 127.0.0.1 (openssl; skips without it)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+
+    def run(*args):
+        subprocess.run(["openssl", *args], cwd=tmp_path, check=True, capture_output=True, timeout=60)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=nodecheck test CA")
+    for name in ("server", "client"):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
+        (tmp_path / f"{name}.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", f"{name}.pem",
+            "-days", "1", "-extfile", f"{name}.ext")
+
+
+def kubernetes_objects(name: str) -> dict[str, dict]:
+    """The objects of deploy/kubernetes/NAME by kind (each kind once in a file)."""
+    import yaml
+
+    documents = [d for d in yaml.safe_load_all((REPO / "deploy/kubernetes" / name).read_text()) if d]
+    by_kind = {d["kind"]: d for d in documents}
+    assert len(by_kind) == len(documents), f"{name}: a kind twice"
+    return by_kind
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now (the kernel's pick: never a fixed number)."""
     with socket.socket() as probe:

@@ -11,8 +11,7 @@ import subprocess
 import sys
 
 import pytest
-import yaml
-from helpers import REPO, as_unit_user, free_port, wait_until
+from helpers import REPO, as_unit_user, free_port, kubernetes_objects, wait_until
 
 VERSION = re.search(r'^version = "(.+)"', (REPO / "pyproject.toml").read_text(), re.M)[1]
 INSTALLED = "/usr/local/bin/nodecheck"  # deploy/install.sh's default link
@@ -27,7 +26,7 @@ def test_every_deploy_file_runs_what_install_sh_installs():
     assert f"NODECHECK={INSTALLED} " in (REPO / "deploy/slurm/nodecheck-slurm").read_text()
     containerfile = (REPO / "deploy/container/Containerfile").read_text()
     assert "deploy/install.sh" in containerfile and f'ENTRYPOINT ["{INSTALLED}"]' in containerfile
-    daemonset, _ = yaml.safe_load_all((REPO / "deploy/kubernetes/daemonset.yaml").read_text())
+    daemonset = kubernetes_objects("daemonset.yaml")["DaemonSet"]
     (container,) = daemonset["spec"]["template"]["spec"]["containers"]
     assert container["image"] == f"nodecheck:{VERSION}"  # the tag build.sh gives
     for text in [(REPO / p).read_text() for p in ("systemd/nodecheck.service", "deploy/kubernetes/daemonset.yaml",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import REPO, hgx_nvml, make_measurement, make_snapshot, nodecheck, write_pci_tree
+from helpers import REPO, hgx_nvml, kubernetes_objects, make_measurement, make_snapshot, nodecheck, write_pci_tree
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodecheck.build import build_report
@@ -58,7 +58,8 @@ def test_dashboard_queries_are_valid_promql(tmp_path):
 
 
 def test_kubernetes_manifests_agree():
-    daemonset, service = yaml.safe_load_all((REPO / "deploy/kubernetes/daemonset.yaml").read_text())
+    objects = kubernetes_objects("daemonset.yaml")
+    daemonset, service = objects["DaemonSet"], objects["Service"]
     monitor = yaml.safe_load((REPO / "deploy/kubernetes/servicemonitor.yaml").read_text())
     container = daemonset["spec"]["template"]["spec"]["containers"][0]
     listen = container["args"][container["args"].index("--listen") + 1]
@@ -86,7 +87,7 @@ def test_the_fleet_dashboard_reads_what_the_fleet_rules_record():
 def test_the_daemonset_gives_the_kernel_log_and_the_state_what_they_need():
     """The journal read-only with the groups its ACLs name (no privilege, no CAP_SYSLOG), and a writable state
     directory where STATE_DIRECTORY points, under a read-only root filesystem."""
-    daemonset, _ = yaml.safe_load_all((REPO / "deploy/kubernetes/daemonset.yaml").read_text())
+    daemonset = kubernetes_objects("daemonset.yaml")["DaemonSet"]
     pod = daemonset["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
@@ -96,7 +97,7 @@ def test_the_daemonset_gives_the_kernel_log_and_the_state_what_they_need():
     assert {4, 10} <= set(pod["securityContext"]["supplementalGroups"])
     security = container["securityContext"]
     assert security["runAsNonRoot"] and security["capabilities"] == {"drop": ["ALL"]} and not security.get("privileged")
-    state = {e["name"]: e["value"] for e in container["env"]}["STATE_DIRECTORY"]
+    state = {e["name"]: e.get("value") for e in container["env"]}["STATE_DIRECTORY"]
     assert not mounts[state].get("readOnly") and "emptyDir" in volumes[mounts[state]["name"]]
     assert "systemd" in (REPO / "deploy/container/Containerfile").read_text()  # journalctl in the image
 

@@ -26,7 +26,8 @@ def test_every_manifest_is_valid_kubernetes(version):
             continue
         kubernetes_validate.validate(doc, version, strict=True)
         validated.append((path.name, doc["kind"]))
-    assert {("daemonset.yaml", "DaemonSet"), ("daemonset.yaml", "Service")} <= set(validated)
+    assert {("daemonset.yaml", "DaemonSet"), ("daemonset.yaml", "Service"), ("daemonset.yaml", "ServiceAccount"),
+            ("rbac.yaml", "ClusterRole"), ("rbac.yaml", "Role"), ("rbac-taint.yaml", "ClusterRole")} <= set(validated)
 
 
 def test_an_unknown_field_fails_the_validation():

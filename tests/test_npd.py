@@ -3,11 +3,13 @@ runs a plugin (a subprocess under a timeout; exit 0 ok, 1 problem, 2 unknown; on
 characters), on real snapshots, and deploy/kubernetes/npd-nodecheck.json naming only what the plugin accepts."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from helpers import REPO, h100_node_snapshot, hgx_nvml, make_snapshot
+from helpers import REPO, fake_executable, h100_node_snapshot, hgx_nvml, make_snapshot
 
 from nodecheck.findings import FINDING_KINDS
 from nodecheck.npd import AREAS, MAX_LINE
@@ -15,9 +17,10 @@ from nodecheck.npd import AREAS, MAX_LINE
 CONFIG = REPO / "deploy/kubernetes/npd-nodecheck.json"
 
 
-def plugin(*args: str, timeout: float = 60) -> tuple[int, list[str]]:
+def plugin(*args: str, timeout: float = 60, env: dict | None = None) -> tuple[int, list[str]]:
     """As NPD invokes a custom plugin: the command, its exit code and its output lines."""
-    run = subprocess.run([sys.executable, "-m", "nodecheck", "check", *args], capture_output=True, text=True, timeout=timeout)
+    run = subprocess.run([sys.executable, "-m", "nodecheck", "check", *args], capture_output=True, text=True, timeout=timeout,
+                         env=env)
     return run.returncode, run.stdout.splitlines()
 
 
@@ -59,3 +62,16 @@ def test_the_npd_config_asks_only_what_the_plugin_answers():
         assert rule["type"] in ("permanent", "temporary") and (rule["type"] == "temporary" or rule["condition"] in conditions)
         assert rule["path"] == "/usr/local/bin/nodecheck"
     assert {r["args"][2] for r in config["rules"] if r["type"] == "permanent"} == set(AREAS)
+
+
+def test_a_hung_nvidia_smi_is_answered_within_npd_s_timeout_and_leaves_nothing_running(tmp_path):
+    """NPD kills a plugin at its rule's timeout and then knows nothing: nodecheck's own probe deadlines end
+    first, so a hung driver is reported as the problem it is, and the hung command does not outlive the plugin."""
+    rule_timeouts = {float(rule["timeout"].rstrip("s")) for rule in json.loads(CONFIG.read_text())["rules"]}
+    pidfile = tmp_path / "pid"
+    fake_executable(tmp_path / "nvidia-smi", f"echo $$ > {pidfile}\nexec sleep 600\n")
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "STATE_DIRECTORY": str(tmp_path)}
+    code, lines = plugin("--npd", "gpu", timeout=min(rule_timeouts), env=env)  # TimeoutExpired had NPD given up
+    assert code == 1 and len(lines) == 1 and lines[0].startswith("probe:nvidia_smi_topo timed out"), lines
+    pid = int(pidfile.read_text())
+    assert not Path(f"/proc/{pid}").exists() or "sleep" not in Path(f"/proc/{pid}/cmdline").read_text()

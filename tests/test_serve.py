@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench_serve_faults  # noqa: E402
-from helpers import fake_executable, free_port, h100_node_snapshot, in_private_network
+from helpers import fake_executable, free_port, h100_node_snapshot, in_private_network, make_ca_and_certs
 
 
 def start_serve(*args: str, env: dict | None = None) -> subprocess.Popen:
@@ -47,21 +47,6 @@ def wait_metrics(url: str, context=None, seconds: float = 30) -> str:
             pass
         time.sleep(0.2)
     raise AssertionError(f"{url} served no report within {seconds} s")
-
-
-def make_ca_and_certs(tmp_path):
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
-
-    def run(*args):
-        subprocess.run(["openssl", *args], cwd=tmp_path, check=True, capture_output=True, timeout=60)
-
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=nodecheck test CA")
-    for name in ("server", "client"):
-        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
-        (tmp_path / f"{name}.ext").write_text("subjectAltName=IP:127.0.0.1\n")
-        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", f"{name}.pem",
-            "-days", "1", "-extfile", f"{name}.ext")
 
 
 def web_config(tmp_path, **sections) -> str:

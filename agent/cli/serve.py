@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -69,6 +70,10 @@ def serve(
     bench_timeout: float = typer.Option(600.0, "--bench-timeout", min=1, help="Seconds before a scheduled bench run is killed."),
     log_level: str = typer.Option("info", "--log-level", help="debug (a line per probe round), info (start, recoveries, bench runs), warning (probe failures), or error."),
     measurements_file: Optional[Path] = typer.Option(None, "--measurements", help="Publish the measurements this file holds (what `nodecheck bench --json` wrote, e.g. from a timer), read again every interval."),
+    kubernetes_conditions: bool = typer.Option(False, "--kubernetes-conditions", help="In a pod: patch this node's conditions NodecheckGpuProblem, NodecheckFabricProblem, NodecheckBandwidthProblem and post Events for warnings, with the pod's service account (deploy/kubernetes/rbac.yaml)."),
+    kubernetes_taint: bool = typer.Option(False, "--kubernetes-taint", help="With --kubernetes-conditions: taint the node nodecheck/unhealthy:NoSchedule while a condition is True, and lift that taint (only that one) when none is (deploy/kubernetes/rbac-taint.yaml)."),
+    kubernetes_node: Optional[str] = typer.Option(None, "--kubernetes-node", envvar="NODE_NAME", help="The Node's name (default: $NODE_NAME, which the DaemonSet sets from spec.nodeName)."),
+    kubernetes_credentials: Path = typer.Option(Path("/var/run/secrets/kubernetes.io/serviceaccount"), "--kubernetes-credentials", help="The service account's token and ca.crt."),
     config_path: Optional[Path] = CONFIG_OPTION,
 ) -> None:
     """Serve the latest Report as Prometheus metrics (docs/metrics.md). A scrape never waits for a probe."""
@@ -94,6 +99,9 @@ def serve(
                                      param_hint="'--listen'")
         host, port = address
         interval = interval if interval is not None else config.interval
+        node_health = None
+        if kubernetes_conditions or kubernetes_taint:
+            node_health = _node_health(kubernetes_conditions, kubernetes_taint, kubernetes_node, kubernetes_credentials, config)
         web = None
         if web_config is not None:
             from nodecheck.exporters.webconfig import load_web_config
@@ -102,6 +110,8 @@ def serve(
         with tempfile.TemporaryDirectory(prefix="nodecheck-serve-") as workdir:
             probe_host = LiveHost() if source is None else open_snapshot(source, Path(workdir))
             stop = threading.Event()
+            if node_health is not None:
+                node_health.api.wait = stop.wait  # a SIGTERM ends the API retries too
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
             signal.signal(signal.SIGINT, lambda *_: stop.set())
             from nodecheck.bench.plan import read_measurements_file, run_in_subprocess
@@ -109,8 +119,29 @@ def serve(
             bench_args = ["--quick"] + (["--config", str(config_path)] if config_path else [])
             run_server(host, port, lambda: build_report(probe_host, config), interval, stop, web,
                        bench=lambda: run_in_subprocess(bench_args, bench_timeout), bench_every=bench_every, config=config,
-                       measurements=(lambda: read_measurements_file(measurements_file)) if measurements_file else None)
+                       measurements=(lambda: read_measurements_file(measurements_file)) if measurements_file else None,
+                       node_health=node_health)
     except NodecheckError as error:
         fail(str(error))
     except OSError as error:  # port taken, unreadable certificate ...
         fail(f"cannot serve on {host}:{port}: {error.strerror or error}")
+
+
+NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _node_health(conditions: bool, taint: bool, node: Optional[str], credentials: Path, config):
+    """The Kubernetes publisher, or a clear configuration error before anything is served."""
+    import os
+
+    from nodecheck.exporters.kube_api import ApiClient
+    from nodecheck.exporters.node_health import NodeHealth
+
+    if taint and not conditions:
+        raise typer.BadParameter("needs --kubernetes-conditions as well", param_hint="'--kubernetes-taint'")
+    if not node:
+        raise typer.BadParameter("no node name: set NODE_NAME from the pod's spec.nodeName (deploy/kubernetes/daemonset.yaml)",
+                                 param_hint="'--kubernetes-node'")
+    if len(node) > 253 or not NODE_NAME.fullmatch(node):
+        raise typer.BadParameter(f"{node[:60]!r} is not a Kubernetes node name", param_hint="'--kubernetes-node'")
+    return NodeHealth(ApiClient.in_cluster(dict(os.environ), credentials), node, config.fail_severity, taint)

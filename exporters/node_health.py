@@ -1,0 +1,242 @@
+"""`serve --kubernetes-conditions` (issue 25): the Report's verdict where the scheduler and `kubectl describe node`
+see it, through the pod's service account (exporters/kube_api.py).
+
+- **Conditions.** One per area of agent/npd.py, named as deploy/kubernetes/npd-nodecheck.json names them
+  (NodecheckGpuProblem, ...): True with the gravest failing finding's kind as reason and its message, False when
+  the area's checks pass, Unknown when none could be made. One strategic-merge PATCH of nodes/NAME/status (merged
+  by condition type: the kubelet's and NPD's conditions are left alone), sent when a status, reason or message
+  changes and at least every heartbeat_s. lastTransitionTime moves only when the status does.
+- **Events.** A Warning Event for each warning finding (at most every event_repeat_s per kind and subject, so
+  that `kubectl get events` keeps it past the API server's one-hour event TTL), and one for each condition that
+  turns True (Normal when it turns back), posted on the Node as the kubelet and NPD post theirs.
+- **Taint** (only with --kubernetes-taint): TAINT_KEY:NoSchedule while a condition is True, removed when none is.
+  nodecheck reads the node's taints and writes them back with its own added or removed, conditional on the
+  resourceVersion it read: it never removes or rewrites a taint it did not set, as it resumes only its own
+  Slurm drains.
+
+RBAC (deploy/kubernetes/rbac.yaml, rbac-taint.yaml): nodes/status patch and events create; nodes patch for the
+taint. No get: the node is read from the answer to a PATCH that changes nothing."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Callable
+
+from nodecheck.errors import NodecheckError
+from nodecheck.exporters.kube_api import ApiClient, ApiError
+from nodecheck.findings import Finding
+from nodecheck.model import Report
+from nodecheck.npd import AREAS, AreaVerdict, area_verdict, fit
+
+log = logging.getLogger("nodecheck.serve")
+
+CONDITIONS = {"gpu": "NodecheckGpuProblem", "fabric": "NodecheckFabricProblem", "bandwidth": "NodecheckBandwidthProblem"}
+TAINT_KEY, TAINT_EFFECT = "nodecheck/unhealthy", "NoSchedule"
+EVENT_NAMESPACE = "default"  # where the kubelet and NPD post a Node's events
+HEARTBEAT_S = 300.0
+EVENT_REPEAT_S = 3600.0
+MAX_EVENTS_PER_ROUND = 20
+MAX_MESSAGE = 1024
+STRATEGIC, MERGE = "application/strategic-merge-patch+json", "application/merge-patch+json"
+TAINT_CONFLICT_RETRIES = 3
+
+
+def reason_of(kind: str) -> str:
+    """A finding kind as a Kubernetes reason: nvlink_inactive -> NvlinkInactive."""
+    return "".join(part.capitalize() for part in kind.split("_"))
+
+
+def condition(verdict: AreaVerdict) -> dict:
+    """The area's node condition, without its times."""
+    label = verdict.area.capitalize()
+    if verdict.failing:
+        more = f" (+{len(verdict.failing) - 1} more)" if len(verdict.failing) > 1 else ""
+        first = verdict.failing[0]
+        return {"type": CONDITIONS[verdict.area], "status": "True", "reason": reason_of(first.kind),
+                "message": fit(first.message, MAX_MESSAGE, more)}
+    status, reason = ("Unknown", f"Nodecheck{label}Unknown") if verdict.state == "unknown" else ("False", f"Nodecheck{label}Ok")
+    return {"type": CONDITIONS[verdict.area], "status": status, "reason": reason, "message": verdict.line(MAX_MESSAGE)}
+
+
+def conditions(report: Report, fail_severity: str) -> list[dict]:
+    return [condition(area_verdict(report, area, fail_severity)) for area in AREAS]
+
+
+def rfc3339(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_patch(wanted: list[dict], known: dict[str, dict], now: str) -> dict:
+    """The strategic-merge patch of nodes/NAME/status: each condition with its heartbeat now, and its transition
+    time kept from what the server holds while the status stays."""
+    out = []
+    for c in wanted:
+        before = known.get(c["type"], {})
+        since = before.get("lastTransitionTime") if before.get("status") == c["status"] else None
+        out.append({**c, "lastHeartbeatTime": now, "lastTransitionTime": since if isinstance(since, str) else now})
+    return {"status": {"conditions": out}}
+
+
+def event(node: str, uid: str | None, kind: str, reason: str, message: str, seconds: float, sequence: int) -> dict:
+    """A core/v1 Event on the Node (involvedObject as the kubelet names its node), named as client-go names
+    events: the object's name and a hex timestamp."""
+    when = rfc3339(seconds)
+    involved = {"apiVersion": "v1", "kind": "Node", "name": node, **({"uid": uid} if uid else {})}
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{node[:200]}.{int(seconds * 1e9) + sequence:x}", "namespace": EVENT_NAMESPACE},
+            "involvedObject": involved, "reason": reason[:128], "message": fit(message, MAX_MESSAGE), "type": kind,
+            "source": {"component": "nodecheck", "host": node}, "firstTimestamp": when, "lastTimestamp": when, "count": 1,
+            "reportingComponent": "nodecheck", "reportingInstance": node[:128]}
+
+
+def taints_with(taints: list, tainted: bool) -> list | None:
+    """The node's taints with nodecheck's own added or removed, every other one as it was; None when nothing
+    changes."""
+    others = [t for t in taints if not (isinstance(t, dict) and t.get("key") == TAINT_KEY)]
+    mine = [t for t in taints if isinstance(t, dict) and t.get("key") == TAINT_KEY]
+    if tainted and mine != [{"key": TAINT_KEY, "effect": TAINT_EFFECT}]:
+        return [*others, {"key": TAINT_KEY, "effect": TAINT_EFFECT}]
+    if not tainted and mine:
+        return others
+    return None
+
+
+class NodeHealth:
+    """Publishes one Report's verdict on the Node; sync() raises ApiError, follow() logs it and tries again."""
+
+    def __init__(self, api: ApiClient, node: str, fail_severity: str = "error", taint: bool = False,
+                 heartbeat_s: float = HEARTBEAT_S, event_repeat_s: float = EVENT_REPEAT_S,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.api, self.node, self.fail_severity, self.taint = api, node, fail_severity, taint
+        self.heartbeat_s, self.event_repeat_s, self.clock = heartbeat_s, event_repeat_s, clock
+        self.uid: str | None = None
+        self.known: dict[str, dict] | None = None  # our conditions as the server last answered them
+        self.patched_at = float("-inf")
+        self.tainted: bool | None = None  # as last written or read; None: not known
+        self.taint_checked_at = float("-inf")
+        self.posted: dict[tuple[str, str], float] = {}  # (kind, subject) of a warning -> when its Event was posted
+        self.sequence = 0
+        self._latest: Report | None = None
+        self._lock = threading.Lock()
+        self._new = threading.Event()
+
+    # -- one round
+    def sync(self, report: Report) -> None:
+        now = self.clock()
+        wanted = conditions(report, self.fail_severity)
+        if self.known is None:
+            self._learn(self.api.request("PATCH", self._status_path(), {}, STRATEGIC))
+        before = dict(self.known or {})
+        if self._differs(wanted, before) or now - self.patched_at >= self.heartbeat_s:
+            patch = status_patch(wanted, before, rfc3339(now))
+            self._learn(self.api.request("PATCH", self._status_path(), patch, STRATEGIC))
+            self.patched_at = now
+            self._transition_events(wanted, before, now)
+        self._warning_events(report, now)
+        if self.taint:
+            self._reconcile_taint(any(c["status"] == "True" for c in wanted), now)
+
+    def _status_path(self) -> str:
+        return f"/api/v1/nodes/{self.node}/status"
+
+    def _learn(self, node: dict) -> None:
+        metadata = node.get("metadata") if isinstance(node.get("metadata"), dict) else {}
+        self.uid = metadata.get("uid") if isinstance(metadata.get("uid"), str) else self.uid
+        status = node.get("status") if isinstance(node.get("status"), dict) else {}
+        listed = status.get("conditions") if isinstance(status.get("conditions"), list) else []
+        ours = set(CONDITIONS.values())
+        self.known = {c["type"]: c for c in listed if isinstance(c, dict) and c.get("type") in ours}
+
+    @staticmethod
+    def _differs(wanted: list[dict], known: dict[str, dict]) -> bool:
+        fields = ("status", "reason", "message")
+        return any(tuple(known.get(c["type"], {}).get(f) for f in fields) != tuple(c[f] for f in fields) for c in wanted)
+
+    def _post(self, kind: str, reason: str, message: str, now: float) -> None:
+        self.sequence += 1
+        body = event(self.node, self.uid, kind, reason, message, now, self.sequence)
+        try:
+            self.api.request("POST", f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", body)
+        except ApiError as error:
+            if error.status != 409:  # AlreadyExists: a retry whose first try had landed
+                raise
+
+    def _transition_events(self, wanted: list[dict], before: dict[str, dict], now: float) -> None:
+        for c in wanted:
+            was = before.get(c["type"], {}).get("status")
+            if c["status"] == "True" and was != "True":
+                self._post("Warning", c["type"], c["message"], now)
+            elif c["status"] == "False" and was == "True":
+                self._post("Normal", c["reason"], c["message"], now)
+
+    def _warning_events(self, report: Report, now: float) -> None:
+        warnings: list[Finding] = [f for f in report.findings if f.severity == "warning"]
+        current = {(f.kind, f.subject) for f in warnings}
+        self.posted = {key: at for key, at in self.posted.items() if key in current}  # gone: a return posts again
+        due = [f for f in warnings if now - self.posted.get((f.kind, f.subject), float("-inf")) >= self.event_repeat_s]
+        for finding in due[:MAX_EVENTS_PER_ROUND]:
+            self._post("Warning", reason_of(finding.kind), finding.message, now)
+            self.posted[(finding.kind, finding.subject)] = now
+
+    def _reconcile_taint(self, tainted: bool, now: float) -> None:
+        """Read the taints (when the wanted state is not what was last written, or a heartbeat has passed: an
+        admin may have lifted it), and write them back with nodecheck's own changed, conditional on the
+        resourceVersion read; a write that lost a race reads again."""
+        if tainted == self.tainted and now - self.taint_checked_at < self.heartbeat_s:
+            return
+        path = f"/api/v1/nodes/{self.node}"
+        for _ in range(TAINT_CONFLICT_RETRIES):
+            node = self.api.request("PATCH", path, {}, MERGE)
+            metadata, spec = node.get("metadata") or {}, node.get("spec") or {}
+            taints = spec.get("taints") if isinstance(spec, dict) and isinstance(spec.get("taints"), list) else []
+            changed = taints_with(taints, tainted)
+            try:
+                if changed is not None:
+                    version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+                    self.api.request("PATCH", path, {"metadata": {"resourceVersion": version}, "spec": {"taints": changed}}, MERGE)
+                    log.info("%s taint %s:%s on node %s", "set" if tainted else "removed", TAINT_KEY, TAINT_EFFECT, self.node)
+            except ApiError as error:
+                if error.status == 409:  # the node changed since it was read
+                    continue
+                raise
+            self.tainted, self.taint_checked_at = tainted, now
+            return
+        raise ApiError(409, f"node {self.node}: its taints kept changing under {TAINT_CONFLICT_RETRIES} tries")
+
+    # -- the daemon's side
+    def offer(self, report: Report) -> None:
+        """The latest judged Report (serve's publisher calls this): taken by follow() in its own thread, so that
+        a slow API server never holds a probe round or a scrape."""
+        with self._lock:
+            self._latest = report
+        self._new.set()
+
+    def follow(self, stop: threading.Event, repeat_s: float = 600.0) -> None:
+        """Sync each new Report, and again at the heartbeat; a failure is logged (again at most every repeat_s)
+        and forgets what the server held, so that the next round reads it afresh."""
+        failing_since, said = None, float("-inf")
+        while not stop.is_set():
+            self._new.wait(self.heartbeat_s)
+            self._new.clear()
+            with self._lock:
+                report = self._latest
+            if report is None or stop.is_set():
+                continue
+            try:
+                self.sync(report)
+            except Exception as error:  # noqa: BLE001 - an API error, or a bug: either way metrics keep being served
+                if not isinstance(error, NodecheckError):
+                    log.exception("node %s: publishing the conditions failed", self.node)
+                self.known, self.tainted = None, None
+                now = time.monotonic()
+                if failing_since is None or now - said >= repeat_s:
+                    log.warning("node %s: Kubernetes conditions not published: %s", self.node, error)
+                    said = now
+                failing_since = failing_since or now
+                continue
+            if failing_since is not None:
+                log.info("node %s: Kubernetes conditions published again", self.node)
+                failing_since = None
