@@ -92,6 +92,30 @@ def event(node: str, uid: str | None, kind: str, reason: str, message: str, seco
             "reportingComponent": "nodecheck", "reportingInstance": node[:128]}
 
 
+def _field(value, key: str, kind: type):
+    """value[key] when value is an object and the field has the kind expected; None otherwise (the answer is
+    the API server's, read as untrusted input)."""
+    found = value.get(key) if isinstance(value, dict) else None
+    return found if isinstance(found, kind) else None
+
+
+def node_uid(node: dict) -> str | None:
+    return _field(_field(node, "metadata", dict), "uid", str)
+
+
+def node_conditions(node: dict) -> dict[str, dict]:
+    """nodecheck's conditions in a Node, by type."""
+    listed = _field(_field(node, "status", dict), "conditions", list) or []
+    ours = set(CONDITIONS.values())
+    return {c["type"]: c for c in listed if isinstance(_field(c, "type", str), str) and c["type"] in ours}
+
+
+def node_taints(node: dict) -> tuple[list, str | None]:
+    """(the Node's taints, its resourceVersion)."""
+    taints = _field(_field(node, "spec", dict), "taints", list) or []
+    return taints, _field(_field(node, "metadata", dict), "resourceVersion", str)
+
+
 def taints_with(taints: list, tainted: bool) -> list | None:
     """The node's taints with nodecheck's own added or removed, every other one as it was; None when nothing
     changes."""
@@ -143,12 +167,8 @@ class NodeHealth:
         return f"/api/v1/nodes/{self.node}/status"
 
     def _learn(self, node: dict) -> None:
-        metadata = node.get("metadata") if isinstance(node.get("metadata"), dict) else {}
-        self.uid = metadata.get("uid") if isinstance(metadata.get("uid"), str) else self.uid
-        status = node.get("status") if isinstance(node.get("status"), dict) else {}
-        listed = status.get("conditions") if isinstance(status.get("conditions"), list) else []
-        ours = set(CONDITIONS.values())
-        self.known = {c["type"]: c for c in listed if isinstance(c, dict) and c.get("type") in ours}
+        self.uid = node_uid(node) or self.uid
+        self.known = node_conditions(node)
 
     @staticmethod
     def _differs(wanted: list[dict], known: dict[str, dict]) -> bool:
@@ -189,13 +209,10 @@ class NodeHealth:
             return
         path = f"/api/v1/nodes/{self.node}"
         for _ in range(TAINT_CONFLICT_RETRIES):
-            node = self.api.request("PATCH", path, {}, MERGE)
-            metadata, spec = node.get("metadata") or {}, node.get("spec") or {}
-            taints = spec.get("taints") if isinstance(spec, dict) and isinstance(spec.get("taints"), list) else []
+            taints, version = node_taints(self.api.request("PATCH", path, {}, MERGE))
             changed = taints_with(taints, tainted)
             try:
                 if changed is not None:
-                    version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
                     self.api.request("PATCH", path, {"metadata": {"resourceVersion": version}, "spec": {"taints": changed}}, MERGE)
                     log.info("%s taint %s:%s on node %s", "set" if tainted else "removed", TAINT_KEY, TAINT_EFFECT, self.node)
             except ApiError as error:

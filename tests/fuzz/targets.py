@@ -129,6 +129,14 @@ def _scontrol_line() -> list[str]:
     return [DRAINED_LINE, DRAINED_LINE.replace("IDLE+DRAIN", "MIXED").split(" Reason=")[0]]
 
 
+def _kube_node(node) -> tuple:
+    """What `serve --kubernetes-conditions` reads from the API server's answer: nothing may escape."""
+    from nodecheck.exporters.node_health import node_conditions, node_taints, node_uid, taints_with
+
+    taints, version = node_taints(node)
+    return node_conditions(node), node_uid(node), version, taints_with(taints, True), taints_with(taints, False)
+
+
 def targets() -> list[Target]:
     from nodecheck import units
     from nodecheck.bench.nccl_debug import parse_nccl_debug
@@ -176,4 +184,6 @@ def targets() -> list[Target]:
         Target("scontrol_node", _scontrol_line, lambda text: parse_node("vm", text), (NodecheckError,)),
         Target("nodelist", lambda: ["gpu[01-04,07],login1", "rack[1-2]-n[001-128]", "a,b,c"], expand_nodelist,
                (ParseError,)),
+        Target("kube_node", lambda: [json.loads((TESTS / "fixtures/kubernetes/node-hgx.json").read_text())], _kube_node, (),
+               structured=True),
     ]
