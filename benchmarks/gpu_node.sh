@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU node: every GPU path of nodecheck, each step printed with its command, exit status and wall
 # time, into DIR/log.txt (DIR = $OUT, else ./gpu-node-run). Used for the "Measured on" table of README.md.
-#   bash benchmarks/gpu_node.sh [steps...]     steps: facts install gpu inspect bench h2d nccl prolog suite
+#   bash benchmarks/gpu_node.sh [steps...]     steps: facts install gpu inspect bench h2d nccl prolog suite multi
+# (multi is not in the default list: it is for a node with several GPUs, and takes up to an hour)
 # nodecheck is installed into the Python that holds the node's CUDA torch (NODECHECK_PY, default python3).
 # Offline nodes: wheels in .whl/ are installed with --no-index; hwloc's .deb files in .hw/ are unpacked
 # under /tmp/hw when lstopo is missing.
@@ -91,6 +92,9 @@ prolog() {
 }
 
 suite() { step 330 "$PY" -m pytest -ra -q -p no:cacheprovider --timeout 120; }
+
+# the first multi-GPU node (issue 26, item 5): every figure beside its reference, outputs kept in DIR/multi
+multi() { step 3600 "$PY" benchmarks/multi_gpu_node.py --out "$DIR/multi"; }
 
 for s in "${@:-facts install gpu inspect bench h2d nccl prolog suite}"; do
   for one in $s; do echo "===== $one" >>"$LOG"; "$one"; done

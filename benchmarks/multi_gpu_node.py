@@ -1,0 +1,287 @@
+"""On the first multi-GPU node (an HGX with 8 GPUs): every figure issue 26 (5) asks for, each beside its reference
+and a verdict, in one run whose output can be pasted whole.
+
+    python benchmarks/multi_gpu_node.py [--out DIR]     # run the steps; each command's output is kept in DIR
+    python benchmarks/multi_gpu_node.py --replay DIR    # compare only, from what DIR holds (a run, or a paste)
+
+The steps, in order, each under its own timeout (a tool that is missing or fails is a row saying so):
+  nvml       benchmarks/nvml_nvlink_check.py, first and within 10 s: NVML's architecture and NVLink version per
+             GPU and link, and the per-link rate nodecheck derives from them beside nvidia-smi's
+  p2p        `nodecheck bench --tests p2p --json` beside `nvbandwidth -t device_to_device_memcpy_write_ce`, whose
+             cell (row, column) is a copy engine writing from the row GPU into the column GPU in the source's
+             context, as nodecheck's p2p copy runs (nvbandwidth's testcases_ce.cpp): goal 0.98-1.02 per pair
+  allreduce  nodecheck's in-node all-reduce (`bench --tests allreduce --json`, 1 GiB) beside
+             `all_reduce_perf -b 1G -e 1G -g N`, NVLS on and off (NCCL_NVLS_ENABLE): goal 0.97-1.0 of its 1 GiB
+             row's out-of-place busbw
+  h2d        h2d per GPU from nodecheck's one worker (which rebinds itself for each GPU) beside one fresh worker
+             process per GPU bound to that GPU's CPUs (its socket): goal 0.98-1.02
+  quick      `nodecheck bench --quick --json` wall time, three runs: goal <= 60 s on 8 GPUs
+
+DIR holds: steps.json (each command, exit status, wall time), inspect.json, nvml.txt, p2p.json, nvbandwidth.txt,
+allreduce.json, nccl-nvls-on.txt, nccl-nvls-off.txt, h2d.json, h2d-gpuN.json, quick-N.json. Exit status: 1 when a
+figure misses its goal, else 2 when a figure could not be made (said in its row: no pass), else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+GOALS = {"p2p": (0.98, 1.02), "allreduce": (0.97, 1.0), "h2d": (0.98, 1.02)}
+QUICK_GOAL_S = 60.0
+NVML_GOAL_S = 10.0
+MAX_READ = 16 * 1024 * 1024
+
+
+@dataclass
+class Row:
+    figure: str
+    value: str
+    reference: str
+    ratio: float | None
+    goal: str
+    verdict: str  # ok, LOW, HIGH, FAILED, n/a (why)
+
+
+# -- reading what the tools printed
+def parse_nvbandwidth(text: str) -> dict[str, dict]:
+    """{testcase: {"cells": {(row, col): GB/s}, "sum": GB/s or None, "failed": why or None}} from nvbandwidth's
+    plain output: each "Running TESTCASE." followed by its matrix (a header of column numbers, then one row per
+    GPU or CPU; N/A and the diagonal are no figure), and its "SUM TESTCASE VALUE" line when the version prints one."""
+    out: dict[str, dict] = {}
+    current, columns = None, []
+    for line in text.splitlines():
+        started = re.match(r"\s*Running (\w+)\.", line)
+        if started:
+            current = out.setdefault(started[1], {"cells": {}, "sum": None, "failed": None})
+            columns = []
+            continue
+        if current is None:
+            continue
+        total = re.match(r"\s*SUM (\w+) ([0-9.]+)\s*$", line)
+        if total:
+            out.setdefault(total[1], {"cells": {}, "sum": None, "failed": None})["sum"] = float(total[2])
+            continue
+        if line.lstrip().startswith(("ASSERT", "Invalid value")):  # a pattern check failed: the run aborts
+            current["failed"] = current["failed"] or " ".join(line.split())[:200]
+            continue
+        cells = line.split()
+        if cells and all(c.isdigit() for c in cells) and not columns:
+            columns = [int(c) for c in cells]
+            continue
+        if columns and len(cells) == len(columns) + 1 and cells[0].isdigit():
+            row = int(cells[0])
+            for col, cell in zip(columns, cells[1:], strict=True):
+                if re.fullmatch(r"[0-9]+\.[0-9]+", cell) and not (row == col and float(cell) == 0.0):
+                    current["cells"][(row, col)] = float(cell)
+    return out
+
+
+def measurements(report_json: dict) -> list[dict]:
+    found = report_json.get("measurements") if isinstance(report_json, dict) else None
+    return [m for m in found or [] if isinstance(m, dict)]
+
+
+def nccl_row_busbw(text: str, size: int = 1 << 30) -> float | None:
+    """The out-of-place busbw (GB/s) of the row of `size` bytes, read by nodecheck's own nccl-tests parser."""
+    from nodecheck.bench.nccl_tests import parse_nccl_log
+
+    for row in parse_nccl_log(text).rows:
+        if row.size_bytes == size and row.out_of_place is not None:
+            return row.out_of_place.busbw_gbytes
+    return None
+
+
+# -- the comparisons
+def judge(figure: str, value: float | None, reference: float | None, goal: tuple[float, float], unit: str = "GB/s",
+          missing: str = "") -> Row:
+    shown = f"{value:.2f} {unit}" if value is not None else "-"
+    ref = f"{reference:.2f} {unit}" if reference is not None else "-"
+    if value is None or not reference:
+        return Row(figure, shown, ref, None, f"{goal[0]:.2f}-{goal[1]:.2f}", f"n/a ({missing or 'no figure'})")
+    ratio = value / reference
+    verdict = "ok" if goal[0] <= ratio <= goal[1] else "LOW" if ratio < goal[0] else "HIGH"
+    return Row(figure, shown, ref, ratio, f"{goal[0]:.2f}-{goal[1]:.2f}", verdict)
+
+
+def p2p_rows(bench: dict, nvbandwidth: dict[str, dict]) -> list[Row]:
+    write = nvbandwidth.get("device_to_device_memcpy_write_ce")
+    ours = {m["path"]: m for m in measurements(bench) if m.get("test") == "p2p" and m.get("direction") == "unidirectional"}
+    if write is None:
+        return [Row("p2p (all pairs)", "-", "-", None, "0.98-1.02", "n/a (no nvbandwidth device_to_device_memcpy_write_ce)")]
+    if write["failed"]:
+        return [Row("p2p (all pairs)", "-", "-", None, "0.98-1.02", f"FAILED (nvbandwidth: {write['failed']})")]
+    rows = []
+    for (a, b), reference in sorted(write["cells"].items()):
+        mine = ours.get(f"gpu{a}->gpu{b}")
+        value = mine["bytes_per_second"] / 1e9 if mine and mine.get("ok") and mine.get("bytes_per_second") else None
+        why = (mine or {}).get("error") or "nodecheck measured no such pair"
+        rows.append(judge(f"p2p gpu{a}->gpu{b}", value, reference, GOALS["p2p"], missing=str(why)[:60]))
+    return rows or [Row("p2p (all pairs)", "-", "-", None, "0.98-1.02", "n/a (nvbandwidth printed no pair)")]
+
+
+def allreduce_rows(bench: dict, nccl_on: str | None, nccl_off: str | None) -> list[Row]:
+    mine = next((m for m in measurements(bench) if m.get("test") == "allreduce" and str(m.get("path", "")).startswith("allreduce:node-")),
+                None)
+    value = mine["bytes_per_second"] / 1e9 if mine and mine.get("ok") and mine.get("bytes_per_second") else None
+    why = (mine or {}).get("error") or "nodecheck measured no in-node all-reduce"
+    rows = []
+    for label, text in (("NVLS on", nccl_on), ("NVLS off", nccl_off)):
+        reference = nccl_row_busbw(text) if text else None
+        rows.append(judge(f"all-reduce 1 GiB busbw vs nccl-tests {label}", value, reference, GOALS["allreduce"],
+                          missing=str(why)[:60] if value is None else "no 1 GiB row in all_reduce_perf's output"))
+    return rows
+
+
+def h2d_rows(one_worker: dict, per_gpu: dict[int, dict]) -> list[Row]:
+    ours = {m["path"]: m for m in measurements(one_worker) if m.get("test") == "h2d"}
+    if not per_gpu:
+        return [Row("h2d: one worker vs a process per GPU", "-", "-", None, "0.98-1.02", "n/a (no per-GPU run)")]
+    rows = []
+    for index, result in sorted(per_gpu.items()):
+        gpus = result.get("gpus") if isinstance(result, dict) else None
+        pinned = [r for g in gpus or [] for r in g.get("rows", []) if r.get("memory") == "pinned"]
+        reference = max((r["h2d"] for r in pinned), default=None)
+        mine = ours.get(f"gpu{index}:host")
+        value = mine["bytes_per_second"] / 1e9 if mine and mine.get("ok") and mine.get("bytes_per_second") else None
+        rows.append(judge(f"h2d gpu{index}: one worker vs its own process", value, reference / 1e9 if reference else None,
+                          GOALS["h2d"], missing=str((mine or {}).get("error") or "no figure")[:60]))
+    return rows
+
+
+def quick_rows(steps: dict) -> list[Row]:
+    runs = [s for name, s in sorted(steps.items()) if name.startswith("quick-")]
+    rows = []
+    for number, step in enumerate(runs, 1):
+        ok = step.get("rc") == 0
+        verdict = ("ok" if step["wall_s"] <= QUICK_GOAL_S else "HIGH") if ok else f"FAILED (exit {step.get('rc')})"
+        rows.append(Row(f"bench --quick wall time, run {number}{' (cold)' if number == 1 else ''}", f"{step['wall_s']:.1f} s",
+                        "-", None, f"<= {QUICK_GOAL_S:g} s", verdict))
+    return rows or [Row("bench --quick wall time", "-", "-", None, f"<= {QUICK_GOAL_S:g} s", "n/a (not run)")]
+
+
+def nvml_rows(text: str | None, step: dict | None) -> list[Row]:
+    if text is None or step is None:
+        return [Row("NVML architecture and NVLink version", "-", "nvidia-smi nvlink -s", None, "no MISMATCH", "n/a (not run)")]
+    mismatches = text.count("MISMATCH")
+    gpus = sum(1 for line in text.splitlines() if re.match(r"\s*\d+\s", line))
+    verdict = "ok" if step.get("rc") == 0 else "MISMATCH" if mismatches else f"FAILED (exit {step.get('rc')})"
+    time_verdict = "ok" if step["wall_s"] <= NVML_GOAL_S else "HIGH"
+    return [Row("NVML link rate vs nvidia-smi", f"{gpus} GPU(s), {mismatches} mismatch(es)", "nvidia-smi nvlink -s", None,
+                "no MISMATCH", verdict),
+            Row("NVML check wall time", f"{step['wall_s']:.1f} s", "-", None, f"<= {NVML_GOAL_S:g} s", time_verdict)]
+
+
+# -- a run
+def _read(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as file:
+            return file.read(MAX_READ).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def _json(path: Path) -> dict:
+    text = _read(path)
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def compare(folder: Path) -> list[Row]:
+    steps = _json(folder / "steps.json")
+    per_gpu = {int(m[1]): _json(p) for p in sorted(folder.glob("h2d-gpu*.json")) if (m := re.search(r"h2d-gpu(\d+)\.json$", p.name))}
+    return (nvml_rows(_read(folder / "nvml.txt"), steps.get("nvml"))
+            + p2p_rows(_json(folder / "p2p.json"), parse_nvbandwidth(_read(folder / "nvbandwidth.txt") or ""))
+            + allreduce_rows(_json(folder / "allreduce.json"), _read(folder / "nccl-nvls-on.txt"), _read(folder / "nccl-nvls-off.txt"))
+            + h2d_rows(_json(folder / "h2d.json"), per_gpu)
+            + quick_rows(steps))
+
+
+def render(rows: list[Row]) -> str:
+    lines = [f"{'figure':<48} {'value':>22} {'reference':>22} {'ratio':>6}  {'goal':<11} verdict"]
+    for r in rows:
+        ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
+        lines.append(f"{r.figure[:48]:<48} {r.value[:22]:>22} {r.reference[:22]:>22} {ratio:>6}  {r.goal:<11} {r.verdict}")
+    return "\n".join(lines)
+
+
+def run_step(folder: Path, steps: dict, name: str, argv: list[str], timeout: float, out: str | None = None,
+             env: dict | None = None) -> None:
+    """Run argv (never a shell) under a timeout; its stdout goes to DIR/out, its status and wall time to steps."""
+    started = time.monotonic()
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=timeout, env={**os.environ, **(env or {})}, check=False)
+        rc, stdout, stderr = done.returncode, done.stdout, done.stderr
+    except FileNotFoundError as error:
+        rc, stdout, stderr = 127, b"", str(error).encode()
+    except subprocess.TimeoutExpired as expired:
+        rc, stdout, stderr = 124, expired.stdout or b"", f"timed out after {timeout:g} s".encode()
+    steps[name] = {"argv": argv, "rc": rc, "wall_s": round(time.monotonic() - started, 3), "stderr": stderr.decode("utf-8", "replace")[-2000:]}
+    if out:
+        (folder / out).write_bytes(stdout)
+    (folder / "steps.json").write_text(json.dumps(steps, indent=1))
+    print(f"  {name}: exit {rc}, {steps[name]['wall_s']:.1f} s", file=sys.stderr, flush=True)
+
+
+def run_all(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    steps: dict = {}
+    nodecheck = [sys.executable, "-m", "nodecheck"]
+    run_step(folder, steps, "nvml", [sys.executable, str(REPO / "benchmarks/nvml_nvlink_check.py")], NVML_GOAL_S * 3, "nvml.txt")
+    run_step(folder, steps, "inspect", [*nodecheck, "inspect", "--json"], 120, "inspect.json")
+    gpus = [g for g in _json(folder / "inspect.json").get("gpus") or [] if isinstance(g, dict)]
+    run_step(folder, steps, "p2p", [*nodecheck, "bench", "--tests", "p2p", "--json"], 600, "p2p.json")
+    nvbandwidth = shutil.which("nvbandwidth") or "nvbandwidth"
+    run_step(folder, steps, "nvbandwidth", [nvbandwidth, "-t", "device_to_device_memcpy_write_ce"], 600, "nvbandwidth.txt")
+    run_step(folder, steps, "allreduce", [*nodecheck, "bench", "--tests", "allreduce", "--json"], 600, "allreduce.json")
+    perf = shutil.which("all_reduce_perf") or "all_reduce_perf"
+    for label, nvls in (("on", "1"), ("off", "0")):
+        run_step(folder, steps, f"nccl-nvls-{label}", [perf, "-b", "1G", "-e", "1G", "-g", str(len(gpus) or 8)], 600,
+                 f"nccl-nvls-{label}.txt", env={"NCCL_NVLS_ENABLE": nvls})
+    run_step(folder, steps, "h2d", [*nodecheck, "bench", "--tests", "h2d", "--json"], 600, "h2d.json")
+    for gpu in gpus:
+        index = gpu.get("index")
+        run_step(folder, steps, f"h2d-gpu{index}",
+                 [sys.executable, "-m", "nodecheck.bench.gpu_worker", "copy", "--device", str(index), "--uuid", str(gpu.get("uuid") or ""),
+                  "--cpus", str(gpu.get("cpu_affinity") or ""), "--sizes", str(256 << 20), "--out", str(folder / f"h2d-gpu{index}.json")],
+                 300)
+    for number in (1, 2, 3):
+        run_step(folder, steps, f"quick-{number}", [*nodecheck, "bench", "--quick", "--json"], 300, f"quick-{number}.json")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("multi-gpu-run"), help="where each command's output is kept")
+    parser.add_argument("--replay", type=Path, default=None, help="compare only, from a folder a run wrote")
+    args = parser.parse_args(argv)
+    folder = args.replay or args.out
+    if args.replay is None:
+        run_all(folder)
+    rows = compare(folder)
+    nvml = _read(folder / "nvml.txt")
+    if nvml:  # the per-GPU table itself: what NVML returned is the figure item 5 asks for first
+        print("NVML, as benchmarks/nvml_nvlink_check.py printed it:\n" + nvml.rstrip()[:20000] + "\n")
+    print(render(rows))
+    misses = [r for r in rows if r.verdict.split()[0] in ("LOW", "HIGH", "FAILED", "MISMATCH")]
+    ratios = [r.ratio for r in rows if r.ratio is not None and r.figure.startswith("p2p")]
+    if ratios:
+        print(f"p2p ratios: min {min(ratios):.3f}, median {statistics.median(ratios):.3f}, max {max(ratios):.3f} over {len(ratios)} pairs")
+    unmade = [r for r in rows if r.verdict.startswith("n/a")]
+    return 1 if misses else 2 if unmade else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
