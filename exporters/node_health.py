@@ -234,6 +234,7 @@ class NodeHealth:
     def follow(self, stop: threading.Event, repeat_s: float = 600.0) -> None:
         """Sync each new Report, and again at the heartbeat; a failure is logged (again at most every repeat_s)
         and forgets what the server held, so that the next round reads it afresh."""
+        self.api.wait = stop.wait  # the daemon's stop (SIGTERM) ends a request's retries too
         failing_since, said = None, float("-inf")
         while not stop.is_set():
             self._new.wait(self.heartbeat_s)

@@ -110,8 +110,6 @@ def serve(
         with tempfile.TemporaryDirectory(prefix="nodecheck-serve-") as workdir:
             probe_host = LiveHost() if source is None else open_snapshot(source, Path(workdir))
             stop = threading.Event()
-            if node_health is not None:
-                node_health.api.wait = stop.wait  # a SIGTERM ends the API retries too
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
             signal.signal(signal.SIGINT, lambda *_: stop.set())
             from nodecheck.bench.plan import read_measurements_file, run_in_subprocess
