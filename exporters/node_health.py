@@ -143,9 +143,11 @@ class NodeHealth:
         self.taint_checked_at = float("-inf")
         self.posted: dict[tuple[str, str], float] = {}  # (kind, subject) of a warning -> when its Event was posted
         self.sequence = 0
+        self.published_at: float | None = None  # when a round last reached the API server (wall clock)
         self._latest: Report | None = None
         self._lock = threading.Lock()
         self._new = threading.Event()
+        self._metrics = b""  # what serve appends to /metrics: nothing until the first attempt
 
     # -- one round
     def sync(self, report: Report) -> None:
@@ -249,12 +251,46 @@ class NodeHealth:
                 if not isinstance(error, NodecheckError):
                     log.exception("node %s: publishing the conditions failed", self.node)
                 self.known, self.tainted = None, None
+                self.record_round(False)
                 now = time.monotonic()
                 if failing_since is None or now - said >= repeat_s:
                     log.warning("node %s: Kubernetes conditions not published: %s", self.node, error)
                     said = now
                 failing_since = failing_since or now
                 continue
+            self.record_round(True)
             if failing_since is not None:
                 log.info("node %s: Kubernetes conditions published again", self.node)
                 failing_since = None
+
+    def record_round(self, success: bool) -> None:
+        """The series serve appends to /metrics, after a round that reached the API server (or did not)."""
+        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client.core import GaugeMetricFamily
+
+        if success:
+            self.published_at = time.time()
+        families = [GaugeMetricFamily("nodecheck_kubernetes_publish_success",
+                                      "1 when the last round's node conditions (and taint) reached the API server, 0 when not",
+                                      value=1.0 if success else 0.0)]
+        if self.published_at is not None:
+            families.append(GaugeMetricFamily("nodecheck_kubernetes_publish_last_success_timestamp_seconds",
+                                              "when the node conditions last reached the API server", value=self.published_at))
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Families(families))
+        body = generate_latest(registry)
+        with self._lock:
+            self._metrics = body
+
+    def exposition(self) -> bytes:
+        """The publisher's own series, appended to the Report's by serve's /metrics (docs/metrics.md)."""
+        with self._lock:
+            return self._metrics
+
+
+class _Families:
+    def __init__(self, families: list) -> None:
+        self.families = families
+
+    def collect(self):
+        return iter(self.families)

@@ -141,6 +141,10 @@ def follow_measurements(latest: LatestReport, read: Callable[[], tuple[list[Meas
             return
 
 
+def _appended(body: bytes | None, more: bytes) -> bytes | None:
+    return None if body is None else body + more  # no Report yet: still 503, whatever else is known
+
+
 def _tls_context(certfile: str, keyfile: str, client_cafile: str | None) -> ssl.SSLContext:
     """The standard library's TLS, configured as prometheus_client's start_http_server configures it."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -165,7 +169,8 @@ def serve(host: str, port: int, build: Callable[[], Report], interval: float, st
     tls = web.tls if web else {}
     auth = BasicAuth(web.users) if web and web.users else None
     context = _tls_context(tls["certfile"], tls["keyfile"], tls.get("client_cafile")) if tls else None
-    server = ScrapeServer(listening_socket(host, port), latest.body, CONTENT_TYPE_LATEST, context, auth)
+    body = latest.body if node_health is None else lambda: _appended(latest.body(), node_health.exposition())
+    server = ScrapeServer(listening_socket(host, port), body, CONTENT_TYPE_LATEST, context, auth)
     threading.Thread(target=refresh_forever, args=(latest, build, interval, stop), name="refresh", daemon=True).start()
     server.start()
     if bench is not None and bench_every > 0:

@@ -172,6 +172,13 @@ def make_ca_and_certs(tmp_path):
             "-days", "1", "-extfile", f"{name}.ext")
 
 
+def promtool_check(text: str) -> subprocess.CompletedProcess:
+    """`promtool check metrics` on an exposition (skips without promtool)."""
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool is not installed (apt install prometheus)")
+    return subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+
+
 def kubernetes_objects(name: str) -> dict[str, dict]:
     """The objects of deploy/kubernetes/NAME by kind (each kind once in a file)."""
     import yaml

@@ -70,7 +70,11 @@ def test_docs_metrics_lists_exactly_the_exposed_series(tmp_path):
     without its row fails here."""
     import re
 
-    exposed = set(re.findall(r"^# TYPE (\S+) ", exposition(tmp_path), re.M))
+    from nodecheck.exporters.node_health import NodeHealth
+
+    publisher = NodeHealth(None, "node-1")  # serve --kubernetes-conditions adds its own series to /metrics
+    publisher.record_round(True)
+    exposed = set(re.findall(r"^# TYPE (\S+) ", exposition(tmp_path) + publisher.exposition().decode(), re.M))
     rows = [line.split("|")[1] for line in (REPO / "docs" / "metrics.md").read_text().splitlines() if line.startswith("| `")]
     documented = {name for cell in rows for name in re.findall(r"`([a-z_]+)`", cell)}
     assert documented == exposed

@@ -22,6 +22,7 @@ from helpers import (
     make_ca_and_certs,
     make_report,
     make_snapshot,
+    promtool_check,
     wait_until,
 )
 from kube_api_server import ACCOUNT, MERGE, NODE, STRATEGIC, FakeApiServer, granted
@@ -340,13 +341,19 @@ def test_follow_publishes_in_its_own_thread_and_survives_a_refusing_server(tls, 
     stop = threading.Event()
     worker = threading.Thread(target=publisher.follow, args=(stop,), daemon=True)
     worker.start()
+    assert publisher.exposition() == b""  # nothing said before the first round
     try:
         api.fail_next(403, {"kind": "Status", "message": "nodes \"gpu-node-7\" is forbidden", "code": 403})
         publisher.offer(reports["nvlink_down"])
         wait_until(lambda: "Kubernetes conditions not published" in caplog.text, 30, "the refusal logged")
+        failing = publisher.exposition().decode()
+        assert "nodecheck_kubernetes_publish_success 0.0" in failing and "last_success_timestamp" not in failing
         publisher.offer(reports["nvlink_down"])
         wait_until(lambda: api.conditions().get("NodecheckGpuProblem", {}).get("status") == "True", 30, "the condition")
         wait_until(lambda: "published again" in caplog.text, 30, "the recovery logged")
+        published = publisher.exposition().decode()
+        assert "nodecheck_kubernetes_publish_success 1.0" in published
+        assert "nodecheck_kubernetes_publish_last_success_timestamp_seconds 1.7" in published
     finally:
         stop.set()
         publisher.offer(reports["healthy"])
@@ -366,13 +373,20 @@ def test_serve_publishes_the_conditions_and_the_taint(tls, api, tmp_path):
     try:
         wait_until(lambda: api.conditions().get("NodecheckGpuProblem", {}).get("status") == "True", 60, "the condition")
         wait_until(lambda: any(t["key"] == TAINT_KEY for t in api.taints()), 60, "the taint")
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-            assert b"nodecheck_probe_success" in answer.read()
+        metrics = wait_until(lambda: scrape(port) if b"nodecheck_kubernetes_publish_success 1.0" in scrape(port) else None, 60,
+                             "the publisher's own series")
+        assert b"nodecheck_probe_success" in metrics
+        assert promtool_check(metrics.decode()).returncode == 0  # the two expositions make one clean one
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
     assert "set taint nodecheck/unhealthy:NoSchedule" in out
+
+
+def scrape(port: int) -> bytes:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        return answer.read()
 
 
 @pytest.mark.parametrize("args, env, message", [

@@ -1,10 +1,17 @@
 """The Prometheus face: metrics from real Reports, checked by the real promtool, and the textfile form."""
 
-import shutil
-import subprocess
 
 import pytest
-from helpers import h100_node_snapshot, h100_nvml_records, hgx_nvml, live_gpu_count, make_measurement, make_snapshot, nodecheck
+from helpers import (
+    h100_node_snapshot,
+    h100_nvml_records,
+    hgx_nvml,
+    live_gpu_count,
+    make_measurement,
+    make_snapshot,
+    nodecheck,
+    promtool_check,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodecheck.build import build_report
@@ -21,12 +28,6 @@ def samples(text: str) -> dict:
 
 def metrics_of(report, tmp_path) -> str:
     return write_textfile(report, tmp_path).read_text()
-
-
-def promtool_check(text: str) -> subprocess.CompletedProcess:
-    if shutil.which("promtool") is None:
-        pytest.skip("promtool is not installed (apt install prometheus)")
-    return subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
 
 
 def test_hgx_report_metrics_are_lint_clean_and_joinable(tmp_path):

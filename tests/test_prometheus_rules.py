@@ -46,6 +46,11 @@ def test_every_metric_in_the_rules_is_exported(tmp_path):
     report = build_report(SnapshotHost(snap))
     report.measurements.append(make_measurement())
     report.kernel_log = KernelLog(True, None, "/dev/kmsg", [])
-    exported = {f.name for f in text_string_to_metric_families(write_textfile(report, tmp_path).read_text())}
+    from nodecheck.exporters.node_health import NodeHealth
+
+    publisher = NodeHealth(None, "node-1")  # what serve --kubernetes-conditions adds to /metrics
+    publisher.record_round(True)
+    text = write_textfile(report, tmp_path).read_text() + publisher.exposition().decode()
+    exported = {f.name for f in text_string_to_metric_families(text)}
     queried = set(re.findall(r"\bnodecheck_[a-z_]+", (RULES / "nodecheck-rules.yml").read_text()))
     assert queried and queried <= exported, queried - exported
