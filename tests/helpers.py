@@ -189,6 +189,22 @@ def kubernetes_objects(name: str) -> dict[str, dict]:
     return by_kind
 
 
+def finish_ranks(procs: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, dict, str]]:
+    """(exit code, the Report a rank printed or {}, its stderr) of each launched `nodecheck bench` rank; a rank
+    still running at the timeout is killed with its process group."""
+    import signal
+
+    results = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        results.append((proc.returncode, json.loads(out) if out.strip().startswith("{") else {}, err))
+    return results
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now (the kernel's pick: never a fixed number)."""
     with socket.socket() as probe:

@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from helpers import finish_ranks as finish
 from helpers import make_report, requires_root
 from helpers import nodecheck as nodecheck_cli
 from netns_cluster import Cluster
@@ -33,18 +34,6 @@ def launch(cluster: Cluster, ranks: list[int], world: int, config: str, port: in
         procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       start_new_session=True))
     return procs
-
-
-def finish(procs: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, dict, str]]:
-    results = []
-    for proc in procs:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
-        results.append((proc.returncode, json.loads(out) if out.strip().startswith("{") else {}, err))
-    return results
 
 
 @pytest.fixture

@@ -1,0 +1,123 @@
+"""Issue 26, item 1: several NCCL "nodes" on one GPU. NCCL refuses two ranks on one GPU only when they share a
+host hash; each rank here has its own NCCL_HOSTID (and its own host name, in a UTS namespace, which nodecheck
+names nodes by), with NCCL_IB_DISABLE=1 and NCCL_SOCKET_IFNAME=lo, so NCCL treats them as separate nodes talking
+over NET/Socket on loopback. Real NCCL on a real GPU: these run on a GPU node (`pytest -m gpu`, as root for the
+UTS namespaces), and are skipped elsewhere. Written before any GPU session could run them: the first one that
+does settles what they assert."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import finish_ranks, free_port, requires_root, wait_until
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    torch = pytest.importorskip("torch", reason="needs torch (sh deploy/install.sh bench)")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU here")
+    requires_root()
+
+
+def launch(world: int, per_node: int = 1, timeout: float = 120, port: int | None = None) -> list[subprocess.Popen]:
+    """One `nodecheck bench --tests allreduce` per rank, as torchrun would start it; rank r on "node" r // per_node
+    (its host name), every rank with a host hash of its own and GPU 0 as its only GPU."""
+    port = port or free_port()
+    procs = []
+    for rank in range(world):
+        node = rank // per_node
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % per_node), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), CUDA_VISIBLE_DEVICES="0", NCCL_HOSTID=f"nodecheck-rank{rank}", NCCL_IB_DISABLE="1",
+                   NCCL_SOCKET_IFNAME="lo")
+        argv = ["unshare", "--uts", "sh", "-c", 'hostname "$0"; exec "$@"', f"node{node}", sys.executable, "-m", "nodecheck",
+                "bench", "--tests", "allreduce", "--quick", "--json", "--timeout", str(timeout)]
+        procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True))
+    return procs
+
+
+def allreduce_of(report: dict) -> dict:
+    (m,) = [m for m in report["measurements"] if m["test"] == "allreduce"]
+    return m
+
+
+def workers(marker: str = "nodecheck.bench.worker") -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if entry.isdigit() and marker in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def gpu_processes() -> set[int]:
+    listed = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True, text=True,
+                            timeout=30).stdout
+    return {int(line) for line in listed.split() if line.strip().isdigit()}
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_nccl_nodes_on_one_gpu_meet_over_net_socket(gpu, world):
+    results = finish_ranks(launch(world))
+    code, report, err = results[0]
+    m = allreduce_of(report)
+    assert m["ok"], (m, err[-2000:])
+    nccl = m["details"]["nccl"]
+    assert nccl["network"] == "Socket" and any(t.startswith("NET/Socket") for t in nccl["inter_node_transports"]), nccl
+    assert len(nccl["nodes"]) == world and m["bytes_per_second"] > 0, nccl
+
+
+def test_two_nodes_of_two_ranks_pair_only_across_nodes(gpu):
+    results = finish_ranks(launch(4, per_node=2))
+    m = allreduce_of(results[0][1])
+    assert m["ok"], (m, results[0][2][-2000:])
+    nodes = {n["rank"]: n["node"] for n in m["details"].get("nodes", [])} or None
+    for exchange in m["details"].get("pair_exchanges", []):
+        assert nodes is None or nodes[exchange["a"]] != nodes[exchange["b"]], exchange
+
+
+def test_a_stopped_rank_is_named_by_rank_0(gpu):
+    procs = launch(2, timeout=30)
+    try:
+        wait_until(lambda: len(workers()) >= 2, 120, "both ranks' workers")
+        time.sleep(10)  # NCCL initialised, the collectives under way
+        stopped = [pid for pid in workers() if " RANK=1 " in f" {_environ(pid)} "]
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        code, report, err = finish_ranks(procs[:1])[0]
+    finally:
+        for pid in workers():
+            os.kill(pid, signal.SIGCONT)
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    m = allreduce_of(report)
+    assert not m["ok"] and "Watchdog caught collective operation timeout" in m["error"], m
+    assert "rank 1" in m["error"], m["error"]
+
+
+def _environ(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/environ", "rb").read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def test_a_bench_killed_mid_run_leaves_no_process_holding_gpu_memory(gpu):
+    before = gpu_processes()
+    procs = launch(2, timeout=60)
+    wait_until(lambda: gpu_processes() - before, 120, "the ranks on the GPU")
+    for proc in procs:
+        os.kill(proc.pid, signal.SIGTERM)  # as Slurm ends a job step: the bench, not its workers
+    for proc in procs:
+        proc.wait(timeout=60)
+    wait_until(lambda: not (gpu_processes() - before), 60, "no process of the bench left on the GPU")
+    assert workers() == []
