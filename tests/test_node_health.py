@@ -211,6 +211,19 @@ def test_the_taint_is_nodecheck_s_own_and_every_other_one_is_kept(tls, api, repo
     assert api.taints() == [*others, {"key": "example.com/other", "effect": "NoExecute"}]
 
 
+def test_a_taint_lifted_by_hand_while_the_problem_lasts_comes_back_at_the_heartbeat(tls, api, reports):
+    clock = Clock()
+    publisher = health(tls, api, clock, taint=True)
+    publisher.sync(reports["nvlink_down"])
+    api.node["spec"]["taints"] = [t for t in api.taints() if t["key"] != TAINT_KEY]  # kubectl taint ... -
+    clock.now += 60
+    publisher.sync(reports["nvlink_down"])
+    assert all(t["key"] != TAINT_KEY for t in api.taints())  # not re-read inside the heartbeat
+    clock.now += HEARTBEAT_S
+    publisher.sync(reports["nvlink_down"])
+    assert api.taints() == [*NODE["spec"]["taints"], {"key": TAINT_KEY, "effect": "NoSchedule"}]
+
+
 def test_a_taint_write_that_lost_a_race_reads_again(tls, api, reports):
     publisher = health(tls, api, Clock(), taint=True)
     api.race_next_write = True
