@@ -44,12 +44,14 @@ class AreaVerdict:
     def state(self) -> str:
         return "problem" if self.failing else "unknown" if not self.made else "ok"
 
-    def line(self, width: int = MAX_LINE) -> str:
-        """What NPD shows, and what a node condition's message says: the first failing check and how many
-        more; else ok (and how many checks could not be made) or unknown (why)."""
+    def line(self, width: int = MAX_LINE, full: bool = False) -> str:
+        """What NPD shows, and what a node condition's message says: the first failing check (its headline, or
+        with `full` its whole message) and how many more; else ok (and how many checks could not be made) or
+        unknown (why)."""
         if self.failing:
+            first = self.failing[0]
             more = f" (+{len(self.failing) - 1} more)" if len(self.failing) > 1 else ""
-            return fit(headline(self.failing[0]), width, more)
+            return fit(first.message if full else headline(first), width, more)
         if not self.made:
             return fit(f"{self.area}: unknown ({next(iter(self.unknown.values()), 'no check')})", width)
         return fit(f"{self.area}: ok" + (f" ({len(self.unknown)} check(s) unknown)" if self.unknown else ""), width)

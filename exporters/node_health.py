@@ -53,12 +53,12 @@ def condition(verdict: AreaVerdict) -> dict:
     """The area's node condition, without its times."""
     label = verdict.area.capitalize()
     if verdict.failing:
-        more = f" (+{len(verdict.failing) - 1} more)" if len(verdict.failing) > 1 else ""
-        first = verdict.failing[0]
-        return {"type": CONDITIONS[verdict.area], "status": "True", "reason": reason_of(first.kind),
-                "message": fit(first.message, MAX_MESSAGE, more)}
-    status, reason = ("Unknown", f"Nodecheck{label}Unknown") if verdict.state == "unknown" else ("False", f"Nodecheck{label}Ok")
-    return {"type": CONDITIONS[verdict.area], "status": status, "reason": reason, "message": verdict.line(MAX_MESSAGE)}
+        status, reason = "True", reason_of(verdict.failing[0].kind)
+    elif verdict.state == "unknown":
+        status, reason = "Unknown", f"Nodecheck{label}Unknown"
+    else:
+        status, reason = "False", f"Nodecheck{label}Ok"
+    return {"type": CONDITIONS[verdict.area], "status": status, "reason": reason, "message": verdict.line(MAX_MESSAGE, full=True)}
 
 
 def conditions(report: Report, fail_severity: str) -> list[dict]:
@@ -155,7 +155,7 @@ class NodeHealth:
         wanted = conditions(report, self.fail_severity)
         if self.known is None:
             self._learn(self.api.request("PATCH", self._status_path(), {}, STRATEGIC))
-        before = dict(self.known or {})
+        before = self.known  # _learn below replaces self.known: this stays what the server held
         if self._differs(wanted, before) or now - self.patched_at >= self.heartbeat_s:
             patch = status_patch(wanted, before, rfc3339(now))
             self._learn(self.api.request("PATCH", self._status_path(), patch, STRATEGIC))
@@ -237,7 +237,7 @@ class NodeHealth:
         """Sync each new Report, and again at the heartbeat; a failure is logged (again at most every repeat_s)
         and forgets what the server held, so that the next round reads it afresh."""
         self.api.wait = stop.wait  # the daemon's stop (SIGTERM) ends a request's retries too
-        failing_since, said = None, float("-inf")
+        failing, said = False, float("-inf")
         while not stop.is_set():
             self._new.wait(self.heartbeat_s)
             self._new.clear()
@@ -253,15 +253,15 @@ class NodeHealth:
                 self.known, self.tainted = None, None
                 self.record_round(False)
                 now = time.monotonic()
-                if failing_since is None or now - said >= repeat_s:
+                if not failing or now - said >= repeat_s:
                     log.warning("node %s: Kubernetes conditions not published: %s", self.node, error)
                     said = now
-                failing_since = failing_since or now
+                failing = True
                 continue
             self.record_round(True)
-            if failing_since is not None:
+            if failing:
                 log.info("node %s: Kubernetes conditions published again", self.node)
-                failing_since = None
+                failing = False
 
     def record_round(self, success: bool) -> None:
         """The series serve appends to /metrics, after a round that reached the API server (or did not)."""
