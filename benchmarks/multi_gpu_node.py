@@ -92,6 +92,13 @@ def measurements(report_json: dict) -> list[dict]:
     return [m for m in found or [] if isinstance(m, dict)]
 
 
+def gbps(measurement: dict | None) -> float | None:
+    """A measurement's figure in GB/s; None when it is absent, failed or has no figure."""
+    if not measurement or not measurement.get("ok") or not measurement.get("bytes_per_second"):
+        return None
+    return measurement["bytes_per_second"] / 1e9
+
+
 def nccl_row_busbw(text: str, size: int = 1 << 30) -> float | None:
     """The out-of-place busbw (GB/s) of the row of `size` bytes, read by nodecheck's own nccl-tests parser."""
     from nodecheck.bench.nccl_tests import parse_nccl_log
@@ -124,7 +131,7 @@ def p2p_rows(bench: dict, nvbandwidth: dict[str, dict]) -> list[Row]:
     rows = []
     for (a, b), reference in sorted(write["cells"].items()):
         mine = ours.get(f"gpu{a}->gpu{b}")
-        value = mine["bytes_per_second"] / 1e9 if mine and mine.get("ok") and mine.get("bytes_per_second") else None
+        value = gbps(mine)
         why = (mine or {}).get("error") or "nodecheck measured no such pair"
         rows.append(judge(f"p2p gpu{a}->gpu{b}", value, reference, GOALS["p2p"], missing=str(why)[:60]))
     return rows or [Row("p2p (all pairs)", "-", "-", None, "0.98-1.02", "n/a (nvbandwidth printed no pair)")]
@@ -133,7 +140,7 @@ def p2p_rows(bench: dict, nvbandwidth: dict[str, dict]) -> list[Row]:
 def allreduce_rows(bench: dict, nccl_on: str | None, nccl_off: str | None) -> list[Row]:
     mine = next((m for m in measurements(bench) if m.get("test") == "allreduce" and str(m.get("path", "")).startswith("allreduce:node-")),
                 None)
-    value = mine["bytes_per_second"] / 1e9 if mine and mine.get("ok") and mine.get("bytes_per_second") else None
+    value = gbps(mine)
     why = (mine or {}).get("error") or "nodecheck measured no in-node all-reduce"
     rows = []
     for label, text in (("NVLS on", nccl_on), ("NVLS off", nccl_off)):
@@ -153,7 +160,7 @@ def h2d_rows(one_worker: dict, per_gpu: dict[int, dict]) -> list[Row]:
         pinned = [r for g in gpus or [] for r in g.get("rows", []) if r.get("memory") == "pinned"]
         reference = max((r["h2d"] for r in pinned), default=None)
         mine = ours.get(f"gpu{index}:host")
-        value = mine["bytes_per_second"] / 1e9 if mine and mine.get("ok") and mine.get("bytes_per_second") else None
+        value = gbps(mine)
         rows.append(judge(f"h2d gpu{index}: one worker vs its own process", value, reference / 1e9 if reference else None,
                           GOALS["h2d"], missing=str((mine or {}).get("error") or "no figure")[:60]))
     return rows
