@@ -519,3 +519,27 @@ def test_real_pinned_cache_is_empty_after_freeing(live_gpus):
     assert torch.cuda.host_memory_stats()["allocated_bytes.current"] >= 64 << 20  # cached, not given back
     assert free_host_cache(torch)
     assert torch.cuda.host_memory_stats()["allocated_bytes.current"] == 0
+
+
+@pytest.mark.gpu
+def test_real_one_worker_makes_fresh_pinned_buffers_for_each_gpu(live_gpus, tmp_path):
+    """Issue 26 (2): GPU 0 measured twice in one worker, bound to two CPU sets: each pass allocates its own pinned
+    blocks (none handed back from the first pass's cache), and each buffer's address and NUMA node are recorded."""
+    import os
+    import subprocess
+    import sys
+
+    cpus = sorted(os.sched_getaffinity(0))
+    halves = [cpus[: max(1, len(cpus) // 2)], cpus[max(1, len(cpus) // 2):] or cpus[:1]]
+    gpus = [{"index": 0, "uuid": live_gpus.gpus[0].uuid, "cpus": ",".join(map(str, half))} for half in halves]
+    out = tmp_path / "copy.json"
+    subprocess.run([sys.executable, "-m", "nodecheck.bench.gpu_worker", "copy", "--gpus", json.dumps(gpus), "--sizes", str(64 << 20),
+                    "--out", str(out)], check=True, timeout=300)
+    passes = json.loads(out.read_text())["gpus"]
+    print(json.dumps(passes, indent=1))  # the host pointers, for the log
+    assert [p["pinned_blocks_created"] > 0 for p in passes] == [True, True], passes
+    for p in passes:
+        (row,) = p["rows"]
+        assert row["host_address"].startswith("0x") and row["h2d"] > 1e9, row
+        if os.path.exists("/proc/self/numa_maps"):
+            assert isinstance(row["host_numa_node"], int), row

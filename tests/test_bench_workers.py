@@ -46,6 +46,33 @@ def test_the_gpu_worker_names_missing_cuda(tmp_path):
                     "--sizes", "1024", "--out", str(out)], out, 120)
 
 
+def test_a_gpu_worker_whose_gpus_are_hidden_says_by_what(tmp_path):
+    """NVML names the node's GPUs, CUDA sees none: the worker's error names CUDA_VISIBLE_DEVICES (on a GPU node too)."""
+    out = tmp_path / "copy.json"
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    with pytest.raises(NodecheckError, match=r"CUDA_VISIBLE_DEVICES='' hides every GPU from this process"):
+        run_worker([sys.executable, "-m", "nodecheck.bench.gpu_worker", "copy", "--device", "0", "--cpus", "",
+                    "--sizes", "1024", "--out", str(out)], out, 120, env=env)
+
+
+def test_what_hides_gpus_from_cuda_is_said_only_when_set():
+    from nodecheck.bench.gpu_worker import hidden_by_environment
+
+    assert hidden_by_environment({}) == ""
+    assert "hides every GPU" in hidden_by_environment({"CUDA_VISIBLE_DEVICES": "-1"})
+    assert hidden_by_environment({"CUDA_VISIBLE_DEVICES": "GPU-abc"}) == (
+        " (CUDA_VISIBLE_DEVICES='GPU-abc': check that it names this node's GPUs)")
+
+
+def test_pinned_blocks_are_counted_where_torch_counts_them():
+    from nodecheck.bench.gpu_worker import pinned_blocks_created
+
+    counting = type("T", (), {"cuda": type("C", (), {"host_memory_stats": staticmethod(lambda: {"num_host_alloc": 4})})})()
+    older = type("T", (), {"cuda": object()})()
+    assert pinned_blocks_created(counting) == 4 and pinned_blocks_created(older) is None
+    assert callable(torch.cuda.host_memory_stats)  # the call the worker reaches for exists in this torch
+
+
 def test_a_rank_that_never_joins_is_the_workers_own_error(tmp_path):
     """gloo, world of 2, rank 1 never starts: the store times out and the worker says so by name."""
     from helpers import free_port

@@ -139,7 +139,8 @@ def copy_tests(report: Report, config, tests: set[str], level: str, timeout: flo
             largest = _largest_pinned(best)
             details = {"rows": best["rows"], "cpus": best["cpus"], "numa_node": gpu.numa_node, "binding": best.get("binding"),
                        "path_kind": kinds[gpu.index], "measured_device": best.get("measured"),
-                       "host_buffer_numa_node": largest.get("host_numa_node")}
+                       "host_buffer_numa_node": largest.get("host_numa_node"),
+                       "pinned_blocks_created": best.get("pinned_blocks_created")}
             placed = largest.get("host_numa_node")
             if placed is not None and gpu.numa_node is not None and placed != gpu.numa_node:
                 details["note"] = (f"the pinned host buffer sat on NUMA node {placed}, not the GPU's node {gpu.numa_node}: "

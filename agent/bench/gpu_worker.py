@@ -125,19 +125,35 @@ def free_host_cache(torch) -> bool:
     return True
 
 
+def pinned_blocks_created(torch) -> int | None:
+    """How many pinned host blocks PyTorch's caching allocator has asked CUDA for so far (a block handed back
+    from its cache is not counted); None when this torch does not say (torch.cuda.host_memory_stats)."""
+    stats = getattr(torch.cuda, "host_memory_stats", None)
+    try:
+        created = stats().get("num_host_alloc") if stats else None
+    except RuntimeError:  # CUDA not initialised in some versions
+        return None
+    return created if isinstance(created, int) else None
+
+
 def _copy_gpu(torch, args, devices: list[dict], gpu: dict) -> dict:
     binding = bind_to_gpu_cpus(gpu.get("cpus") or "")  # before the host buffers are touched: their pages land near the GPU
     ordinal, how = pick_cuda_device(devices, gpu.get("uuid"), gpu.get("pci"), gpu["index"])
     torch.cuda.set_device(ordinal)
     sizes = [int(s) for s in args.sizes.split(",")]
+    created_before = pinned_blocks_created(torch)
     _warm_link(torch, ordinal, max(sizes))
     rows = []
     for size in sizes:
         for memory in ("pinned", "pageable") if args.pageable else ("pinned",):
             rows.append(_copy_row(torch, args, ordinal, size, memory))
             torch.cuda.empty_cache()  # give the device buffer back before the next (larger) payload
+    created_after = pinned_blocks_created(torch)
+    fresh = created_after - created_before if created_before is not None and created_after is not None else None
+    # fresh > 0: this GPU's pinned buffers were allocated (and first touched) under its own binding, not
+    # handed back from the cache of a GPU measured before it
     return {"index": gpu["index"], "device": ordinal, "cpus": binding["cpus"], "binding": binding, "rows": rows,
-            "measured": dict(devices[ordinal], matched=how)}
+            "measured": dict(devices[ordinal], matched=how), "pinned_blocks_created": fresh}
 
 
 def _warm_link(torch, ordinal: int, size: int) -> None:
@@ -157,7 +173,7 @@ def _copy_row(torch, args, ordinal: int, size: int, memory: str) -> dict:
     h2d = _events_seconds(torch, lambda: device_buffer.copy_(host, non_blocking=True), args.warmup, args.repeats, n)
     d2h = _events_seconds(torch, lambda: host.copy_(device_buffer, non_blocking=True), args.warmup, args.repeats, n)
     return {"size_bytes": size, "memory": memory, "h2d": size / h2d, "d2h": size / d2h, "copies_per_sample": n,
-            "host_numa_node": buffer_numa_node(host.data_ptr())}
+            "host_numa_node": buffer_numa_node(host.data_ptr()), "host_address": f"0x{host.data_ptr():x}"}
 
 
 def pair_rates(torch, a: int, b: int, size: int, warmup: int, samples: int, both_ways: bool) -> dict:
@@ -263,6 +279,17 @@ def _write_and_end(out: str):
     return end
 
 
+def hidden_by_environment(environ) -> str:
+    """Why CUDA may see no GPU where NVML names some: CUDA_VISIBLE_DEVICES set to nothing (or to -1, or to
+    names that match no device); "" when it is unset."""
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return ""
+    if not visible.strip() or visible.strip().startswith("-1"):
+        return f": CUDA_VISIBLE_DEVICES={visible!r} hides every GPU from this process"
+    return f" (CUDA_VISIBLE_DEVICES={visible!r}: check that it names this node's GPUs)"
+
+
 def main(argv: list[str] | None = None) -> int:
     hold()  # dies with the runner, before torch takes seconds to import
     args = _args(sys.argv[1:] if argv is None else argv)
@@ -270,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def work() -> dict:
         if not torch.cuda.is_available():
-            raise RuntimeError(f"CUDA is not available to torch {torch.__version__} (built for CUDA {torch.version.cuda})")
+            raise RuntimeError(f"CUDA is not available to torch {torch.__version__} (built for CUDA {torch.version.cuda})"
+                               + hidden_by_environment(os.environ))
         return copy_test(torch, args) if args.test == "copy" else p2p_test(torch, args)
 
     return guarded(args.out, work)

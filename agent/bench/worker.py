@@ -234,11 +234,11 @@ def _own_device(torch, args):
     ordinal: LOCAL_RANK, or the one GPU a task sees under srun --gpus-per-task=1)."""
     if args.backend != "nccl":
         return torch.device("cpu")
-    from nodecheck.bench.gpu_worker import cuda_devices
+    from nodecheck.bench.gpu_worker import cuda_devices, hidden_by_environment
     from nodecheck.bench.identity import pick_cuda_device
 
     if not torch.cuda.is_available():
-        raise RuntimeError("CUDA is not available to torch: no GPU visible or no driver")
+        raise RuntimeError("CUDA is not available to torch: no GPU visible or no driver" + hidden_by_environment(os.environ))
     visible = torch.cuda.device_count()
     ordinal = args.gpu_ordinal if args.gpu_ordinal is not None else own_gpu(int(os.environ.get("LOCAL_RANK", "0")), visible)
     ordinal, _how = pick_cuda_device(cuda_devices(torch), args.gpu_uuid, None, ordinal)
