@@ -25,32 +25,18 @@ figure misses its goal, else 2 when a figure could not be made (said in its row:
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from figures import Row, exit_status, gbps, judge, measurements, read_json, read_text, render, run_step
 
 REPO = Path(__file__).resolve().parent.parent
 GOALS = {"p2p": (0.98, 1.02), "allreduce": (0.97, 1.0), "h2d": (0.98, 1.02)}
 QUICK_GOAL_S = 60.0
 NVML_GOAL_S = 10.0
-MAX_READ = 16 * 1024 * 1024
-
-
-@dataclass
-class Row:
-    figure: str
-    value: str
-    reference: str
-    ratio: float | None
-    goal: str
-    verdict: str  # ok, LOW, HIGH, FAILED, n/a (why)
 
 
 # -- reading what the tools printed
@@ -87,18 +73,6 @@ def parse_nvbandwidth(text: str) -> dict[str, dict]:
     return out
 
 
-def measurements(report_json: dict) -> list[dict]:
-    found = report_json.get("measurements") if isinstance(report_json, dict) else None
-    return [m for m in found or [] if isinstance(m, dict)]
-
-
-def gbps(measurement: dict | None) -> float | None:
-    """A measurement's figure in GB/s; None when it is absent, failed or has no figure."""
-    if not measurement or not measurement.get("ok") or not measurement.get("bytes_per_second"):
-        return None
-    return measurement["bytes_per_second"] / 1e9
-
-
 def nccl_row_busbw(text: str, size: int = 1 << 30) -> float | None:
     """The out-of-place busbw (GB/s) of the row of `size` bytes, read by nodecheck's own nccl-tests parser."""
     from nodecheck.bench.nccl_tests import parse_nccl_log
@@ -107,18 +81,6 @@ def nccl_row_busbw(text: str, size: int = 1 << 30) -> float | None:
         if row.size_bytes == size and row.out_of_place is not None:
             return row.out_of_place.busbw_gbytes
     return None
-
-
-# -- the comparisons
-def judge(figure: str, value: float | None, reference: float | None, goal: tuple[float, float], unit: str = "GB/s",
-          missing: str = "") -> Row:
-    shown = f"{value:.2f} {unit}" if value is not None else "-"
-    ref = f"{reference:.2f} {unit}" if reference is not None else "-"
-    if value is None or not reference:
-        return Row(figure, shown, ref, None, f"{goal[0]:.2f}-{goal[1]:.2f}", f"n/a ({missing or 'no figure'})")
-    ratio = value / reference
-    verdict = "ok" if goal[0] <= ratio <= goal[1] else "LOW" if ratio < goal[0] else "HIGH"
-    return Row(figure, shown, ref, ratio, f"{goal[0]:.2f}-{goal[1]:.2f}", verdict)
 
 
 def p2p_rows(bench: dict, nvbandwidth: dict[str, dict]) -> list[Row]:
@@ -189,58 +151,14 @@ def nvml_rows(text: str | None, step: dict | None) -> list[Row]:
             Row("NVML check wall time", f"{step['wall_s']:.1f} s", "-", None, f"<= {NVML_GOAL_S:g} s", time_verdict)]
 
 
-# -- a run
-def _read(path: Path) -> str | None:
-    try:
-        with open(path, "rb") as file:
-            return file.read(MAX_READ).decode("utf-8", "replace")
-    except OSError:
-        return None
-
-
-def _json(path: Path) -> dict:
-    text = _read(path)
-    try:
-        value = json.loads(text) if text else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def compare(folder: Path) -> list[Row]:
-    steps = _json(folder / "steps.json")
-    per_gpu = {int(m[1]): _json(p) for p in sorted(folder.glob("h2d-gpu*.json")) if (m := re.search(r"h2d-gpu(\d+)\.json$", p.name))}
-    return (nvml_rows(_read(folder / "nvml.txt"), steps.get("nvml"))
-            + p2p_rows(_json(folder / "p2p.json"), parse_nvbandwidth(_read(folder / "nvbandwidth.txt") or ""))
-            + allreduce_rows(_json(folder / "allreduce.json"), _read(folder / "nccl-nvls-on.txt"), _read(folder / "nccl-nvls-off.txt"))
-            + h2d_rows(_json(folder / "h2d.json"), per_gpu)
+    steps = read_json(folder / "steps.json")
+    per_gpu = {int(m[1]): read_json(p) for p in sorted(folder.glob("h2d-gpu*.json")) if (m := re.search(r"h2d-gpu(\d+)\.json$", p.name))}
+    return (nvml_rows(read_text(folder / "nvml.txt"), steps.get("nvml"))
+            + p2p_rows(read_json(folder / "p2p.json"), parse_nvbandwidth(read_text(folder / "nvbandwidth.txt") or ""))
+            + allreduce_rows(read_json(folder / "allreduce.json"), read_text(folder / "nccl-nvls-on.txt"), read_text(folder / "nccl-nvls-off.txt"))
+            + h2d_rows(read_json(folder / "h2d.json"), per_gpu)
             + quick_rows(steps))
-
-
-def render(rows: list[Row]) -> str:
-    lines = [f"{'figure':<48} {'value':>22} {'reference':>22} {'ratio':>6}  {'goal':<11} verdict"]
-    for r in rows:
-        ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
-        lines.append(f"{r.figure[:48]:<48} {r.value[:22]:>22} {r.reference[:22]:>22} {ratio:>6}  {r.goal:<11} {r.verdict}")
-    return "\n".join(lines)
-
-
-def run_step(folder: Path, steps: dict, name: str, argv: list[str], timeout: float, out: str | None = None,
-             env: dict | None = None) -> None:
-    """Run argv (never a shell) under a timeout; its stdout goes to DIR/out, its status and wall time to steps."""
-    started = time.monotonic()
-    try:
-        done = subprocess.run(argv, capture_output=True, timeout=timeout, env={**os.environ, **(env or {})}, check=False)
-        rc, stdout, stderr = done.returncode, done.stdout, done.stderr
-    except FileNotFoundError as error:
-        rc, stdout, stderr = 127, b"", str(error).encode()
-    except subprocess.TimeoutExpired as expired:
-        rc, stdout, stderr = 124, expired.stdout or b"", f"timed out after {timeout:g} s".encode()
-    steps[name] = {"argv": argv, "rc": rc, "wall_s": round(time.monotonic() - started, 3), "stderr": stderr.decode("utf-8", "replace")[-2000:]}
-    if out:
-        (folder / out).write_bytes(stdout)
-    (folder / "steps.json").write_text(json.dumps(steps, indent=1))
-    print(f"  {name}: exit {rc}, {steps[name]['wall_s']:.1f} s", file=sys.stderr, flush=True)
 
 
 def run_all(folder: Path) -> None:
@@ -249,7 +167,7 @@ def run_all(folder: Path) -> None:
     nodecheck = [sys.executable, "-m", "nodecheck"]
     run_step(folder, steps, "nvml", [sys.executable, str(REPO / "benchmarks/nvml_nvlink_check.py")], NVML_GOAL_S * 3, "nvml.txt")
     run_step(folder, steps, "inspect", [*nodecheck, "inspect", "--json"], 120, "inspect.json")
-    gpus = [g for g in _json(folder / "inspect.json").get("gpus") or [] if isinstance(g, dict)]
+    gpus = [g for g in read_json(folder / "inspect.json").get("gpus") or [] if isinstance(g, dict)]
     run_step(folder, steps, "p2p", [*nodecheck, "bench", "--tests", "p2p", "--json"], 600, "p2p.json")
     nvbandwidth = shutil.which("nvbandwidth") or "nvbandwidth"
     run_step(folder, steps, "nvbandwidth", [nvbandwidth, "-t", "device_to_device_memcpy_write_ce"], 600, "nvbandwidth.txt")
@@ -278,16 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.replay is None:
         run_all(folder)
     rows = compare(folder)
-    nvml = _read(folder / "nvml.txt")
+    nvml = read_text(folder / "nvml.txt")
     if nvml:  # the per-GPU table itself: what NVML returned is the figure item 5 asks for first
         print("NVML, as benchmarks/nvml_nvlink_check.py printed it:\n" + nvml.rstrip()[:20000] + "\n")
     print(render(rows))
-    misses = [r for r in rows if r.verdict.split()[0] in ("LOW", "HIGH", "FAILED", "MISMATCH")]
     ratios = [r.ratio for r in rows if r.ratio is not None and r.figure.startswith("p2p")]
     if ratios:
         print(f"p2p ratios: min {min(ratios):.3f}, median {statistics.median(ratios):.3f}, max {max(ratios):.3f} over {len(ratios)} pairs")
-    unmade = [r for r in rows if r.verdict.startswith("n/a")]
-    return 1 if misses else 2 if unmade else 0
+    return exit_status(rows)
 
 
 if __name__ == "__main__":
