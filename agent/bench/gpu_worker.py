@@ -216,13 +216,13 @@ def pair_rates(torch, a: int, b: int, size: int, warmup: int, samples: int, both
 VERIFY_ELEMENTS = 16 << 20  # 64 MiB of int32: each element its own index, so a lost or misplaced block shows
 
 
-def verify_pair(torch, a: int, b: int) -> int:
+def verify_pair(torch, a: int, b: int, elements: int = VERIFY_ELEMENTS) -> int:
     """After timing, copy a pattern from GPU a to GPU b and compare it on b with the same pattern made there,
     as nvbandwidth verifies its copies: the number of elements that arrived wrong."""
-    src = torch.arange(VERIFY_ELEMENTS, dtype=torch.int32, device=f"cuda:{a}")
-    dst = torch.empty(VERIFY_ELEMENTS, dtype=torch.int32, device=f"cuda:{b}")
+    src = torch.arange(elements, dtype=torch.int32, device=f"cuda:{a}")
+    dst = torch.empty(elements, dtype=torch.int32, device=f"cuda:{b}")
     dst.copy_(src)
-    return int((dst != torch.arange(VERIFY_ELEMENTS, dtype=torch.int32, device=f"cuda:{b}")).sum().item())
+    return int((dst != torch.arange(elements, dtype=torch.int32, device=f"cuda:{b}")).sum().item())
 
 
 def p2p_test(torch, args, on_hang=None) -> dict:
