@@ -5,6 +5,7 @@ over NET/Socket on loopback. Real NCCL on a real GPU: these run on a GPU node (`
 UTS namespaces), and are skipped elsewhere. Written before any GPU session could run them: the first one that
 does settles what they assert."""
 
+import json
 import os
 import signal
 import subprocess
@@ -25,18 +26,22 @@ def gpu():
     requires_root()
 
 
-def launch(world: int, per_node: int = 1, timeout: float = 120, port: int | None = None) -> list[subprocess.Popen]:
+def launch(world: int, per_node: int = 1, timeout: float = 120, port: int | None = None, cluster=None,
+           config: str | None = None) -> list[subprocess.Popen]:
     """One `nodecheck bench --tests allreduce` per rank, as torchrun would start it; rank r on "node" r // per_node
-    (its host name), every rank with a host hash of its own and GPU 0 as its only GPU."""
+    (its host name), every rank with a host hash of its own and GPU 0 as its only GPU. Over loopback, or with a
+    `cluster` (tests/netns_cluster.py) each node in its namespace, talking over its eth0."""
     port = port or free_port()
     procs = []
     for rank in range(world):
         node = rank // per_node
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % per_node), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), CUDA_VISIBLE_DEVICES="0", NCCL_HOSTID=f"nodecheck-rank{rank}", NCCL_IB_DISABLE="1",
-                   NCCL_SOCKET_IFNAME="lo")
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % per_node),
+                   MASTER_ADDR=cluster.addresses[0] if cluster else "127.0.0.1", MASTER_PORT=str(port), CUDA_VISIBLE_DEVICES="0",
+                   NCCL_HOSTID=f"nodecheck-rank{rank}", NCCL_IB_DISABLE="1", NCCL_SOCKET_IFNAME="eth0" if cluster else "lo")
         argv = ["unshare", "--uts", "sh", "-c", 'hostname "$0"; exec "$@"', f"node{node}", sys.executable, "-m", "nodecheck",
-                "bench", "--tests", "allreduce", "--quick", "--json", "--timeout", str(timeout)]
+                "bench", "--tests", "allreduce", "--quick", "--json", "--timeout", str(timeout)] + (["--config", config] if config else [])
+        if cluster:
+            argv = ["ip", "netns", "exec", cluster.nodes[node], *argv]
         procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True))
     return procs
 
@@ -82,6 +87,30 @@ def test_two_nodes_of_two_ranks_pair_only_across_nodes(gpu):
     nodes = {n["rank"]: n["node"] for n in m["details"].get("nodes", [])} or None
     for exchange in m["details"].get("pair_exchanges", []):
         assert nodes is None or nodes[exchange["a"]] != nodes[exchange["b"]], exchange
+
+
+def test_the_slow_node_exchange_runs_both_ways_alike(gpu, tmp_path):
+    """Two NCCL "nodes" on one GPU, each in its network namespace (tests/netns_cluster.py), their eth0 declared at
+    400 Gbit/s: NET/Socket over a veth is far below that, so the slow-node exchange runs, and once warmed each
+    direction is within 20% of the other (issue 26, item 1)."""
+    from netns_cluster import Cluster
+
+    config = tmp_path / "node.toml"
+    config.write_text("[nics.eth0]\nspeed_mbps = 400000\n")
+    try:
+        cluster = Cluster(2).__enter__()
+    except (OSError, subprocess.CalledProcessError) as error:
+        pytest.skip(f"no network namespaces here: {error}")
+    try:
+        results = finish_ranks(launch(2, timeout=300, cluster=cluster, config=str(config)), timeout=600)
+    finally:
+        cluster.__exit__()
+    m = allreduce_of(results[0][1])
+    assert m["ok"] and m["details"]["nccl"]["network"] == "Socket", (m, results[0][2][-2000:])
+    (exchange,) = m["details"]["pair_exchanges"]
+    print(json.dumps(exchange))  # the figures, for the log
+    there, back = exchange["a_to_b"], exchange["b_to_a"]
+    assert min(there, back) / max(there, back) >= 0.8, exchange
 
 
 def test_a_stopped_rank_is_named_by_rank_0(gpu):
