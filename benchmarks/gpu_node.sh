@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # On a GPU node: every GPU path of nodecheck, each step printed with its command, exit status and wall
 # time, into DIR/log.txt (DIR = $OUT, else ./gpu-node-run). Used for the "Measured on" table of README.md.
-#   bash benchmarks/gpu_node.sh [steps...]     steps: facts install gpu inspect bench h2d nccl prolog suite multi
+#   bash benchmarks/gpu_node.sh [steps...]     steps: facts install gpu inspect one bench h2d nccl prolog suite multi
 # (multi is not in the default list: it is for a node with several GPUs, and takes up to an hour)
+# A lease's calls are limited to 10 minutes each: run the steps in groups, e.g. "facts install gpu", then
+# "install inspect one", then "install bench h2d nccl prolog" (docs/measured-on-gpu.md).
 # nodecheck is installed into the Python that holds the node's CUDA torch (NODECHECK_PY, default python3).
 # Offline nodes: wheels in .whl/ are installed with --no-index; hwloc's .deb files in .hw/ are unpacked
 # under /tmp/hw when lstopo is missing.
@@ -51,7 +53,7 @@ hwloc_path() {  # hwloc unpacked by install()
 }
 hwloc_path
 
-gpu() { step 300 "$PY" -m pytest -m gpu -ra -v -p no:cacheprovider; }
+gpu() { step 540 "$PY" -m pytest -m gpu -ra -v -s -p no:cacheprovider; }  # -s: the figures the tests print
 
 TMP=$(mktemp -d)  # what the log shows but need not come back as a file
 
@@ -93,10 +95,17 @@ prolog() {
 
 suite() { step 330 "$PY" -m pytest -ra -q -p no:cacheprovider --timeout 120; }
 
+# a one-GPU node (issue 26, items 2-4): every figure beside what it is checked against; the run's folder as one
+# archive (a lease brings back at most 8 files)
+one() {
+  step 540 "$PY" benchmarks/one_gpu_node.py --out "$TMP/one"
+  tar czf "$DIR/one-gpu.tar.gz" -C "$TMP" one
+}
+
 # the first multi-GPU node (issue 26, item 5): every figure beside its reference, outputs kept in DIR/multi
 multi() { step 3600 "$PY" benchmarks/multi_gpu_node.py --out "$DIR/multi"; }
 
-for s in "${@:-facts install gpu inspect bench h2d nccl prolog suite}"; do
+for s in "${@:-facts install gpu inspect one bench h2d nccl prolog suite}"; do
   for one in $s; do echo "===== $one" >>"$LOG"; "$one"; done
 done
 echo "log: $LOG"

@@ -1,0 +1,153 @@
+"""benchmarks/one_gpu_node.py (issue 26, items 2 to 4): the script for the next lease of the one-GPU machine, proved
+here. The error-signal rows are judged on the real H100 node's NVML values (its capture, through the real reader and
+the real Report and exporter); the copy rows on the worker's result shape with the real H100 run's figures; and the
+whole script runs here, without a GPU, so that its steps, the unit's privileges included, are known to work."""
+
+import copy
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from helpers import REPO, h100_node_snapshot, requires_root, write_pci_tree
+
+from nodecheck.build import build_report
+from nodecheck.exporters.prometheus import exposition
+from nodecheck.snapshot import SnapshotHost
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import one_gpu_node as script  # noqa: E402
+
+GPU = "0000:00:06.0"  # the H100's address in its VM
+BRIDGE = "0000:00:01.0"
+
+
+@pytest.fixture
+def h100(tmp_path):
+    """(NVML's raw answers, the Report as inspect --json prints it, the metrics) of the captured H100 node, with a
+    PCIe path of the GPU behind a bridge whose AER files exist (the GPU's do not)."""
+    snap = h100_node_snapshot(tmp_path / "snap")
+    write_pci_tree(snap, {BRIDGE: ("0x060400", "pci0000:00/0000:00:01.0", 16, 16, "32.0 GT/s PCIe"),
+                          GPU: ("0x030200", "pci0000:00/0000:00:01.0/0000:00:06.0", 16, 16, "32.0 GT/s PCIe")},
+                   aer={BRIDGE: {"correctable": 2, "nonfatal": 0, "fatal": 0}})
+    report = build_report(SnapshotHost(snap))
+    return json.loads((snap / "nvml.json").read_text()), report.to_dict(), exposition(report).decode(), snap
+
+
+def verdicts(rows) -> dict[str, str]:
+    return {r.figure: r.verdict for r in rows}
+
+
+def test_the_h100s_counters_are_carried_through_and_its_nvlink_counters_said_unsupported(h100):
+    nvml, report, metrics, _ = h100
+    assert nvml["gpus"][0]["nvlinks"][0]["state"] == {"error": "Not Supported"}  # what the PCIe H100 answered
+    rows = {r.figure: r for r in script.signal_rows(nvml, report, metrics)}
+    assert rows["gpu0 pcie_replays"].verdict == "ok" and rows["gpu0 pcie_replays"].value == "0"
+    assert rows["gpu0 clock_event_reasons"].verdict == "ok" and rows["gpu0 clock_event_reasons"].value == "0x0"
+    nvlink = rows["gpu0 NVLink error counters"]
+    assert (nvlink.value, nvlink.verdict) == ("NVML: Not Supported", "ok")
+
+
+def test_a_zero_exported_for_an_unsupported_counter_fails(h100):
+    nvml, report, metrics, _ = h100
+    zero = metrics + 'nodecheck_gpu_nvlink_errors{counter="replay",gpu="0"} 0.0\n'
+    assert verdicts(script.signal_rows(nvml, report, zero))["gpu0 NVLink error counters"].startswith("FAILED")
+    unsupported = copy.deepcopy(nvml)
+    unsupported["gpus"][0]["pcie_replays"] = {"error": "Not Supported"}
+    row = {r.figure: r for r in script.signal_rows(unsupported, report, metrics)}["gpu0 pcie_replays"]
+    assert row.value == "NVML: Not Supported" and row.verdict.startswith("FAILED")  # the Report still says 0
+
+
+def test_a_counter_the_report_lost_fails(h100):
+    nvml, report, metrics, _ = h100
+    lost = copy.deepcopy(report)
+    lost["gpus"][0]["signals"]["pcie_replays"] = None
+    assert verdicts(script.signal_rows(nvml, lost, metrics))["gpu0 pcie_replays"].startswith("FAILED")
+
+
+def test_aer_files_as_read_beside_sysfs(h100):
+    _, report, _, snap = h100
+    listed = script.list_aer_files(report, snap / "fs/sys/bus/pci/devices")
+    assert listed[GPU] == {GPU: [], BRIDGE: ["aer_dev_correctable", "aer_dev_fatal", "aer_dev_nonfatal"]}
+    (row,) = script.aer_rows(report, listed)
+    assert (row.value, row.reference, row.verdict) == ("1 of 2 read", "1 of 2 in sysfs", "ok")
+    listed[GPU][GPU] = ["aer_dev_correctable"]  # sysfs has files the Report did not read
+    assert script.aer_rows(report, listed)[0].verdict.startswith("FAILED")
+
+
+def worker_result(made=(3, 3), nodes=(0, 0), cpus=("0-7", "8-15")) -> dict:
+    """The copy worker's answer for GPU 0 measured twice, its rows the real H100 run's 256 MiB pinned figures
+    (tests/fixtures/h100-vm-1gpu/live-bench-full.json) with the fields this session added."""
+    bench = json.loads((REPO / "tests/fixtures/h100-vm-1gpu/live-bench-full.json").read_text())
+    (row,) = [r for r in bench["measurements"][0]["details"]["rows"] if r["size_bytes"] == 256 << 20 and r["memory"] == "pinned"]
+    return {"gpus": [{"index": 0, "cpus": c, "pinned_blocks_created": m,
+                      "rows": [dict(row, host_numa_node=n, host_address=hex(0x7F0000000000 + i * (256 << 20)))]}
+                     for i, (m, n, c) in enumerate(zip(made, nodes, cpus, strict=True))]}
+
+
+TWO_NODES = {"nodes": {"0": list(range(8)), "1": list(range(8, 16))}}
+
+
+def test_gpu_0_twice_gets_fresh_pinned_buffers_on_each_passes_node():
+    rows = verdicts(script.copy_twice_rows(worker_result(nodes=(0, 1)), TWO_NODES))
+    assert rows["copy: pinned blocks made, pass 1 / 2"] == "ok"
+    assert rows["copy: host buffer address, pass 1 / 2"] == "ok"
+    assert rows["copy: buffer NUMA node, pass 1 (CPUs 0-7)"] == "ok" and rows["copy: buffer NUMA node, pass 2 (CPUs 8-15)"] == "ok"
+
+
+def test_a_reused_block_or_a_buffer_on_the_wrong_node_fails():
+    assert verdicts(script.copy_twice_rows(worker_result(made=(3, 0)), TWO_NODES))["copy: pinned blocks made, pass 1 / 2"].startswith("FAILED")
+    wrong = verdicts(script.copy_twice_rows(worker_result(nodes=(0, 0)), TWO_NODES))
+    assert wrong["copy: buffer NUMA node, pass 2 (CPUs 8-15)"].startswith("FAILED")
+    assert verdicts(script.copy_twice_rows(worker_result(made=(None, None)), TWO_NODES))[
+        "copy: pinned blocks made, pass 1 / 2"].startswith("n/a")
+    failed = script.copy_twice_rows({"error": {"type": "RuntimeError", "message": "CUDA is not available"}}, TWO_NODES)
+    assert failed[0].verdict == "FAILED (CUDA is not available)"
+
+
+def test_torch_seeing_fewer_gpus_must_be_a_named_failure():
+    named = {"measurements": [{"test": "h2d", "ok": False, "error": "h2d on gpu0 failed: RuntimeError: CUDA is not available to torch "
+                                                                  "2.11.0: CUDA_VISIBLE_DEVICES='' hides every GPU from this process"}]}
+    assert script.fewer_rows(named, {"rc": 1})[0].verdict == "ok"
+    unnamed = {"measurements": [{"test": "h2d", "ok": False, "error": "h2d on gpu0 failed: RuntimeError: CUDA is not available"}]}
+    assert script.fewer_rows(unnamed, {"rc": 1})[0].verdict.startswith("FAILED")
+    assert script.fewer_rows({}, {"rc": 1, "stderr": "Traceback"})[0].verdict.startswith("FAILED")
+
+
+def test_quick_runs_cold_and_warm_and_a_wrong_data_check():
+    steps = {"quick-cold-1": {"rc": 0, "wall_s": 7.5}, "quick-warm-1": {"rc": 0, "wall_s": 4.8}, "drop-1": {"ok": False, "why": "EPERM"},
+             "quick-cold-2": {"rc": 0, "wall_s": 12.0}, "drop-2": {"ok": True}}
+    rows = verdicts(script.quick_rows(steps))
+    assert rows == {"bench --quick wall time, cold, run 1 (cache not dropped)": "ok", "bench --quick wall time, warm, run 1": "ok",
+                    "bench --quick wall time, cold, run 2": "HIGH"}
+    checks = {"rows": [{"check": "copy", "size_bytes": 256 << 20, "check_s": 0.01, "measurement_s": 0.2, "ratio": 0.05,
+                        "wrong_elements": 0},
+                       {"check": "allreduce", "size_bytes": 1 << 30, "check_s": 0.05, "measurement_s": 0.5, "ratio": 0.1,
+                        "wrong_elements": 7}]}
+    assert list(verdicts(script.data_check_rows(checks)).values()) == ["measured", "FAILED (7 wrong elements)"]
+
+
+def test_the_whole_script_runs_here_and_the_unit_cannot_read_kmsg(tmp_path):
+    """The real steps on this machine (no GPU: those rows fail, named). The unit's step runs unprivileged with
+    /dev/kmsg made unreadable, so its kernel log comes from the journal or is a named unknown, never /dev/kmsg."""
+    requires_root()
+    for tool in ("unshare", "setpriv", "mount"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed")
+    pytest.importorskip("torch", reason="needs torch (sh deploy/install.sh bench)")
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks/one_gpu_node.py"), "--out", str(out), "--data-check-sizes", "1MiB"],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode in (1, 2), done.stdout + done.stderr[-3000:]
+    steps = json.loads((out / "steps.json").read_text())
+    assert {"nvml", "inspect", "metrics", "unit", "copy-twice", "fewer", "data-check", "quick-cold-3", "quick-warm-3"} <= set(steps)
+    unit = json.loads((out / "inspect-unit.json").read_text())
+    assert unit["kernel_log"]["source"] != "/dev/kmsg" and (unit["kernel_log"]["known"] or unit["kernel_log"]["why"]), unit["kernel_log"]
+    assert "/dev/kmsg: permission denied" in (unit["kernel_log"]["why"] or "/dev/kmsg: permission denied"), unit["kernel_log"]
+    assert "kernel log under the unit's privileges" in done.stdout and "data check allreduce, 1 MiB" in done.stdout, done.stdout
+    (check,) = [r for r in json.loads((out / "data-check.json").read_text())["rows"] if r["check"] == "allreduce"]
+    assert check["wrong_elements"] == 0 and check["check_s"] > 0 and check["measurement_s"] > 0
+    replayed = subprocess.run([sys.executable, str(REPO / "benchmarks/one_gpu_node.py"), "--replay", str(out)],
+                              capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert replayed.stdout == done.stdout and replayed.returncode == done.returncode
