@@ -8,7 +8,8 @@ see it, through the pod's service account (exporters/kube_api.py).
   changes and at least every heartbeat_s. lastTransitionTime moves only when the status does.
 - **Events.** A Warning Event for each warning finding (at most every event_repeat_s per kind and subject, so
   that `kubectl get events` keeps it past the API server's one-hour event TTL), and one for each condition that
-  turns True (Normal when it turns back), posted on the Node as the kubelet and NPD post theirs.
+  turns True (Normal when it turns back), posted on the Node as the kubelet and NPD post theirs. A warning's
+  Event has a name a restarted pod derives again (warning_event_name), so a rollout does not repost them.
 - **Taint** (only with --kubernetes-taint): TAINT_KEY:NoSchedule while a condition is True, removed when none is.
   nodecheck reads the node's taints and writes them back with its own added or removed, conditional on the
   resourceVersion it read: it never removes or rewrites a taint it did not set, as it resumes only its own
@@ -19,6 +20,7 @@ taint. No get: the node is read from the answer to a PATCH that changes nothing.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -80,16 +82,25 @@ def status_patch(wanted: list[dict], known: dict[str, dict], now: str) -> dict:
     return {"status": {"conditions": out}}
 
 
-def event(node: str, uid: str | None, kind: str, reason: str, message: str, seconds: float, sequence: int) -> dict:
+def event(node: str, uid: str | None, kind: str, reason: str, message: str, seconds: float, sequence: int,
+          name: str | None = None) -> dict:
     """A core/v1 Event on the Node (involvedObject as the kubelet names its node), named as client-go names
-    events: the object's name and a hex timestamp."""
+    events, the object's name and a hex timestamp, unless `name` is given."""
     when = rfc3339(seconds)
     involved = {"apiVersion": "v1", "kind": "Node", "name": node, **({"uid": uid} if uid else {})}
     return {"apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{node[:200]}.{int(seconds * 1e9) + sequence:x}", "namespace": EVENT_NAMESPACE},
+            "metadata": {"name": name or f"{node[:200]}.{int(seconds * 1e9) + sequence:x}", "namespace": EVENT_NAMESPACE},
             "involvedObject": involved, "reason": reason[:128], "message": fit(message, MAX_MESSAGE), "type": kind,
             "source": {"component": "nodecheck", "host": node}, "firstTimestamp": when, "lastTimestamp": when, "count": 1,
             "reportingComponent": "nodecheck", "reportingInstance": node[:128]}
+
+
+def warning_event_name(node: str, finding: Finding, window: int, occurrence: int) -> str:
+    """The same name for the same warning in the same repeat window and occurrence, whichever pod posts it: a
+    restarted daemon's post of a warning its predecessor already posted is refused (409 AlreadyExists), so a
+    rollout does not post every warning again."""
+    digest = hashlib.sha256(f"{finding.kind}|{finding.subject}|{window}|{occurrence}".encode()).hexdigest()[:16]
+    return f"{node[:200]}.nodecheck-{digest}"
 
 
 def _field(value, key: str, kind: type):
@@ -142,6 +153,7 @@ class NodeHealth:
         self.tainted: bool | None = None  # as last written or read; None: not known
         self.taint_checked_at = float("-inf")
         self.posted: dict[tuple[str, str], float] = {}  # (kind, subject) of a warning -> when its Event was posted
+        self.returns: dict[tuple[str, str], int] = {}  # (kind, subject) -> how often it went away and came back
         self.sequence = 0
         self.published_at: float | None = None  # when a round last reached the API server (wall clock)
         self._latest: Report | None = None
@@ -177,9 +189,9 @@ class NodeHealth:
         fields = ("status", "reason", "message")
         return any(tuple(known.get(c["type"], {}).get(f) for f in fields) != tuple(c[f] for f in fields) for c in wanted)
 
-    def _post(self, kind: str, reason: str, message: str, now: float) -> None:
+    def _post(self, kind: str, reason: str, message: str, now: float, name: str | None = None) -> None:
         self.sequence += 1
-        body = event(self.node, self.uid, kind, reason, message, now, self.sequence)
+        body = event(self.node, self.uid, kind, reason, message, now, self.sequence, name)
         try:
             self.api.request("POST", f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", body)
         except ApiError as error:
@@ -197,11 +209,15 @@ class NodeHealth:
     def _warning_events(self, report: Report, now: float) -> None:
         warnings: list[Finding] = [f for f in report.findings if f.severity == "warning"]
         current = {(f.kind, f.subject) for f in warnings}
-        self.posted = {key: at for key, at in self.posted.items() if key in current}  # gone: a return posts again
+        for gone in set(self.posted) - current:  # gone: a return posts again, under a name of its own
+            self.returns[gone] = self.returns.get(gone, 0) + 1
+        self.posted = {key: at for key, at in self.posted.items() if key in current}
         due = [f for f in warnings if now - self.posted.get((f.kind, f.subject), float("-inf")) >= self.event_repeat_s]
         for finding in due[:MAX_EVENTS_PER_ROUND]:
-            self._post("Warning", reason_of(finding.kind), finding.message, now)
-            self.posted[(finding.kind, finding.subject)] = now
+            key = (finding.kind, finding.subject)
+            name = warning_event_name(self.node, finding, int(now // self.event_repeat_s), self.returns.get(key, 0))
+            self._post("Warning", reason_of(finding.kind), finding.message, now, name)
+            self.posted[key] = now
 
     def _reconcile_taint(self, tainted: bool, now: float) -> None:
         """Read the taints (when the wanted state is not what was last written, or a heartbeat has passed: an

@@ -193,6 +193,21 @@ def test_warning_events_once_per_finding_again_after_the_repeat_and_bounded(tls,
     assert len(api.events) == 3 + 20 and len({e["metadata"]["name"] for e in api.events}) == len(api.events)
 
 
+def test_a_restarted_daemon_does_not_post_its_predecessors_warnings_again(tls, api):
+    """A DaemonSet rollout restarts every pod: the new one posts a lasting warning under the name the old one
+    used in the same repeat window, the API server refuses it as AlreadyExists, and no second event appears."""
+    clock = Clock()
+    health(tls, api, clock).sync(make_report(findings=[warning(), warning(subject="gpu6")]))
+    clock.now += 60
+    restarted = health(tls, api, clock)
+    restarted.sync(make_report(findings=[warning(), warning(subject="gpu6")]))
+    refused = [r for r in api.requests if r["method"] == "POST"][2:]
+    assert len(api.events) == 2 and len(refused) == 2  # both were tried, both refused by name
+    clock.now += EVENT_REPEAT_S  # the next window: posted again, as by one daemon
+    restarted.sync(make_report(findings=[warning(), warning(subject="gpu6")]))
+    assert len(api.events) == 4
+
+
 # -- the taint
 def test_the_taint_is_nodecheck_s_own_and_every_other_one_is_kept(tls, api, reports):
     clock = Clock()
