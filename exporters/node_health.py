@@ -154,6 +154,10 @@ class NodeHealth:
         self.taint_checked_at = float("-inf")
         self.posted: dict[tuple[str, str], float] = {}  # (kind, subject) of a warning -> when its Event was posted
         self.returns: dict[tuple[str, str], int] = {}  # (kind, subject) -> how often it went away and came back
+        # transition Events not yet accepted: the status PATCH that made them landed, so the next round, which
+        # reads the new status, would not see the transition again; each retried as it was (a retry of one that
+        # had landed is refused by name)
+        self.pending: list[dict] = []
         self.sequence = 0
         self.published_at: float | None = None  # when a round last reached the API server (wall clock)
         self._latest: Report | None = None
@@ -173,6 +177,7 @@ class NodeHealth:
             self._learn(self.api.request("PATCH", self._status_path(), patch, STRATEGIC))
             self.patched_at = now
             self._transition_events(wanted, before, now)
+        self._post_pending()
         self._warning_events(report, now)
         if self.taint:
             self._reconcile_taint(any(c["status"] == "True" for c in wanted), now)
@@ -202,9 +207,25 @@ class NodeHealth:
         for c in wanted:
             was = before.get(c["type"], {}).get("status")
             if c["status"] == "True" and was != "True":
-                self._post("Warning", c["type"], c["message"], now)
+                self._queue("Warning", c["type"], c["message"], now)
             elif c["status"] == "False" and was == "True":
-                self._post("Normal", c["reason"], c["message"], now)
+                self._queue("Normal", c["reason"], c["message"], now)
+
+    def _queue(self, kind: str, reason: str, message: str, now: float) -> None:
+        self.sequence += 1
+        self.pending.append(event(self.node, self.uid, kind, reason, message, now, self.sequence))
+        if len(self.pending) > MAX_EVENTS_PER_ROUND:  # an API server that refuses every Event: keep the newest
+            log.warning("node %s: %d transition Event(s) dropped, never accepted", self.node, len(self.pending) - MAX_EVENTS_PER_ROUND)
+            del self.pending[:-MAX_EVENTS_PER_ROUND]
+
+    def _post_pending(self) -> None:
+        while self.pending:
+            try:
+                self.api.request("POST", f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", self.pending[0])
+            except ApiError as error:
+                if error.status != 409:  # AlreadyExists: a retry whose first try had landed
+                    raise
+            self.pending.pop(0)
 
     def _warning_events(self, report: Report, now: float) -> None:
         warnings: list[Finding] = [f for f in report.findings if f.severity == "warning"]

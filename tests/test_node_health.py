@@ -193,6 +193,25 @@ def test_warning_events_once_per_finding_again_after_the_repeat_and_bounded(tls,
     assert len(api.events) == 3 + 20 and len({e["metadata"]["name"] for e in api.events}) == len(api.events)
 
 
+def test_a_transition_event_the_server_refused_is_posted_in_a_later_round(tls, api, reports):
+    """The status PATCH landed (the condition is True on the server), the Event's POST did not: the next round
+    reads True and sees no transition, so the Event waits in the publisher and goes out then, once."""
+    clock = Clock()
+    publisher = health(tls, api, clock)
+    publisher.sync(reports["healthy"])
+    api.permissions.discard(("create", "events", "default"))  # a Role edited by hand, say
+    with pytest.raises(ApiError) as refused:
+        publisher.sync(reports["nvlink_down"])
+    assert refused.value.status == 403 and api.conditions()["NodecheckGpuProblem"]["status"] == "True" and api.events == []
+    api.permissions.add(("create", "events", "default"))
+    publisher.known = None  # as follow() does after a failed round: read the server afresh
+    clock.now += 60
+    publisher.sync(reports["nvlink_down"])
+    clock.now += 60
+    publisher.sync(reports["nvlink_down"])
+    assert [(e["type"], e["reason"]) for e in api.events] == [("Warning", "NodecheckGpuProblem")]
+
+
 def test_a_restarted_daemon_does_not_post_its_predecessors_warnings_again(tls, api):
     """A DaemonSet rollout restarts every pod: the new one posts a lasting warning under the name the old one
     used in the same repeat window, the API server refuses it as AlreadyExists, and no second event appears."""
