@@ -56,6 +56,7 @@ hwloc_path
 gpu() { step 540 "$PY" -m pytest -m gpu -ra -v -s -p no:cacheprovider; }  # -s: the figures the tests print
 
 TMP=$(mktemp -d)  # what the log shows but need not come back as a file
+trap 'rm -rf "$TMP"' EXIT
 
 inspect() {
   step 60 lstopo-no-graphics --version

@@ -40,7 +40,7 @@ QUICK_GOAL_S = 10.0  # one GPU: measured 4.2-6.4 s warm on the H100 VM (docs/mea
 DATA_CHECK_SIZES = "64MiB,256MiB,1GiB"
 UNIT_UID = 65534  # systemd's DynamicUser= is an unprivileged uid with no capabilities; nobody stands in
 # ProtectKernelLogs= leaves /dev/kmsg unopenable: a mode-000 file bound over it does the same for an unprivileged uid
-UNIT_SHELL = ('g=$1; shift; f=$(mktemp) && chmod 000 "$f" && mount --bind "$f" /dev/kmsg || exit 97; '
+UNIT_SHELL = ('g=$1; shift; f=$(mktemp) && chmod 000 "$f" && mount --bind "$f" /dev/kmsg && rm -f "$f" || exit 97; '
               'if [ -n "$g" ]; then set -- --groups="$g" -- "$@"; else set -- --clear-groups -- "$@"; fi; '
               f'cd / && exec setpriv --reuid={UNIT_UID} --regid={UNIT_UID} --inh-caps=-all --bounding-set=-all --no-new-privs "$@"')
 

@@ -5,6 +5,7 @@ whole script runs here, without a GPU, so that its steps, the unit's privileges 
 
 import copy
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -136,10 +137,12 @@ def test_the_whole_script_runs_here_and_the_unit_cannot_read_kmsg(tmp_path):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed")
     pytest.importorskip("torch", reason="needs torch (sh deploy/install.sh bench)")
-    out = tmp_path / "run"
+    out, scratch = tmp_path / "run", tmp_path / "tmp"
+    scratch.mkdir()
     done = subprocess.run([sys.executable, str(REPO / "benchmarks/one_gpu_node.py"), "--out", str(out), "--data-check-sizes", "1MiB"],
-                          capture_output=True, text=True, timeout=600, cwd=REPO)
+                          capture_output=True, text=True, timeout=600, cwd=REPO, env=dict(os.environ, TMPDIR=str(scratch)))
     assert done.returncode in (1, 2), done.stdout + done.stderr[-3000:]
+    assert list(scratch.iterdir()) == []  # no step, the unit's included, left a temporary file behind
     steps = json.loads((out / "steps.json").read_text())
     assert {"nvml", "inspect", "metrics", "unit", "copy-twice", "fewer", "data-check", "quick-cold-3", "quick-warm-3"} <= set(steps)
     unit = json.loads((out / "inspect-unit.json").read_text())
