@@ -68,7 +68,7 @@ def parse_web_config(text: str, path: Path | str) -> WebConfig:
         raise ConfigError(f"{path}: expected a mapping with tls_server_config and/or basic_auth_users")
     check_known_keys(data, ("tls_server_config", "basic_auth_users"), "", path)
     config = WebConfig()
-    tls = data.get("tls_server_config") or {}
+    tls = _section(data, "tls_server_config", "a mapping of cert_file, key_file ...", path)
     if tls:
         check_known_keys(tls, ("cert_file", "key_file", "client_ca_file", "client_auth_type"), "tls_server_config.", path)
         for key in ("cert_file", "key_file"):
@@ -82,9 +82,7 @@ def parse_web_config(text: str, path: Path | str) -> WebConfig:
         config.tls = {"certfile": tls["cert_file"], "keyfile": tls["key_file"]}
         if auth == "RequireAndVerifyClientCert":
             config.tls["client_cafile"] = tls["client_ca_file"]
-    users = data.get("basic_auth_users") or {}
-    if not isinstance(users, dict):
-        raise ConfigError(f"{path}: key 'basic_auth_users': expected user: bcrypt-hash pairs")
+    users = _section(data, "basic_auth_users", "user: bcrypt-hash pairs", path)
     for user, hashed in users.items():
         if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")):
             raise ConfigError(f"{path}: key 'basic_auth_users.{user}': expected a bcrypt hash ($2y$...)")
@@ -103,6 +101,17 @@ def parse_web_config(text: str, path: Path | str) -> WebConfig:
             except ValueError as error:
                 raise ConfigError(f"{path}: key 'basic_auth_users.{user}': not a valid bcrypt hash ({error})") from None
     return config
+
+
+def _section(data: dict, key: str, expected: str, path) -> dict:
+    """A top-level section: {} when absent or empty, else it must be a mapping (`tls_server_config: -1` is a
+    mistake to name, not to skip)."""
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: key '{key}': expected {expected}, got {value!r:.60}")
+    return value
 
 
 class BasicAuth:

@@ -121,6 +121,9 @@ def test_basic_auth(tmp_path):
     ({"http_server_config": {}}, "unknown key 'http_server_config'"),
     ({"basic_auth_users": {"prometheus": "$2y$10$notavalidhash"}}, "'basic_auth_users.prometheus': not a valid bcrypt hash"),
     ({"basic_auth_users": {"prometheus": "$2y$31$" + "a" * 53}}, "bcrypt cost '31' is not 4..18"),
+    ({"tls_server_config": -1}, "'tls_server_config': expected a mapping of cert_file, key_file ..., got -1"),  # fuzz, seed 777
+    ({"basic_auth_users": ["prometheus"]}, "'basic_auth_users': expected user: bcrypt-hash pairs, got ['prometheus']"),
+    ({"basic_auth_users": 0}, "'basic_auth_users': expected user: bcrypt-hash pairs, got 0"),
 ])
 def test_bad_web_config_is_a_clear_error(tmp_path, sections, message):
     pytest.importorskip("yaml", reason="needs PyYAML (sh deploy/install.sh web)")
