@@ -2,12 +2,14 @@
 # On a GPU node: every GPU path of nodecheck, each step printed with its command, exit status and wall
 # time, into DIR/log.txt (DIR = $OUT, else ./gpu-node-run). Used for the "Measured on" table of README.md.
 #   bash benchmarks/gpu_node.sh [steps...]     steps: facts install gpu inspect one bench h2d nccl prolog suite multi
-# (multi is not in the default list: it is for a node with several GPUs, and takes up to an hour)
+# (multi is not in the default list: it is for a node with several GPUs, and takes up to an hour; suite is not
+# either: the whole suite needs the test extra, which an offline node lacks, and CI runs it)
+# Offline nodes (the lent GPU machine): run benchmarks/gpu_carry.sh here first and carry .whl, .hw and .shared.
 # A lease's calls are limited to 10 minutes each: run the steps in groups, e.g. "facts install gpu", then
 # "install inspect one", then "install bench h2d nccl prolog" (docs/measured-on-gpu.md).
 # nodecheck is installed into the Python that holds the node's CUDA torch (NODECHECK_PY, default python3).
-# Offline nodes: wheels in .whl/ are installed with --no-index; hwloc's .deb files in .hw/ are unpacked
-# under /tmp/hw when lstopo is missing.
+# Offline nodes: wheels in .whl/ are installed with --no-index; hwloc's and pciutils' .deb files in .hw/ are
+# unpacked under /tmp/hw when lstopo is missing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DIR=${OUT:-$PWD/gpu-node-run}
@@ -41,8 +43,11 @@ install() {
     for f in .hw/*.deb; do dpkg -x "$f" /tmp/hw; done
   fi
   hwloc_path
-  local wheels=(); [ -d .whl ] && wheels=(--no-index --find-links .whl)
-  step 300 "$PY" -m pip install -q --disable-pip-version-check "${wheels[@]}" '.[test,bench,web,plot]'
+  if [ -d .whl ]; then  # offline (benchmarks/gpu_carry.sh made .whl): what the GPU steps need, the image's torch kept
+    step 300 "$PY" -m pip install -q --disable-pip-version-check --no-index --find-links .whl --no-build-isolation '.[bench,web]'
+  else
+    step 300 "$PY" -m pip install -q --disable-pip-version-check '.[test,bench,web,plot]'
+  fi
 }
 
 hwloc_path() {  # hwloc unpacked by install()
@@ -53,7 +58,8 @@ hwloc_path() {  # hwloc unpacked by install()
 }
 hwloc_path
 
-gpu() { step 540 "$PY" -m pytest -m gpu -ra -v -s -p no:cacheprovider; }  # -s: the figures the tests print
+# the files that hold gpu tests (collecting every file would need the test extra's packages); -s: the figures they print
+gpu() { step 540 "$PY" -m pytest -m gpu -ra -v -s -p no:cacheprovider tests/test_gpu.py tests/test_bench_gpu.py tests/test_nccl_on_one_gpu.py; }
 
 TMP=$(mktemp -d)  # what the log shows but need not come back as a file
 trap 'rm -rf "$TMP"' EXIT
@@ -106,7 +112,7 @@ one() {
 # the first multi-GPU node (issue 26, item 5): every figure beside its reference, outputs kept in DIR/multi
 multi() { step 3600 "$PY" benchmarks/multi_gpu_node.py --out "$DIR/multi"; }
 
-for s in "${@:-facts install gpu inspect one bench h2d nccl prolog suite}"; do
+for s in "${@:-facts install gpu inspect one bench h2d nccl prolog}"; do
   for one in $s; do echo "===== $one" >>"$LOG"; "$one"; done
 done
 echo "log: $LOG"

@@ -156,3 +156,14 @@ def test_the_whole_script_runs_here_and_the_unit_cannot_read_kmsg(tmp_path):
     replayed = subprocess.run([sys.executable, str(REPO / "benchmarks/one_gpu_node.py"), "--replay", str(out)],
                               capture_output=True, text=True, timeout=120, cwd=REPO)
     assert replayed.stdout == done.stdout and replayed.returncode == done.returncode
+
+
+def test_the_lease_runs_every_file_that_holds_gpu_tests():
+    """gpu_node.sh's gpu step names the files to collect (an offline node lacks the test extra's packages that
+    other files import): a gpu test added to another file must be added there too, or the lease skips it."""
+    import re
+
+    step = re.search(r"^gpu\(\) \{.*$", (REPO / "benchmarks/gpu_node.sh").read_text(), re.M)[0]
+    named = set(re.findall(r"tests/(test_\w+\.py)", step))
+    marked = {path.name for path in (REPO / "tests").glob("test_*.py") if re.search(r"pytest\.mark\.gpu\b", path.read_text())}
+    assert named == marked
