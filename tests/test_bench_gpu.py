@@ -537,9 +537,11 @@ def test_real_one_worker_makes_fresh_pinned_buffers_for_each_gpu(live_gpus, tmp_
                     "--out", str(out)], check=True, timeout=300)
     passes = json.loads(out.read_text())["gpus"]
     print(json.dumps(passes, indent=1))  # the host pointers, for the log
-    assert [p["pinned_blocks_created"] > 0 for p in passes] == [True, True], passes
     for p in passes:
         (row,) = p["rows"]
         assert row["host_address"].startswith("0x") and row["h2d"] > 1e9, row
         if os.path.exists("/proc/self/numa_maps"):
             assert isinstance(row["host_numa_node"], int), row
+    if any(p["pinned_blocks_created"] is None for p in passes):
+        pytest.skip("this torch's host_memory_stats has no num_host_alloc: freshness not countable")
+    assert [p["pinned_blocks_created"] > 0 for p in passes] == [True, True], passes
