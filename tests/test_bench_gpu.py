@@ -174,6 +174,39 @@ def test_nccl_tests_binary_on_an_8x_a100_node(tmp_path):
     assert not absent.ok and "not installed" in absent.error
 
 
+def test_all_reduce_perf_dies_with_a_killed_bench(tmp_path):
+    """A C binary has no lifeline thread of its own: when the bench that started it was killed (the prolog's budget,
+    serve's bench timeout), all_reduce_perf ran on, in its own session, holding the GPUs. It now runs under
+    nodecheck.bench.lifeline and goes within a poll."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    pid_file = tmp_path / "pid"
+    bin_dir, _ = a100_node_with_all_reduce_perf(tmp_path, f"echo $$ > {pid_file}\nexec sleep 600\n")
+    bench = subprocess.Popen([sys.executable, "-c", "import sys; from nodecheck.bench import plan; from nodecheck.build import build_report; "
+                              "from nodecheck.config import Config; from nodecheck.snapshot import SnapshotHost; "
+                              "plan.run(build_report(SnapshotHost(sys.argv[1])), Config(), ['nccl_tests'], 'quick', 300, "
+                              "{'PATH': sys.argv[2] + ':/usr/bin:/bin'}, None)", str(tmp_path / "a100"), str(bin_dir)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline and bench.poll() is None:
+            time.sleep(0.1)
+        binary = int(pid_file.read_text())
+    finally:
+        bench.kill()  # the bench alone: the binary is in a session of its own, where no group kill reaches
+        bench.wait()
+    deadline = time.monotonic() + 15
+    while os.path.exists(f"/proc/{binary}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = os.path.exists(f"/proc/{binary}")
+    if alive:
+        os.kill(binary, signal.SIGKILL)
+    assert not alive, "all_reduce_perf outlived the bench that started it"
+
+
 # --- a slow copy measured again before it is believed -----------------------------------------------
 
 # h2d of nodecheck's copy worker in fresh processes on a healthy H100 VM (PCIe gen5 x16, spec 63.0 GB/s),

@@ -3,6 +3,7 @@ on one node share the in-node tests; only rank 0 prints the job's Report."""
 
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -71,6 +72,20 @@ def test_pinned_blocks_are_counted_where_torch_counts_them():
     older = type("T", (), {"cuda": object()})()
     assert pinned_blocks_created(counting) == 4 and pinned_blocks_created(older) is None
     assert callable(torch.cuda.host_memory_stats)  # the call the worker reaches for exists in this torch
+
+
+def test_the_lifeline_runs_a_program_and_passes_its_status_on():
+    """python -m nodecheck.bench.lifeline PROGRAM: what all_reduce_perf runs under; its output and exit status pass
+    through, a signal as 128 + N, a missing program as 127 with the reason."""
+    def lifeline(*argv):
+        return subprocess.run([sys.executable, "-m", "nodecheck.bench.lifeline", *argv], capture_output=True, text=True, timeout=60)
+
+    ran = lifeline("sh", "-c", "echo 'out of place busbw'; exit 3")
+    assert (ran.returncode, ran.stdout) == (3, "out of place busbw\n")
+    assert lifeline("sh", "-c", "kill -9 $$").returncode == 137
+    missing = lifeline("/nonexistent/all_reduce_perf")
+    assert missing.returncode == 127 and "/nonexistent/all_reduce_perf: No such file or directory" in missing.stderr
+    assert lifeline().returncode == 2
 
 
 def test_a_rank_that_never_joins_is_the_workers_own_error(tmp_path):

@@ -9,6 +9,10 @@ removes the directory and kills the worker's process group. A thread rather than
 the signal would kill the worker before it could remove the directory, and the runner's waiting
 thread (serve's bench thread) is the one the kernel would watch. torch and NCCL release the GIL
 while they wait, so the thread runs beside a hung collective.
+
+A program with no lifeline of its own (nccl-tests' all_reduce_perf) runs under this module's main:
+`python -m nodecheck.bench.lifeline PROGRAM ARGS...` holds the runner's lifeline and starts the program in
+its own process group, which the watchdog kills.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -28,12 +34,12 @@ POLL_S = 0.2
 GRACE_S = 10.0  # past the runner's own time limit: the runner kills first when it is alive to
 
 
-def environment(out: Path, timeout: float) -> dict[str, str]:
+def environment(out: Path | None, timeout: float) -> dict[str, str]:
     """What a runner adds to a worker's environment: itself, the worker's deadline, and the directory
     to remove (the --out file's, when it is one of nodecheck's temporary directories)."""
     env = {PARENT: str(os.getpid()), DEADLINE: f"{time.time() + timeout + GRACE_S:.3f}"}
-    folder = out.parent.resolve()
-    if folder.name.startswith("nodecheck-") and folder.parent == Path(tempfile.gettempdir()).resolve():
+    folder = out.parent.resolve() if out is not None else None
+    if folder and folder.name.startswith("nodecheck-") and folder.parent == Path(tempfile.gettempdir()).resolve():
         env[TEMPORARY] = str(folder)
     return env
 
@@ -67,3 +73,25 @@ def _end(folder: str | None) -> None:
         os.killpg(os.getpgrp(), signal.SIGKILL)  # the worker is its group's leader (its own session)
     finally:
         os._exit(137)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a program under the runner's lifeline: it shares this process's group (a session of its own, as
+    run_command starts it), so the watchdog's kill takes it along. Its output is its own; its exit status
+    is this one's (128 + N for a signal)."""
+    hold()
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        print("usage: python -m nodecheck.bench.lifeline PROGRAM [ARGS...]", file=sys.stderr)
+        return 2
+    try:
+        child = subprocess.Popen(argv)
+    except OSError as error:
+        print(f"{argv[0]}: {error.strerror or error}", file=sys.stderr)
+        return 127 if isinstance(error, FileNotFoundError) else 126
+    code = child.wait()
+    return 128 - code if code < 0 else code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

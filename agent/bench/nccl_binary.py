@@ -4,8 +4,10 @@ over every GPU of the node with a hard time limit and parse its table (nccl_test
 from __future__ import annotations
 
 import shutil
+import sys
 
 from nodecheck.bench.gpu import slowest_pair, staged_if_shm
+from nodecheck.bench.lifeline import environment
 from nodecheck.bench.nccl_debug import attach, debug_env, debug_run
 from nodecheck.bench.nccl_tests import parse_nccl_log
 from nodecheck.errors import NodecheckError
@@ -46,9 +48,10 @@ def run_nccl_tests(report: Report, config, level: str, timeout: float, environ: 
         return _failed(path, method, f"{BINARY} is not installed (not on PATH; set [bench] nccl_tests in the config)")
     if gpus < 2:
         return _failed(path, method, f"all_reduce_perf inside the node needs at least two GPUs (found {gpus})")
-    try:
-        text = run_command([binary, "-b", low, "-e", high, "-f", "2", "-g", str(gpus)], timeout, env=debug_env(standalone(environ)),
-                           what=BINARY)
+    argv = [binary, "-b", low, "-e", high, "-f", "2", "-g", str(gpus)]
+    env = dict(debug_env(standalone(environ)), **environment(None, timeout))
+    try:  # under a lifeline: a C binary does not notice that the bench which started it was killed
+        text = run_command([sys.executable, "-m", "nodecheck.bench.lifeline", *argv], timeout, env=env, what=BINARY)
         log = parse_nccl_log(text)
     except NodecheckError as error:
         return _failed(path, method, str(error))
