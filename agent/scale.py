@@ -157,11 +157,27 @@ def fabric_from_report(report, gpus_per_node: int | None, grad_bytes: float) -> 
                                                            f"{inside.path} at {format_bytes(inside_at)}")
     nic_specs = [p.bytes_per_second for p in report.paths if p.scope == "nic" and p.bytes_per_second]
     pair_specs = [p.bytes_per_second for p in report.paths if p.scope == "gpu-pair" and p.bytes_per_second]
-    if not nic_specs:
+    rails, basis = rail_spec(report, gpus_per_node)
+    if rails is None and not nic_specs:
         raise NodecheckError("it holds no all-reduce measurement and no NIC speed: run `nodecheck bench --tests "
                              "allreduce --json` under torchrun/srun and pass that, or give --busbw")
-    return Fabric(gpus_per_node, min(nic_specs), min(pair_specs) if pair_specs else min(nic_specs),
-                  "spec, not measured (slowest NIC; slowest GPU pair): applications reach ~80% of it")
+    across = rails or min(nic_specs)
+    return Fabric(gpus_per_node, across, min(pair_specs) if pair_specs else across,
+                  f"spec, not measured ({basis or 'slowest NIC'}; slowest GPU pair): applications reach ~80% of it")
+
+
+def rail_spec(report, gpus_per_node: int) -> tuple[float | None, str]:
+    """Across nodes, unmeasured: the bound `bench` judges a job of `gpus_per_node` ranks per node by, the sum of
+    the distinct RDMA rails nearest those GPUs (agent/rails.py: NCCL runs a ring over each). (None, "") when the
+    node has no active RDMA rail (NCCL would use a socket NIC) or a rail's rate is unknown."""
+    from nodecheck.rails import fabric_nics, rank_rails, ring_bound
+
+    fabric = fabric_nics(report, {})
+    if not fabric:
+        return None, ""
+    used = {n.name: n for gpu in report.gpus[:gpus_per_node] for n in rank_rails(report, gpu, fabric)} or {n.name: n for n in fabric}
+    bound, basis = ring_bound(report, list(used.values()), None)
+    return (bound, basis) if bound else (None, "")
 
 
 def _busbw_at(measurement, grad_bytes: float) -> tuple[float, float]:

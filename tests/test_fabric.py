@@ -4,11 +4,11 @@ not the socket NIC: the spec is the ring bound over those rails."""
 import pytest
 from helpers import A100_SXM4, PUBLIC, hgx_nvml, make_snapshot, need
 
-from nodecheck.bench.distributed import fabric_nics, ring_bound
 from nodecheck.bench.nccl_tests import parse_nccl_log
 from nodecheck.build import build_report
 from nodecheck.config import Config
 from nodecheck.model import Measurement
+from nodecheck.rails import fabric_nics, ring_bound
 from nodecheck.snapshot import SnapshotHost
 from nodecheck.verdicts import algorithm_bound, measurement_findings
 
@@ -134,8 +134,9 @@ def test_one_rank_per_node_is_judged_against_its_one_rail(tmp_path, monkeypatch)
     healthy 45 GB/s read 0.11 and every node was named slow); the job's bound sums each node's distinct
     rails over its ranks."""
     from nodecheck.bench import distributed
-    from nodecheck.bench.distributed import DistEnv, rank_rails, run_allreduce
+    from nodecheck.bench.distributed import DistEnv, run_allreduce
     from nodecheck.pairing import job_bound
+    from nodecheck.rails import rank_rails
 
     report = hgx_h100_with_ndr(tmp_path)
     fabric = fabric_nics(report, {})

@@ -118,6 +118,21 @@ def test_from_a_snapshot_uses_the_specs_and_says_so(tmp_path):
     assert fabric["inter_busbw"] == min(p.bytes_per_second for p in specs)
 
 
+def test_from_a_multi_rail_snapshot_the_rails_are_summed_as_bench_bounds_the_job():
+    """The 8-GPU example node has 8 NDR rails of 400 Gbit/s. Without a measurement, scale once took the slowest single
+    NIC (50 GB/s) where bench bounds the same job, 8 ranks a node, by the sum of its rails: 8x too little, and the
+    example job's Report holds bench's bound. Now both say 400 GB/s; a job of one rank per node uses GPU 0's rail."""
+    example = Path(__file__).resolve().parent.parent / "examples"
+    job = json.loads((example / "job-8node-allreduce.json").read_text())
+    (bench_bound,) = [m["spec_bytes_per_second"] for m in job["measurements"] if m["test"] == "allreduce"]
+    out = scale("--params", "7B", "--step-time", "1.5", "--from", str(example / "hgx-h100-8gpu"), "--json")
+    fabric = json.loads(out.stdout)["fabric"]
+    assert fabric["inter_busbw"] == bench_bound == 400e9 and "ring bound: 8 rail(s)" in fabric["source"], fabric
+    one = scale("--params", "7B", "--step-time", "1.5", "--gpus-per-node", "1", "--from", str(example / "hgx-h100-8gpu"), "--json")
+    fabric = json.loads(one.stdout)["fabric"]
+    assert fabric["inter_busbw"] == 50e9 and "1 rail(s) (mlx5_0)" in fabric["source"], fabric
+
+
 def test_snapshot_without_nic_speeds_says_what_to_do(tmp_path):
     snap = make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
     out = scale("--params", "7B", "--step-time", "1.5", "--from", str(snap))

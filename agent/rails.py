@@ -1,0 +1,61 @@
+"""The rails of a GPU node: the RDMA NICs NCCL moves a job's inter-node data over, and what they allow. `bench`
+bounds a job by them (agent/bench/distributed.py); `scale` predicts with them when nothing was measured
+(agent/scale.py). Pure: reads the Report, the Config and the NCCL variables given."""
+
+from __future__ import annotations
+
+from nodecheck.ifnames import nccl_selection
+from nodecheck.model import Report
+
+
+def nic_rate(report: Report, nic, config) -> float | None:
+    """A NIC's one-way rate in bytes/s: [nics] speed_mbps from the config, else its path spec (negotiated speed)."""
+    expected = config.nic_speed_mbps(nic) if config and nic else None
+    if expected:
+        return expected * 1e6 / 8
+    path = report.path_spec(f"nic:{nic.name}") if nic else None
+    return path.bytes_per_second if path else None
+
+
+def fabric_nics(report: Report, environ: dict[str, str]) -> list:
+    """The RDMA NICs NCCL moves inter-node data over on a GPU node: RDMA devices with an ACTIVE port,
+    as NCCL_IB_HCA selects them (NCCL's syntax), and of those the rails: the ones nearest to the node's
+    GPUs (every one of them when the topology names none). [] with NCCL_IB_DISABLE=1 or no RDMA device:
+    NCCL then falls back to sockets over the traffic NIC."""
+    if environ.get("NCCL_IB_DISABLE", "").strip() == "1":
+        return []
+    active = report.rdma_nics_up()
+    hca = environ.get("NCCL_IB_HCA")
+    if hca and hca.strip():
+        chosen = set(nccl_selection(hca, [n.rdma_device for n in active]))
+        active = [n for n in active if n.rdma_device in chosen]
+    nearest = {name for gpu in report.gpus for name in gpu.nearest_nics}
+    rails = [n for n in active if n.rdma_device in nearest or n.name in nearest]
+    return rails or active
+
+
+def ring_bound(report: Report, nics: list, config) -> tuple[float | None, str]:
+    """The busbw bound of a ring all-reduce across nodes over these rails: NCCL runs one ring per rail,
+    each crossing between nodes once per node over its own NIC, so a node's inter-node traffic is
+    spread over all its rails and busbw (algbw x 2(n-1)/n) is bounded by the sum of their one-way data
+    rates (docs/report-schema.md, "Across nodes"). Tree, SHARP and NVLS algorithms move less data
+    between nodes and can exceed it."""
+    rails = rail_rates(report, nics, config)
+    unknown = [r["name"] for r in rails if r["rate"] is None]
+    if unknown:
+        return None, f"the rate of {unknown[0]} is unknown"
+    total = sum(r["rate"] for r in rails)
+    return total, f"ring bound: {len(rails)} rail(s) ({','.join(r['name'] for r in rails)}), {total * 8 / 1e9:g} Gbit/s one way in all"
+
+
+def rail_rates(report: Report, nics: list, config) -> list[dict]:
+    """[{"name", "rate"}] for these NICs: the RDMA device's name where it has one; the rate in bytes/s from
+    [nics] speed_mbps, else the negotiated speed (None when neither is known)."""
+    return [{"name": nic.rdma_device or nic.name, "rate": nic_rate(report, nic, config)} for nic in nics]
+
+
+def rank_rails(report: Report, gpu, fabric: list) -> list:
+    """The rails a rank's traffic leaves by: those nearest its GPU (a one-rank-per-node job drives one GPU
+    and its NIC, not the node's eight), or every rail when the topology names none near it."""
+    nearest = set(gpu.nearest_nics) if gpu is not None else set()
+    return [n for n in fabric if n.rdma_device in nearest or n.name in nearest] or fabric
