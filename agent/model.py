@@ -215,6 +215,7 @@ class Nic:
     rdma_device: str | None = None  # mlx5_0 when this netdev belongs to an RDMA device
     ib_ports: list[IbPort] = field(default_factory=list)
     firmware: str | None = None  # its RDMA device's fw_ver (/sys/class/infiniband/DEV/fw_ver)
+    bond_members: list[str] | None = None  # a link aggregate (the bonding driver's bonding/slaves): its members; None if not one
 
 
 @dataclass

@@ -102,8 +102,10 @@ def _gpus(report: Report) -> Iterator[Metric]:
 
 
 def exported_nics(report: Report, virtual_nics) -> list:
-    """The physical NICs, and the virtual ones whose names match a pattern of virtual_nics."""
-    return [n for n in report.nics if not n.virtual or any(fnmatchcase(n.name, p) for p in virtual_nics)]
+    """The physical NICs, the link aggregates the bonding driver shows (any name: node_exporter's tree has bonds
+    called dmz and int), and the virtual ones whose names match a pattern of virtual_nics."""
+    return [n for n in report.nics
+            if not n.virtual or n.bond_members is not None or any(fnmatchcase(n.name, p) for p in virtual_nics)]
 
 
 def _links_and_nics(report: Report, virtual_nics) -> Iterator[Metric]:

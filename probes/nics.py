@@ -69,6 +69,7 @@ def read_netdev(host, name: str) -> dict:
     raw["driver"] = driver.rsplit("/", 1)[-1] if driver else None
     pci = pci_address_from_path(raw["link"] or "")
     raw["numa_node"] = host.read_text(f"/sys/bus/pci/devices/{pci}/numa_node") if pci else None
+    raw["bond_slaves"] = host.read_text(f"{base}/bonding/slaves")  # a bond has it, whatever its name
     return raw
 
 
@@ -155,7 +156,15 @@ def _nic(name: str, raw: dict, addresses: list[dict]) -> Nic:
         numa_node=_non_negative_int(raw.get("numa_node")),
         mac=_clean(raw.get("address")),
         addresses=[a for a in addresses if _valid_address(a)],
+        bond_members=_bond_members(raw.get("bond_slaves")),
     )
+
+
+def _bond_members(text: str | None) -> list[str] | None:
+    """bonding/slaves ("eth0 eth4", empty for a bond with none yet) as names; None when the file is absent."""
+    if text is None:
+        return None
+    return [name[:64] for name in text.split()[:MAX_NICS]]
 
 
 def _ib_ports(device: str, ports: dict[str, dict]) -> list[IbPort]:

@@ -232,7 +232,8 @@ def test_real_virtual_nics_are_left_out_of_the_metrics_unless_configured(netns, 
 
 
 def test_physical_nics_and_bonds_are_exported_by_default(tmp_path):
-    """node_exporter's sysfs tree: eth0 on PCI, and the bond masters bond0, dmz and int (no PCI device)."""
+    """node_exporter's sysfs tree: eth0 on PCI, and the bond masters bond0, dmz and int (no PCI device). dmz and int
+    are bonds by their bonding/ directory, not their names: exported by default too, with their members."""
     from nodecheck.build import build_report
     from nodecheck.config import loads
     from nodecheck.exporters.prometheus import write_textfile
@@ -243,7 +244,9 @@ def test_physical_nics_and_bonds_are_exported_by_default(tmp_path):
     physical = {n.name for n in report.nics if not n.virtual}
     assert "eth0" in physical and {"bond0", "dmz", "int"}.isdisjoint(physical)
     assert {(s["nic"], s["virtual"]) for s in default["nodecheck_nic_info"]} == \
-        {(name, "false") for name in physical} | {("bond0", "true")}
+        {(name, "false") for name in physical} | {("bond0", "true"), ("dmz", "true"), ("int", "true")}
+    members = {n.name: n.bond_members for n in report.nics if n.bond_members is not None}
+    assert members == {"bond0": [], "dmz": ["eth0", "eth4"], "int": ["eth5", "eth1"]}  # bonding/slaves as the kernel lists them
     every = metrics_of(write_textfile(report, tmp_path, loads('[metrics]\nvirtual_nics = ["*"]\n', "t").virtual_nics).read_text())
     assert {s["nic"] for s in every["nodecheck_nic_info"]} == physical | {"bond0", "dmz", "int"} == {n.name for n in report.nics}
 
