@@ -34,6 +34,7 @@ MAX_BCRYPT_COST = 18  # about 15 s per check on a server core: beyond it every n
 class WebConfig:
     tls: dict = field(default_factory=dict)  # certfile, keyfile, client_cafile
     users: dict[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
+    warnings: list[str] = field(default_factory=list)  # what serve logs at start: valid, but weaker than it looks
 
 
 def load_web_config(path: Path) -> WebConfig:
@@ -92,6 +93,12 @@ def parse_web_config(text: str, path: Path | str) -> WebConfig:
             import bcrypt  # fail now, not at the first scrape
         except ImportError:
             raise ConfigError(f"{path}: basic_auth_users needs bcrypt: {install_extra('web')}") from None
+        costs = {user: _cost(hashed) for user, hashed in config.users.items()}
+        if len(set(costs.values())) > 1:  # an unknown name is checked at the highest cost (BasicAuth's decoy)
+            cheapest = min(costs, key=costs.get)
+            config.warnings.append(f"{path}: basic_auth_users' bcrypt costs differ ({', '.join(f'{u} {c}' for u, c in costs.items())}): "
+                                   f"a wrong password for {cheapest!r} is refused sooner than one for a name that does not "
+                                   "exist, which tells a prober the name exists; give every user one cost")
         for user, hashed in config.users.items():
             if not 4 <= _cost(hashed) <= MAX_BCRYPT_COST:
                 raise ConfigError(f"{path}: key 'basic_auth_users.{user}': bcrypt cost {hashed[4:6].decode()!r} is not "

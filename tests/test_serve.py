@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench_serve_faults  # noqa: E402
-from helpers import fake_executable, free_port, h100_node_snapshot, in_private_network, make_ca_and_certs
+from helpers import fake_executable, free_port, h100_node_snapshot, in_private_network, make_ca_and_certs, wait_until
 
 
 def start_serve(*args: str, env: dict | None = None) -> subprocess.Popen:
@@ -131,6 +131,34 @@ def test_bad_web_config_is_a_clear_error(tmp_path, sections, message):
     proc = start_serve("--listen", f"127.0.0.1:{free_port()}", "--web-config", config)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 2 and message in out and config in out
+
+
+def test_users_with_different_bcrypt_costs_are_warned_of(tmp_path):
+    """An unknown name is checked against a decoy at the highest cost in use, so a user with a cheaper hash is
+    refused sooner than a name that does not exist: valid, but it tells a prober the name. serve says so."""
+    bcrypt = pytest.importorskip("bcrypt", reason="needs bcrypt (sh deploy/install.sh web)")
+    from nodecheck.exporters.webconfig import parse_web_config
+
+    cheap, dear = (bcrypt.hashpw(b"x", bcrypt.gensalt(rounds=r)).decode() for r in (4, 5))
+    (warning,) = parse_web_config(f"basic_auth_users:\n  grafana: '{cheap}'\n  prometheus: '{dear}'\n", "web.yml").warnings
+    assert "costs differ (grafana 4, prometheus 5)" in warning and "for 'grafana' is refused sooner" in warning
+    assert parse_web_config(f"basic_auth_users:\n  grafana: '{cheap}'\n  other: '{cheap}'\n", "web.yml").warnings == []
+    port = free_port()
+    proc = start_serve("--listen", f"127.0.0.1:{port}", "--from", str(h100_node_snapshot(tmp_path / "h")),
+                       "--web-config", web_config(tmp_path, basic_auth_users={"grafana": cheap, "prometheus": dear}))
+    try:
+        wait_until(lambda: _listening(port), 30, "serve listening")
+    finally:
+        out = stop(proc)
+    assert "WARNING" in out and "bcrypt costs differ (grafana 4, prometheus 5)" in out, out
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_web_config_that_is_not_utf8_is_a_clear_error(tmp_path):

@@ -107,6 +107,8 @@ def serve(
             from nodecheck.exporters.webconfig import load_web_config
 
             web = load_web_config(web_config)
+            for warning in web.warnings:
+                logging.getLogger("nodecheck.serve").warning("%s", warning)
         with tempfile.TemporaryDirectory(prefix="nodecheck-serve-") as workdir:
             probe_host = LiveHost() if source is None else open_snapshot(source, Path(workdir))
             stop = threading.Event()
