@@ -18,7 +18,8 @@ The steps, each under its own timeout (a tool that is missing or fails is a row 
   fewer       `nodecheck bench --tests h2d --json` with CUDA_VISIBLE_DEVICES= : NVML names a GPU torch cannot see
   data-check  benchmarks/bench_data_check.py at 64 MiB, 256 MiB and 1 GiB: each data check's time beside the
               measurement it follows
-  quick       `nodecheck bench --quick --json` three times cold (page cache dropped first) and warm (right after)
+  quick       `nodecheck bench --quick --json` three times cold (page cache dropped first, unless --keep-page-cache)
+              and warm (right after)
 
 Exit status: 1 when a figure misses its goal, else 2 when a figure could not be made, else 0.
 """
