@@ -98,3 +98,13 @@ def exit_status(rows: list[Row]) -> int:
     if any(r.verdict.split()[0] in MISSES for r in rows):
         return 1
     return 2 if any(r.verdict.startswith("n/a") for r in rows) else 0
+
+
+def judge_folder(compare, folder: Path) -> list[Row] | None:
+    """compare(folder), or None after saying why when what the folder holds is not the shape a run writes (a
+    hand-edited paste): a replay names the problem, never a traceback."""
+    try:
+        return compare(folder)
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as error:
+        print(f"cannot judge {folder}: {type(error).__name__}: {str(error)[:200]} (not what a run writes there)", file=sys.stderr)
+        return None

@@ -31,7 +31,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from figures import Row, exit_status, gbps, judge, measurements, read_json, read_text, render, run_step
+from figures import Row, exit_status, gbps, judge, judge_folder, measurements, read_json, read_text, render, run_step
 
 REPO = Path(__file__).resolve().parent.parent
 GOALS = {"p2p": (0.98, 1.02), "allreduce": (0.97, 1.0), "h2d": (0.98, 1.02)}
@@ -76,8 +76,13 @@ def parse_nvbandwidth(text: str) -> dict[str, dict]:
 def nccl_row_busbw(text: str, size: int = 1 << 30) -> float | None:
     """The out-of-place busbw (GB/s) of the row of `size` bytes, read by nodecheck's own nccl-tests parser."""
     from nodecheck.bench.nccl_tests import parse_nccl_log
+    from nodecheck.errors import ParseError
 
-    for row in parse_nccl_log(text).rows:
+    try:
+        log = parse_nccl_log(text)
+    except ParseError:  # all_reduce_perf failed and printed only its error: no row, said in the verdict
+        return None
+    for row in log.rows:
         if row.size_bytes == size and row.out_of_place is not None:
             return row.out_of_place.busbw_gbytes
     return None
@@ -195,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     folder = args.replay or args.out
     if args.replay is None:
         run_all(folder)
-    rows = compare(folder)
+    rows = judge_folder(compare, folder)
+    if rows is None:
+        return 2
     nvml = read_text(folder / "nvml.txt")
     if nvml:  # the per-GPU table itself: what NVML returned is the figure item 5 asks for first
         print("NVML, as benchmarks/nvml_nvlink_check.py printed it:\n" + nvml.rstrip()[:20000] + "\n")

@@ -34,7 +34,7 @@ import re
 import sys
 from pathlib import Path
 
-from figures import Row, exit_status, measurements, read_json, read_text, render, run_step
+from figures import Row, exit_status, judge_folder, measurements, read_json, read_text, render, run_step
 
 REPO = Path(__file__).resolve().parent.parent
 QUICK_GOAL_S = 10.0  # one GPU: measured 4.2-6.4 s warm on the H100 VM (docs/measured-on-gpu.md)
@@ -313,7 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     folder = args.replay or args.out
     if args.replay is None:
         run_all(folder, args.data_check_sizes, not args.keep_page_cache)
-    rows = compare(folder)
+    rows = judge_folder(compare, folder)
+    if rows is None:
+        return 2
     print(render(rows, value_width=30))
     return exit_status(rows)
 

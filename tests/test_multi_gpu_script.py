@@ -80,6 +80,9 @@ def test_the_in_node_all_reduce_beside_all_reduce_perf_s_1_gib_row():
     no_gib_row = (NCCL / "tinybox-6x-rtx4090-p2p-patched-all_reduce_perf-single-size.txt").read_text()
     assert script.nccl_row_busbw(no_gib_row) is None
     assert script.allreduce_rows(bench(mine), no_gib_row, None)[0].verdict == "n/a (no 1 GiB row in all_reduce_perf's output)"
+    failed = "gpu-node-7: Test NCCL failure common.cu:1279 'unhandled cuda error'\n"  # all_reduce_perf that failed at start
+    assert script.nccl_row_busbw(failed) is None  # once a ParseError out of the script
+    assert script.allreduce_rows(bench(mine), failed, None)[0].verdict.startswith("n/a")
 
 
 def test_h2d_one_worker_beside_a_process_per_gpu_and_the_wall_times():

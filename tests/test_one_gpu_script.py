@@ -167,3 +167,32 @@ def test_the_lease_runs_every_file_that_holds_gpu_tests():
     named = set(re.findall(r"tests/(test_\w+\.py)", step))
     marked = {path.name for path in (REPO / "tests").glob("test_*.py") if re.search(r"pytest\.mark\.gpu\b", path.read_text())}
     assert named == marked
+
+
+HOSTILE = ['[]', '"text"', '{"gpus": [1, "x", {"signals": [], "index": "0", "pci_bus_id": 5, "nvlinks": {}}], "rows": [{"check": 1}, 2], '
+           '"measurements": [{"ok": true, "bytes_per_second": "x", "path": 3, "test": "h2d"}, "m"]}',
+           '{"quick-1": {"rc": 0}, "quick-cold-1": "x", "quick-warm-2": {"wall_s": "slow", "rc": 0}, "fewer": [], "nvml": {"wall_s": "slow"}, "unit": 7}',
+           '{"pcie_paths": {"0000:00:06.0": [1, {"bdf": []}], "x": "y"}, "gpus": [{"pci_bus_id": "0000:00:06.0", "signals": {"pcie_replays": "0"}}]}',
+           '{"nodes": {"x": "y", "0": [1]}, "passes": 3, "kernel_log": {"known": "maybe", "events": 5}}',
+           '{"gpus": [{"rows": "x", "cpus": 5}, {"rows": [{"memory": "pinned", "h2d": "fast", "host_numa_node": []}], "pinned_blocks_created": "3"}]}',
+           '{"rows": [{"check": "copy", "size_bytes": "big", "check_s": "x", "measurement_s": 0, "wrong_elements": "none"}]}',
+           'nodecheck_gpu_nvlink_errors{gpu="0"} 0\n  Running device_to_device_memcpy_write_ce.\n 0 1\n 0 N/A 1.5\n', '\x00\xff garbage']
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_hostile_folder_is_judged_or_refused_never_a_traceback(tmp_path, seed, capsys):
+    """--replay reads a folder a person may have pasted into and edited: whatever each file holds, both scripts
+    print their table or say they cannot judge it (exit 2), and never raise."""
+    import random
+
+    import multi_gpu_node
+
+    rng = random.Random(seed)
+    names = ["steps.json", "inspect.json", "copy-twice.json", "cpusets.json", "fewer.json", "nvml.json", "nodecheck.prom",
+             "aer-files.json", "inspect-unit.json", "data-check.json", "nvml.txt", "p2p.json", "nvbandwidth.txt", "allreduce.json",
+             "nccl-nvls-on.txt", "nccl-nvls-off.txt", "h2d.json", "h2d-gpu0.json", "quick-1.json"]
+    for name in names:
+        (tmp_path / name).write_text(rng.choice(HOSTILE))
+    for main in (script.main, multi_gpu_node.main):
+        assert main(["--replay", str(tmp_path)]) in (0, 1, 2)
+    assert "Traceback" not in capsys.readouterr().err
