@@ -12,7 +12,7 @@ while they wait, so the thread runs beside a hung collective.
 
 A program with no lifeline of its own (nccl-tests' all_reduce_perf) runs under this module's main:
 `python -m nodecheck.bench.lifeline PROGRAM ARGS...` holds the runner's lifeline and starts the program in
-its own process group, which the watchdog kills.
+its own process group (the one run_command made for it), which the watchdog kills.
 """
 
 from __future__ import annotations
