@@ -194,13 +194,15 @@ class NodeHealth:
         fields = ("status", "reason", "message")
         return any(tuple(known.get(c["type"], {}).get(f) for f in fields) != tuple(c[f] for f in fields) for c in wanted)
 
-    def _post(self, kind: str, reason: str, message: str, now: float, name: str | None = None) -> None:
+    def _event(self, kind: str, reason: str, message: str, now: float, name: str | None = None) -> dict:
         self.sequence += 1
-        body = event(self.node, self.uid, kind, reason, message, now, self.sequence, name)
+        return event(self.node, self.uid, kind, reason, message, now, self.sequence, name)
+
+    def _send(self, body: dict) -> None:
         try:
             self.api.request("POST", f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", body)
         except ApiError as error:
-            if error.status != 409:  # AlreadyExists: a retry whose first try had landed
+            if error.status != 409:  # AlreadyExists: a retry whose first try had landed, or a predecessor's post
                 raise
 
     def _transition_events(self, wanted: list[dict], before: dict[str, dict], now: float) -> None:
@@ -212,19 +214,14 @@ class NodeHealth:
                 self._queue("Normal", c["reason"], c["message"], now)
 
     def _queue(self, kind: str, reason: str, message: str, now: float) -> None:
-        self.sequence += 1
-        self.pending.append(event(self.node, self.uid, kind, reason, message, now, self.sequence))
+        self.pending.append(self._event(kind, reason, message, now))
         if len(self.pending) > MAX_EVENTS_PER_ROUND:  # an API server that refuses every Event: keep the newest
             log.warning("node %s: %d transition Event(s) dropped, never accepted", self.node, len(self.pending) - MAX_EVENTS_PER_ROUND)
             del self.pending[:-MAX_EVENTS_PER_ROUND]
 
     def _post_pending(self) -> None:
         while self.pending:
-            try:
-                self.api.request("POST", f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", self.pending[0])
-            except ApiError as error:
-                if error.status != 409:  # AlreadyExists: a retry whose first try had landed
-                    raise
+            self._send(self.pending[0])
             self.pending.pop(0)
 
     def _warning_events(self, report: Report, now: float) -> None:
@@ -237,7 +234,7 @@ class NodeHealth:
         for finding in due[:MAX_EVENTS_PER_ROUND]:
             key = (finding.kind, finding.subject)
             name = warning_event_name(self.node, finding, int(now // self.event_repeat_s), self.returns.get(key, 0))
-            self._post("Warning", reason_of(finding.kind), finding.message, now, name)
+            self._send(self._event("Warning", reason_of(finding.kind), finding.message, now, name))
             self.posted[key] = now
 
     def _reconcile_taint(self, tainted: bool, now: float) -> None:
