@@ -49,6 +49,13 @@ def judge(figure: str, value: float | None, reference: float | None, goal: tuple
     return Row(figure, shown, ref, ratio, f"{goal[0]:.2f}-{goal[1]:.2f}", verdict)
 
 
+def wall_time_row(figure: str, step: dict, goal_s: float) -> Row:
+    """A timed step's wall time against its goal: ok or HIGH when the command succeeded, FAILED when it did not."""
+    ok = step.get("rc") == 0
+    verdict = ("ok" if step["wall_s"] <= goal_s else "HIGH") if ok else f"FAILED (exit {step.get('rc')})"
+    return Row(figure, f"{step['wall_s']:.1f} s", "-", None, f"<= {goal_s:g} s", verdict)
+
+
 def read_text(path: Path) -> str | None:
     try:
         with open(path, "rb") as file:

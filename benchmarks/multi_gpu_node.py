@@ -31,7 +31,19 @@ import statistics
 import sys
 from pathlib import Path
 
-from figures import Row, exit_status, gbps, judge, judge_folder, measurements, read_json, read_text, render, run_step
+from figures import (
+    Row,
+    exit_status,
+    gbps,
+    judge,
+    judge_folder,
+    measurements,
+    read_json,
+    read_text,
+    render,
+    run_step,
+    wall_time_row,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 GOALS = {"p2p": (0.98, 1.02), "allreduce": (0.97, 1.0), "h2d": (0.98, 1.02)}
@@ -137,10 +149,7 @@ def quick_rows(steps: dict) -> list[Row]:
     runs = [s for name, s in sorted(steps.items()) if name.startswith("quick-")]
     rows = []
     for number, step in enumerate(runs, 1):
-        ok = step.get("rc") == 0
-        verdict = ("ok" if step["wall_s"] <= QUICK_GOAL_S else "HIGH") if ok else f"FAILED (exit {step.get('rc')})"
-        rows.append(Row(f"bench --quick wall time, run {number}{' (cold)' if number == 1 else ''}", f"{step['wall_s']:.1f} s",
-                        "-", None, f"<= {QUICK_GOAL_S:g} s", verdict))
+        rows.append(wall_time_row(f"bench --quick wall time, run {number}{' (cold)' if number == 1 else ''}", step, QUICK_GOAL_S))
     return rows or [Row("bench --quick wall time", "-", "-", None, f"<= {QUICK_GOAL_S:g} s", "n/a (not run)")]
 
 

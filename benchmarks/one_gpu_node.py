@@ -34,7 +34,9 @@ import re
 import sys
 from pathlib import Path
 
-from figures import Row, exit_status, judge_folder, measurements, read_json, read_text, render, run_step
+from figures import Row, exit_status, judge_folder, measurements, read_json, read_text, render, run_step, wall_time_row
+
+from nodecheck.units import parse_cpulist
 
 REPO = Path(__file__).resolve().parent.parent
 QUICK_GOAL_S = 10.0  # one GPU: measured 4.2-6.4 s warm on the H100 VM (docs/measured-on-gpu.md)
@@ -58,7 +60,7 @@ def halves(cpus: list[int]) -> tuple[str, str]:
 def cpu_nodes(cpulist: str, node_cpus: dict[int, list[int]]) -> list[int]:
     """The NUMA nodes holding any CPU of `cpulist` ([] when it or the nodes are unknown)."""
     try:
-        wanted = set(_expand(cpulist))
+        wanted = set(parse_cpulist(cpulist))
     except ValueError:
         return []
     return sorted(node for node, cpus in node_cpus.items() if wanted & set(cpus))
@@ -94,12 +96,6 @@ def copy_twice_rows(result: dict, cpusets: dict) -> list[Row]:
     rows.append(Row("copy: h2d, pass 2 vs pass 1", f"{rates[1]:.2f} GB/s", f"{rates[0]:.2f} GB/s",
                     rates[1] / rates[0] if rates[0] else None, "-", "measured"))
     return rows
-
-
-def _expand(cpulist: str) -> list[int]:
-    from nodecheck.units import parse_cpulist
-
-    return parse_cpulist(cpulist)
 
 
 def fewer_rows(report: dict, step: dict | None) -> list[Row]:
@@ -139,10 +135,7 @@ def _agrees(figure: str, nvml_value, reported, metrics: str | None, series: str,
     is said, with no series (never a 0)."""
     exported = _metric_lines(metrics or "", series, gpu)
     if isinstance(nvml_value, dict):
-        shown = f"NVML: {nvml_value.get('error')}"
-        ok = reported is None and not exported
-        return Row(figure, shown, "no figure, no series", None, "said, never 0",
-                   "ok" if ok else f"FAILED (reported {reported!r}, {len(exported)} series)")
+        return _unsupported_row(figure, nvml_value.get("error"), reported, exported)
     if not isinstance(nvml_value, int):
         return Row(figure, "-", "NVML", None, "as NVML says", "n/a (not in NVML's answers)")
     shown = f"0x{nvml_value:x}" if "clock" in figure else str(nvml_value)
@@ -150,14 +143,19 @@ def _agrees(figure: str, nvml_value, reported, metrics: str | None, series: str,
     return Row(figure, shown, f"Report {reported}", None, "as NVML says", "ok" if ok else f"FAILED (Report {reported!r})")
 
 
+def _unsupported_row(figure: str, error, reported, exported: list[str]) -> Row:
+    """NVML gave no figure (its error is shown): ok only when the Report holds none and /metrics has no series."""
+    ok = reported is None and not exported
+    return Row(figure, f"NVML: {error}", "no figure, no series", None, "said, never 0",
+               "ok" if ok else f"FAILED (reported {reported!r}, {len(exported)} series)")
+
+
 def _nvlink_row(gpu: int, links, reported: dict | None, metrics: str | None) -> Row:
     figure = f"gpu{gpu} NVLink error counters"
     exported = _metric_lines(metrics or "", "nodecheck_gpu_nvlink_errors", gpu)
     states = [entry.get("state") for entry in links or [] if isinstance(entry, dict)]
     if states and all(isinstance(s, dict) for s in states):
-        ok = reported is None and not exported
-        return Row(figure, f"NVML: {states[0].get('error')}", "no figure, no series", None, "said, never 0",
-                   "ok" if ok else f"FAILED (reported {reported!r}, {len(exported)} series)")
+        return _unsupported_row(figure, states[0].get("error"), reported, exported)
     if not states:
         return Row(figure, "-", "NVML", None, "as NVML says", "n/a (not in NVML's answers)")
     return Row(figure, json.dumps(reported, sort_keys=True) if reported else "-", f"{len(states)} link(s)", None,
@@ -218,9 +216,7 @@ def quick_rows(steps: dict) -> list[Row]:
         figure = f"bench --quick wall, {match[1]} run {match[2]}"
         if match[1] == "cold" and not (steps.get(f"drop-{match[2]}") or {}).get("ok"):
             figure += " (cache kept)"
-        ok = step.get("rc") == 0
-        verdict = ("ok" if step["wall_s"] <= QUICK_GOAL_S else "HIGH") if ok else f"FAILED (exit {step.get('rc')})"
-        rows.append(Row(figure, f"{step['wall_s']:.1f} s", "-", None, f"<= {QUICK_GOAL_S:g} s", verdict))
+        rows.append(wall_time_row(figure, step, QUICK_GOAL_S))
     return rows or [Row("bench --quick wall time", "-", "-", None, f"<= {QUICK_GOAL_S:g} s", "n/a (not run)")]
 
 
@@ -250,7 +246,7 @@ def numa_cpus(root: Path = Path("/sys/devices/system/node")) -> dict[str, list[i
     nodes = {}
     for node in sorted(root.glob("node[0-9]*")):
         try:
-            nodes[node.name[4:]] = _expand(read_text(node / "cpulist") or "")
+            nodes[node.name[4:]] = parse_cpulist(read_text(node / "cpulist") or "")
         except ValueError:
             continue
     return nodes
