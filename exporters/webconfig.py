@@ -100,7 +100,7 @@ def parse_web_config(text: str, path: Path | str) -> WebConfig:
                                    f"a wrong password for {cheapest!r} is refused sooner than one for a name that does not "
                                    "exist, which tells a prober the name exists; give every user one cost")
         for user, hashed in config.users.items():
-            if not 4 <= _cost(hashed) <= MAX_BCRYPT_COST:
+            if not 4 <= costs[user] <= MAX_BCRYPT_COST:
                 raise ConfigError(f"{path}: key 'basic_auth_users.{user}': bcrypt cost {hashed[4:6].decode()!r} is not "
                                   f"4..{MAX_BCRYPT_COST} (each step doubles the work; 31 would take days per check)")
             try:  # a hash bcrypt cannot use would fail every scrape by that user: refuse it now
