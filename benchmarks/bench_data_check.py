@@ -38,16 +38,13 @@ def parse_sizes(text: str) -> list[int]:
 
 def timed(torch, device, fn, *args, **kwargs) -> tuple[float, object]:
     """(seconds fn(*args, **kwargs) takes, the device's queued work included; what it returned)."""
+    from nodecheck.bench.worker import _sync
+
     _sync(torch, device)
     started = time.perf_counter()
     value = fn(*args, **kwargs)
     _sync(torch, device)
     return time.perf_counter() - started, value
-
-
-def _sync(torch, device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def copy_rows(torch, sizes: list[int], repeats: int) -> list[dict]:
