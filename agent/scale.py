@@ -47,6 +47,7 @@ class Fabric:
     intra_busbw: float  # bytes/s, all-reduce inside one node
     source: str  # where the figures come from (measured path, spec, by hand)
     nics: int = 1  # the inter-node busbw scales with NICs used (seed 001's second port)
+    rails: int | None = None  # NICs per node the inter-node figure already runs over (None: not known)
 
     def __post_init__(self) -> None:
         # a busbw of 0 (a failed run written as 0) or NaN would read as "communication is free"
@@ -121,8 +122,16 @@ def levers(work: Workload, fabric: Fabric, gpus: int, target: float) -> list[tup
     steps.append((f"+ {work.accum} accumulation steps (communicate half as often)", work, fabric))
     if gpus > fabric.gpus_per_node:
         fabric = replace(fabric, nics=fabric.nics * 2)
-        steps.append((f"+ {'a second' if fabric.nics == 2 else 'twice the'} NIC (twice the inter-node busbw)", work, fabric))
+        steps.append((f"+ {_more_nics(fabric)} (twice the inter-node busbw)", work, fabric))
     return [(label, row(w, f, gpus, target)) for label, w, f in steps]
+
+
+def _more_nics(fabric: Fabric) -> str:
+    """The NIC lever's label: "a second NIC" only where the figure ran over one; an 8-rail node needs 16."""
+    if fabric.rails is None:
+        return "twice the NICs per node"
+    have = fabric.rails * fabric.nics // 2
+    return "a second NIC" if have == 1 else f"{have * 2} NICs per node where {have} are"
 
 
 def pick_row(rows: list[dict], grad_bytes: float) -> dict | None:
@@ -154,30 +163,48 @@ def fabric_from_report(report, gpus_per_node: int | None, grad_bytes: float) -> 
         across, inside = (inter or intra)[0], (intra or inter)[0]  # one measured level stands for both
         (across_bw, across_at), (inside_bw, inside_at) = _busbw_at(across, grad_bytes), _busbw_at(inside, grad_bytes)
         return Fabric(gpus_per_node, across_bw, inside_bw, f"measured: {across.path} at {format_bytes(across_at)}, "
-                                                           f"{inside.path} at {format_bytes(inside_at)}")
+                                                           f"{inside.path} at {format_bytes(inside_at)}",
+                      rails=_measured_rails(inter[0]) if inter else None)
     nic_specs = [p.bytes_per_second for p in report.paths if p.scope == "nic" and p.bytes_per_second]
     pair_specs = [p.bytes_per_second for p in report.paths if p.scope == "gpu-pair" and p.bytes_per_second]
-    rails, basis = rail_spec(report, gpus_per_node)
+    rails, basis, count = rail_spec(report, gpus_per_node)
     if rails is None and not nic_specs:
         raise NodecheckError("it holds no all-reduce measurement and no NIC speed: run `nodecheck bench --tests "
                              "allreduce --json` under torchrun/srun and pass that, or give --busbw")
     across = rails or min(nic_specs)
     return Fabric(gpus_per_node, across, min(pair_specs) if pair_specs else across,
-                  f"spec, not measured ({basis or 'slowest NIC'}; slowest GPU pair): applications reach ~80% of it")
+                  f"spec, not measured ({basis or 'slowest NIC'}; slowest GPU pair): applications reach ~80% of it",
+                  rails=count if rails else 1)
 
 
-def rail_spec(report, gpus_per_node: int) -> tuple[float | None, str]:
+def rail_spec(report, gpus_per_node: int) -> tuple[float | None, str, int]:
     """Across nodes, unmeasured: the bound `bench` judges a job of `gpus_per_node` ranks per node by, the sum of
-    the distinct RDMA rails nearest those GPUs (agent/rails.py: NCCL runs a ring over each). (None, "") when the
-    node has no active RDMA rail (NCCL would use a socket NIC) or a rail's rate is unknown."""
+    the distinct RDMA rails nearest those GPUs (agent/rails.py: NCCL runs a ring over each), its basis and how
+    many rails. (None, "", 0) when the node has no active RDMA rail (NCCL would use a socket NIC) or a rail's
+    rate is unknown."""
     from nodecheck.rails import fabric_nics, rank_rails, ring_bound
 
     fabric = fabric_nics(report, {})
     if not fabric:
-        return None, ""
+        return None, "", 0
     used = {n.name: n for gpu in report.gpus[:gpus_per_node] for n in rank_rails(report, gpu, fabric)} or {n.name: n for n in fabric}
     bound, basis = ring_bound(report, list(used.values()), None)
-    return (bound, basis) if bound else (None, "")
+    return (bound, basis, len(used)) if bound else (None, "", 0)
+
+
+def _measured_rails(measurement) -> int | None:
+    """The most distinct rails any node of a measured all-reduce ran over (bench records each rank's rails, as
+    `job_bound` sums them); None when the Report does not say."""
+    from nodecheck.pairing import node_key
+
+    nodes = (measurement.details or {}).get("nodes")
+    per_node: dict[tuple, set] = {}
+    for member in nodes if isinstance(nodes, list) else []:
+        if isinstance(member, dict) and isinstance(member.get("rails"), list):
+            names = {r.get("name") for r in member["rails"] if isinstance(r, dict) and isinstance(r.get("name"), str)}
+            per_node.setdefault(node_key(member), set()).update(names)
+    most = max((len(names) for names in per_node.values()), default=0)
+    return most or None
 
 
 def _busbw_at(measurement, grad_bytes: float) -> tuple[float, float]:

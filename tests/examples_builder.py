@@ -72,14 +72,14 @@ def build_job(node: Path) -> dict:
 
     report = build_report(SnapshotHost(node))
     fabric = [n for n in report.nics if n.rdma_device and n.state == "up"]
-    members = [{"rank": i * 8 + g.index, "node": f"hgx-example-{i + 1:02d}", "address": f"198.18.0.{i + 1}",
-                "rails": rail_rates(report, rank_rails(report, g, fabric), Config())}
+    members = [{"rank": i * 8 + g.index, "local_rank": g.index, "node": f"hgx-example-{i + 1:02d}", "nic": None,
+                "address": f"198.18.0.{i + 1}", "rails": rail_rates(report, rank_rails(report, g, fabric), Config())}
                for i in range(NODES) for g in report.gpus]
     log = parse_nccl_log(need(PUBLIC / "nccl/coreweave-h100-64gpu-ib-sharp-all_reduce_perf-elided.txt").read_text())
     rows = [{"size_bytes": r.size_bytes, "seconds": r.out_of_place.time_us / 1e6, "algbw": r.out_of_place.algbw_gbytes * 1e9,
              "busbw": r.out_of_place.busbw_gbytes * 1e9} for r in log.rows if r.out_of_place]
     result = {"world_size": len(members), "backend": "nccl", "spec_bytes_per_second": job_bound(members), "rows": rows,
-              "nodes": [{"rank": i * 8, "local_rank": 0, "node": f"hgx-example-{i + 1:02d}", "nic": None} for i in range(NODES)]}
+              "nodes": members}  # every rank, as the worker gathers them
     measurement = measurement_from_worker(f"allreduce:{len(members)}-ranks", result)
     measurement.details["example"] = ("rows: CoreWeave's published nccl-tests all_reduce_perf on 64 H100s (8 nodes, "
                                       "InfiniBand NDR with SHARP); not measured by nodecheck")

@@ -19,7 +19,7 @@ NODECHECK = str(Path(sys.executable).parent / "nodecheck")
 # each; the ring moves 2(n-1)/n x 100 MB = 150 MB in 106 ms: that is the cluster's busbw.
 SEED001_BUSBW = 1.5 * 100e6 / 0.106
 RESNET50 = Workload(25e6, "fp32", 0.234)
-TEN_GBE = Fabric(gpus_per_node=1, inter_busbw=SEED001_BUSBW, intra_busbw=SEED001_BUSBW, source="seed 001")
+TEN_GBE = Fabric(gpus_per_node=1, inter_busbw=SEED001_BUSBW, intra_busbw=SEED001_BUSBW, source="seed 001", rails=1)
 
 
 def scale(*args: str) -> subprocess.CompletedProcess:
@@ -131,6 +131,24 @@ def test_from_a_multi_rail_snapshot_the_rails_are_summed_as_bench_bounds_the_job
     one = scale("--params", "7B", "--step-time", "1.5", "--gpus-per-node", "1", "--from", str(example / "hgx-h100-8gpu"), "--json")
     fabric = json.loads(one.stdout)["fabric"]
     assert fabric["inter_busbw"] == 50e9 and "1 rail(s) (mlx5_0)" in fabric["source"], fabric
+
+
+def test_the_nic_lever_counts_the_rails_the_figure_already_uses():
+    """Seed 001's lever is "a second NIC" for its one 10 GbE port. On the 8-rail example it once said the same, where
+    doubling the inter-node busbw takes 16 NICs a node; by hand the count is unknown and the label says only "twice"."""
+    example = Path(__file__).resolve().parent.parent / "examples"
+
+    def nic_lever(*args: str) -> str:
+        out = scale("--params", "7B", "--step-time", "1.5", "--nodes", "2", *args, "--json")
+        assert out.returncode == 0, out.stderr
+        (label,) = [lever["lever"] for lever in json.loads(out.stdout)["levers"] if "NIC" in lever["lever"]]
+        return label
+
+    assert nic_lever("--from", str(example / "hgx-h100-8gpu")).startswith("+ 16 NICs per node where 8 are")
+    assert nic_lever("--from", str(example / "hgx-h100-8gpu"), "--gpus-per-node", "1").startswith("+ a second NIC")
+    assert nic_lever("--from", str(example / "job-8node-allreduce.json")).startswith("+ 16 NICs per node where 8 are")
+    assert nic_lever("--busbw", "400Gbit/s").startswith("+ twice the NICs per node")
+    assert [label for label, _ in levers(RESNET50, TEN_GBE, 4, 0.9)][-1].startswith("+ a second NIC")
 
 
 def test_snapshot_without_nic_speeds_says_what_to_do(tmp_path):

@@ -32,8 +32,9 @@ def scale_lines(work, fabric, rows, levers, target) -> list[str]:
         lines.append(f"{r.gpus:>5} {r.nodes:>5} {r.comm_s * 1000:>8.1f}ms {r.efficiency:>6.1%} {r.efficiency_overlap:>8.1%} "
                    f"{r.speedup:>7.2f}x {rate(r.needed_busbw):>14} {rate(r.needed_busbw_overlap):>11}")
     lines.append(f"levers at {plural(rows[-1].gpus, 'GPU')} (each on top of the previous, no overlap):")
+    width = max(58, *(len(label) for label, _ in levers))  # one column, however long the longest lever
     for label, r in levers:
-        lines.append(f"  {label:58} comm {r.comm_s * 1000:7.1f} ms  efficiency {r.efficiency:6.1%}  speed-up {r.speedup:.2f}x")
+        lines.append(f"  {label:{width}} comm {r.comm_s * 1000:7.1f} ms  efficiency {r.efficiency:6.1%}  speed-up {r.speedup:.2f}x")
     return lines
 
 
