@@ -20,6 +20,13 @@ class XidEvent:
     switch: int | None = None  # nvidia-nvswitchN
     implied: bool = False  # "fallen off the bus" without an Xid line: counted as Xid 79
     printed: str | None = None  # the address as the line prints it ("0000:9b:00", "00000000:3B:00.0")
+    link: int | None = None  # the NVSwitch port an SXid's first line names ("Fatal, Link 30 LTSSM Fault Up")
+
+    @property
+    def driver_word(self) -> str | None:
+        """How the driver called an SXid event: "fatal", "non-fatal", or None where its line does not say."""
+        word = self.message.split(",", 1)[0].strip().lower()
+        return word if word in ("fatal", "non-fatal") else None
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""Error signals judged: the kernel log's Xid and SXid events, by NVIDIA's catalog (agent/data/xid.toml).
-Pure: reads the Report and the Config.
+"""Error signals judged: the kernel log's Xid and SXid events, by NVIDIA's catalogs (agent/data/xid.toml,
+agent/data/sxid.toml). Pure: reads the Report and the Config.
 
 - A drain-now Xid is an error until the GPU's node reboots or an operator clears it (`nodecheck clear`).
 - A watched Xid is a warning; [errors] xid_repeat_count of it on one GPU within xid_repeat_window_s is an
@@ -19,7 +19,7 @@ from nodecheck.events import Acknowledgement, XidEvent
 from nodecheck.findings import Finding
 from nodecheck.model import Report
 from nodecheck.pci import normal_pci
-from nodecheck.xid_catalog import xid_entry
+from nodecheck.xid_catalog import sxid_entry, xid_entry
 
 
 def judged_events(report: Report, config: Config) -> list[XidEvent]:
@@ -145,17 +145,24 @@ def _codes(events: list[XidEvent]) -> str:
 
 
 def switch_xids(report: Report, config: Config) -> list[Finding]:
-    """NVSwitch SXid events, one finding per switch and code: the driver calls each Fatal or Non-fatal."""
+    """NVSwitch SXid events, one finding per switch and code, named and judged by the Fabric Manager guide's
+    catalog (xid_catalog.SxidEntry.fatal): an error when fatal, else a warning."""
     findings = []
     for subject, events in sorted(open_events(report, config, "nvswitch_sxid").items()):
         by_code: dict[int, list[XidEvent]] = defaultdict(list)
         for event in events:
             by_code[event.code].append(event)
         for code, same in sorted(by_code.items()):
-            fatal = any(e.message.lower().startswith("fatal") for e in same)
-            findings.append(Finding("nvswitch_sxid", "error" if fatal else "warning", subject, f"SXid {code}", "no SXid",
-                                    f"{subject} ({same[0].pci}) logged SXid {code} x{len(same)} since boot"
-                                    f"{' (fatal)' if fatal else ''}: {same[-1].message[:120]}; check the fabric manager "
-                                    "log and `nvidia-smi nvlink -s` on the GPUs behind it, then `nodecheck clear "
-                                    f"nvswitch_sxid --gpu {subject}` once it is dealt with"))
+            entry = sxid_entry(code)
+            fatal = any(entry.fatal(e.driver_word) for e in same)
+            links = sorted({e.link for e in same if e.link is not None})
+            where = f" on link{'s' if len(links) > 1 else ''} {', '.join(map(str, links))}" if links else ""
+            named = (f"{entry.name}, {entry.klass} by NVIDIA's Fabric Manager guide" if entry.listed
+                     else "not in nodecheck's SXid catalog: judged by the driver's word")
+            findings.append(Finding("nvswitch_sxid", "error" if fatal else "warning", subject,
+                                    f"SXid {code} {entry.name}".rstrip(), "no SXid",
+                                    f"{subject} ({same[0].pci}) logged SXid {code} ({named}){where} x{len(same)} since boot: "
+                                    f"{same[-1].message[:120]}; {entry.advice(fatal)}; check "
+                                    "the fabric manager log and `nvidia-smi nvlink -s` on the GPUs behind it, then "
+                                    f"`nodecheck clear nvswitch_sxid --gpu {subject}` once it is dealt with"))
     return findings

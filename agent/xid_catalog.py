@@ -1,5 +1,6 @@
 """NVIDIA's Xid catalog, the rows nodecheck acts on (agent/data/xid.toml, each from its source): what an
-Xid is called and whether it drains the node now or is watched for repeats."""
+Xid is called and whether it drains the node now or is watched for repeats. And the NVSwitch SXid catalog of
+NVIDIA's Fabric Manager guide (agent/data/sxid.toml): what an SXid is called and how fatal the guide says it is."""
 
 from __future__ import annotations
 
@@ -39,9 +40,68 @@ class XidEntry:
                 }.get(self.resolution, f"follow NVIDIA's {self.resolution} in the Xid catalog")
 
 
+SXID_CLASSES = ("non-fatal", "fatal", "always-fatal", "notable")
+
+
+@dataclass(frozen=True)
+class SxidEntry:
+    code: int
+    name: str  # the guide's name; "" for an SXid nodecheck has no row for
+    klass: str  # one of SXID_CLASSES; "unlisted"
+    drains: bool = False  # a non-fatal row whose impact stalls NVLink traffic (sxid.toml `action = "drain"`)
+    why: str = ""  # that impact, in words
+
+    @property
+    def listed(self) -> bool:
+        return self.klass != "unlisted"
+
+    def fatal(self, driver_word: str | None) -> bool:
+        """Whether one event is fatal. Always-fatal and the drain rows are, whatever the line says; otherwise the
+        driver's own word ("fatal", "non-fatal": it knows the instance), and where the line carries none (a
+        "Severity"/"Data" line whose first line was lost) the guide's class."""
+        if self.klass == "always-fatal" or self.drains:
+            return True
+        if driver_word is not None:
+            return driver_word == "fatal"
+        return self.klass == "fatal"
+
+    def advice(self, fatal: bool) -> str:
+        """What the guide says to do, in words."""
+        if self.klass == "always-fatal":
+            return ("the whole NVLink fabric is down: restart the host (or reset every GPU and NVSwitch with the "
+                    "fabric manager stopped)")
+        if self.drains:
+            return f"{self.why}: reset the GPUs and NVSwitches or restart the host"
+        if fatal:
+            return ("jobs whose NVLink traffic crosses this port fail: reset the GPUs and NVSwitches or restart the host; "
+                    "if it comes back after that, have the switch tray inspected")
+        return "not fatal on its own (corrected, or confined to one port): watch whether it repeats or a fatal one follows"
+
+
 @lru_cache(maxsize=1)
 def _catalog() -> dict:
     return tomllib.loads(resources.files("nodecheck").joinpath("data/xid.toml").read_text())
+
+
+@lru_cache(maxsize=1)
+def _switch_catalog() -> dict:
+    return tomllib.loads(resources.files("nodecheck").joinpath("data/sxid.toml").read_text())
+
+
+def sxid_entry(code: int) -> SxidEntry:
+    """The guide's row for an SXid; one nodecheck has no row for is "unlisted", judged by the driver's word."""
+    row = _switch_catalog()["sxid"].get(str(code))
+    if row is None:
+        return SxidEntry(code, "", "unlisted")
+    return SxidEntry(code, row["name"], row["class"], row.get("action") == "drain", row.get("why", ""))
+
+
+def sxid_source() -> dict[str, str]:
+    return dict(_switch_catalog()["source"])
+
+
+def listed_sxids() -> list[int]:
+    return sorted(int(code) for code in _switch_catalog()["sxid"])
 
 
 def source() -> dict[str, str]:

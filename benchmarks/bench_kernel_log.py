@@ -2,7 +2,8 @@
 size bound (16 MiB: what /dev/kmsg, journalctl or dmesg may hand over), each beside its reference: the same
 log's bytes read and split into lines by Python alone (the least any reader pays). Logs: the real XE9680
 Xid 119 log (../shared/captures/public/health/xid) repeated to the bound, the same with every line an Xid,
-and one hostile 16 MiB line. Run: .venv/bin/python benchmarks/bench_kernel_log.py"""
+every line an SXid event's "Severity" line from eight switches in turn (each folds into its event: the
+parser looks back a few lines for it), and one hostile 16 MiB line. Run: .venv/bin/python benchmarks/bench_kernel_log.py"""
 
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ def measure(fn, text: str) -> tuple[float, float, object]:
     return seconds, peak, result
 
 
+def _sxid_lines(size: int) -> str:
+    """The driver's second line of an SXid event (as gpud's README quotes it), eight switches taking turns."""
+    lines = "".join(f"[6781753.404848] nvidia-nvswitch{k}: SXid (PCI:0000:0{k}:00.0): 20034, Severity 1 Engine "
+                    f"instance 60 Sub-engine instance 00\n" for k in range(8))
+    return lines * (size // len(lines))
+
+
 def main() -> None:
     from nodecheck.limits import MAX_COMMAND_OUTPUT
     from nodecheck.probes.kernel_log import MAX_EVENTS, parse_kernel_log
@@ -36,6 +44,7 @@ def main() -> None:
     logs = {
         "real log repeated to 16 MiB": (real * (MAX_COMMAND_OUTPUT // len(real)))[:MAX_COMMAND_OUTPUT],
         "every line an Xid, 16 MiB": (xid_line * (MAX_COMMAND_OUTPUT // len(xid_line))),
+        "every line an SXid, 16 MiB": _sxid_lines(MAX_COMMAND_OUTPUT),
         "one hostile 16 MiB line": "NVRM: Xid (PCI:0000:9b:00): " + "9" * (MAX_COMMAND_OUTPUT - 40) + "\n",
     }
     print(f"bound: {MAX_COMMAND_OUTPUT >> 20} MiB of log, {MAX_EVENTS} events kept")

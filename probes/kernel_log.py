@@ -34,6 +34,9 @@ _SXID = re.compile(r"nvidia-nvswitch(\d{1,4}): SXid \(PCI:" + _ADDRESS + r"(?:\.
 _OFF_BUS_ONE_LINE = re.compile(r"NVRM: GPU " + _ADDRESS + r"\.[0-7]: GPU has fallen off the bus")
 _OFF_BUS_FIRST = re.compile(r"NVRM: The NVIDIA GPU " + _ADDRESS + r"\.[0-7]")
 _CAUSED_BY = re.compile(r"caused by previous Xid (\d{1,6})")
+_SXID_LINK = re.compile(r"\s{0,4}(?:Fatal|Non-fatal), Link (\d{1,4})\b")
+_SXID_MORE = re.compile(r"\s{0,4}(?:Severity \d|Data \{)")  # the driver's 2nd and 3rd lines of one SXid event
+SXID_LINES_WITHIN = 8  # the lines of one SXid event lie this close (other switches' lines between them)
 OFF_BUS_WITHIN = 5  # lines between "The NVIDIA GPU ..." and "... fallen off the bus" of one message
 XID_FALLEN_OFF_THE_BUS = 79
 
@@ -55,7 +58,11 @@ def parse_kernel_log(text: str) -> list[XidEvent]:
         if xid := _XID.search(raw):
             events.append(_event("xid", xid[1], xid[2], raw, xid.end(), number, usec))
         elif sxid := _SXID.search(raw):
-            events.append(_event("sxid", sxid[2], sxid[3], raw, sxid.end(), number, usec, switch=int(sxid[1])))
+            if _SXID_MORE.match(raw, sxid.end()) and _continues(events, int(sxid[1]), int(sxid[3]), number):
+                continue
+            link = _SXID_LINK.match(raw, sxid.end())
+            events.append(_event("sxid", sxid[2], sxid[3], raw, sxid.end(), number, usec, switch=int(sxid[1]),
+                                 link=int(link[1]) if link else None))
         elif one := _OFF_BUS_ONE_LINE.search(raw):
             events.append(_event("xid", one[1], str(XID_FALLEN_OFF_THE_BUS), raw, one.end(), number, usec, implied=True))
         elif first := _OFF_BUS_FIRST.search(raw):
@@ -69,6 +76,17 @@ def parse_kernel_log(text: str) -> list[XidEvent]:
                     events.append(_event("xid", address, str(XID_FALLEN_OFF_THE_BUS), raw, 0, number, usec, implied=True))
                     off_bus_started.pop(address)
     return _without_echoes(list(events))
+
+
+def _continues(events: deque[XidEvent], switch: int, code: int, number: int) -> bool:
+    """Whether a "Severity ..." or "Data {...}" SXid line belongs to an event already counted: the same switch
+    logged the same SXid a few lines before. One event, not three; alone (its first line lost) it counts."""
+    for event in reversed(events):
+        if event.line < number - SXID_LINES_WITHIN:
+            return False
+        if event.kind == "sxid" and event.switch == switch and event.code == code:
+            return True
+    return False
 
 
 def _since_boot(raw: str) -> int | None:

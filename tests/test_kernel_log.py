@@ -59,6 +59,7 @@ def test_nvswitch_sxid_and_a_sympathetic_xid():
     (sxid,) = parse_kernel_log("[131453.740743] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up")
     assert (sxid.kind, sxid.switch, sxid.pci, sxid.code, sxid.message) == ("sxid", 0, "0000:05:00.0", 20034,
                                                                           "Fatal, Link 30 LTSSM Fault Up")
+    assert sxid.link == 30
     line = need(XID / "gcm-test-xid-31-48.log").read_text().splitlines()[1]
     (event,) = parse_kernel_log(line.replace(": 48,", ": 45,") + " (caused by previous Xid 48)")
     assert (event.code, event.caused_by) == (45, 48) and xid_entry(45).sympathetic
@@ -228,3 +229,16 @@ def test_the_real_journalctl_with_no_journal_it_may_read_is_unknown_not_empty(tm
     monkeypatch.setenv("PATH", str(bin_dir))
     log = collect(LiveHost(tmp_path / "root-without-kmsg"), 20)
     assert not log.known and "journalctl gave no kernel messages" in log.why
+
+
+def test_an_sxid_events_later_lines_fold_into_it_and_count_alone_only_when_its_first_is_missing():
+    """The driver prints one SXid event as up to three lines: "Fatal, Link N ...", "Severity ...", "Data {...}"."""
+    first = "[10.000000] nvidia-nvswitch{s}: SXid (PCI:0000:0{s}:00.0): 20034, Fatal, Link {link} LTSSM Fault Up"
+    more = ["[10.000100] nvidia-nvswitch{s}: SXid (PCI:0000:0{s}:00.0): 20034, Severity 1 Engine instance {link} Sub-engine instance 00",
+            "[10.000200] nvidia-nvswitch{s}: SXid (PCI:0000:0{s}:00.0): 20034, Data {{0x10000000, 0x00000000}}"]
+    one = [line.format(s=0, link=30) for line in (first, *more)]
+    assert [(e.switch, e.link) for e in parse_kernel_log("\n".join(one))] == [(0, 30)]
+    other_switch = [line.format(s=1, link=7) for line in more]  # its first line is not in the log: one event
+    assert [(e.switch, e.link) for e in parse_kernel_log("\n".join(one + other_switch))] == [(0, 30), (1, None)]
+    far = one[:1] + ["[10.000150] kernel: noise"] * 8 + one[1:2]  # too far from its first line: counted
+    assert len(parse_kernel_log("\n".join(far))) == 2

@@ -13,9 +13,25 @@ from nodecheck.probes.kernel_log import parse_kernel_log
 from nodecheck.prolog import drain_reason, failing_findings
 from nodecheck.rules import evaluate
 from nodecheck.signal_rules import gpu_xids, switch_xids
+from nodecheck.xid_catalog import SXID_CLASSES, listed_sxids, sxid_entry, sxid_source
 
 XID = PUBLIC / "health" / "xid"
 GPU3 = "00000000:9B:00.0"
+# leptonai/gpud components/accelerator/nvidia/sxid/README.md @4a8de33a3f: a real kernel log, quoted there (the
+# GPU's address changed to gpu3's, 0000:9b:00, so NVML names it)
+GPUD_SXID_BURST = """\
+[6781741.548779] NVRM: Xid (PCI:0000:9b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
+[6781741.548783] NVRM: GPU 0000:9b:00.0: GPU has fallen off the bus.
+[6781753.400584] nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up
+[6781753.404587] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 63 LTSSM Fault Up
+[6781753.404848] nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Severity 1 Engine instance 60 Sub-engine instance 00
+[6781753.406566] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Data {0x10000000, 0x10000000, 0x00000000, 0x10000000, \
+0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000}
+[6781753.407899] nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Fatal, Link 37 LTSSM Fault Up
+[6781753.408138] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 62 LTSSM Fault Up
+[6781753.409504] nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Severity 1 Engine instance 37 Sub-engine instance 00
+[6781753.409792] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Severity 1 Engine instance 62 Sub-engine instance 00
+""".splitlines()
 
 
 def xid_line(code: int, seconds: float = 100.0, address: str = "0000:9b:00", tail: str = "pid=7, details") -> str:
@@ -99,11 +115,53 @@ def test_the_look_back_leaves_out_older_events():
     assert judged([xid_line(79, 160)], uptime_s=200, config=config)[1] != []
 
 
-@pytest.mark.parametrize(("severity_word", "severity"), [("Fatal", "error"), ("Non-fatal", "warning")])
-def test_an_nvswitch_sxid_is_an_error_when_the_driver_calls_it_fatal(severity_word, severity):
-    line = f"[131453.740743] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, {severity_word}, Link 30 LTSSM Fault Up"
-    _, (finding,) = judged([line])
-    assert (finding.kind, finding.subject, finding.severity, finding.measured) == ("nvswitch_sxid", "nvswitch0", severity, "SXid 20034")
+def sxid_line(code: int, tail: str, switch: int = 0, seconds: float = 131453.740743) -> str:
+    return f"[{seconds:.6f}] nvidia-nvswitch{switch}: SXid (PCI:0000:05:00.0): {code}, {tail}"
+
+
+@pytest.mark.parametrize(("code", "tail", "severity"), [
+    (20034, "Fatal, Link 30 LTSSM Fault Up", "error"),  # D.5, the driver's word: fatal
+    (22012, "Non-fatal, Link 30 Minion Link NA interrupt", "warning"),  # D.5 and D.4 in the guide: the word decides
+    (20034, "Severity 1 Engine instance 30 Sub-engine instance 00", "error"),  # no word: the guide's class, fatal
+    (11012, "Non-fatal, Link 30 Single bit ECC error", "warning"),  # corrected by the switch
+    (23001, "Non-fatal, Link 30 ingress SRC-VC buffer overflow", "error"),  # D.6: always fatal, whatever the word
+    (12028, "Non-fatal, Link 32 egress non-posted PRIV error (First)", "error"),  # D.4, but NVLink traffic stalls
+    (20123, "Unknown error", "warning"),  # not in the catalog, no word
+    (20123, "Fatal, Link 3 something new", "error"),  # not in the catalog: the driver's word
+])
+def test_an_nvswitch_sxid_is_judged_by_the_fabric_manager_guide_and_the_driver(code, tail, severity):
+    _, (finding,) = judged([sxid_line(code, tail)])
+    assert (finding.kind, finding.subject, finding.severity) == ("nvswitch_sxid", "nvswitch0", severity), finding.message
+    entry = sxid_entry(code)
+    assert finding.measured == f"SXid {code} {entry.name}".rstrip()
+    assert (entry.name in finding.message) if entry.listed else "not in nodecheck's SXid catalog" in finding.message
+    if code == 12028:
+        assert "NVLink traffic through the port stalls" in finding.message
+
+
+def test_gpuds_published_sxid_burst_counts_each_event_once_and_names_its_links():
+    """gpud's README quotes a real burst after an Xid 79: each SXid event prints up to three lines (its word and
+    link, "Severity ...", "Data {...}"), other switches' lines between them. Counted per line, nvswitch0 had 4
+    events where it logged 2; a "Severity" line whose first line is not in the excerpt counts as one."""
+    report, findings = judged(GPUD_SXID_BURST)
+    by_switch = {f.subject: f for f in findings}
+    assert sorted(by_switch) == ["gpu3", "nvswitch0", "nvswitch1", "nvswitch2"]
+    assert "x2 since boot" in by_switch["nvswitch0"].message and "on links 62, 63" in by_switch["nvswitch0"].message
+    assert "x1 since boot" in by_switch["nvswitch1"].message and "on link 48" in by_switch["nvswitch1"].message
+    assert "x2 since boot" in by_switch["nvswitch2"].message and "on link 37" in by_switch["nvswitch2"].message
+    assert {f.severity for f in findings} == {"error"}
+    reason = drain_reason(failing_findings(switch_xids(report, Config()), "error"))
+    assert reason == "nodecheck: nvswitch0 SXid 20034 LTSSM Fault Up (+2 more)"
+
+
+def test_the_sxid_catalog_holds_the_guides_classes_and_its_source():
+    codes = listed_sxids()
+    assert len(codes) == 93 and {sxid_entry(c).klass for c in codes} == set(SXID_CLASSES)
+    assert sxid_entry(20034).klass == "fatal" and sxid_entry(12020).klass == "always-fatal"
+    assert sxid_entry(11012).klass == "non-fatal" and sxid_entry(10004).klass == "notable"
+    assert [c for c in codes if sxid_entry(c).drains] == [11004, 12028, 19084]
+    assert "Fabric Manager User Guide" in sxid_source()["catalog"] and "4a8de33a3f" in sxid_source()["copy"]
+    assert not sxid_entry(99999).listed and sxid_entry(99999).fatal(None) is False
 
 
 def test_an_unreadable_kernel_log_leaves_the_xid_checks_unknown_never_healthy():

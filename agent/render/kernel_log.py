@@ -9,7 +9,7 @@ from nodecheck.events import KernelLog, XidEvent
 from nodecheck.model import Report
 from nodecheck.pci import normal_pci
 from nodecheck.render.table import SEVERITY_STYLE, esc, new_console
-from nodecheck.xid_catalog import xid_entry
+from nodecheck.xid_catalog import sxid_entry, xid_entry
 
 SYMPATHETIC = "info"  # an event that is another's fault ("caused by previous Xid N")
 
@@ -17,11 +17,12 @@ SYMPATHETIC = "info"  # an event that is another's fault ("caused by previous Xi
 def event_record(event: XidEvent) -> dict:
     """One event of `kernel-log --json`, one per line of the log in its order: `kind` is xid (an `NVRM: Xid`
     line), fallen_off_bus (the driver's message without an Xid line: counted as Xid 79) or sxid (NVSwitch);
-    `severity` is what the event alone calls for (the catalog's drain: error, watch: warning; sympathetic: info);
+    `severity` is what the event alone calls for (the catalog's drain: error, watch: warning; sympathetic: info;
+    an SXid: error when fatal by the Fabric Manager guide and the driver's word, signal_rules.switch_xids);
     `pci_bus_id` as the line prints it (the driver: domain:bus:device), `device` normalized (0000:9b:00.0)."""
     kind = "fallen_off_bus" if event.implied else event.kind
     if event.kind == "sxid":
-        severity = "error" if event.message.lower().startswith("fatal") else "warning"
+        severity = "error" if sxid_entry(event.code).fatal(event.driver_word) else "warning"
     elif event.caused_by is not None:
         severity = SYMPATHETIC
     else:
@@ -29,8 +30,8 @@ def event_record(event: XidEvent) -> dict:
     return {"kind": kind, "xid": event.code if event.kind == "xid" else None,
             "sxid": event.code if event.kind == "sxid" else None,
             "pci_bus_id": event.printed or (event.pci.rsplit(".", 1)[0] if event.pci else None), "device": event.pci, "count": 1,
-            "severity": severity, "caused_by": event.caused_by, "name": xid_entry(event.code).name if event.kind == "xid" else None,
-            "switch": event.switch, "line": event.line, "usec": event.usec, "message": event.message}
+            "severity": severity, "caused_by": event.caused_by, "name": xid_entry(event.code).name if event.kind == "xid" else sxid_entry(event.code).name or None,
+            "switch": event.switch, "link": event.link, "line": event.line, "usec": event.usec, "message": event.message}
 
 
 def render_kernel_log(log: KernelLog, findings: list) -> None:
@@ -60,7 +61,8 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
     for (kind, pci, code), n in counts.items():
         device = f"{names[pci]} ({pci})" if pci in names else (pci or "unknown device")
         if kind == "sxid":
-            lines.append(f"  {device}: NVSwitch SXid {code} x{n}")
+            switch = sxid_entry(code)
+            lines.append(f"  {device}: NVSwitch SXid {code} {switch.name or '(not in the catalog)'} x{n} ({switch.klass})")
             continue
         entry = xid_entry(code)
         lines.append(f"  {device}: Xid {code} {entry.name} x{n} ({entry.action})")
