@@ -47,10 +47,11 @@ def test_nccl_tests_output_keeps_what_nccl_chose(tmp_path):
 
 def test_every_rank_of_the_node_allreduce_writes_its_debug_file(tmp_path, monkeypatch):
     """The worker's stand-in writes where NCCL_DEBUG_FILE says (%h host, %p pid), as NCCL does, and returns
-    a result; the files are read (and removed with their directory) before the measurement is returned."""
+    a result; the files are read (and removed with their directory) before the measurement is returned. Each
+    rank is handed its NVML GPU's UUID, as the across-nodes ranks are."""
     report = hgx_h100_with_ndr(tmp_path)
     lines = need(NO_GDR).read_text().splitlines()
-    seen = []
+    seen, uuids = [], {}
 
     def worker(argv, out, timeout, env=None, what=""):
         rank = int(env["RANK"])
@@ -58,11 +59,13 @@ def test_every_rank_of_the_node_allreduce_writes_its_debug_file(tmp_path, monkey
         with open(path, "w") as f:
             f.write("\n".join(lines[rank::8]) + "\n")  # each rank wrote part of the log
         seen.append(os.path.dirname(path))
+        uuids[rank] = argv[argv.index("--gpu-uuid") + 1]
         return {"rows": [{"size_bytes": 1 << 30, "busbw": 380e9, "seconds": 0.01}], "nodes": [], "world_size": 8}
 
     monkeypatch.setattr(gpu, "run_worker", worker)
     m = gpu.node_allreduce(report, "quick", 30, {"PATH": "/usr/bin:/bin"})
     assert m.ok and m.details["nccl"]["gdr"] is False and len(seen) == 8
+    assert uuids == {g.index: g.uuid for g in report.gpus}  # each rank names its NVML GPU, not only a CUDA ordinal
     assert not os.path.exists(seen[0])
     assert "nccl_no_gdr" in [f.kind for f in with_measurements(report, [m], 0.0, Config()).findings]
 

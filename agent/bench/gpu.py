@@ -229,6 +229,8 @@ def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str
             argv = [sys.executable, "-m", "nodecheck.bench.worker", "--backend", "nccl", "--sizes", ",".join(map(str, plan["sizes"])),
                     "--warmup", str(plan["warmup"]), "--iters", str(plan["iters"]), "--timeout", str(timeout),
                     "--spec", str(spec or 0), "--node", report.node.get("hostname") or "?", "--out", f"{tmp}/rank{r}.json"]
+            if report.gpus[r].uuid:  # rank r measures NVML's GPU r, whatever order CUDA lists them in (one rule: identity)
+                argv += ["--gpu-uuid", report.gpus[r].uuid]
             return run_worker(argv, Path(f"{tmp}/rank{r}.json"), timeout + 15, env=env, what=f"NCCL rank {r}")
 
         done = run_until({str(r): (lambda r=r: rank(r)) for r in range(world)}, time.monotonic() + timeout + 30, workers=world)
