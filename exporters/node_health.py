@@ -44,6 +44,12 @@ MAX_EVENTS_PER_ROUND = 20
 MAX_MESSAGE = 1024
 STRATEGIC, MERGE = "application/strategic-merge-patch+json", "application/merge-patch+json"
 TAINT_CONFLICT_RETRIES = 3
+# what node-problem-detector writes with deploy/kubernetes/npd-nodecheck.json (its rules' reasons and its conditions'
+# default messages; a test keeps them equal): serve writes neither, so seeing one means both publish the verdict
+NPD_REASONS = frozenset(f"Nodecheck{area.capitalize()}Failing" for area in CONDITIONS)
+NPD_MESSAGES = frozenset(("nodecheck finds no GPU problem", "nodecheck finds no NIC, fabric or path problem",
+                          "nodecheck's bandwidth tests pass"))
+SHARED_REPEAT_S = 3600.0
 
 
 def reason_of(kind: str) -> str:
@@ -65,6 +71,12 @@ def condition(verdict: AreaVerdict) -> dict:
 
 def conditions(report: Report, fail_severity: str) -> list[dict]:
     return [condition(area_verdict(report, area, fail_severity)) for area in AREAS]
+
+
+def npd_written(known: dict[str, dict]) -> list[str]:
+    """The nodecheck conditions the server holds as node-problem-detector's nodecheck plugin writes them."""
+    return [f"{kind} (reason {c.get('reason')})" for kind, c in sorted(known.items())
+            if kind in CONDITIONS.values() and (c.get("reason") in NPD_REASONS or c.get("message") in NPD_MESSAGES)]
 
 
 def rfc3339(seconds: float) -> str:
@@ -159,6 +171,7 @@ class NodeHealth:
         # had landed is refused by name)
         self.pending: list[dict] = []
         self.sequence = 0
+        self.shared_said = float("-inf")  # when the conditions were last seen written by NPD too, and said
         self.published_at: float | None = None  # when a round last reached the API server (wall clock)
         self._latest: Report | None = None
         self._lock = threading.Lock()
@@ -169,10 +182,12 @@ class NodeHealth:
     def sync(self, report: Report) -> None:
         now = self.clock()
         wanted = conditions(report, self.fail_severity)
-        if self.known is None:
+        beat = now - self.patched_at >= self.heartbeat_s
+        if self.known is None or beat:  # at the heartbeat too: another writer's conditions show only when read
             self._learn(self.api.request("PATCH", self._status_path(), {}, STRATEGIC))
+            self._another_writer(now)
         before = self.known  # _learn below replaces self.known: this stays what the server held
-        if self._differs(wanted, before) or now - self.patched_at >= self.heartbeat_s:
+        if self._differs(wanted, before) or beat:
             patch = status_patch(wanted, before, rfc3339(now))
             self._learn(self.api.request("PATCH", self._status_path(), patch, STRATEGIC))
             self.patched_at = now
@@ -188,6 +203,18 @@ class NodeHealth:
     def _learn(self, node: dict) -> None:
         self.uid = node_uid(node) or self.uid
         self.known = node_conditions(node)
+
+    def _another_writer(self, now: float) -> None:
+        """node-problem-detector's nodecheck plugin writing the same conditions: the two overwrite each other (and
+        every flip is a transition Event), so say so, in the log and as a Warning Event on the Node, hourly."""
+        seen = npd_written(self.known or {})
+        if not seen or now - self.shared_said < SHARED_REPEAT_S:
+            return
+        message = (f"node-problem-detector's nodecheck plugin writes these conditions too: {', '.join(seen)}; the two "
+                   "overwrite each other: run one of them (docs/kubernetes.md)")
+        log.warning("node %s: %s", self.node, message)
+        self.shared_said = now
+        self._queue("Warning", "NodecheckConditionsShared", message, now)
 
     @staticmethod
     def _differs(wanted: list[dict], known: dict[str, dict]) -> bool:

@@ -154,7 +154,8 @@ def test_patched_on_change_and_at_the_heartbeat_and_the_transition_time_moves_wi
     assert api.requests == []  # nothing changed, heartbeat not due: no load on the API server
     clock.now += HEARTBEAT_S
     publisher.sync(reports["nvlink_down"])
-    (beat,) = api.requests
+    read, beat = api.requests  # what the server holds now (another writer shows there), then the heartbeat
+    assert (read["body"], beat["body"]["status"]["conditions"][0]["type"]) == ({}, "NodecheckGpuProblem")
     gpu = api.conditions()["NodecheckGpuProblem"]
     assert gpu["lastTransitionTime"] == started and gpu["lastHeartbeatTime"] > started
     api.requests.clear()
@@ -163,6 +164,38 @@ def test_patched_on_change_and_at_the_heartbeat_and_the_transition_time_moves_wi
     gpu = api.conditions()["NodecheckGpuProblem"]
     assert (gpu["status"], gpu["reason"]) == ("False", "NodecheckGpuOk") and gpu["lastTransitionTime"] > started
     assert [(e["type"], e["reason"]) for e in api.events] == [("Warning", "NodecheckGpuProblem"), ("Normal", "NodecheckGpuOk")]
+
+
+def test_npd_writing_the_same_conditions_is_named_in_the_log_and_an_event(tls, api, reports, caplog):
+    """docs/kubernetes.md says to run the NPD plugin or serve's conditions, not both. Both at once overwrite each
+    other; serve reads the node at every heartbeat and names the other writer by what only NPD's config writes."""
+    clock = Clock()
+    publisher = health(tls, api, clock)
+    publisher.sync(reports["nvlink_down"])
+    assert [e["reason"] for e in api.events] == ["NodecheckGpuProblem"]  # serve's own: no warning of a second writer
+    npd = {"type": "NodecheckGpuProblem", "status": "True", "reason": "NodecheckGpuFailing", "message": "gpu3 NVLinks active 17 < 18",
+           "lastHeartbeatTime": "2026-11-18T11:07:00Z", "lastTransitionTime": "2026-11-18T11:07:00Z"}
+    api.node["status"]["conditions"] = [c for c in api.node["status"]["conditions"] if c["type"] != npd["type"]] + [npd]
+    clock.now += HEARTBEAT_S
+    with caplog.at_level(logging.WARNING, "nodecheck.serve"):
+        publisher.sync(reports["nvlink_down"])
+    said = [e for e in api.events if e["reason"] == "NodecheckConditionsShared"]
+    assert len(said) == 1 and "NodecheckGpuProblem (reason NodecheckGpuFailing)" in said[0]["message"], api.events
+    assert "run one of them" in caplog.text and api.conditions()["NodecheckGpuProblem"]["reason"] == "NvlinkInactive"
+    api.node["status"]["conditions"][-1].update(reason="NodecheckGpuFailing")  # NPD writes again
+    clock.now += HEARTBEAT_S
+    publisher.sync(reports["nvlink_down"])
+    assert len([e for e in api.events if e["reason"] == "NodecheckConditionsShared"]) == 1  # said hourly, not each beat
+
+
+def test_what_npd_writes_is_what_its_shipped_config_says_and_never_what_serve_writes():
+    from nodecheck.exporters.node_health import NPD_MESSAGES, NPD_REASONS, reason_of
+    from nodecheck.findings import FINDING_KINDS
+
+    config = json.loads((REPO / "deploy/kubernetes/npd-nodecheck.json").read_text())
+    assert {rule["reason"] for rule in config["rules"] if rule["type"] == "permanent"} == NPD_REASONS  # conditions
+    assert {c["message"] for c in config["conditions"]} == NPD_MESSAGES
+    assert not {reason_of(kind) for kind in FINDING_KINDS} & NPD_REASONS
 
 
 def test_a_restarted_daemon_keeps_the_transition_time_the_server_holds(tls, api, reports):
