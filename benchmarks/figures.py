@@ -4,6 +4,7 @@ kept in the run's folder, so that `--replay DIR` can judge again from what a run
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -57,11 +58,20 @@ def wall_time_row(figure: str, step: dict, goal_s: float) -> Row:
 
 
 def read_text(path: Path) -> str | None:
+    """A file of the run's folder; None when absent or unreadable (its row says n/a). ValueError, which a replay
+    names (judge_folder), for what no run writes: a FIFO or device in its place (an open would wait forever for a
+    writer) or a file past MAX_READ (cut short, it would give a figure from part of the output)."""
+    from nodecheck.files import read_regular
+
     try:
-        with open(path, "rb") as file:
-            return file.read(MAX_READ).decode("utf-8", "replace")
-    except OSError:
+        data = read_regular(path, MAX_READ)
+    except OSError as error:
+        if error.errno == errno.EINVAL:  # read_regular: not a regular file
+            raise ValueError(f"{path.name}: not a regular file") from None
         return None
+    if len(data) > MAX_READ:
+        raise ValueError(f"{path.name}: larger than {MAX_READ >> 20} MiB")
+    return data.decode("utf-8", "replace")
 
 
 def read_json(path: Path) -> dict:

@@ -196,3 +196,26 @@ def test_a_hostile_folder_is_judged_or_refused_never_a_traceback(tmp_path, seed,
     for main in (script.main, multi_gpu_node.main):
         assert main(["--replay", str(tmp_path)]) in (0, 1, 2)
     assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("name", "scripts"), [("steps.json", ("one", "multi")), ("nvml.txt", ("multi",)),
+                                             ("inspect.json", ("one",))])
+def test_a_fifo_or_an_oversized_file_in_the_folder_is_refused_not_waited_on(tmp_path, name, scripts, capsys):
+    """A FIFO in a replay folder once hung both scripts (an open waits for a writer that never comes), and a
+    file past the read bound was cut short and judged from part of a run's output. Both are named, exit 2."""
+    import os
+
+    import multi_gpu_node
+    from figures import MAX_READ
+
+    mains = {"one": script.main, "multi": multi_gpu_node.main}
+    os.mkfifo(tmp_path / name)
+    for which in scripts:
+        assert mains[which](["--replay", str(tmp_path)]) == 2
+        assert f"{name}: not a regular file" in capsys.readouterr().err, which
+    (tmp_path / name).unlink()
+    with open(tmp_path / name, "wb") as big:
+        big.truncate(MAX_READ + 1)  # sparse: no 16 MiB written
+    for which in scripts:
+        assert mains[which](["--replay", str(tmp_path)]) == 2
+        assert f"{name}: larger than 16 MiB" in capsys.readouterr().err, which
