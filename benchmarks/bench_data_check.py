@@ -56,17 +56,9 @@ def copy_rows(torch, sizes: list[int], repeats: int) -> list[dict]:
     quick = COPY_LEVELS["quick"]
     device = torch.device("cuda:0")
     b = 1 if torch.cuda.device_count() > 1 else 0
-    rows = []
-    for size in sizes:
-        measured, checked, wrong = [], [], 0
-        for _ in range(repeats):
-            measured.append(timed(torch, device, pair_rates, torch, 0, b, size, quick["warmup"], quick["repeats"], both_ways=False)[0])
-            seconds, wrong_now = timed(torch, device, verify_pair, torch, 0, b, size // 4)
-            checked.append(seconds)
-            wrong += wrong_now
-            torch.cuda.empty_cache()
-        rows.append(_row("copy", size, f"gpu0->gpu{b}", checked, measured, wrong))
-    return rows
+    return _sweep("copy", f"gpu0->gpu{b}", sizes, repeats,
+                  lambda size: timed(torch, device, pair_rates, torch, 0, b, size, quick["warmup"], quick["repeats"], both_ways=False)[0],
+                  lambda size: timed(torch, device, verify_pair, torch, 0, b, size // 4), torch.cuda.empty_cache)
 
 
 def allreduce_rows(torch, sizes: list[int], repeats: int) -> list[dict]:
@@ -81,19 +73,32 @@ def allreduce_rows(torch, sizes: list[int], repeats: int) -> list[dict]:
         torch.cuda.set_device(device)
     quick = LEVELS[backend]["quick"]
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    def check(size: int) -> tuple[float, int]:
+        seconds, found = timed(torch, device, _check_data, dist, torch, device, 1, size)
+        return seconds, found["wrong_elements"]
+
     try:
-        rows = []
-        for size in sizes:
-            measured, checked, wrong = [], [], 0
-            for _ in range(repeats):
-                measured.append(timed(torch, device, _time_allreduce, dist, torch, device, size, quick["warmup"], quick["iters"])[0])
-                seconds, check = timed(torch, device, _check_data, dist, torch, device, 1, size)
-                checked.append(seconds)
-                wrong += check["wrong_elements"]
-            rows.append(_row("allreduce", size, f"{backend}, world of 1", checked, measured, wrong))
-        return rows
+        return _sweep("allreduce", f"{backend}, world of 1", sizes, repeats,
+                      lambda size: timed(torch, device, _time_allreduce, dist, torch, device, size, quick["warmup"], quick["iters"])[0],
+                      check)
     finally:
         dist.destroy_process_group()
+
+
+def _sweep(check: str, where: str, sizes: list[int], repeats: int, measure, verify, tidy=lambda: None) -> list[dict]:
+    """Per size, `repeats` times: the timed measurement (measure(size) -> seconds), then its data check
+    (verify(size) -> (seconds, wrong elements)), then tidy(); one row of medians per size."""
+    rows = []
+    for size in sizes:
+        measured, checked, wrong = [], [], 0
+        for _ in range(repeats):
+            measured.append(measure(size))
+            seconds, wrong_now = verify(size)
+            checked.append(seconds)
+            wrong += wrong_now
+            tidy()
+        rows.append(_row(check, size, where, checked, measured, wrong))
+    return rows
 
 
 def _row(check: str, size: int, where: str, checked: list[float], measured: list[float], wrong: int) -> dict:
