@@ -21,13 +21,19 @@ SIGNALS = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal", "pcie_link_errors", "ib
 # gpu_xid only when repeated, not of a drain-now Xid
 TEMPERED = ("pcie_link_errors", "pcie_replays", "ib_port_errors", "nvlink_errors", "gpu_xid")
 DRAIN_NOW_XID = "no Xid"  # the expected figure of a drain-now Xid's finding
+# what an NVSwitch carries: on an HGX board every GPU links to every switch, so GPU pairs and the in-node
+# all-reduce cross each of them, and no host link does
+NVSWITCH_FABRIC = "nvswitch-fabric"
 
 
 def signal_devices(report: Report, finding: Finding, hops: dict) -> list[str]:
-    """The GPUs and NICs (gpu3, ibp26s0) whose traffic a signal's device carries (hops: device_hops(report))."""
+    """The GPUs and NICs (gpu3, ibp26s0) whose traffic a signal's device carries (hops: device_hops(report)); for an
+    NVSwitch, the NVLink fabric between the GPUs (NVSWITCH_FABRIC)."""
     if finding.kind in ("pcie_link_errors", "pcie_aer_fatal") and finding.subject.startswith("pci:"):
         entry = hops.get(normal_pci(finding.subject[4:]) or finding.subject[4:])
         return list(entry[1]) if entry else []
+    if finding.kind == "nvswitch_sxid":
+        return [NVSWITCH_FABRIC]
     if finding.kind in ("ib_port_errors", "ib_link_downed"):
         device = finding.subject.split("/", 1)[0]
         return [n.name for n in report.nics if n.rdma_device == device]
@@ -40,6 +46,8 @@ def on_path(measurement, devices: list[str]) -> bool:
     """Whether the measurement's traffic crossed one of these devices: a GPU's host link or pair for its GPU,
     an all-reduce inside the node for any GPU, one across nodes (or a NIC's own test) for a NIC."""
     scope, endpoints, _ = path_identity(measurement.path)
+    if NVSWITCH_FABRIC in devices:
+        return scope in ("gpu-pair", "node")
     gpus = [d for d in devices if d.startswith("gpu")]
     nics = [d for d in devices if not d.startswith("gpu")]
     if scope in ("host-link", "gpu-pair"):

@@ -62,3 +62,17 @@ def test_an_infiniband_port_joins_the_all_reduce_across_nodes():
     across = make_measurement("allreduce:16-ranks", "allreduce", rate=45e9, spec=50e9, details={"path_kind": "infiniband"})
     assert judged(report_with(SYMBOLS), across)["ib_port_errors"].severity == "warning"
     assert judged(report_with(SYMBOLS), h2d(0.95))["ib_port_errors"].severity == "error"  # not its path
+
+
+def test_an_nvswitch_sxid_is_named_on_the_nvlink_paths_and_not_on_a_host_link():
+    """Every GPU of an HGX board links to every NVSwitch: a slow GPU pair or in-node all-reduce names the switch's
+    SXid; a slow host link does not (its traffic never reaches a switch)."""
+    sxid = Finding("nvswitch_sxid", "error", "nvswitch0", "SXid 20034 LTSSM Fault Up", "no SXid", "nvswitch0 (0000:05:00.0) ...")
+    pair = make_measurement("gpu3<->gpu5", "p2p", rate=0.3 * 450e9, spec=450e9, direction="unidirectional",
+                            details={"path_kind": "nvlink"})
+    node = make_measurement("allreduce:node-8-gpus", "allreduce", rate=0.5 * 450e9, spec=450e9, details={"path_kind": "nvlink"})
+    for slow in (pair, node):
+        assert judged(report_with(sxid), slow)["bandwidth_below_spec"].message.endswith(
+            "; error signals on this path: nvswitch0 SXid 20034 LTSSM Fault Up"), slow.path
+    assert "error signals" not in judged(report_with(sxid), h2d(0.41))["bandwidth_below_spec"].message
+    assert judged(report_with(sxid), pair)["nvswitch_sxid"].severity == "error"  # never tempered: the guide's verdict
