@@ -224,3 +224,17 @@ def test_the_repeat_defaults_come_from_the_catalog_with_their_source():
 
     assert (Config().errors.xid_repeat_count, Config().errors.xid_repeat_window_s) == repeat_defaults() == (5, 3600.0)
     assert "gpud" in _catalog()["repeat"]["source"]
+
+
+def test_kernel_log_json_names_each_sxid_event_once_with_its_link(tmp_path):
+    import json
+
+    from helpers import cli
+
+    log = tmp_path / "k.log"
+    log.write_text("\n".join(GPUD_SXID_BURST) + "\n")
+    result = cli("kernel-log", str(log), "--json")
+    events = [e for e in json.loads(result.stdout)["events"] if e["kind"] == "sxid"]
+    assert [(e["switch"], e["link"]) for e in events] == [(1, 48), (0, 63), (2, None), (2, 37), (0, 62)]
+    assert {(e["name"], e["severity"]) for e in events} == {("LTSSM Fault Up", "error")} and result.returncode == 1
+    assert "NVSwitch SXid 20034 LTSSM Fault Up x2 (fatal)" in cli("kernel-log", str(log)).stdout
