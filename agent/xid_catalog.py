@@ -78,39 +78,35 @@ class SxidEntry:
         return "not fatal on its own (corrected, or confined to one port): watch whether it repeats or a fatal one follows"
 
 
-@lru_cache(maxsize=1)
-def _catalog() -> dict:
-    return tomllib.loads(resources.files("nodecheck").joinpath("data/xid.toml").read_text())
-
-
-@lru_cache(maxsize=1)
-def _switch_catalog() -> dict:
-    return tomllib.loads(resources.files("nodecheck").joinpath("data/sxid.toml").read_text())
+@lru_cache(maxsize=2)
+def _table(name: str) -> dict:
+    """A catalog shipped in agent/data (xid.toml, sxid.toml), read once."""
+    return tomllib.loads(resources.files("nodecheck").joinpath(f"data/{name}").read_text())
 
 
 def sxid_entry(code: int) -> SxidEntry:
     """The guide's row for an SXid; one nodecheck has no row for is "unlisted", judged by the driver's word."""
-    row = _switch_catalog()["sxid"].get(str(code))
+    row = _table("sxid.toml")["sxid"].get(str(code))
     if row is None:
         return SxidEntry(code, "", "unlisted")
     return SxidEntry(code, row["name"], row["class"], row.get("action") == "drain", row.get("why", ""))
 
 
 def sxid_source() -> dict[str, str]:
-    return dict(_switch_catalog()["source"])
+    return dict(_table("sxid.toml")["source"])
 
 
 def listed_sxids() -> list[int]:
-    return sorted(int(code) for code in _switch_catalog()["sxid"])
+    return sorted(int(code) for code in _table("sxid.toml")["sxid"])
 
 
 def source() -> dict[str, str]:
-    return dict(_catalog()["source"])
+    return dict(_table("xid.toml")["source"])
 
 
 def xid_entry(code: int) -> XidEntry:
     """The catalog's row for an Xid; one nodecheck has no row for is watched, named by its number."""
-    row = _catalog()["xid"].get(str(code))
+    row = _table("xid.toml")["xid"].get(str(code))
     if row is None:
         return XidEntry(code, f"Xid {code} (not in nodecheck's catalog)", "watch", listed=False, short="not in nodecheck's catalog")
     return XidEntry(code, row["name"], row["action"], bool(row.get("sympathetic")), True, row["resolution"],
@@ -118,11 +114,11 @@ def xid_entry(code: int) -> XidEntry:
 
 
 def listed_codes() -> list[int]:
-    return sorted(int(code) for code in _catalog()["xid"])
+    return sorted(int(code) for code in _table("xid.toml")["xid"])
 
 
 def repeat_defaults() -> tuple[int, float]:
     """(count, window in seconds) at which a watched Xid repeating on one GPU becomes an error."""
-    row = _catalog()["repeat"]
+    row = _table("xid.toml")["repeat"]
     return int(row["count"]), float(row["window_s"])
 
