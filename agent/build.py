@@ -10,6 +10,7 @@ from nodecheck.errors import NodecheckError
 from nodecheck.model import (
     Cpu,
     Gpu,
+    GpuFabric,
     GpuSignals,
     Link,
     Nic,
@@ -133,6 +134,7 @@ def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | No
             gpu.nvlinks = [{"link": link, "active": active, "version": version} for link, active, version in n.nvlinks]
             gpu.ecc_enabled, gpu.remapped_rows_pending, gpu.remapped_rows_failed = n.ecc_enabled, n.remapped_rows_pending, n.remapped_rows_failed
             gpu.vbios = n.vbios
+            gpu.fabric = GpuFabric(**n.fabric) if n.fabric else None
             signals = GpuSignals(n.pcie_replays, n.clock_event_reasons, n.ecc_uncorrected_volatile, n.nvlink_errors)
             gpu.signals = signals if signals != GpuSignals() else None  # None: NVML said nothing of them (an older dump)
             gpu.cpu_affinity = n.cpu_affinity

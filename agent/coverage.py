@@ -16,6 +16,7 @@ MEASURED = ("bandwidth_below_spec", "bandwidth_above_bound", "bench_failed", "be
 FROM_NCCL = ("nccl_socket_fallback", "nccl_no_gdr", "nccl_p2p_disabled", "nccl_rail_mismatch", "nccl_warning")
 # judged on the change since a previous sample, by the counters' family
 RATE_KINDS = {"aer/": ("pcie_link_errors",), "ib/": ("ib_link_downed", "ib_port_errors"), "gpu/": ("pcie_replays", "nvlink_errors")}
+FABRIC_KINDS = ("gpu_fabric_not_ready", "gpu_fabric_unhealthy")
 PROLOG_ONLY = ("check_timed_out", "check_failed", "peer_unreachable", "peer_outside_subnet", "peer_slow")
 
 
@@ -39,6 +40,10 @@ def unmade_checks(report: Report) -> dict[str, str]:
         why = log.why if log is not None else "kernel log not read"
         for kind in ("gpu_xid", "nvswitch_sxid"):
             unmade.setdefault(kind, why)
+    fabric_unknown = _fabric_unknown(report)
+    if fabric_unknown:
+        for kind in FABRIC_KINDS:
+            unmade.setdefault(kind, fabric_unknown)
     for prefix, why in unknown_rates(report, Config(), RATE_KINDS).items():
         for kind in RATE_KINDS[prefix]:
             unmade.setdefault(kind, why)
@@ -48,3 +53,14 @@ def unmade_checks(report: Report) -> dict[str, str]:
         unmade.update({kind: "no NCCL run recorded what it chose" for kind in FROM_NCCL})
     raised = {f.kind for f in report.findings}
     return {kind: why for kind, why in unmade.items() if kind in FINDING_KINDS and kind not in raised}
+
+
+def _fabric_unknown(report: Report) -> str | None:
+    """Why the NVLink fabric registration is unknown: a GPU with NVLinks whose fabric state NVML refused, or that
+    this driver cannot be asked for (before nvmlDeviceGetGpuFabricInfo); None where every GPU said."""
+    for gpu in report.gpus:
+        if gpu.nvlinks and gpu.fabric is None:
+            return f"gpu{gpu.index}: this driver or nvidia-ml-py has no nvmlDeviceGetGpuFabricInfo"
+        if gpu.fabric is not None and gpu.fabric.state == "unreadable":
+            return f"gpu{gpu.index}: NVML did not say its fabric state ({gpu.fabric.status})"
+    return None

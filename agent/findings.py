@@ -59,6 +59,8 @@ FINDING_KINDS = {
     "ecc_uncorrected": "{subject} {measured} ECC errors",
     "gpu_clock_slowdown": "{subject} clocks: {measured}",
     "gpu_vbios_mismatch": "{subject} VBIOS {measured} != {expected}",
+    "gpu_fabric_not_ready": "{subject} {measured}",
+    "gpu_fabric_unhealthy": "{subject} {measured}",
     # raised by `nodecheck prolog` / `healthcheck` only
     "check_timed_out": "{subject} timed out after {expected}",
     "check_failed": "{head}",

@@ -57,6 +57,19 @@ class GpuSignals:
 
 
 @dataclass
+class GpuFabric:
+    """The GPU's registration with the NVLink fabric (NVML's nvmlGpuFabricInfo): on NVSwitch systems Fabric
+    Manager registers each GPU, and CUDA refuses work until that completes."""
+
+    state: str  # not_supported, not_started, in_progress, completed, or "unknown (N)"
+    status: str | None = None  # once completed: "Success", or NVML's words for what failed ("Insufficient Resources")
+    clique_id: int | None = None
+    cluster_uuid: str | None = None  # None when all zero: an NVSwitch node outside a multi-node NVLink domain
+    health_summary: str | None = None  # healthy, unhealthy, limited_capacity; None where the driver does not say
+    health: list[str] = field(default_factory=list)  # the conditions NVML's health mask raises ("route unhealthy")
+
+
+@dataclass
 class Gpu:
     index: int
     name: str | None = None
@@ -74,6 +87,7 @@ class Gpu:
     ecc_enabled: bool | None = None
     remapped_rows_pending: bool | None = None
     remapped_rows_failed: bool | None = None
+    fabric: GpuFabric | None = None  # None: NVML did not say (no fabric API in this driver, or NVML not read)
     nearest_nics: list[str] = field(default_factory=list)
     signals: GpuSignals | None = None  # None: NVML not read
 

@@ -13,6 +13,7 @@ from typing import Callable
 
 from nodecheck.config import Config
 from nodecheck.error_rules import aer_findings, ib_findings
+from nodecheck.fabric_rules import fabric_findings
 from nodecheck.findings import Finding
 from nodecheck.fingerprint import vbios_mismatch
 from nodecheck.gpu_error_rules import gpu_findings
@@ -310,4 +311,5 @@ RULES = [
     Rule(ib_findings, ("ib_link_downed", "ib_port_errors", "ib_counter_saturated"), needs="nics"),
     Rule(gpu_findings, ("pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown"), needs="nvml"),
     Rule(vbios_mismatch, ("gpu_vbios_mismatch",), needs="nvml"),
+    Rule(fabric_findings, ("gpu_fabric_not_ready", "gpu_fabric_unhealthy"), needs="nvml"),
 ]

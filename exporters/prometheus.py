@@ -94,11 +94,21 @@ def _gpus(report: Report) -> Iterator[Metric]:
                            ("remapped_rows_failed", "row_remap_failed", "A row remapping failed: replace the GPU (1).")):
         yield _gauge(f"nodecheck_gpu_{name}", doc, ["gpu"],
                      [([g.index], None if getattr(g, key) is None else int(getattr(g, key))) for g in gpus])
+    yield _gauge("nodecheck_gpu_fabric_registered", "Registered with the NVLink fabric (1); not yet, or failed (0: CUDA "
+                 "refuses work, or NVLink peer traffic fails). Absent without a fabric (PCIe boards) or when NVML does "
+                 "not say.", ["gpu"],
+                 [([g.index], _fabric_registered(g.fabric)) for g in gpus])
     with_nvlinks = [g for g in gpus if g.nvlinks]
     yield _gauge("nodecheck_gpu_nvlink_links", "NVLinks NVML reports for the GPU.", ["gpu"],
                  [([g.index], len(g.nvlinks)) for g in with_nvlinks])
     yield _gauge("nodecheck_gpu_nvlink_active_links", "NVLinks that are active.", ["gpu"],
                  [([g.index], sum(1 for l in g.nvlinks if l["active"])) for g in with_nvlinks])
+
+
+def _fabric_registered(fabric) -> int | None:
+    if fabric is None or fabric.state not in ("not_started", "in_progress", "completed"):
+        return None
+    return int(fabric.state == "completed" and fabric.status in (None, "Success"))
 
 
 def exported_nics(report: Report, virtual_nics) -> list:

@@ -109,14 +109,18 @@ def make_snapshot(root: Path, topo: str | None = None, nvml_gpus: list[dict] | N
     return root
 
 
+HGX_FABRIC_REGISTERED = {"state": 3, "status": 0, "cliqueId": 0, "clusterUuid": bytes(16), "healthMask": 0, "healthSummary": 0}
 A100_SXM4 = {"name": "NVIDIA A100-SXM4-40GB", "arch": 7, "maxgen": 4, "gpumaxgen": 4, "gen": 4}
 
 
 def hgx_nvml(links_per_gpu: int = 18, version: int = 6, inactive: dict | None = None, **gpu) -> list[dict]:
     """Eight H100 records for an NV18 HGX board: the captured H100 values (architecture 9, Hopper) with NVLinks
     as such a board reports them (state 1, version enum 6 = NVLink 4.0); `inactive` = {gpu: [links]} marks
-    links down, as a fault would; `gpu` overrides captured fields (A100_SXM4: an A100 board, enum 5)."""
-    base = dict(h100_nvml_records()[0], **gpu)
+    links down, as a fault would; `gpu` overrides captured fields (A100_SXM4: an A100 board, enum 5). Each GPU is
+    registered with the NVLink fabric as a healthy HGX H100 says it: completed, Success, clique 0 and an all-zero
+    cluster UUID outside a multi-node NVLink domain (meta-pytorch/torchcomms#1385), no health summary on
+    "NVIDIA H100 80GB HBM3" (gpud's pkg/nvidia/nvml/device/fabric_state.go)."""
+    base = {**h100_nvml_records()[0], "fabric": HGX_FABRIC_REGISTERED, **gpu}
     gpus = []
     for i in range(8):
         down = set((inactive or {}).get(i, []))

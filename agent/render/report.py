@@ -55,12 +55,23 @@ def _gpus(console: Console, report: Report) -> None:
 
 
 def _nvlinks(gpu, report: Report) -> str:
-    """NVML's count of active links; without NVML, what the topology says of the GPU's links (NV18)."""
+    """NVML's count of active links and the GPU's NVLink fabric registration; without NVML, what the topology
+    says of the GPU's links (NV18)."""
     if gpu.nvlinks:
-        return f"{sum(1 for l in gpu.nvlinks if l['active'])}/{len(gpu.nvlinks)} up"
+        return ", ".join(filter(None, [f"{sum(1 for l in gpu.nvlinks if l['active'])}/{len(gpu.nvlinks)} up",
+                                       _fabric(gpu.fabric)]))
     types = sorted({l.type for l in report.links if gpu.index in (l.a, l.b) and isinstance(l.a, int) and isinstance(l.b, int)
                     and l.type.startswith("NV")}, key=natural_key)
     return f"{', '.join(types)} (topo)" if types else "-"
+
+
+def _fabric(fabric) -> str:
+    """"fabric registered", "fabric in progress", "fabric failed" ...; "" without a fabric."""
+    if fabric is None or fabric.state == "not_supported":
+        return ""
+    if fabric.state == "completed":
+        return "fabric registered" if fabric.status in (None, "Success") else "fabric failed"
+    return "fabric unknown" if fabric.state == "unreadable" else f"fabric {fabric.state.replace('_', ' ')}"
 
 
 def _matrix(console: Console, report: Report) -> None:

@@ -9,11 +9,19 @@ import types
 
 
 class NVMLError(Exception):
-    pass
+    value = 999  # NVML_ERROR_UNKNOWN; the subclasses below carry their own code, as pynvml's do
 
 
 class NVMLError_NotSupported(NVMLError):
-    pass
+    value = 3
+
+
+class NVMLError_FunctionNotFound(NVMLError):
+    value = 13
+
+
+class NVMLError_GpuIsLost(NVMLError):
+    value = 15
 
 
 class NVMLError_LibraryNotFound(NVMLError):
@@ -82,4 +90,36 @@ def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Excep
         return _value(counts[counter])
 
     m.nvmlDeviceGetNvLinkErrorCounter = nvlink_error
+    _fabric_calls(m)
     return m
+
+
+def _fabric_calls(m) -> None:
+    """nvmlDeviceGetGpuFabricInfoV and the older nvmlDeviceGetGpuFabricInfo. A GPU's "fabric" is None (NVML says
+    Not Supported, as nvidia-smi's N/A on the captured H100 PCIe node), an exception to raise, or the values
+    NVML writes: state, status, cliqueId, clusterUuid (16 bytes), healthMask, healthSummary. "fabric_api": "v1"
+    is a driver from before nvmlDeviceGetGpuFabricInfoV. The structures are nvidia-ml-py's own (importing it
+    needs no GPU), so the probe reads what it will read on a node."""
+    import pynvml as real
+
+    for name in ("c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfo_v2_t", "c_nvmlGpuFabricInfo_t"):
+        setattr(m, name, getattr(real, name))
+
+    def fill(h, pointer, versioned):
+        info = pointer._obj  # the caller passes ctypes.byref(structure), as NVML writes into it
+        if versioned and h.get("fabric_api") == "v1":
+            raise NVMLError_FunctionNotFound("Function Not Found")
+        fabric = h.get("fabric")
+        if fabric is None:
+            raise NVMLError_NotSupported("Not Supported")
+        if isinstance(fabric, Exception):
+            raise fabric
+        for key, value in fabric.items():
+            if key == "clusterUuid":
+                info.clusterUuid[:] = list(value)
+            elif hasattr(info, key):
+                setattr(info, key, value)
+
+    m.nvmlDeviceGetGpuFabricInfoV = lambda h, info: fill(h, info, True)
+    m.nvmlDeviceGetGpuFabricInfo = lambda h, info: fill(h, info, False)
+    m.nvmlErrorString = lambda code: {23: b"Insufficient Resources"}.get(code, b"Unknown Error")

@@ -53,7 +53,11 @@ def _nvml_seeds() -> list:
     sys.modules["pynvml"] = fake_pynvml.replaying(records)
     try:
         one = dump_nvml()
-        sys.modules["pynvml"] = fake_pynvml.replaying(records * 8)
+        # eight GPUs of an NVLink fabric, each as a published Fabric section says it
+        from gpu_fabric_cases import published
+
+        fabrics = list(published().values())
+        sys.modules["pynvml"] = fake_pynvml.replaying([dict(records[0], fabric=fabrics[i % len(fabrics)]) for i in range(8)])
         eight = dump_nvml()
     finally:
         sys.modules.pop("pynvml", None) if saved is None else sys.modules.__setitem__("pynvml", saved)
