@@ -17,23 +17,28 @@ from nodecheck.model import Report, path_identity
 from nodecheck.pci import normal_pci
 
 SIGNALS = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal", "pcie_link_errors", "ib_link_downed", "ib_port_errors",
-           "pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown")
+           "pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown", "gpu_fabric_not_ready",
+           "gpu_fabric_unhealthy")
 # gpu_xid only when repeated, not of a drain-now Xid
 TEMPERED = ("pcie_link_errors", "pcie_replays", "ib_port_errors", "nvlink_errors", "gpu_xid")
 DRAIN_NOW_XID = "no Xid"  # the expected figure of a drain-now Xid's finding
 # what an NVSwitch carries: on an HGX board every GPU links to every switch, so GPU pairs and the in-node
 # all-reduce cross each of them, and no host link does
 NVSWITCH_FABRIC = "nvswitch-fabric"
+FABRIC_OF = "nvlink-fabric:"  # + gpu3: that GPU's registration with the NVLink fabric, which only its NVLink traffic uses
 
 
 def signal_devices(report: Report, finding: Finding, hops: dict) -> list[str]:
     """The GPUs and NICs (gpu3, ibp26s0) whose traffic a signal's device carries (hops: device_hops(report)); for an
-    NVSwitch, the NVLink fabric between the GPUs (NVSWITCH_FABRIC)."""
+    NVSwitch, the NVLink fabric between the GPUs (NVSWITCH_FABRIC); for a GPU's fabric registration, its NVLink
+    traffic only (FABRIC_OF + the GPU)."""
     if finding.kind in ("pcie_link_errors", "pcie_aer_fatal") and finding.subject.startswith("pci:"):
         entry = hops.get(normal_pci(finding.subject[4:]) or finding.subject[4:])
         return list(entry[1]) if entry else []
     if finding.kind == "nvswitch_sxid":
         return [NVSWITCH_FABRIC]
+    if finding.kind in ("gpu_fabric_not_ready", "gpu_fabric_unhealthy"):
+        return [FABRIC_OF + finding.subject]
     if finding.kind in ("ib_port_errors", "ib_link_downed"):
         device = finding.subject.split("/", 1)[0]
         return [n.name for n in report.nics if n.rdma_device == device]
@@ -48,6 +53,9 @@ def on_path(measurement, devices: list[str]) -> bool:
     scope, endpoints, _ = path_identity(measurement.path)
     if NVSWITCH_FABRIC in devices:
         return scope in ("gpu-pair", "node")
+    registered = [d[len(FABRIC_OF):] for d in devices if d.startswith(FABRIC_OF)]
+    if registered:
+        return scope == "node" or scope == "gpu-pair" and any(e in registered for e in endpoints)
     gpus = [d for d in devices if d.startswith("gpu")]
     nics = [d for d in devices if not d.startswith("gpu")]
     if scope in ("host-link", "gpu-pair"):

@@ -5,8 +5,9 @@ error-only signal on a path that measured fine is a warning; a drain-now class s
 from helpers import make_measurement, make_nic, make_report
 
 from nodecheck.config import Config
+from nodecheck.fabric_rules import fabric_findings
 from nodecheck.findings import Finding
-from nodecheck.model import IbPort
+from nodecheck.model import GpuFabric, IbPort
 from nodecheck.pci import Hop
 from nodecheck.verdicts import with_measurements
 
@@ -76,3 +77,22 @@ def test_an_nvswitch_sxid_is_named_on_the_nvlink_paths_and_not_on_a_host_link():
             "; error signals on this path: nvswitch0 SXid 20034 LTSSM Fault Up"), slow.path
     assert "error signals" not in judged(report_with(sxid), h2d(0.41))["bandwidth_below_spec"].message
     assert judged(report_with(sxid), pair)["nvswitch_sxid"].severity == "error"  # never tempered: the guide's verdict
+
+
+def test_a_gpus_fabric_health_is_named_on_its_nvlink_paths_only():
+    """gpu3's NVLink fabric reports degraded bandwidth (NVML's health mask): a slow pair with gpu3 or a slow in-node
+    all-reduce names it; a slow pair of two other GPUs and gpu3's slow host link do not (no NVLink traffic of gpu3)."""
+    report = report_with()
+    report.gpus[0].fabric = GpuFabric("completed", "Success", 0, None, None, ["bandwidth degraded"])
+    report.findings = fabric_findings(report, Config())
+    pair = make_measurement("gpu3<->gpu5", "p2p", rate=0.3 * 450e9, spec=450e9, direction="unidirectional",
+                            details={"path_kind": "nvlink"})
+    others = make_measurement("gpu1<->gpu5", "p2p", rate=0.3 * 450e9, spec=450e9, direction="unidirectional",
+                              details={"path_kind": "nvlink"})
+    node = make_measurement("allreduce:node-8-gpus", "allreduce", rate=0.5 * 450e9, spec=450e9, details={"path_kind": "nvlink"})
+    for slow in (pair, node):
+        assert judged(report, slow)["bandwidth_below_spec"].message.endswith(
+            "; error signals on this path: gpu3 NVLink fabric bandwidth degraded"), slow.path
+    for elsewhere in (others, h2d(0.41)):
+        assert "error signals" not in judged(report, elsewhere)["bandwidth_below_spec"].message, elsewhere.path
+    assert judged(report, pair)["gpu_fabric_unhealthy"].severity == "warning"
