@@ -36,6 +36,7 @@ from pathlib import Path
 
 from figures import Row, exit_status, judge_folder, measurements, read_json, read_text, render, run_step, wall_time_row
 
+from nodecheck.probes.nvml import FABRIC_STATES
 from nodecheck.units import parse_cpulist
 
 REPO = Path(__file__).resolve().parent.parent
@@ -127,7 +128,26 @@ def signal_rows(nvml: dict, report: dict, metrics: str | None) -> list[Row]:
         for name, series in (("pcie_replays", "nodecheck_gpu_pcie_replays"), ("clock_event_reasons", "nodecheck_gpu_clock_event_active")):
             rows.append(_agrees(f"gpu{index} {name}", said.get(name), signals.get(name), metrics, series, index))
         rows.append(_nvlink_row(index, said.get("nvlinks"), signals.get("nvlink_errors"), metrics))
+        rows.append(_fabric_row(index, said.get("fabric"), gpu.get("fabric"), metrics))
     return rows
+
+
+def _fabric_row(gpu: int, said, reported, metrics: str | None) -> Row:
+    """NVML's raw fabric answer beside the Report's state and nodecheck_gpu_fabric_registered: a GPU without an
+    NVSwitch (this one) must say not_supported with no series; a registered one completed with a series."""
+    figure, exported = f"gpu{gpu} NVLink fabric", _metric_lines(metrics or "", "nodecheck_gpu_fabric_registered", gpu)
+    state = (reported or {}).get("state") if isinstance(reported, dict) else None
+    if isinstance(said, dict) and "error" in said:
+        shown = f"NVML: {said['error']}"
+    elif isinstance(said, dict):
+        shown = f"state {said.get('state')}, status {said.get('status')} ({said.get('status_text')})"
+    else:
+        return Row(figure, "-", "NVML", None, "as NVML says", "n/a (not in NVML's answers)")
+    expected = FABRIC_STATES[said["state"]] if isinstance(said.get("state"), int) and said["state"] < len(FABRIC_STATES) \
+        else "not_supported" if "Not Supported" in str(said.get("error")) else None
+    ok = state == expected and bool(exported) == (expected not in ("not_supported", None))
+    return Row(figure, shown, f"Report {state}", None, "as NVML says",
+               "ok" if ok else f"FAILED (Report {state!r}, {len(exported)} series)")
 
 
 def _agrees(figure: str, nvml_value, reported, metrics: str | None, series: str, gpu: int) -> Row:

@@ -50,6 +50,24 @@ def test_the_h100s_counters_are_carried_through_and_its_nvlink_counters_said_uns
     assert (nvlink.value, nvlink.verdict) == ("NVML: Not Supported", "ok")
 
 
+def test_the_fabric_row_carries_nvmls_answer_through(h100):
+    """The H100 VM's GPU has no NVSwitch: NVML's Not Supported must reach the Report as not_supported, with no
+    series; a registered GPU's answer must reach both, and a series exported for an unsupported one fails."""
+    nvml, report, metrics, _ = h100
+    row = {r.figure: r for r in script.signal_rows(nvml, report, metrics)}["gpu0 NVLink fabric"]
+    assert (row.value, row.verdict) == ("NVML: Not Supported", "ok")
+    stray = metrics + 'nodecheck_gpu_fabric_registered{gpu="0"} 0.0\n'
+    assert verdicts(script.signal_rows(nvml, report, stray))["gpu0 NVLink fabric"].startswith("FAILED")
+    registered = copy.deepcopy(nvml)
+    registered["gpus"][0]["fabric"] = {"state": 3, "status": 0, "status_text": "Success"}
+    said = copy.deepcopy(report)
+    said["gpus"][0]["fabric"] = {"state": "completed", "status": "Success"}
+    series = metrics + 'nodecheck_gpu_fabric_registered{gpu="0"} 1.0\n'
+    row = {r.figure: r for r in script.signal_rows(registered, said, series)}["gpu0 NVLink fabric"]
+    assert (row.value, row.verdict) == ("state 3, status 0 (Success)", "ok")
+    assert verdicts(script.signal_rows(registered, report, series))["gpu0 NVLink fabric"].startswith("FAILED")
+
+
 def test_a_zero_exported_for_an_unsupported_counter_fails(h100):
     nvml, report, metrics, _ = h100
     zero = metrics + 'nodecheck_gpu_nvlink_errors{counter="replay",gpu="0"} 0.0\n'
