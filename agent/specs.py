@@ -8,16 +8,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
+
+from nodecheck.shipped import shipped_table
 
 BUSY_UTILIZATION = 10  # % GPU utilization above which a low PCIe generation is not power saving
-
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
 
 
 @dataclass(frozen=True)
@@ -29,9 +23,8 @@ class Spec:
     source: str
 
 
-@lru_cache(maxsize=1)
 def table() -> dict:
-    return tomllib.loads(resources.files("nodecheck").joinpath("data/specs.toml").read_text())
+    return shipped_table("specs.toml")
 
 
 def pcie(gen: int, width: int) -> Spec | None:

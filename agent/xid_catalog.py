@@ -5,13 +5,8 @@ NVIDIA's Fabric Manager guide (agent/data/sxid.toml): what an SXid is called and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
+from nodecheck.shipped import shipped_table
 
 ACTIONS = ("drain", "watch")
 
@@ -78,35 +73,29 @@ class SxidEntry:
         return "not fatal on its own (corrected, or confined to one port): watch whether it repeats or a fatal one follows"
 
 
-@lru_cache(maxsize=2)
-def _table(name: str) -> dict:
-    """A catalog shipped in agent/data (xid.toml, sxid.toml), read once."""
-    return tomllib.loads(resources.files("nodecheck").joinpath(f"data/{name}").read_text())
-
-
 def sxid_entry(code: int) -> SxidEntry:
     """The guide's row for an SXid; one nodecheck has no row for is "unlisted", judged by the driver's word."""
-    row = _table("sxid.toml")["sxid"].get(str(code))
+    row = shipped_table("sxid.toml")["sxid"].get(str(code))
     if row is None:
         return SxidEntry(code, "", "unlisted")
     return SxidEntry(code, row["name"], row["class"], row.get("action") == "drain", row.get("why", ""))
 
 
 def sxid_source() -> dict[str, str]:
-    return dict(_table("sxid.toml")["source"])
+    return dict(shipped_table("sxid.toml")["source"])
 
 
 def listed_sxids() -> list[int]:
-    return sorted(int(code) for code in _table("sxid.toml")["sxid"])
+    return sorted(int(code) for code in shipped_table("sxid.toml")["sxid"])
 
 
 def source() -> dict[str, str]:
-    return dict(_table("xid.toml")["source"])
+    return dict(shipped_table("xid.toml")["source"])
 
 
 def xid_entry(code: int) -> XidEntry:
     """The catalog's row for an Xid; one nodecheck has no row for is watched, named by its number."""
-    row = _table("xid.toml")["xid"].get(str(code))
+    row = shipped_table("xid.toml")["xid"].get(str(code))
     if row is None:
         return XidEntry(code, f"Xid {code} (not in nodecheck's catalog)", "watch", listed=False, short="not in nodecheck's catalog")
     return XidEntry(code, row["name"], row["action"], bool(row.get("sympathetic")), True, row["resolution"],
@@ -114,11 +103,11 @@ def xid_entry(code: int) -> XidEntry:
 
 
 def listed_codes() -> list[int]:
-    return sorted(int(code) for code in _table("xid.toml")["xid"])
+    return sorted(int(code) for code in shipped_table("xid.toml")["xid"])
 
 
 def repeat_defaults() -> tuple[int, float]:
     """(count, window in seconds) at which a watched Xid repeating on one GPU becomes an error."""
-    row = _table("xid.toml")["repeat"]
+    row = shipped_table("xid.toml")["repeat"]
     return int(row["count"]), float(row["window_s"])
 

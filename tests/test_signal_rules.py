@@ -220,10 +220,11 @@ def test_kernel_log_json_keeps_the_address_as_printed(tmp_path):
 
 
 def test_the_repeat_defaults_come_from_the_catalog_with_their_source():
-    from nodecheck.xid_catalog import _table, repeat_defaults
+    from nodecheck.shipped import shipped_table
+    from nodecheck.xid_catalog import repeat_defaults
 
     assert (Config().errors.xid_repeat_count, Config().errors.xid_repeat_window_s) == repeat_defaults() == (5, 3600.0)
-    assert "gpud" in _table("xid.toml")["repeat"]["source"]
+    assert "gpud" in shipped_table("xid.toml")["repeat"]["source"]
 
 
 def test_kernel_log_json_names_each_sxid_event_once_with_its_link(tmp_path):
