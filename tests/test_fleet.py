@@ -120,3 +120,19 @@ def test_five_peers_means_six_nodes_as_in_the_prometheus_rules(tmp_path, hgx_rep
     assert not json.loads(cli("fleet", str(tmp_path / "five"), "--json").stdout)["groups"][0]["judged"]
     write(tmp_path / "six", five + [node(hgx_report, "n4")])
     assert json.loads(cli("fleet", str(tmp_path / "six"), "--json").stdout)["out_of_line"] == ["slow"]
+
+
+def test_the_peer_alert_uses_the_fleet_commands_bars():
+    """NodecheckBelowPeers and `nodecheck fleet` judge a node by the same fraction of its type's median and the
+    same number of peers: a change to one that misses the other fails here."""
+    import re
+
+    import yaml
+    from helpers import REPO
+
+    from nodecheck.fleet import DEFAULT_FRACTION, MIN_PEERS
+
+    groups = yaml.safe_load((REPO / "deploy/prometheus/nodecheck-rules.yml").read_text())["groups"]
+    (expr,) = [r["expr"] for g in groups for r in g["rules"] if r.get("alert") == "NodecheckBelowPeers"]
+    assert float(re.search(r"to_fleet_median < ([0-9.]+)", expr)[1]) == DEFAULT_FRACTION
+    assert int(re.search(r"fleet_nodes >= (\d+)", expr)[1]) == MIN_PEERS + 1
