@@ -3,6 +3,7 @@
 on eight HGX GPUs, built into a Report and judged; the captured H100 node's answer (nvidia-smi: N/A) says there
 is no fabric."""
 
+import json
 import re
 import sys
 
@@ -141,3 +142,13 @@ def test_inspect_shows_the_registration_and_fails_on_it(tmp_path):
     rows = {line.split()[0]: line for line in shown.stdout.splitlines() if re.match(r"\s*\d\s+NVIDIA", line)}
     assert "18/18 up, fabric in progress" in rows["2"] and "18/18 up, fabric registered" in rows["0"]
     assert "gpu2 NVLink fabric registration in progress: CUDA refuses work" in " ".join(shown.stdout.split())
+
+
+def test_the_prolog_drains_naming_the_unregistered_gpu(tmp_path):
+    """Fabric Manager never started (every GPU not started): the prolog's drain reason names the fabric."""
+    not_started = dict(published()["in-progress"], state=1)
+    snap = make_snapshot(tmp_path / "snap", nvml_gpus=hgx_nvml(fabric=not_started))
+    done = nodecheck("prolog", "--from", str(snap), "--dry-run", "--json", env={"SLURMD_NODENAME": "hgx1"})
+    outcome = json.loads(done.stdout)
+    assert done.returncode == 1, done.stderr
+    assert (outcome["action"], outcome["detail"]) == ("drain", "nodecheck: gpu0 NVLink fabric not started (+7 more)")
