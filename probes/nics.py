@@ -129,7 +129,8 @@ def _check_shapes(netdevs, rdma, addresses) -> None:
         if (not isinstance(raw, dict) or not text_or_none(raw.get("device")) or not names(raw.get("netdevs"))
                 or not text_or_none(raw.get("fw_ver"))
                 or not (ports is None or isinstance(ports, dict) and all(
-                    isinstance(p, dict) and all(text_or_none(v) or k == "counters" and _texts(v) for k, v in p.items())
+                    isinstance(p, dict) and all(v is None or _texts(v) if k == "counters" else text_or_none(v)
+                                                for k, v in p.items())
                     for p in ports.values()))):
             raise ParseError(f"RDMA device {name!r:.40}: unexpected values")
     for name, entries in addresses.items():

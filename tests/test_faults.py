@@ -159,6 +159,17 @@ def test_fuzz_nic_parsers(netdevs, rdma, routes):
         pass
 
 
+@pytest.mark.parametrize("counters", ["1\n", ["1"], {"symbol_error": 3}])
+def test_an_ib_ports_counters_not_a_table_of_texts_are_a_parse_error(counters):
+    """Found by tests/fuzz (seed 20261125): a snapshot whose port `counters` was text crashed the NIC parser with
+    AttributeError, where every other wrong shape is a ParseError."""
+    rdma = {"mlx5_0": {"device": None, "netdevs": [], "ports": {"1": {"state": "4: ACTIVE", "counters": counters}}}}
+    with pytest.raises(ParseError, match="mlx5_0"):
+        parse_nics({}, rdma, {}, None)
+    healthy = {"mlx5_0": {"device": None, "netdevs": [], "ports": {"1": {"state": "4: ACTIVE", "counters": {"symbol_error": "3\n"}}}}}
+    assert parse_nics({}, healthy, {}, None).rdma_devices["mlx5_0"][0].counters == {"symbol_error": 3}
+
+
 
 
 def test_hung_nvidia_smi_is_an_error_that_replays_from_a_snapshot(tmp_path, monkeypatch):
