@@ -116,11 +116,13 @@ A100_SXM4 = {"name": "NVIDIA A100-SXM4-40GB", "arch": 7, "maxgen": 4, "gpumaxgen
 def hgx_nvml(links_per_gpu: int = 18, version: int = 6, inactive: dict | None = None, **gpu) -> list[dict]:
     """Eight H100 records for an NV18 HGX board: the captured H100 values (architecture 9, Hopper) with NVLinks
     as such a board reports them (state 1, version enum 6 = NVLink 4.0); `inactive` = {gpu: [links]} marks
-    links down, as a fault would; `gpu` overrides captured fields (A100_SXM4: an A100 board, enum 5). Each GPU is
-    registered with the NVLink fabric as a healthy HGX H100 says it: completed, Success, clique 0 and an all-zero
-    cluster UUID outside a multi-node NVLink domain (meta-pytorch/torchcomms#1385), no health summary on
-    "NVIDIA H100 80GB HBM3" (gpud's pkg/nvidia/nvml/device/fabric_state.go)."""
-    base = {**h100_nvml_records()[0], "fabric": HGX_FABRIC_REGISTERED, **gpu}
+    links down, as a fault would; `gpu` overrides captured fields (A100_SXM4: an A100 board, enum 5). Each Hopper
+    GPU is registered with the NVLink fabric as a healthy HGX H100 says it: completed, Success, clique 0 and an
+    all-zero cluster UUID outside a multi-node NVLink domain (meta-pytorch/torchcomms#1385), no health summary on
+    "NVIDIA H100 80GB HBM3" (gpud's pkg/nvidia/nvml/device/fabric_state.go); NVML documents the fabric calls for
+    Hopper and newer, so an A100 answers Not Supported."""
+    base = {**h100_nvml_records()[0], **gpu}
+    base.setdefault("fabric", HGX_FABRIC_REGISTERED if base.get("arch", 0) >= 9 else None)
     gpus = []
     for i in range(8):
         down = set((inactive or {}).get(i, []))
