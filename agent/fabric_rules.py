@@ -38,7 +38,7 @@ def _judge(subject: str, fabric) -> list[Finding]:
                         f"{subject} NVLink fabric registration {NOT_READY[state]}: CUDA refuses work on it (error 802, "
                         "system not yet initialized) until Fabric Manager registers it. Seconds after Fabric "
                         f"Manager starts this completes; stuck, Fabric Manager is down or failing: {WHERE_TO_LOOK}")]
-    if state == "completed" and fabric.status not in (None, "Success"):
+    if state == "completed" and not fabric.registered:
         return [Finding("gpu_fabric_not_ready", "error", subject, f"NVLink fabric {fabric.status}", "Success",
                         f"{subject} NVLink fabric registration failed ({fabric.status}): CUDA may start, but NVLink "
                         f"peer traffic fails or falls back to PCIe; {WHERE_TO_LOOK}, then reset the GPUs or reboot")]

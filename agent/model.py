@@ -68,6 +68,14 @@ class GpuFabric:
     health_summary: str | None = None  # healthy, unhealthy, limited_capacity; None where the driver does not say
     health: list[str] = field(default_factory=list)  # the conditions NVML's health mask raises ("route unhealthy")
 
+    @property
+    def registered(self) -> bool | None:
+        """True once completed with Success; False not started, in progress or failed; None without a fabric, or
+        when the state is unreadable or unknown."""
+        if self.state not in ("not_started", "in_progress", "completed"):
+            return None
+        return self.state == "completed" and self.status in (None, "Success")
+
 
 @dataclass
 class Gpu:

@@ -97,18 +97,13 @@ def _gpus(report: Report) -> Iterator[Metric]:
     yield _gauge("nodecheck_gpu_fabric_registered", "Registered with the NVLink fabric (1); not yet, or failed (0: CUDA "
                  "refuses work, or NVLink peer traffic fails). Absent without a fabric (PCIe boards) or when NVML does "
                  "not say.", ["gpu"],
-                 [([g.index], _fabric_registered(g.fabric)) for g in gpus])
+                 [([g.index], None if g.fabric is None or g.fabric.registered is None else int(g.fabric.registered))
+                  for g in gpus])
     with_nvlinks = [g for g in gpus if g.nvlinks]
     yield _gauge("nodecheck_gpu_nvlink_links", "NVLinks NVML reports for the GPU.", ["gpu"],
                  [([g.index], len(g.nvlinks)) for g in with_nvlinks])
     yield _gauge("nodecheck_gpu_nvlink_active_links", "NVLinks that are active.", ["gpu"],
                  [([g.index], sum(1 for l in g.nvlinks if l["active"])) for g in with_nvlinks])
-
-
-def _fabric_registered(fabric) -> int | None:
-    if fabric is None or fabric.state not in ("not_started", "in_progress", "completed"):
-        return None
-    return int(fabric.state == "completed" and fabric.status in (None, "Success"))
 
 
 def exported_nics(report: Report, virtual_nics) -> list:

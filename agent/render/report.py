@@ -70,7 +70,7 @@ def _fabric(fabric) -> str:
     if fabric is None or fabric.state == "not_supported":
         return ""
     if fabric.state == "completed":
-        return "fabric registered" if fabric.status in (None, "Success") else "fabric failed"
+        return "fabric registered" if fabric.registered else "fabric failed"
     return "fabric unknown" if fabric.state == "unreadable" else f"fabric {fabric.state.replace('_', ' ')}"
 
 
