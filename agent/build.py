@@ -7,6 +7,7 @@ import time
 
 from nodecheck import specs
 from nodecheck.errors import NodecheckError
+from nodecheck.log_memory import to_remember, with_memory
 from nodecheck.model import (
     Cpu,
     Gpu,
@@ -43,27 +44,31 @@ def build_report(host, config=None, probe_timeout: float | None = None, judge: b
         result = results.get(probe.name)
         if probe.fill is not None and result is not None and result.ok:
             probe.fill(report, result.facts)
+    report.kernel_log = with_memory(report.kernel_log, report.history)
     report.paths = path_specs(report, config)
     if not judge:
         return report
-    _remember_counters(host, report, config)
+    _remember(host, report, config)
     report.findings = evaluate(report, config)
     report.advice = binding_advice(report)
     return report
 
 
-def _remember_counters(host, report: Report, config) -> None:
-    """This run's error counters into nodecheck's state, for the next run's rates (read before: history)."""
+def _remember(host, report: Report, config) -> None:
+    """This run's error counters (for the next run's rates) and the kernel log's events (for the runs after the
+    ring buffer overwrote them) into nodecheck's state; both were read before it (history)."""
     from nodecheck.config import Config
     from nodecheck.error_rules import counter_sample
     from nodecheck.events import CounterSample
 
     history = report.history
-    if history is None or history.uptime_s is None:
+    if history is None:
         return
-    sample = counter_sample(report)
-    if sample:
-        host.remember(CounterSample(history.uptime_s, sample), (config or Config()).errors.limit("min_rate_interval_s")[0])
+    counters = counter_sample(report) if history.uptime_s is not None else None
+    sample = CounterSample(history.uptime_s, counters) if counters else None
+    log = to_remember(report.kernel_log)
+    if sample or log:
+        host.remember(sample, (config or Config()).errors.limit("min_rate_interval_s")[0], log)
 
 
 _DRIVER = re.compile(r"Kernel Module(?: for \S+)?\s+([0-9][0-9.]+)")

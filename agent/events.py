@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import bisect
+from collections import Counter
 from dataclasses import dataclass, field
 
 
@@ -38,6 +40,9 @@ class KernelLog:
     source: str | None = None  # what answered: /dev/kmsg, journalctl, dmesg
     events: list[XidEvent] = field(default_factory=list)
     uptime_usec: int | None = None  # /proc/uptime when it was read: the look-back and repeat window count from it
+    # Events before this time since boot (microseconds) may be missing: the kernel's ring buffer overwrote them
+    # and neither the journal nor nodecheck's memory of this boot (History.events) holds them. None: from boot.
+    lost_before_usec: int | None = None
 
 
 @dataclass
@@ -63,6 +68,17 @@ class CounterSample:
 
 
 @dataclass
+class LogMemory:
+    """The NVIDIA events that nodecheck's runs of this boot read in the kernel log (time-stamped ones), kept in
+    the state file so that one the kernel's ring buffer has overwritten since is still judged
+    (agent/log_memory.py), and the stretch of the log those runs read without a gap."""
+
+    events: list[XidEvent] = field(default_factory=list)  # oldest first
+    from_usec: int | None = None  # the stretch's start, microseconds since boot; None: from boot
+    upto_usec: int | None = None  # its end: /proc/uptime when the last run read the log; None: unknown
+
+
+@dataclass
 class History:
     """What nodecheck remembers between its runs on this boot (the state file, agent/state.py): the
     operators' acknowledgements and the last counter samples, from which rates are taken. None in a Report
@@ -72,3 +88,50 @@ class History:
     acknowledgements: list[Acknowledgement] = field(default_factory=list)
     samples: list[CounterSample] = field(default_factory=list)  # oldest first
     uptime_s: float | None = None  # /proc/uptime now: the rates end here
+    kernel_log: LogMemory | None = None  # what earlier runs of this boot read in the kernel log
+
+
+REMEMBERED_EVENTS = 500  # the newest a state file keeps (its acknowledgements must stay within its 1 MiB)
+REMEMBERED_PER_CODE = 64  # the newest per device and code: a repeat window's count past it reads as 64
+REMEMBERED_MESSAGE = 120  # characters of each remembered event's message
+# One event read from /dev/kmsg and from the journal can differ in time: `journalctl -o short-monotonic` shows
+# the kernel's stamp, but systemd 256.1 and later shift it by seconds (systemd issue 34250: 7.6 s at boot).
+SAME_EVENT_USEC = 30_000_000
+
+
+def unseen(older: list[XidEvent], newer: list[XidEvent]) -> list[XidEvent]:
+    """older's time-stamped events that newer does not hold, oldest first. Each of newer's events stands for at
+    most one of older's: the same device, code and message, at most SAME_EVENT_USEC apart. So a burst of one
+    Xid read by two runs counts as often as the run that read more of it, never as their sum."""
+    pool: dict[tuple, list[int]] = {}
+    for event in newer:
+        if event.usec is not None:
+            pool.setdefault(_identity(event), []).append(event.usec)
+    for stamps in pool.values():
+        stamps.sort()
+    out = []
+    for event in sorted((e for e in older if e.usec is not None), key=lambda e: e.usec):
+        stamps = pool.get(_identity(event), [])
+        at = bisect.bisect_left(stamps, event.usec - SAME_EVENT_USEC)
+        if at < len(stamps) and stamps[at] <= event.usec + SAME_EVENT_USEC:
+            del stamps[at]
+        else:
+            out.append(event)
+    return out
+
+
+def _identity(event: XidEvent) -> tuple:
+    return (event.kind, event.pci, event.switch, event.code, event.message[:REMEMBERED_MESSAGE])
+
+
+def union_events(older: list[XidEvent], newer: list[XidEvent]) -> list[XidEvent]:
+    """The time-stamped events of both, each once (see unseen), oldest first, bounded as a state file keeps
+    them: the newest REMEMBERED_PER_CODE per device and code, REMEMBERED_EVENTS in all."""
+    both = unseen(older, newer) + [e for e in newer if e.usec is not None]
+    kept, per_code = [], Counter()
+    for event in sorted(both, key=lambda e: e.usec, reverse=True):
+        code = (event.kind, event.pci, event.switch, event.code)
+        per_code[code] += 1
+        if per_code[code] <= REMEMBERED_PER_CODE:
+            kept.append(event)
+    return kept[:REMEMBERED_EVENTS][::-1]

@@ -41,8 +41,9 @@ class Host(Protocol):
     def history(self) -> dict:
         """{"boot_id": this boot's id, "state": nodecheck's state file as JSON, or None} (agent/state.py)."""
 
-    def remember(self, sample, min_interval_s: float) -> str | None:
-        """Keep this run's error counters for the next run's rates; why not, when they could not be kept."""
+    def remember(self, sample, min_interval_s: float, log=None) -> str | None:
+        """Keep this run's error counters (for the next run's rates) and what it read in the kernel log (a
+        LogMemory); why not, when they could not be kept."""
 
     def list_dir(self, path: str) -> list[str]: ...
 
@@ -310,7 +311,7 @@ class LiveHost:
     def __init__(self, root: str | Path = "/") -> None:
         self.root = Path(root)
         self.label = "live" if str(root) == "/" else f"live:{root}"
-        self._samples: tuple | None = None  # (boot id, [samples]) kept when the state file cannot be written
+        self._memory: dict | None = None  # this boot's state, kept when the state file cannot be written
 
     def _path(self, path: str) -> Path:
         return self.root / path.lstrip("/")
@@ -333,26 +334,26 @@ class LiveHost:
         return read_kmsg(self._path("/dev/kmsg"), MAX_COMMAND_OUTPUT, timeout)
 
     def history(self) -> dict:
-        from nodecheck.state import boot_id, read_state
+        from nodecheck.state import boot_id, read_state, this_boot
 
         state = read_state()  # nodecheck's own file: never under root
-        if self._samples and not (state or {}).get("samples"):  # the state directory cannot be written: memory
-            state = dict(state or {}, boot_id=self._samples[0], samples=self._samples[1])
+        if self._memory:  # the state directory cannot be written: this process's memory of the boot fills in
+            state = this_boot(state, self._memory["boot_id"])
+            state = dict(state, **{k: v for k, v in self._memory.items() if not state.get(k)})
         return {"boot_id": boot_id(self.read_text), "state": state}
 
-    def remember(self, sample, min_interval_s: float) -> str | None:
+    def remember(self, sample, min_interval_s: float, log=None) -> str | None:
         """Into the state file; where it cannot be written (not root, no StateDirectory), in this process's
         memory, which serves a daemon's next round."""
-        from dataclasses import asdict
+        from nodecheck.state import boot_id, record_round, remember_round, this_boot
 
-        from nodecheck.state import boot_id, record_sample
-
+        boot = boot_id(self.read_text)
         try:
-            record_sample(sample, min_interval_s, boot_id(self.read_text))
+            record_round(sample, min_interval_s, log, boot)
             return None
         except NodecheckError as error:
-            kept = [s for s in (self._samples[1] if self._samples else []) if s["uptime_s"] < sample.uptime_s]
-            self._samples = (boot_id(self.read_text), (kept + [asdict(sample)])[-2:])
+            self._memory = this_boot(self._memory, boot)
+            remember_round(self._memory, sample, min_interval_s, log)
             return str(error)
 
     def list_dir(self, path: str) -> list[str]:

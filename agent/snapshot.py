@@ -76,8 +76,8 @@ class RecordingHost:
     def history(self) -> dict:
         return self._document("state.json", self.inner.history)
 
-    def remember(self, sample, min_interval_s: float) -> str | None:
-        return self.inner.remember(sample, min_interval_s)
+    def remember(self, sample, min_interval_s: float, log=None) -> str | None:
+        return self.inner.remember(sample, min_interval_s, log)
 
     def kernel_messages(self, timeout: float) -> str:
         text = self._record(KMSG, None, lambda: self.inner.kernel_messages(timeout))
@@ -213,7 +213,7 @@ class SnapshotHost:
     def history(self) -> dict:
         return self._document("state.json", _history_shape)
 
-    def remember(self, sample, min_interval_s: float) -> str | None:
+    def remember(self, sample, min_interval_s: float, log=None) -> str | None:
         return "a replayed snapshot keeps no state"
 
     def read_text(self, path: str) -> str | None:

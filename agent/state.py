@@ -11,12 +11,21 @@ import contextlib
 import fcntl
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from nodecheck.errors import NodecheckError
-from nodecheck.events import Acknowledgement, CounterSample
+from nodecheck.events import (
+    REMEMBERED_EVENTS,
+    REMEMBERED_MESSAGE,
+    Acknowledgement,
+    CounterSample,
+    LogMemory,
+    XidEvent,
+    union_events,
+)
 from nodecheck.files import atomic_file, read_bounded
+from nodecheck.model import from_json
 
 DEFAULT_DIR = "/var/lib/nodecheck"
 STATE_FILE = "state.json"
@@ -78,17 +87,54 @@ def acknowledge(ack: Acknowledgement, directory: Path | None = None) -> Path:
     return _update(directory or state_dir(), add)
 
 
-def record_sample(sample: CounterSample, min_interval_s: float, boot: str | None, directory: Path | None = None) -> Path:
-    """Add this run's counters to this boot's state, keeping what a later run needs for its rate: the newest
-    sample at least min_interval_s older than this one, and those newer than that."""
-    def add(data: dict) -> None:
-        kept = [s for s in data.get("samples") or [] if isinstance(s, dict) and isinstance(s.get("uptime_s"), (int, float))]
-        kept = sorted((s for s in kept if s["uptime_s"] < sample.uptime_s), key=lambda s: s["uptime_s"])
-        old_enough = [s for s in kept if sample.uptime_s - s["uptime_s"] >= min_interval_s]
-        recent = [s for s in kept if sample.uptime_s - s["uptime_s"] < min_interval_s]
-        data["samples"] = (old_enough[-1:] + recent + [asdict(sample)])[-MAX_SAMPLES:]
+def record_round(sample: CounterSample | None, min_interval_s: float, log: LogMemory | None, boot: str | None,
+                 directory: Path | None = None) -> Path:
+    """Add this run's counters and what it read in the kernel log to this boot's state (one write)."""
+    return _update(directory or state_dir(), lambda data: remember_round(data, sample, min_interval_s, log), boot)
 
-    return _update(directory or state_dir(), add, boot)
+
+def remember_round(data: dict, sample: CounterSample | None, min_interval_s: float, log: LogMemory | None) -> None:
+    """This run's part of a boot's state (a state file's, or a daemon's memory where none can be written)."""
+    if sample is not None:
+        _add_sample(data, sample, min_interval_s)
+    if log is not None:
+        _add_log(data, log)
+
+
+def _add_sample(data: dict, sample: CounterSample, min_interval_s: float) -> None:
+    """Keep what a later run needs for its rate: the newest sample at least min_interval_s older than this
+    one, and those newer than that."""
+    kept = [s for s in data.get("samples") or [] if isinstance(s, dict) and isinstance(s.get("uptime_s"), (int, float))]
+    kept = sorted((s for s in kept if s["uptime_s"] < sample.uptime_s), key=lambda s: s["uptime_s"])
+    old_enough = [s for s in kept if sample.uptime_s - s["uptime_s"] >= min_interval_s]
+    recent = [s for s in kept if sample.uptime_s - s["uptime_s"] < min_interval_s]
+    data["samples"] = (old_enough[-1:] + recent + [asdict(sample)])[-MAX_SAMPLES:]
+
+
+def _add_log(data: dict, log: LogMemory) -> None:
+    """The union of the events every run read (another process may have written between this run's read and
+    now), and the gap-free stretch of the log of whichever run read it last."""
+    stored = log_memory_from(data.get("kernel_log"))
+    events = [replace(e, message=e.message[:REMEMBERED_MESSAGE]) for e in union_events(stored.events, log.events)]
+    latest = log if (log.upto_usec or 0) >= (stored.upto_usec or 0) else stored
+    data["kernel_log"] = {"events": [asdict(e) for e in events], "from_usec": latest.from_usec, "upto_usec": latest.upto_usec}
+
+
+def log_memory_from(raw) -> LogMemory:
+    """A state file's kernel-log memory, read as untrusted input: events not of their shape are left out, and
+    no more than a state file keeps are read."""
+    raw = raw if isinstance(raw, dict) else {}
+    events = []
+    for entry in raw.get("events")[-REMEMBERED_EVENTS:] if isinstance(raw.get("events"), list) else []:
+        try:
+            event = from_json(XidEvent, entry) if isinstance(entry, dict) else None
+        except ValueError:
+            continue
+        if event is not None and event.usec is not None and event.kind in ("xid", "sxid") and isinstance(event.code, int):
+            events.append(event)
+    stretch = [raw.get(k) if isinstance(raw.get(k), int) and not isinstance(raw.get(k), bool) else None
+               for k in ("from_usec", "upto_usec")]
+    return LogMemory(sorted(events, key=lambda e: e.usec), *stretch)
 
 
 def _update(directory: Path, change, boot: str | None = None) -> Path:

@@ -169,6 +169,11 @@ def _kernel_log(report: Report) -> Iterator[Metric]:
         return
     yield _gauge("nodecheck_kernel_log_readable", "1 when nodecheck could read the kernel log (0: its Xid checks are unknown, "
                  "e.g. it needs CAP_SYSLOG or the systemd-journal group).", [], [([], int(log.known))])
+    lost = log.lost_before_usec if log.known else None
+    yield _gauge("nodecheck_kernel_log_lost_before_seconds", "Events logged before this time since boot may be missing from "
+                 "the Xid checks: the kernel's ring buffer overwrote them, and neither the journal nor an earlier nodecheck "
+                 "run of this boot read them; absent when the log reaches back to boot.", [],
+                 [([], lost / 1e6)] if lost is not None else [])
     gpus = {normal_pci(g.pci_bus_id): g for g in report.gpus}  # pci_bus_id as NVML and dcgm-exporter spell it, where known
     xids = Counter((gpus[e.pci].index, gpus[e.pci].pci_bus_id, e.code) if e.pci in gpus else ("", e.pci, e.code)
                    for e in log.events if e.kind == "xid")

@@ -1,6 +1,6 @@
-"""What nodecheck remembers on this boot (agent/state.py's file): the operators' acknowledgements and the last
-error-counter samples, read as untrusted input, and /proc/uptime (now). A file from another boot, or one not
-of its shape, is as good as none."""
+"""What nodecheck remembers on this boot (agent/state.py's file): the operators' acknowledgements, the last
+error-counter samples and the NVIDIA events earlier runs read in the kernel log, read as untrusted input, and
+/proc/uptime (now). A file from another boot, or one not of its shape, is as good as none."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from nodecheck.errors import NodecheckError
 from nodecheck.events import Acknowledgement, CounterSample, History
 from nodecheck.model import from_json
 from nodecheck.probes.base import Probe
-from nodecheck.state import MAX_ACKNOWLEDGEMENTS, MAX_COUNTERS, MAX_SAMPLES, this_boot
+from nodecheck.state import MAX_ACKNOWLEDGEMENTS, MAX_COUNTERS, MAX_SAMPLES, log_memory_from, this_boot
 
 FIELDS = {f.name for f in fields(Acknowledgement)}
 
@@ -29,7 +29,8 @@ def history_from(raw: dict) -> History:
             continue
         if isinstance(ack.kind, str) and isinstance(ack.count, int):
             acks.append(ack)
-    return History(current, acks, _samples(data.get("samples")))
+    return History(current, acks, _samples(data.get("samples")),
+                   kernel_log=log_memory_from(data["kernel_log"]) if "kernel_log" in data else None)
 
 
 def _samples(raw) -> list[CounterSample]:

@@ -6,7 +6,9 @@ linear (anchored or literal-led), so a hostile megabyte line is read, not stuck 
 
 Read from /dev/kmsg (root, or CAP_SYSLOG where kernel.dmesg_restrict is 1), else `journalctl -k -b` (the
 journal: root or the systemd-journal group), else `dmesg`; when none answers the log is a named unknown,
-never "no errors". agent/signal_rules.py judges the events.
+never "no errors". The kernel's ring buffer overwrites its oldest records: when /dev/kmsg no longer reaches
+back to boot the journal is read too, and the log says from when it is whole (agent/log_memory.py adds what
+earlier runs of this boot read). agent/signal_rules.py judges the events.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ COMMANDS = (("journalctl-k.txt", ["journalctl", "-k", "-b", "--no-pager", "-o", 
 
 MAX_EVENTS = 10_000  # the newest kept: a log that repeats one Xid forever costs bounded memory
 _KMSG = re.compile(r"^\d{1,3},\d{1,20},(\d{1,20}),[^;]{0,64};")  # /dev/kmsg: prio,seq,usec,flags;message
+_KMSG_SEQ = re.compile(r"^\d{1,3},(\d{1,20}),(\d{1,20}),")
 _MONOTONIC = re.compile(r"^\[\s{0,12}(\d{1,10})\.(\d{1,9})\]")  # dmesg, journalctl -o short-monotonic: [ 8312.000001]
 _ADDRESS = r"([0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2})"  # the driver drops the function: 0000:9b:00
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?" + _ADDRESS + r"(?:\.[0-7])?\): (\d{1,6}),")
@@ -112,10 +115,12 @@ def _without_echoes(events: list[XidEvent]) -> list[XidEvent]:
 
 
 def collect(host, timeout: float) -> KernelLog:
-    """The first source that answers, parsed; a snapshot from before nodecheck read the kernel log gives no data."""
+    """The first source that answers and reaches back to boot, parsed; where the kernel's ring buffer has
+    overwritten the oldest messages, the source that reaches back furthest (`lost_before_usec` says from when).
+    A snapshot from before nodecheck read the kernel log gives no data."""
     reads = [(KMSG, lambda share: host.kernel_messages(share))]
     reads += [(argv[0], lambda share, source=source, argv=argv: host.command(source, argv, share)) for source, argv in COMMANDS]
-    why, recorded = [], False
+    why, recorded, partial = [], False, []
     for name, read in reads:
         try:
             text = read(timeout / len(reads))
@@ -130,11 +135,37 @@ def collect(host, timeout: float) -> KernelLog:
         if not _has_messages(text):  # a booted kernel has logged something: none means none could be read
             why.append(f"{name} gave no kernel messages (journalctl: no journal file it may read)")
             continue
-        return KernelLog(True, None, name, parse_kernel_log(text), _uptime_usec(host))
+        lost_before = _lost_before(name, text)
+        if lost_before is None:
+            return KernelLog(True, None, name, parse_kernel_log(text), _uptime_usec(host))
+        partial.append((lost_before, name, text))  # a later source may hold what the ring buffer lost
+    if partial:
+        lost_before, name, text = min(partial, key=lambda p: p[0])
+        return KernelLog(True, None, name, parse_kernel_log(text), _uptime_usec(host), lost_before)
     if not recorded:
         raise NotRecorded("the kernel log is not in the snapshot")
     needs = " (needs CAP_SYSLOG)" if any("CAP_SYSLOG" in w for w in why) else ""
     return KernelLog(False, f"unknown{needs}: the kernel log could not be read (" + "; ".join(why)[:400] + ")")
+
+
+FROM_BOOT_USEC = 1_000_000  # the kernel's first lines are stamped 0.000000: a log whose oldest is later lost some
+BOOT_LINE = "Linux version "  # the kernel's first message (systemd 256.1+'s journal may stamp it seconds late)
+
+
+def _lost_before(source: str, text: str) -> int | None:
+    """None when the log reaches back to boot, else the time since boot (us) of its oldest message. /dev/kmsg
+    numbers its records from 0 at boot, so a first record past 0 means the ring buffer overwrote the older
+    ones; journalctl's and dmesg's log starts at boot when it holds the kernel's first message or its oldest
+    line is stamped within the first second (a log without any stamp is taken whole)."""
+    oldest = None
+    for line in text.splitlines()[:200]:
+        if source == KMSG and (record := _KMSG_SEQ.match(line)):
+            return None if int(record[1]) == 0 else int(record[2])
+        if source != KMSG and BOOT_LINE in line:
+            return None
+        if source != KMSG and oldest is None:
+            oldest = _since_boot(line)
+    return None if oldest is None or oldest < FROM_BOOT_USEC else oldest
 
 
 def _has_messages(text: str) -> bool:

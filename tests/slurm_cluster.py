@@ -66,7 +66,9 @@ class SlurmNode:
             wrapper.chmod(0o755)
         (self.root / "nodecheck.env").write_text(
             f"NODECHECK={Path(sys.executable).parent / 'nodecheck'}\nNODECHECK_CONFIG={self.nodecheck_config}\n"
-            "NODECHECK_KILL_AFTER=60\n")
+            "NODECHECK_KILL_AFTER=60\n"
+            # slurmd hands its scripts a fresh environment: the cluster's own state directory, not the machine's
+            f"export STATE_DIRECTORY={self.root / 'nodecheck-state'}\n")
         self.configure("")
         snippet = (REPO / "deploy/slurm/slurm.conf.snippet").read_text().replace("/etc/slurm/", f"{self.root}/")
         snippet = re.sub(r"(?m)^HealthCheckInterval=\d+", f"HealthCheckInterval={self.health_interval}", snippet)

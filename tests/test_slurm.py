@@ -37,6 +37,9 @@ def test_healthy_node_runs_the_job(slurm, tmp_path):
     assert slurm.job(job)["JobState"] == "COMPLETED", slurm.log("slurmd.log")
     assert out.read_text().strip() == f"ran on {slurm.name}"
     slurm.wait_for(lambda: slurm.node_state() == "idle", 60, "the node to be idle again")  # not drained
+    # the prolog (root, as Slurm runs it) remembered this boot's kernel log in the state directory it was given
+    state = json.loads((slurm.root / "nodecheck-state/state.json").read_text())
+    assert state["kernel_log"]["upto_usec"] > 0
 
 
 def test_fault_drains_with_the_check_and_requeues_the_job(slurm, tmp_path):

@@ -100,19 +100,19 @@ def test_clear_acknowledges_a_real_kernel_event_and_a_new_one_fails_again(tmp_pa
 
 def test_samples_keep_the_newest_one_old_enough_for_a_rate(tmp_path):
     from nodecheck.events import CounterSample
-    from nodecheck.state import record_sample
+    from nodecheck.state import record_round
 
     def kept():
         return [s["uptime_s"] for s in json.loads((tmp_path / STATE_FILE).read_text())["samples"]]
 
     for uptime in (100.0, 150.0, 155.0, 158.0):
-        record_sample(CounterSample(uptime, {"k": int(uptime)}), 10.0, "boot", tmp_path)
+        record_round(CounterSample(uptime, {"k": int(uptime)}), 10.0, None, "boot", tmp_path)
     assert kept() == [100.0, 150.0, 155.0, 158.0]  # 100 is the newest at least 10 s before 158
-    record_sample(CounterSample(165.0, {"k": 165}), 10.0, "boot", tmp_path)
+    record_round(CounterSample(165.0, {"k": 165}), 10.0, None, "boot", tmp_path)
     assert kept() == [155.0, 158.0, 165.0]  # now 155 is
     history = history_from({"boot_id": "boot", "state": read_state(tmp_path)})
     assert [s.counters["k"] for s in history.samples] == [155, 158, 165]
-    record_sample(CounterSample(5.0, {"k": 1}), 10.0, "rebooted", tmp_path)
+    record_round(CounterSample(5.0, {"k": 1}), 10.0, None, "rebooted", tmp_path)
     assert [s["uptime_s"] for s in json.loads((tmp_path / STATE_FILE).read_text())["samples"]] == [5.0]
 
 

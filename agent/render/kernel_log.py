@@ -53,11 +53,14 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
         return []
     if not log.known:
         return [f"Kernel log: {log.why}"]
+    since = "since boot" if log.lost_before_usec is None else f"from {_after_boot(log.lost_before_usec)} after boot"
+    lost = (["  events before then are unknown: the kernel's ring buffer overwrote them, and neither the journal nor an "
+             "earlier nodecheck run of this boot read them"] if log.lost_before_usec is not None else [])
     if not log.events:
-        return [f"Kernel log ({log.source}): no NVIDIA Xid or SXid since boot"]
+        return [f"Kernel log ({log.source}): no NVIDIA Xid or SXid {since}"] + lost
     names = {normal_pci(g.pci_bus_id): f"gpu{g.index}" for g in report.gpus}
     counts = Counter((e.kind, e.pci, e.code) for e in log.events)
-    lines = [f"Kernel log ({log.source}): {len(log.events)} NVIDIA event(s) since boot"]
+    lines = [f"Kernel log ({log.source}): {len(log.events)} NVIDIA event(s) {since}"] + lost
     for (kind, pci, code), n in counts.items():
         device = f"{names[pci]} ({pci})" if pci in names else (pci or "unknown device")
         if kind == "sxid":
@@ -67,6 +70,11 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
         entry = xid_entry(code)
         lines.append(f"  {device}: Xid {code} {entry.name} x{n} ({entry.action})")
     return lines
+
+
+def _after_boot(usec: int) -> str:
+    minutes = usec // 60_000_000
+    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{usec / 1e6:.0f} s"
 
 
 def counter_lines(report: Report) -> list[str]:

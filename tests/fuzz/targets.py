@@ -141,6 +141,41 @@ def _kube_node(node) -> tuple:
     return node_conditions(node), node_uid(node), version, taints_with(taints, True), taints_with(taints, False)
 
 
+def _kmsg_seeds() -> list[str]:
+    """The real Xid lines as /dev/kmsg records: from boot (numbered from 0) and from a wrapped ring buffer."""
+    lines = [line.split("] ", 1)[-1] for text in _texts("captures/public/health/xid/*.log") for line in text.splitlines()]
+    return [f"{start}" + "".join(f"4,{first + n},{8312000001 + n},-;{line}\n" for n, line in enumerate(lines))
+            for start, first in (("", 0), ("", 48211), ("6,0,0,-;Linux version 6.8.0\n", 1))]
+
+
+def _kernel_log_source(text: str):
+    from nodecheck.probes.kernel_log import KMSG, _lost_before, parse_kernel_log
+
+    return parse_kernel_log(text), _lost_before(KMSG, text), _lost_before("journalctl", text)
+
+
+def _state_seeds() -> list:
+    """A state file as nodecheck writes it: an acknowledgement, a sample and the events of a real log."""
+    import tempfile
+
+    from nodecheck.events import Acknowledgement, CounterSample, LogMemory
+    from nodecheck.probes.kernel_log import parse_kernel_log
+    from nodecheck.state import STATE_FILE, acknowledge, boot_id, record_round
+
+    events = [e for text in _kmsg_seeds()[:1] for e in parse_kernel_log(text)]
+    with tempfile.TemporaryDirectory() as directory:
+        acknowledge(Acknowledgement("gpu_xid", "gpu3", 8312000001, 1, "ops", 1.0), Path(directory))
+        record_round(CounterSample(9000.0, {"aer/0000:47:00.0/correctable": 3}), 10.0, LogMemory(events, None, 9_000_000_000),
+                     boot_id(), Path(directory))
+        return [json.loads((Path(directory) / STATE_FILE).read_text())]
+
+
+def _history(state) -> object:
+    from nodecheck.probes.history import history_from
+
+    return history_from({"boot_id": state.get("boot_id") if isinstance(state, dict) else None, "state": state})
+
+
 def targets() -> list[Target]:
     from nodecheck import units
     from nodecheck.bench.nccl_debug import parse_nccl_debug
@@ -173,6 +208,8 @@ def targets() -> list[Target]:
         Target("nccl_debug", lambda: _texts("captures/public/nccl-debug/*.txt"), parse_nccl_debug, (ParseError,)),
         Target("lspci", lambda: _texts("captures/public/lspci/*.txt"), parse_lspci, (ParseError,)),
         Target("kernel_log", lambda: _texts("captures/public/health/xid/*.log"), parse_kernel_log, (ParseError,)),
+        Target("kernel_log_source", _kmsg_seeds, _kernel_log_source, (ParseError,)),
+        Target("state", _state_seeds, _history, (), structured=True),
         Target("aer", lambda: _texts("captures/public/health/aer/**/aer_dev_*"), parse_aer_file, ()),
         Target("ib_counter", lambda: _texts("captures/public/health/ib/**/counters/*", "captures/public/health/ib/**/hw_counters/*"),
                parse_counter, ()),
