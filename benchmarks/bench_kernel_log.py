@@ -3,7 +3,11 @@ size bound (16 MiB: what /dev/kmsg, journalctl or dmesg may hand over), each bes
 log's bytes read and split into lines by Python alone (the least any reader pays). Logs: the real XE9680
 Xid 119 log (../shared/captures/public/health/xid) repeated to the bound, the same with every line an Xid,
 every line an SXid event's "Severity" line from eight switches in turn (each folds into its event: the
-parser looks back a few lines for it), and one hostile 16 MiB line. Run: .venv/bin/python benchmarks/bench_kernel_log.py"""
+parser looks back a few lines for it), and one hostile 16 MiB line. Then what remembering the log costs a run
+(agent/log_memory.py, agent/state.py) at its bounds: a log of 10,000 events merged with 500 remembered ones it
+no longer holds, beside sorting the log's events alone; and the state file's write of that round, beside the
+write of the counters alone (what a run wrote before it remembered the log).
+Run: .venv/bin/python benchmarks/bench_kernel_log.py"""
 
 from __future__ import annotations
 
@@ -53,6 +57,45 @@ def main() -> None:
         seconds, peak, events = measure(parse_kernel_log, text)
         ref_seconds, ref_peak, _ = measure(str.splitlines, text)
         print(f"{name:32} {seconds:8.3f} {peak:9.1f} {len(events):7} | {ref_seconds:8.3f} {ref_peak:9.1f}")
+    remembering(parse_kernel_log(logs["every line an Xid, 16 MiB"]))
+
+
+def remembering(log_events: list) -> None:
+    """The memory's cost at its bounds, each beside its reference, best of 5 (ms)."""
+    import tempfile
+    from dataclasses import replace
+
+    from nodecheck.events import REMEMBERED_EVENTS, CounterSample, History, KernelLog, LogMemory
+    from nodecheck.log_memory import with_memory
+    from nodecheck.state import record_round
+
+    log_events = [replace(e, usec=1_000_000 * (n + 1)) for n, e in enumerate(log_events)]
+    gone = [replace(e, usec=e.usec // 1000, pci=f"0000:{n % 200:02x}:00.0") for n, e in enumerate(log_events[:REMEMBERED_EVENTS])]
+    log = KernelLog(True, None, "/dev/kmsg", log_events, 10**13, 500_000)
+    history = History("boot", kernel_log=LogMemory(gone, None, 10**12))
+    counters = CounterSample(10_000.0, {f"aer/0000:{n:02x}:00.0/correctable": n for n in range(200)})
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(5):
+            started = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - started) * 1000)
+        return min(times)
+
+    merged = with_memory(log, history)
+    with tempfile.TemporaryDirectory() as memory, tempfile.TemporaryDirectory() as counters_only:
+        rows = [
+            (f"merge {len(log_events)} + {len(gone)} remembered", best(lambda: with_memory(log, history)),
+             "sort the log's events", best(lambda: sorted(log_events, key=lambda e: e.usec))),
+            (f"state write, {len(merged.events)} events", best(lambda: record_round(counters, 10.0, LogMemory(merged.events, None, 10**13), "boot", Path(memory))),
+             "state write, counters only", best(lambda: record_round(counters, 10.0, None, "boot", Path(counters_only)))),
+        ]
+        size = (Path(memory) / "state.json").stat().st_size
+    print(f"\n{'remembering the log':32} {'ms':>8} | {'reference':28} {'ms':>8}")
+    for name, ms, reference, ref_ms in rows:
+        print(f"{name:32} {ms:8.1f} | {reference:28} {ref_ms:8.1f}")
+    print(f"state file at its bound: {size / 1024:.0f} KiB (the reader's limit: 1024 KiB)")
 
 
 if __name__ == "__main__":

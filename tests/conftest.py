@@ -17,12 +17,16 @@ def private_state_directory(tmp_path_factory):
     never the machine's /var/lib/nodecheck (tests that run nodecheck in a subprocess inherit it)."""
     directory = tmp_path_factory.mktemp("state")
     previous = os.environ.get("STATE_DIRECTORY")
+    machines = Path("/var/lib/nodecheck")
+    had_one = machines.exists()
     os.environ["STATE_DIRECTORY"] = str(directory)
     yield directory
     if previous is None:
         os.environ.pop("STATE_DIRECTORY", None)
     else:
         os.environ["STATE_DIRECTORY"] = previous
+    # a nodecheck run with an environment of its own (slurmd's, `env=`) writes the machine's state: a leak
+    assert had_one or not machines.exists(), f"the suite created {machines}: a test ran nodecheck without STATE_DIRECTORY"
 
 
 @pytest.fixture(scope="session")

@@ -132,7 +132,8 @@ def test_healthcheck_dry_run_leaves_an_admin_drain(slurm):
     slurm.run("scontrol", "update", f"nodename={slurm.name}", "state=drain", "reason=admin: firmware update")
     try:
         run = subprocess.run([str(Path(sys.executable).parent / "nodecheck"), "healthcheck", "--dry-run", "--config",
-                              str(slurm.nodecheck_config)], env={"SLURMD_NODENAME": slurm.name}, capture_output=True, text=True, timeout=60)
+                              str(slurm.nodecheck_config)], env={"SLURMD_NODENAME": slurm.name, "STATE_DIRECTORY": str(slurm.root / "nodecheck-state")},
+                             capture_output=True, text=True, timeout=60)
         assert run.returncode == 1  # the checks fail ...
         assert "no change (already drained by someone else (admin: firmware update)" in run.stdout, run.stdout  # ... the reason stays
         assert slurm.node_reason() == "admin: firmware update"
