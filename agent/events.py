@@ -23,6 +23,7 @@ class XidEvent:
     implied: bool = False  # "fallen off the bus" without an Xid line: counted as Xid 79
     printed: str | None = None  # the address as the line prints it ("0000:9b:00", "00000000:3B:00.0")
     link: int | None = None  # the NVSwitch port an SXid's first line names ("Fatal, Link 30 LTSSM Fault Up")
+    remembered: bool = False  # read by an earlier run of this boot: the log no longer holds it (agent/log_memory.py)
 
     @property
     def driver_word(self) -> str | None:

@@ -18,7 +18,7 @@ def with_memory(log: KernelLog | None, history: History | None) -> KernelLog | N
     memory = history.kernel_log if history is not None else None
     if log is None or not log.known or memory is None:
         return log  # an unreadable log stays unknown: its checks are not made, remembered events or not
-    lost = unseen(memory.events, log.events)
+    lost = [replace(e, remembered=True) for e in unseen(memory.events, log.events)]
     lost_before = log.lost_before_usec
     if lost_before is not None and memory.upto_usec is not None and memory.upto_usec >= lost_before:
         lost_before = memory.from_usec  # the runs before this one read what the ring buffer has lost since

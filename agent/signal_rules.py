@@ -110,7 +110,7 @@ def _xid_finding(report: Report, config: Config, subject: str, code: int, events
     pci = events[0].pci
     where = f" ({pci})" if not subject.startswith("pci:") else ""
     timed = all(e.usec is not None for e in events) and not (entry.action == "drain" and not entry.sustained)
-    window = f"x{len(events)} since boot" + (f" ({len(recent)} within {config.errors.xid_repeat_window_s:g} s)" if timed else "")
+    window = _since_boot(events) + (f" ({len(recent)} within {config.errors.xid_repeat_window_s:g} s)" if timed else "")
     followed = f"; followed by {len(sympathetic)} sympathetic Xid(s) {_codes(sympathetic)}" if sympathetic else ""
     if drains:
         why = "repeated" if repeated and not entry.action == "drain" else "drain now"
@@ -140,6 +140,13 @@ def _within_window(report: Report, config: Config, events: list[XidEvent]) -> li
     return [e for e in events if e.usec >= start]
 
 
+def _since_boot(events: list[XidEvent]) -> str:
+    """How often since boot, and how many of those only nodecheck's memory holds (dmesg no longer shows them)."""
+    remembered = sum(e.remembered for e in events)
+    return f"x{len(events)} since boot" + (f" ({remembered} remembered by nodecheck: the kernel's ring buffer no longer "
+                                           "holds them)" if remembered else "")
+
+
 def _codes(events: list[XidEvent]) -> str:
     return ", ".join(sorted({str(e.code) for e in events}, key=int))
 
@@ -161,7 +168,7 @@ def switch_xids(report: Report, config: Config) -> list[Finding]:
                      else "not in nodecheck's SXid catalog: judged by the driver's word")
             findings.append(Finding("nvswitch_sxid", "error" if fatal else "warning", subject,
                                     f"SXid {code} {entry.name}".rstrip(), "no SXid",
-                                    f"{subject} ({same[0].pci}) logged SXid {code} ({named}){where} x{len(same)} since boot: "
+                                    f"{subject} ({same[0].pci}) logged SXid {code} ({named}){where} {_since_boot(same)}: "
                                     f"{same[-1].message[:120]}; {entry.advice(fatal)}; check "
                                     "the fabric manager log and `nvidia-smi nvlink -s` on the GPUs behind it, then "
                                     f"`nodecheck clear nvswitch_sxid --gpu {subject}` once it is dealt with"))

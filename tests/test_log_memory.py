@@ -109,7 +109,13 @@ def test_a_drain_now_xid_the_ring_buffer_overwrote_still_fails_the_node(tmp_path
     second = judge(root)
     assert xid_findings(second) == xid_findings(first)
     assert second.kernel_log.lost_before_usec is None
-    assert [e.code for e in second.kernel_log.events] == [119] * 5
+    assert [(e.code, e.remembered) for e in second.kernel_log.events] == [(119, True)] * 5
+    (finding,) = [f for f in second.findings if f.kind == "gpu_xid"]
+    assert "x5 since boot (5 remembered by nodecheck: the kernel's ring buffer no longer holds them)" in finding.message
+    from nodecheck.render.kernel_log import kernel_log_lines
+
+    assert "5 of them remembered from earlier runs" in kernel_log_lines(second)[0]
+    assert [e.remembered for e in first.kernel_log.events] == [False] * 5
 
     from nodecheck.cli.signals import _clear_events
 

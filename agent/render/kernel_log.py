@@ -60,7 +60,10 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
         return [f"Kernel log ({log.source}): no NVIDIA Xid or SXid {since}"] + lost
     names = {normal_pci(g.pci_bus_id): f"gpu{g.index}" for g in report.gpus}
     counts = Counter((e.kind, e.pci, e.code) for e in log.events)
-    lines = [f"Kernel log ({log.source}): {len(log.events)} NVIDIA event(s) {since}"] + lost
+    remembered = sum(e.remembered for e in log.events)
+    held = (f", {remembered} of them remembered from earlier runs (the ring buffer no longer holds them: dmesg does not "
+            "show them)") if remembered else ""
+    lines = [f"Kernel log ({log.source}): {len(log.events)} NVIDIA event(s) {since}{held}"] + lost
     for (kind, pci, code), n in counts.items():
         device = f"{names[pci]} ({pci})" if pci in names else (pci or "unknown device")
         if kind == "sxid":
