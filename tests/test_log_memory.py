@@ -273,3 +273,24 @@ def test_one_event_read_from_kmsg_and_from_a_late_stamping_journal_counts_once(t
     assert second.kernel_log.source == "journalctl" and second.kernel_log.lost_before_usec is None  # its boot line
     assert [e.code for e in second.kernel_log.events] == [31, 31, 31]
     assert xid_findings(second) == xid_findings(first)
+
+
+def test_a_snapshot_keeps_what_nodecheck_remembered(tmp_path, monkeypatch, no_journal):
+    """`nodecheck snapshot` of a node whose ring buffer has wrapped records the state file beside the log, so
+    `inspect --from` on another machine judges the remembered Xid as the node did."""
+    from nodecheck.build import build_report
+    from nodecheck.snapshot import RecordingHost, SnapshotHost
+
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
+    root = host_root(tmp_path, 9_000)
+    write_kmsg(root, 0, 0, BOOT_LINES + real_lines("gpud-dmesg-xid119-dell-xe9680.log"))
+    judge(root)
+    write_kmsg(root, 48_211, 8_500_000_000, NOISE)
+    recorder = RecordingHost(LiveHost(root))
+    live = build_report(recorder, ONLY_THE_LOG)
+    recorder.write(tmp_path / "snap")
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "elsewhere"))
+    replayed = build_report(SnapshotHost(tmp_path / "snap"), ONLY_THE_LOG)
+    assert xid_findings(replayed) == xid_findings(live) == [("error", "pci:0000:9b:00.0", "Xid 119 GSP RPC timeout")]
+    assert replayed.kernel_log == live.kernel_log
+    assert not (tmp_path / "elsewhere").exists()  # a replay keeps no state
