@@ -42,7 +42,7 @@ class KernelLog:
     events: list[XidEvent] = field(default_factory=list)
     uptime_usec: int | None = None  # /proc/uptime when it was read: the look-back and repeat window count from it
     # Events before this time since boot (microseconds) may be missing: the kernel's ring buffer overwrote them
-    # and neither the journal nor nodecheck's memory of this boot (History.events) holds them. None: from boot.
+    # and neither the journal nor nodecheck's memory of this boot (History.kernel_log) holds them. None: from boot.
     lost_before_usec: int | None = None
 
 
