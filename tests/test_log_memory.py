@@ -294,3 +294,67 @@ def test_a_snapshot_keeps_what_nodecheck_remembered(tmp_path, monkeypatch, no_jo
     assert xid_findings(replayed) == xid_findings(live) == [("error", "pci:0000:9b:00.0", "Xid 119 GSP RPC timeout")]
     assert replayed.kernel_log == live.kernel_log
     assert not (tmp_path / "elsewhere").exists()  # a replay keeps no state
+
+
+def _first_record(path: str = "/dev/kmsg") -> tuple[int, int]:
+    """(sequence number, usec) of the oldest record the real ring buffer still holds."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        prio, seq, usec = os.read(fd, 16384).decode(errors="replace").split(";", 1)[0].split(",")[:3]
+    finally:
+        os.close(fd)
+    return int(seq), int(usec)
+
+
+def test_the_real_ring_buffer_wraps_and_the_xid_read_before_still_counts(tmp_path, monkeypatch):
+    """As root, on this machine's kernel: a watched Xid written into /dev/kmsg (an address no machine has) is
+    read by a run; then the ring buffer is filled until that record is overwritten (user writes to /dev/kmsg are
+    rate-limited by default: printk_devkmsg is set to "on" for the flood and put back). The next run finds
+    /dev/kmsg's first record numbered past the Xid's, says the log is not whole (no journal runs here), and
+    still judges the Xid, from memory."""
+    import random
+    import uuid
+
+    from nodecheck.build import build_report
+
+    setting = "/proc/sys/kernel/printk_devkmsg"
+    if os.geteuid() != 0 or not os.path.exists("/dev/kmsg") or not os.access(setting, os.W_OK):
+        pytest.skip("needs root, /dev/kmsg and kernel.printk_devkmsg")
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
+    tag = uuid.uuid4().hex[:12]
+    address = f"00fe:{random.randrange(256):02x}:{random.randrange(32):02x}"  # noqa: S311 - a name, not a secret
+    with open("/dev/kmsg", "w") as kmsg:
+        kmsg.write(f"<4>NVRM: Xid (PCI:{address}): 13, nodecheck-test-{tag} Graphics Exception\n")
+    live = LiveHost()
+    before = build_report(live, ONLY_THE_LOG)
+    (mine,) = [e for e in before.kernel_log.events if tag in e.message]
+    assert not mine.remembered
+
+    previous = open(setting).read().strip()
+    import ctypes
+
+    size = ctypes.CDLL(None).klogctl(10, None, 0)  # SYSLOG_ACTION_SIZE_BUFFER: the ring buffer's bytes
+    try:
+        try:
+            with open(setting, "w") as out:
+                out.write("on\n")
+        except OSError as error:
+            pytest.skip(f"kernel.printk_devkmsg cannot be changed here ({error})")
+        line = f"<6>nodecheck-test-flood {tag} " + "x" * 900 + "\n"
+        with open("/dev/kmsg", "w") as kmsg:
+            for _ in range(8 * max(size, 1 << 17) // len(line)):  # bounded: 8 times the buffer at most
+                kmsg.write(line)
+                kmsg.flush()
+                if _first_record()[1] > mine.usec:
+                    break
+    finally:
+        with open(setting, "w") as out:
+            out.write(previous + "\n")
+    first_seq, first_usec = _first_record()
+    assert first_seq > 0 and first_usec > mine.usec, "the flood did not overwrite the Xid's record"
+
+    after = build_report(live, ONLY_THE_LOG)
+    assert after.kernel_log.lost_before_usec is not None and after.kernel_log.lost_before_usec > 0
+    (kept,) = [e for e in after.kernel_log.events if tag in e.message]
+    assert kept.remembered and (kept.pci, kept.code, kept.usec) == (f"{address}.0", 13, mine.usec)
+    assert [f.severity for f in after.findings if f.kind == "gpu_xid" and f.subject == f"pci:{address}.0"] == ["warning"]

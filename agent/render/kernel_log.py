@@ -77,7 +77,9 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
 
 def _after_boot(usec: int) -> str:
     minutes = usec // 60_000_000
-    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{usec / 1e6:.0f} s"
+    if minutes >= 60:
+        return f"{minutes // 60} h {minutes % 60} min"
+    return f"{minutes} min" if minutes else f"{usec / 1e6:.0f} s"
 
 
 def counter_lines(report: Report) -> list[str]:
