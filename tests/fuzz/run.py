@@ -77,7 +77,7 @@ def main() -> int:
             print(f"{target.name:14} skipped: {error}")
             continue
         kinds = Counter(kind for kind, *_ in escapes)
-        print(f"{target.name:14} {tried:6} inputs  {len(escapes):5} escapes  {time.monotonic() - started:6.1f} s  {dict(kinds) or ''}")
+        print(f"{target.name:17} {tried:6} inputs  {len(escapes):5} escapes  {time.monotonic() - started:6.1f} s  {dict(kinds) or ''}")
         for kind, message, excerpt, trace in escapes[:3]:
             print(f"    {kind}: {message}\n      input: {excerpt}\n      {trace.strip().splitlines()[-3:]}")
         failed += bool(escapes)
