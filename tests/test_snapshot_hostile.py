@@ -207,7 +207,13 @@ def test_snapshot_tarball_is_written_whole_beside_its_name(tmp_path):
 
 @pytest.mark.parametrize("content", ['{"boot_id": "b", "state": {"boot_id": "b", "acknowledgements": [{"kind": 5}], '
                                      '"samples": [{"uptime_s": "x", "counters": {"k": "v"}}, 7]}}',
-                                     '{"boot_id": ["b"], "state": 12}', '{"evil": 1}', "[]"])
+                                     '{"boot_id": ["b"], "state": 12}', '{"evil": 1}', "[]",
+                                     '{"boot_id": "b", "state": {"boot_id": "b", "kernel_log": {"events": [{"kind": "xid", '
+                                     '"pci": [], "code": 79, "message": 5, "line": 1, "usec": "soon"}, 3, null], '
+                                     '"from_usec": -5, "upto_usec": 1e400}}}',
+                                     '{"boot_id": "b", "state": {"boot_id": "b", "kernel_log": {"events": ['
+                                     + ",".join(['{"kind": "xid", "pci": "0000:9b:00.0", "code": 79, "message": "m", "line": 1, '
+                                                 f'"usec": {n}}}' for n in range(60_000)]) + "]}}}"])
 def test_a_hostile_state_document_costs_only_the_history(tmp_path, content):
     """A snapshot's state.json (acknowledgements, counter samples) of the wrong shape: the entries that are
     not their shape are dropped, or the history probe fails saying so; the rest of the Report stands."""
@@ -219,4 +225,6 @@ def test_a_hostile_state_document_costs_only_the_history(tmp_path, content):
     (history,) = [p for p in report["probes"] if p["name"] == "history"]
     assert history["ok"] or "state.json" in history["error"]
     assert not report["history"] or (report["history"]["acknowledgements"] == [] and report["history"]["samples"] == [])
+    memory = (report["history"] or {}).get("kernel_log") or {"events": []}
+    assert len(memory["events"]) <= 500 and all(isinstance(e["usec"], int) for e in memory["events"])  # what a state file keeps
     assert report["cpu"]["pus"] == 2
