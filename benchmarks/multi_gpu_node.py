@@ -16,9 +16,12 @@ The steps, in order, each under its own timeout (a tool that is missing or fails
   h2d        h2d per GPU from nodecheck's one worker (which rebinds itself for each GPU) beside one fresh worker
              process per GPU bound to that GPU's CPUs (its socket): goal 0.98-1.02
   quick      `nodecheck bench --quick --json` wall time, three runs: goal <= 60 s on 8 GPUs
+  remote     `nvidia-smi nvlink -R`, each GPU link's remote device and its link number, recorded: on an NVSwitch
+             board, the map from a switch port an SXid names ("Link 30") to the GPU behind it, which nodecheck
+             does not have yet (an SXid is joined to every GPU pair)
 
 DIR holds: steps.json (each command, exit status, wall time), inspect.json, nvml.txt, p2p.json, nvbandwidth.txt,
-allreduce.json, nccl-nvls-on.txt, nccl-nvls-off.txt, h2d.json, h2d-gpuN.json, quick-N.json. Exit status: 1 when a
+allreduce.json, nccl-nvls-on.txt, nccl-nvls-off.txt, h2d.json, h2d-gpuN.json, quick-N.json, nvlink-remote.txt. Exit status: 1 when a
 figure misses its goal, else 2 when a figure could not be made (said in its row: no pass), else 0.
 """
 
@@ -165,6 +168,22 @@ def nvml_rows(text: str | None, step: dict | None) -> list[Row]:
             Row("NVML check wall time", f"{step['wall_s']:.1f} s", "-", None, f"<= {NVML_GOAL_S:g} s", time_verdict)]
 
 
+_REMOTE_END = re.compile(r"Link (\d+):[^\n]*?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])")
+
+
+def remote_rows(text: str | None) -> list[Row]:
+    """How many GPU links nvidia-smi named a remote end for, and how many devices those ends are (on an HGX H100:
+    8 x 18 links to 4 NVSwitches)."""
+    figure, reference = "NVLink remote ends (for the SXid port map)", "nvidia-smi nvlink -R"
+    if text is None:
+        return [Row(figure, "-", reference, None, "recorded", "n/a (not run)")]
+    ends = _REMOTE_END.findall(text)
+    if not ends:
+        return [Row(figure, "0 links read", reference, None, "recorded", "n/a (format not read: see nvlink-remote.txt)")]
+    return [Row(figure, f"{len(ends)} links to {len({address.upper() for _, address in ends})} devices", reference, None,
+                "recorded", "ok")]
+
+
 def compare(folder: Path) -> list[Row]:
     steps = read_json(folder / "steps.json")
     per_gpu = {int(m[1]): read_json(p) for p in sorted(folder.glob("h2d-gpu*.json")) if (m := re.search(r"h2d-gpu(\d+)\.json$", p.name))}
@@ -172,7 +191,8 @@ def compare(folder: Path) -> list[Row]:
             + p2p_rows(read_json(folder / "p2p.json"), parse_nvbandwidth(read_text(folder / "nvbandwidth.txt") or ""))
             + allreduce_rows(read_json(folder / "allreduce.json"), read_text(folder / "nccl-nvls-on.txt"), read_text(folder / "nccl-nvls-off.txt"))
             + h2d_rows(read_json(folder / "h2d.json"), per_gpu)
-            + quick_rows(steps))
+            + quick_rows(steps)
+            + remote_rows(read_text(folder / "nvlink-remote.txt")))
 
 
 def run_all(folder: Path) -> None:
@@ -199,6 +219,7 @@ def run_all(folder: Path) -> None:
                  300)
     for number in (1, 2, 3):
         run_step(folder, steps, f"quick-{number}", [*nodecheck, "bench", "--quick", "--json"], 300, f"quick-{number}.json")
+    run_step(folder, steps, "remote", ["nvidia-smi", "nvlink", "-R"], 60, "nvlink-remote.txt")
 
 
 def main(argv: list[str] | None = None) -> int:

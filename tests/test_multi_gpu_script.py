@@ -128,3 +128,16 @@ def test_a_step_that_is_missing_or_hangs_is_recorded_not_raised(tmp_path):
     script.run_step(tmp_path, steps, "hung", ["sleep", "30"], 0.5, "hung.txt")
     assert (steps["nvbandwidth"]["rc"], steps["hung"]["rc"]) == (127, 124)
     assert json.loads((tmp_path / "steps.json").read_text())["hung"]["stderr"] == "timed out after 0.5 s"
+
+
+def test_the_nvlink_remote_ends_are_counted_or_said_unread():
+    """nvidia-smi's per-link remote device: links and distinct devices counted; a text of another form is said
+    unread, never a guess. The line's shape here ("Link 3: Remote Device 00000000:07:00.0: Link 12") is assumed:
+    `-R` is documented only as printing each link's remote PCI bus id and NVLink id, and no capture of it is in
+    ../shared; the first HGX run's nvlink-remote.txt settles it."""
+    text = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-x)\n" + "".join(
+        f"\t Link {k}: Remote Device 00000000:{0x05 + k % 4:02X}:00.0: Link {30 + k}\n" for k in range(18))
+    (row,) = script.remote_rows(text)
+    assert (row.value, row.verdict) == ("18 links to 4 devices", "ok")
+    assert script.remote_rows("NVLink is not supported\n")[0].verdict.startswith("n/a (format not read")
+    assert script.remote_rows(None)[0].verdict == "n/a (not run)"
