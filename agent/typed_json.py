@@ -8,26 +8,31 @@ import types
 import typing
 from dataclasses import MISSING, fields, is_dataclass
 
+IDENTITY = {"identity": True}  # field(metadata=IDENTITY): what names the object (a GPU's index, a path, a kind)
+
 
 def record(kind, raw, lenient=frozenset()):
     """One dataclass from its JSON object, each field decoded by its type: unknown keys dropped, a missing
-    one takes its default (None, [] or {} where it has none). ValueError on a value of the wrong shape, except
-    in a field named in `lenient` ((class, field name) pairs: what a source read), which is dropped instead."""
+    one takes its default (None, [] or {} where it has none), except an identity field (IDENTITY): the object is
+    not one without it. ValueError on a value of the wrong shape, except in a field named in `lenient` ((class,
+    field name) pairs: what a source read), which is dropped instead, as if absent."""
     if not isinstance(raw, dict):
         raise ValueError(f"{kind.__name__}: expected an object, got {type(raw).__name__}")
     hints = _hints(kind)
     values = {}
     for spec in _fields(kind):
         value = raw.get(spec.name)
-        if value is None:
-            if spec.default is MISSING and spec.default_factory is MISSING:  # required: its empty value
-                values[spec.name] = _empty(hints[spec.name])
-            continue
-        try:
-            values[spec.name] = _decode(hints[spec.name], value, f"{kind.__name__}.{spec.name}", lenient)
-        except ValueError:
-            if (kind, spec.name) not in lenient:
-                raise
+        if value is not None:
+            try:
+                values[spec.name] = _decode(hints[spec.name], value, f"{kind.__name__}.{spec.name}", lenient)
+                continue
+            except ValueError:
+                if (kind, spec.name) not in lenient:
+                    raise  # a lenient one is dropped: as if absent
+        if spec.metadata.get("identity"):  # a GPU without its index, a measurement without its path: not one
+            raise ValueError(f"{kind.__name__}.{spec.name}: missing")
+        if spec.default is MISSING and spec.default_factory is MISSING:  # required: its empty value
+            values[spec.name] = _empty(hints[spec.name])
     return kind(**values)
 
 

@@ -136,3 +136,24 @@ def test_the_peer_alert_uses_the_fleet_commands_bars():
     (expr,) = [r["expr"] for g in groups for r in g["rules"] if r.get("alert") == "NodecheckBelowPeers"]
     assert float(re.search(r"to_fleet_median < ([0-9.]+)", expr)[1]) == DEFAULT_FRACTION
     assert int(re.search(r"fleet_nodes >= (\d+)", expr)[1]) == MIN_PEERS + 1
+
+
+def test_a_report_whose_gpus_links_or_paths_lack_their_names_is_skipped_saying_which(tmp_path, hgx_report):
+    """What the fleet fuzz target found (tests/fuzz/targets.py fleet_report): a node's file whose GPU has no index,
+    whose link has no type, whose measurement has no path crashed `nodecheck fleet` with a TypeError while it
+    sorted them. Such a file is not a Report: skipped, naming the field; the other nodes are still compared."""
+    reports = [node(hgx_report, f"gpu-{i:02d}") for i in range(5)]
+    write(tmp_path / "fleet", reports)
+    good = json.loads((tmp_path / "fleet" / "gpu-00.json").read_text())
+    broken = {"no-index.json": ("gpus", 3, "index"), "no-type.json": ("links", 0, "type"),
+              "no-path.json": ("measurements", 0, "path"), "no-kind.json": ("nics", 1, "kind")}
+    for name, (section, at, key) in broken.items():
+        document = json.loads(json.dumps(good))
+        del document[section][at][key]
+        (tmp_path / "fleet" / name).write_text(json.dumps(document))
+    result = cli("fleet", str(tmp_path / "fleet"), "--json")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    skipped = {s["file"]: s["why"] for s in json.loads(result.stdout)["skipped"]}
+    assert skipped == {"no-index.json": "Gpu.index: missing", "no-type.json": "Link.type: missing",
+                       "no-path.json": "Measurement.path: missing", "no-kind.json": "Nic.kind: missing"}
+    assert json.loads(result.stdout)["nodes"] == 5

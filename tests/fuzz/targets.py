@@ -176,6 +176,24 @@ def _history(state) -> object:
     return history_from({"boot_id": state.get("boot_id") if isinstance(state, dict) else None, "state": state})
 
 
+def _report_seeds() -> list:
+    """Reports as nodes write them for `nodecheck fleet`: the example HGX node's, and the example job's bench
+    Report with its measurements (both built from real captures: examples/README.md)."""
+    import subprocess
+
+    inspect = subprocess.run([sys.executable, "-m", "nodecheck", "inspect", "--json", "--from", str(REPO / "examples/hgx-h100-8gpu")],
+                             capture_output=True, text=True, timeout=120)
+    return [json.loads(inspect.stdout), json.loads((REPO / "examples/job-8node-allreduce.json").read_text())]
+
+
+def _fleet_node(document) -> object:
+    """What `nodecheck fleet DIR` does with each node's file: the Report, then the node's view of it."""
+    from nodecheck.fleet import node_view
+    from nodecheck.model import Report
+
+    return node_view(Report.from_dict(document), "node")
+
+
 def targets() -> list[Target]:
     from nodecheck import units
     from nodecheck.bench.nccl_debug import parse_nccl_debug
@@ -225,6 +243,7 @@ def targets() -> list[Target]:
         Target("scontrol_node", _scontrol_line, lambda text: parse_node("vm", text), (NodecheckError,)),
         Target("nodelist", lambda: ["gpu[01-04,07],login1", "rack[1-2]-n[001-128]", "a,b,c"], expand_nodelist,
                (ParseError,)),
+        Target("fleet_report", _report_seeds, _fleet_node, (NodecheckError, ValueError, RecursionError), structured=True),
         Target("kube_node", lambda: [json.loads((TESTS / "fixtures/kubernetes/node-hgx.json").read_text())], _kube_node, (),
                structured=True),
     ]
