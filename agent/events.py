@@ -7,16 +7,16 @@ import bisect
 from collections import Counter
 from dataclasses import dataclass, field
 
-from nodecheck.typed_json import IDENTITY
+from nodecheck.typed_json import ESSENTIAL
 
 
 @dataclass
 class XidEvent:
     """One `NVRM: Xid` / `SXid` line of the kernel log (or the driver's "fallen off the bus" message)."""
 
-    kind: str = field(metadata=IDENTITY)  # "xid" (a GPU, NVRM) or "sxid" (an NVSwitch)
+    kind: str = field(metadata=ESSENTIAL)  # "xid" (a GPU, NVRM) or "sxid" (an NVSwitch)
     pci: str | None  # the device's address as sysfs writes it, function 0 ("0000:9b:00.0")
-    code: int = field(metadata=IDENTITY)  # the Xid or SXid number
+    code: int = field(metadata=ESSENTIAL)  # the Xid or SXid number
     message: str  # the message after the code, cut at 200 characters
     line: int  # its line in the log, from 1
     usec: int | None = None  # microseconds since boot (a /dev/kmsg record's, a monotonic dmesg line's); None: --ctime
@@ -54,7 +54,7 @@ class Acknowledgement:
     one seen then are known and dealt with; a later one fails the node again. Kept in the state file, for
     this boot only."""
 
-    kind: str = field(metadata=IDENTITY)  # the finding kind cleared (gpu_xid, ...)
+    kind: str = field(metadata=ESSENTIAL)  # the finding kind cleared (gpu_xid, ...)
     subject: str | None  # gpu3, pci:0000:9b:00.0; None: every subject of that kind
     upto_usec: int | None  # the last cleared event's time since boot
     count: int  # how many events it cleared (the measure for a log without time stamps)

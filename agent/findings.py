@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nodecheck.typed_json import IDENTITY
+from nodecheck.typed_json import ESSENTIAL
 
 SEVERITIES = ("info", "warning", "error", "critical")
 
@@ -81,9 +81,9 @@ def headline(finding) -> str:
 
 @dataclass
 class Finding:
-    kind: str = field(metadata=IDENTITY)  # gpu_count_low, pcie_downtrained, nvlink_inactive, ...
-    severity: str = field(metadata=IDENTITY)  # one of SEVERITIES
-    subject: str = field(metadata=IDENTITY)  # gpu0, gpu0-gpu1, eth0, node
+    kind: str = field(metadata=ESSENTIAL)  # gpu_count_low, pcie_downtrained, nvlink_inactive, ...
+    severity: str = field(metadata=ESSENTIAL)  # one of SEVERITIES
+    subject: str = field(metadata=ESSENTIAL)  # gpu0, gpu0-gpu1, eth0, node
     measured: object
     expected: object
     message: str  # one line a person can act on

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from nodecheck.events import History, KernelLog
 from nodecheck.findings import SEVERITIES, Finding, at_or_above
 from nodecheck.pci import Hop, normal_pci
-from nodecheck.typed_json import IDENTITY, record
+from nodecheck.typed_json import ESSENTIAL, record
 
 SCHEMA_VERSION = 2  # 2: paths and measurements carry scope (and endpoints, ranks); GPUs memory_bytes
 BENCH_TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests")  # what `bench --tests` and [prolog] bench name
@@ -79,7 +79,7 @@ class GpuFabric:
 
 @dataclass
 class Gpu:
-    index: int = field(metadata=IDENTITY)
+    index: int = field(metadata=ESSENTIAL)
     name: str | None = None
     uuid: str | None = None
     pci_bus_id: str | None = None
@@ -102,9 +102,9 @@ class Gpu:
 
 @dataclass
 class Link:
-    a: int | str = field(metadata=IDENTITY)  # GPU index or NIC name
-    b: int | str = field(metadata=IDENTITY)
-    type: str = field(metadata=IDENTITY)  # as nvidia-smi prints it: NV18, PIX, SYS ...
+    a: int | str = field(metadata=ESSENTIAL)  # GPU index or NIC name
+    b: int | str = field(metadata=ESSENTIAL)
+    type: str = field(metadata=ESSENTIAL)  # as nvidia-smi prints it: NV18, PIX, SYS ...
     path_class: str  # nvlink, pcie-host-bridge, socket-interconnect ...
 
 
@@ -141,8 +141,8 @@ def path_identity(path: str) -> tuple[str | None, list[str], int | None]:
 class PathSpec:
     """Theoretical unidirectional rate of one path; None with the reason when it cannot be derived."""
 
-    path: str = field(metadata=IDENTITY)  # gpu0:host, gpu0:gpu1, nic:eth0
-    kind: str = field(metadata=IDENTITY)  # pcie, nvlink, ethernet, infiniband
+    path: str = field(metadata=ESSENTIAL)  # gpu0:host, gpu0:gpu1, nic:eth0
+    kind: str = field(metadata=ESSENTIAL)  # pcie, nvlink, ethernet, infiniband
     bytes_per_second: float | None
     basis: str
     source: str | None = None
@@ -159,9 +159,9 @@ class PathSpec:
 class Measurement:
     """One bandwidth test on one path, compared with that path's theoretical unidirectional spec."""
 
-    path: str = field(metadata=IDENTITY)  # allreduce:3-ranks, gpu0:host ...
-    test: str = field(metadata=IDENTITY)  # one of BENCH_TESTS
-    ok: bool  # False: the test failed (error says why); no figure
+    path: str = field(metadata=ESSENTIAL)  # allreduce:3-ranks, gpu0:host ...
+    test: str = field(metadata=ESSENTIAL)  # one of BENCH_TESTS
+    ok: bool = field(metadata=ESSENTIAL)  # False: the test failed (error says why); no figure
     bytes_per_second: float | None  # busbw for collectives
     spec_bytes_per_second: float | None
     ratio: float | None  # measured / spec
@@ -200,7 +200,7 @@ class Cpu:
 
 @dataclass
 class ProbeOutcome:
-    name: str = field(metadata=IDENTITY)
+    name: str = field(metadata=ESSENTIAL)
     ok: bool
     no_data: bool
     duration_seconds: float
@@ -210,7 +210,7 @@ class ProbeOutcome:
 
 @dataclass
 class IbPort:
-    device: str = field(metadata=IDENTITY)  # mlx5_0
+    device: str = field(metadata=ESSENTIAL)  # mlx5_0
     port: int
     state: str | None  # ACTIVE, DOWN, INIT ...
     phys_state: str | None  # LinkUp, Disabled, Polling ...
@@ -223,8 +223,8 @@ class IbPort:
 
 @dataclass
 class Nic:
-    name: str = field(metadata=IDENTITY)
-    kind: str = field(metadata=IDENTITY)  # ethernet, infiniband, loopback, other
+    name: str = field(metadata=ESSENTIAL)
+    kind: str = field(metadata=ESSENTIAL)  # ethernet, infiniband, loopback, other
     virtual: bool  # no PCI device behind it (bridge, veth, lo ...)
     state: str | None
     speed_mbps: int | None

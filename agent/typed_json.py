@@ -8,13 +8,15 @@ import types
 import typing
 from dataclasses import MISSING, fields, is_dataclass
 
-IDENTITY = {"identity": True}  # field(metadata=IDENTITY): what names the object (a GPU's index, a path, a kind)
+# field(metadata=ESSENTIAL): what an object is nothing without: what names it (a GPU's index, a measurement's path,
+# a link's type) or what it says (whether a measurement ran). A document lacking one is not of its shape.
+ESSENTIAL = {"essential": True}
 
 
 def record(kind, raw, lenient=frozenset()):
     """One dataclass from its JSON object, each field decoded by its type: unknown keys dropped, a missing
-    one takes its default (None, [] or {} where it has none), except an identity field (IDENTITY): the object is
-    not one without it. ValueError on a value of the wrong shape, except in a field named in `lenient` ((class,
+    one takes its default (None, [] or {} where it has none), except an essential field (ESSENTIAL): the
+    object is not one without it. ValueError on a value of the wrong shape, except in a field named in `lenient` ((class,
     field name) pairs: what a source read), which is dropped instead, as if absent."""
     if not isinstance(raw, dict):
         raise ValueError(f"{kind.__name__}: expected an object, got {type(raw).__name__}")
@@ -29,7 +31,7 @@ def record(kind, raw, lenient=frozenset()):
             except ValueError:
                 if (kind, spec.name) not in lenient:
                     raise  # a lenient one is dropped: as if absent
-        if spec.metadata.get("identity"):  # a GPU without its index, a measurement without its path: not one
+        if spec.metadata.get("essential"):
             raise ValueError(f"{kind.__name__}.{spec.name}: missing")
         if spec.default is MISSING and spec.default_factory is MISSING:  # required: its empty value
             values[spec.name] = _empty(hints[spec.name])

@@ -112,6 +112,13 @@ def test_serve_reads_the_measurements_a_bench_run_wrote(tmp_path, hgx_report):
     (tmp_path / "bad.json").write_text('{"measurements": [{"path": 5}]}')
     with pytest.raises(NodecheckError, match="bad.json"):
         read_measurements_file(tmp_path / "bad.json")
+    # found by the served_measurements fuzz target: a measurement that does not say whether it ran was read as
+    # ok=None, and publishing it raised TypeError (int(None)) in the daemon's refresher
+    document = dict(report.to_dict())
+    del document["measurements"][0]["ok"]
+    (tmp_path / "no-ok.json").write_text(json.dumps(document))
+    with pytest.raises(NodecheckError, match="Measurement.ok: missing"):
+        read_measurements_file(tmp_path / "no-ok.json")
 
 
 def test_five_peers_means_six_nodes_as_in_the_prometheus_rules(tmp_path, hgx_report):

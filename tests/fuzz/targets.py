@@ -4,6 +4,7 @@ is skipped by the runner."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -194,6 +195,30 @@ def _fleet_node(document) -> object:
     return node_view(Report.from_dict(document), "node")
 
 
+@functools.lru_cache(maxsize=1)
+def _example_node():
+    from nodecheck.build import build_report
+    from nodecheck.snapshot import SnapshotHost
+
+    return build_report(SnapshotHost(REPO / "examples/hgx-h100-8gpu"))
+
+
+def _served_measurements(document) -> bytes:
+    """What `serve --measurements FILE` does with the file a bench run wrote: read, judged against the node's
+    Report, published."""
+    import tempfile
+
+    from nodecheck.bench.plan import read_measurements_file
+    from nodecheck.exporters.prometheus import exposition
+    from nodecheck.verdicts import with_measurements
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as out:
+        json.dump(document, out)
+        out.flush()
+        measurements, when = read_measurements_file(out.name)
+    return exposition(with_measurements(_example_node(), measurements, when or 0.0, None))
+
+
 def targets() -> list[Target]:
     from nodecheck import units
     from nodecheck.bench.nccl_debug import parse_nccl_debug
@@ -244,6 +269,8 @@ def targets() -> list[Target]:
         Target("nodelist", lambda: ["gpu[01-04,07],login1", "rack[1-2]-n[001-128]", "a,b,c"], expand_nodelist,
                (ParseError,)),
         Target("fleet_report", _report_seeds, _fleet_node, (NodecheckError, ValueError, RecursionError), structured=True),
+        Target("served_measurements", lambda: [json.loads((REPO / "examples/job-8node-allreduce.json").read_text())],
+               _served_measurements, (NodecheckError,), structured=True),
         Target("kube_node", lambda: [json.loads((TESTS / "fixtures/kubernetes/node-hgx.json").read_text())], _kube_node, (),
                structured=True),
     ]
