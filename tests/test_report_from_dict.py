@@ -107,3 +107,43 @@ def test_a_malformed_section_is_dropped_and_a_malformed_list_refused():
     assert report.gpus[0].name == "H100" and report.acs_redirects() is None
     with pytest.raises(ValueError, match="Gpu.name"):
         Report.from_dict({"gpus": [{"index": 0, "name": ["H100"]}]})
+
+
+def essential_fields(kind, seen=None) -> list[tuple[type, str]]:
+    """Every (dataclass, field) marked ESSENTIAL under `kind`, found from the type hints."""
+    import dataclasses
+    import types
+    import typing
+
+    seen = set() if seen is None else seen
+    if kind in seen:
+        return []
+    seen.add(kind)
+    out, hints = [], typing.get_type_hints(kind)
+    for spec in dataclasses.fields(kind):
+        if spec.metadata.get("essential"):
+            out.append((kind, spec.name))
+        stack = [hints[spec.name]]
+        while stack:
+            hint = stack.pop()
+            if dataclasses.is_dataclass(hint):
+                out += essential_fields(hint, seen)
+            stack += [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) in (
+                list, dict, typing.Union, types.UnionType) else []
+    return out
+
+
+def test_an_entry_without_an_essential_key_is_refused_naming_it():
+    """Each essential key (typed_json.ESSENTIAL: a GPU's index, a measurement's path and whether it ran ...)
+    deleted from a fully populated entry: the entry is refused naming it, where any other key takes its default."""
+    from nodecheck.model import from_json
+
+    found = essential_fields(Report)
+    assert {f"{k.__name__}.{n}" for k, n in found} >= {"Gpu.index", "Link.type", "Measurement.path", "Measurement.ok",
+                                                      "Nic.kind", "Finding.subject", "XidEvent.code"}
+    for kind, name in found:
+        document = json.loads(json.dumps(populated(kind).__dict__, default=lambda v: v.__dict__))
+        from_json(kind, document)  # whole: read
+        del document[name]
+        with pytest.raises(ValueError, match=f"{kind.__name__}.{name}: missing"):
+            from_json(kind, document)
