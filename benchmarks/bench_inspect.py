@@ -66,7 +66,8 @@ def tree_at(revision: str | None, into: Path) -> Path:
 
 
 def imports_torch(argv: list[str]) -> bool:
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    env = {"PYTHONPROFILEIMPORTTIME": "1", **{k: v for k, v in os.environ.items() if k == "STATE_DIRECTORY"}}
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
     return any(line.split("|")[-1].strip().split(".")[0] == "torch" for line in result.stderr.splitlines())
 
 

@@ -237,7 +237,7 @@ def test_a_world_of_one_reports_no_figure(tmp_path):
     render_measurements(make_report(measurements=[m]), console)
     assert "no data moved" in console.export_text()
     report = tmp_path / "bench.json"
-    report.write_text(json.dumps({"gpus": [{}], "paths": [], "measurements": [dataclasses.asdict(m)]}))
+    report.write_text(json.dumps({"gpus": [{"index": 0}], "paths": [], "measurements": [dataclasses.asdict(m)]}))
     run = nodecheck_cli("scale", "--params", "25M", "--step-time", "0.2", "--from", str(report))
     assert run.returncode == 2 and "no all-reduce measurement" in run.stderr, run.stdout + run.stderr
 

@@ -109,7 +109,8 @@ def test_a_warning_check_that_times_out_stays_a_warning_and_durations_are_each_c
 
 
 def run_nodecheck(*args, env_extra=None, path_prefix=None, timeout=60):
-    env = {"SLURMD_NODENAME": "testnode"}  # as Slurm starts a prolog: no PATH, no SLURM_CONF
+    # as Slurm starts a prolog: no PATH, no SLURM_CONF; the suite's state directory, not the machine's
+    env = {"SLURMD_NODENAME": "testnode", "STATE_DIRECTORY": os.environ["STATE_DIRECTORY"]}
     env.update(env_extra or {})
     if path_prefix:
         env["PATH"] = f"{path_prefix}:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -3,6 +3,7 @@ judgement (pure), and `nodecheck prolog` inside network namespaces with peers in
 behind a router, and nowhere."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -70,7 +71,8 @@ def cluster():
 def test_prolog_reports_peers_in_and_out_of_the_subnet(cluster, tmp_path):
     config = tmp_path / "config.toml"
     config.write_text('[proximity]\nseverity = "error"\nconnect_timeout_s = 1\n[prolog]\ntimeout_s = 10\n')
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_NODELIST": "nodea,nodeb,nodec,nodeghost", "SLURMD_NODENAME": "nodea"}
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_NODELIST": "nodea,nodeb,nodec,nodeghost", "SLURMD_NODENAME": "nodea",
+           "STATE_DIRECTORY": os.environ["STATE_DIRECTORY"]}
     run = subprocess.run(["ip", "netns", "exec", cluster.nodes[0], "env", "-i", *[f"{k}={v}" for k, v in env.items()],
                           str(Path(sys.executable).parent / "nodecheck"), "prolog", "--dry-run", "--json", "--config", str(config)],
                          capture_output=True, text=True, timeout=60)
@@ -110,7 +112,8 @@ def test_a_dead_resolver_and_a_large_job_never_drain_and_end_in_budget(tmp_path)
             (etc / "resolv.conf").write_text("nameserver 198.18.0.99\noptions timeout:5 attempts:2\n")  # nobody there
             config = tmp_path / "config.toml"
             config.write_text("[prolog]\ntimeout_s = 4\n")
-            env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_NODELIST": "nodea,gpu[001-100]", "SLURMD_NODENAME": "nodea"}
+            env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_NODELIST": "nodea,gpu[001-100]", "SLURMD_NODENAME": "nodea",
+                   "STATE_DIRECTORY": os.environ["STATE_DIRECTORY"]}
             started = time.monotonic()
             run = subprocess.run(["ip", "netns", "exec", cluster.nodes[0], "env", "-i", *[f"{k}={v}" for k, v in env.items()],
                                   str(Path(sys.executable).parent / "nodecheck"), "prolog", "--dry-run", "--json",
