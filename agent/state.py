@@ -1,9 +1,9 @@
 """nodecheck's memory between runs on one boot: the state file (`$STATE_DIRECTORY/state.json`, systemd's
 StateDirectory=, else /var/lib/nodecheck). It holds the boot id it was written on, so a reboot starts it
 afresh, the operators' acknowledgements (`nodecheck clear`), the last error-counter samples (a rate needs
-two) and the NVIDIA events runs read in the kernel log (the ring buffer forgets them). Read like any untrusted file (bounded, a regular file, JSON of the expected shape: else it is as
-good as absent); written atomically under a lock, so a `clear` and a daemon's round never lose each other's
-writes."""
+two) and the NVIDIA events runs read in the kernel log (its ring buffer forgets them). Read like any
+untrusted file (bounded, a regular file, JSON of the expected shape: else it is as good as absent); written
+atomically under a lock, so a `clear` and a daemon's round never lose each other's writes."""
 
 from __future__ import annotations
 
