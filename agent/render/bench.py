@@ -9,7 +9,7 @@ from rich.text import Text
 
 from nodecheck.model import Report
 from nodecheck.render.report import render_findings
-from nodecheck.render.table import ESSENTIAL, SEVERITY_STYLE, cell, clean, esc, fitted_table, new_console
+from nodecheck.render.table import IDENTITY, SEVERITY_STYLE, cell, clean, esc, fitted_table, new_console
 from nodecheck.units import format_path_rate, format_rate
 
 
@@ -20,8 +20,8 @@ def render_nccl_log(log, name: str, console: Console | None = None) -> None:
                   + (f", {log.ngpus} GPU(s) per thread" if log.ngpus else "") + ")")
     # Numbers are never cut: where the table does not fit, whole columns go (the caption names them), as
     # in inspect's tables; the size and the out-of-place busbw, which the verdict reads, always stay.
-    headers = [("size (B)", ESSENTIAL), ("count", 7), ("type", 6), ("redop", 5), ("oop time (us)", 3), ("oop algbw (GB/s)", 4),
-               ("oop busbw (GB/s)", ESSENTIAL), ("ip time (us)", 1), ("ip algbw (GB/s)", 2), ("ip busbw (GB/s)", 8)]
+    headers = [("size (B)", IDENTITY), ("count", 7), ("type", 6), ("redop", 5), ("oop time (us)", 3), ("oop algbw (GB/s)", 4),
+               ("oop busbw (GB/s)", IDENTITY), ("ip time (us)", 1), ("ip algbw (GB/s)", 2), ("ip busbw (GB/s)", 8)]
     rows = []
     for row in log.rows:
         cells = []

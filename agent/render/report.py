@@ -8,18 +8,7 @@ from rich.text import Text
 from nodecheck.model import Report, link_distance
 from nodecheck.pci import normal_pci
 from nodecheck.render.kernel_log import counter_lines, kernel_log_lines
-from nodecheck.render.table import (
-    ESSENTIAL,
-    LIST,
-    SEVERITY_STYLE,
-    TEXT,
-    cell,
-    clean,
-    esc,
-    fitted_table,
-    new_console,
-    unknown_cell,
-)
+from nodecheck.render.table import IDENTITY, LIST, SEVERITY_STYLE, TEXT, cell, clean, esc, fitted_table, new_console, unknown_cell
 from nodecheck.units import format_bits, format_rate, natural_key
 
 
@@ -60,8 +49,8 @@ def _gpus(console: Console, report: Report) -> None:
         rows.append([cell(g.index), unknown_cell(g.name), cell(pcie), format_rate(host.bytes_per_second if host else None),
                      cell(_nvlinks(g, report)), unknown_cell(g.numa_node), unknown_cell(g.cpu_affinity),
                      cell(", ".join(g.nearest_nics) or "-")])
-    headers = [("GPU", ESSENTIAL), ("model", 5), ("PCIe now / max", 2), ("host link spec", 3), ("NVLinks", 4), ("NUMA", ESSENTIAL),
-               ("CPU affinity", ESSENTIAL), ("nearest NICs", LIST)]
+    headers = [("GPU", IDENTITY), ("model", 5), ("PCIe now / max", 2), ("host link spec", 3), ("NVLinks", 4), ("NUMA", IDENTITY),
+               ("CPU affinity", IDENTITY), ("nearest NICs", LIST)]
     console.print(fitted_table(console, "GPUs", headers, rows))
 
 
@@ -141,7 +130,7 @@ def _nics(console: Console, report: Report) -> None:
         addresses = ", ".join(f"{a['address']}/{a['prefixlen']}" for a in n.addresses if a["family"] == "inet")
         rows.append([cell(name), cell(n.kind), unknown_cell(n.state), speed, format_bits(spec.bytes_per_second if spec else None),
                      unknown_cell(n.mtu), unknown_cell(n.numa_node), unknown_cell(n.driver), unknown_cell(n.pci_address), cell(addresses or "-")])
-    headers = [("NIC", ESSENTIAL), ("kind", 4), ("state", 7), ("speed", 6), ("spec", 1), ("MTU", 2), ("NUMA", ESSENTIAL),
+    headers = [("NIC", IDENTITY), ("kind", 4), ("state", 7), ("speed", 6), ("spec", 1), ("MTU", 2), ("NUMA", IDENTITY),
                ("driver", 3), ("PCI", 5), ("addresses", LIST)]
     console.print(fitted_table(console, "NICs", headers, rows))
 
@@ -182,7 +171,7 @@ def render_findings(console: Console, report: Report) -> None:
         return
     rows = [[Text(clean(f.severity), style=SEVERITY_STYLE.get(f.severity, "")), cell(f.subject), cell(f.measured),
              cell(f.expected), cell(f.message)] for f in report.findings]
-    headers = [("severity", ESSENTIAL), ("subject", ESSENTIAL), ("measured", 2), ("expected", 1), ("what to do", TEXT)]
+    headers = [("severity", IDENTITY), ("subject", IDENTITY), ("measured", 2), ("expected", 1), ("what to do", TEXT)]
     console.print(fitted_table(console, "Findings", headers, rows))
 
 

@@ -57,7 +57,7 @@ def new_console() -> Console:
 
 def fitted_table(console: Console, title: str | None, headers: list[tuple[str, int]], rows: list[list],
            justify: str = "left") -> Table:
-    """A table that fits the console: headers are (header, role) with role ESSENTIAL (names, CPU lists: never
+    """A table that fits the console: headers are (header, role) with role IDENTITY (names, CPU lists: never
     cut, never dropped), LIST (names separated by ", ": wrapped between names, never inside one), TEXT
     (wraps, never dropped), or a positive number: the order in which the column is left out when the table
     would not fit (1 first).
@@ -72,7 +72,7 @@ def fitted_table(console: Console, title: str | None, headers: list[tuple[str, i
         return max([len(header)] + [len(w) for c in cells for w in re.split(separators, text_of(c))])
 
     def width_of(header, role, cells):  # names need all of their width; text that wraps, a readable share
-        if role in (ESSENTIAL, LIST):
+        if role in (IDENTITY, LIST):
             return natural(header, cells)
         floor = TEXT_MIN if role == TEXT else WRAPPED_MIN
         return max(min(natural(header, cells), floor), min(longest_word(header, cells), TEXT_MIN))
@@ -91,7 +91,7 @@ def fitted_table(console: Console, title: str | None, headers: list[tuple[str, i
     table = Table(title=title, title_justify="left", box=None if plain else box.HEAVY_HEAD, caption=caption,
                   caption_justify="left")
     for header, role, cells in kept:
-        if role == ESSENTIAL:
+        if role == IDENTITY:
             table.add_column(header, no_wrap=True, min_width=natural(header, cells), justify=justify)
         elif role == LIST:
             table.add_column(header, min_width=longest_word(header, cells, ", "), overflow="fold", justify=justify)
@@ -103,6 +103,6 @@ def fitted_table(console: Console, title: str | None, headers: list[tuple[str, i
     return table
 
 
-ESSENTIAL, LIST, TEXT = 0, -1, -2
+IDENTITY, LIST, TEXT = 0, -1, -2
 WRAPPED_MIN = 16  # columns a wrapping column needs to stay readable
 TEXT_MIN = 40  # ... and the column that says what to do
