@@ -3,6 +3,7 @@ documented in docs/report-schema.md; bump SCHEMA_VERSION on any incompatible cha
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field
 
@@ -181,6 +182,10 @@ class Measurement:
     @classmethod
     def measured(cls, path: str, test: str, rate: float, spec: float | None, payload: int | None, method: str,
                  direction: str, details: dict | None = None) -> "Measurement":
+        if not math.isfinite(rate):  # a NaN passes every threshold: a figure that is none is a failed test
+            failed = cls.failed(path, test, method, direction, f"measured no finite rate ({rate!r} B/s)")
+            failed.details.update(details or {})
+            return failed
         return cls(path, test, True, rate, spec, rate / spec if spec else None, payload, method, direction, details or {})
 
     @classmethod

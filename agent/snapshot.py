@@ -23,6 +23,7 @@ import time
 import zlib
 from pathlib import Path, PurePosixPath
 
+from nodecheck import typed_json
 from nodecheck.errors import NoData, NodecheckError, NotRecorded, ProbeFailed, TimedOut
 from nodecheck.files import atomic_file, read_bounded
 from nodecheck.host import Host, stop_at_deadline
@@ -188,7 +189,7 @@ class SnapshotHost:
         if text is None:
             return None
         try:
-            value = json.loads(text)
+            value = typed_json.loads(text)
         except (ValueError, RecursionError) as error:
             raise NodecheckError(f"{self.root / name}: not valid JSON ({str(error)[:200]})") from None
         if shape is not None and not shape(value):

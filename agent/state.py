@@ -14,6 +14,7 @@ import os
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from nodecheck import typed_json
 from nodecheck.errors import NodecheckError
 from nodecheck.events import (
     REMEMBERED_EVENTS,
@@ -50,7 +51,7 @@ def read_state(directory: Path | None = None) -> dict | None:
     forgotten, never fatal: the worst it costs is an acknowledgement)."""
     try:
         text = read_bounded((directory or state_dir()) / STATE_FILE, MAX_STATE_BYTES)
-        data = json.loads(text) if text is not None else None
+        data = typed_json.loads(text) if text is not None else None
     except (NodecheckError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None

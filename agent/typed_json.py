@@ -4,6 +4,8 @@ model.from_json read untrusted documents (a snapshot, a bench child's output) wi
 from __future__ import annotations
 
 import functools
+import json
+import math
 import types
 import typing
 from dataclasses import MISSING, fields, is_dataclass
@@ -11,6 +13,31 @@ from dataclasses import MISSING, fields, is_dataclass
 # field(metadata=ESSENTIAL): what an object is nothing without: what names it (a GPU's index, a measurement's path,
 # a link's type) or what it says (whether a measurement ran). A document lacking one is not of its shape.
 ESSENTIAL = {"essential": True}
+
+
+def loads(text: str | bytes):
+    """JSON as every untrusted document (a Report, a snapshot, a child's or a peer's answer) is read: Python's
+    json.loads, except that NaN, Infinity and numbers past a float's range (1e999, or an integer of 309 digits) are
+    refused (ValueError): JSON has no NaN, every comparison with one is false (a NaN ratio would pass any
+    threshold), and arithmetic on a float with such an integer raises OverflowError."""
+    return json.loads(text, parse_constant=_not_a_number, parse_float=_finite, parse_int=_whole)
+
+
+def _not_a_number(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is past a float's range")
+    return value
+
+
+def _whole(text: str) -> int:
+    if len(text.lstrip("-")) > 308:
+        raise ValueError(f"{text[:40]}... is past a float's range")
+    return int(text)
 
 
 def record(kind, raw, lenient=frozenset()):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from nodecheck import typed_json
 from nodecheck.errors import NodecheckError
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -142,7 +143,7 @@ def _retry_after(value: str | None) -> float | None:
 
 def _object(answer: bytes, method: str, path: str) -> dict:
     try:
-        document = json.loads(answer)
+        document = typed_json.loads(answer)
     except ValueError:
         document = None
     if not isinstance(document, dict):
@@ -155,7 +156,7 @@ def _status_text(status: int, answer: bytes) -> str:
     if not status:
         return f"no answer ({answer.decode('utf-8', 'replace')[:200]})"
     try:
-        document = json.loads(answer)
+        document = typed_json.loads(answer)
         message = document.get("message") if isinstance(document, dict) else None
     except ValueError:
         message = None

@@ -22,7 +22,7 @@ from nodecheck.bench.plan import local_rank
 from nodecheck.bench.results import run_worker
 from nodecheck.errors import NodecheckError
 from nodecheck.ifnames import gloo_selection, nccl_selection
-from nodecheck.model import Measurement, Report
+from nodecheck.model import Measurement, Report, from_json
 from nodecheck.rails import fabric_nics, rail_rates, rank_rails
 from nodecheck.units import to_int
 
@@ -192,9 +192,9 @@ def other_nodes_results(allreduce: Measurement, own_rank: int) -> list[Measureme
             continue
         for raw in node.get("results", []):
             try:
-                m = Measurement(**raw)
-            except TypeError:
-                continue  # another nodecheck version's fields: not this Report's to interpret
+                m = from_json(Measurement, raw)
+            except ValueError:
+                continue  # not a measurement as this version reads one: not this Report's to interpret
             m.path = f"{node.get('node') or 'rank' + str(node.get('rank'))}/{m.path}"
             m.details = dict(m.details or {}, node=node.get("node"), rank=node.get("rank"))
             out.append(m)

@@ -9,10 +9,10 @@ listed in `issues`; whatever could be read is kept (a truncated log still gives 
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 
+from nodecheck import typed_json
 from nodecheck.errors import ParseError
 
 _NCCL_DEBUG = re.compile(r" NCCL (?:INFO|WARN)\b")  # NCCL_DEBUG lines mixed into the output: nccl-log reads those
@@ -152,7 +152,7 @@ def _float(text: str) -> float | None:
 def _parse_json(text: str) -> NcclLog:
     """The `-J FILE` report (nccl-tests JSON version 2): config, results[], average_bus_bandwidth."""
     try:
-        doc = json.loads(text)
+        doc = typed_json.loads(text)
     except ValueError as error:
         raise ParseError(f"nccl-tests JSON report is not valid JSON (truncated?): {error}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):

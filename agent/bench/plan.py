@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from importlib.util import find_spec
 
+from nodecheck import typed_json
 from nodecheck.errors import NodecheckError, TimedOut, install_extra
 from nodecheck.host import run_command
 from nodecheck.model import Measurement, Report, from_json
@@ -87,7 +87,7 @@ def read_measurements_file(path) -> tuple[list[Measurement], float | None]:
     from nodecheck.limits import MAX_JSON_DOCUMENT
 
     try:
-        document = json.loads(read_user_file(path, MAX_JSON_DOCUMENT, "measurements"))
+        document = typed_json.loads(read_user_file(path, MAX_JSON_DOCUMENT, "measurements"))
         measurements = [from_json(Measurement, m) for m in document["measurements"]]
     except (ValueError, KeyError, TypeError, RecursionError) as error:
         raise NodecheckError(f"{path}: not the output of `nodecheck bench --json` ({str(error)[:200]})") from None
@@ -102,7 +102,7 @@ def run_in_subprocess(argv_tail: list[str], timeout: float, env: dict[str, str] 
     argv = [sys.executable, "-m", "nodecheck", "bench", "--measure-only", *argv_tail]
     try:
         out = run_command(argv, timeout, env=env, what="nodecheck bench")
-        document = json.loads(out)
+        document = typed_json.loads(out)
         if not isinstance(document, dict) or not isinstance(document.get("measurements"), list):
             raise ValueError("nodecheck bench --measure-only printed no measurements")
         return [from_json(Measurement, m) for m in document["measurements"]]

@@ -14,6 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
+from nodecheck import typed_json
 from nodecheck.errors import NodecheckError
 from nodecheck.host import run_command
 
@@ -68,7 +69,7 @@ def guarded(out: str, work: Callable[[], dict]) -> int:
 def own_error(out: Path) -> str | None:
     """The worker's own exception from its --out file, as 'Type: message', or None."""
     try:
-        error = json.loads(out.read_text()).get("error")
+        error = typed_json.loads(out.read_text()).get("error")
     except (OSError, ValueError, AttributeError):
         return None
     if not isinstance(error, dict):
@@ -87,7 +88,7 @@ def run_worker(argv: list[str], out: Path, timeout: float, env: dict[str, str] |
     except NodecheckError as error:
         raise NodecheckError(own_error(out) or str(error)) from None
     try:
-        result = json.loads(out.read_text())
+        result = typed_json.loads(out.read_text())
     except (OSError, ValueError) as error:
         raise NodecheckError(f"{what} left no readable result: {error}") from None
     if not isinstance(result, dict) or "error" in result:

@@ -25,6 +25,7 @@ import socket
 import sys
 import time
 
+from nodecheck import typed_json
 from nodecheck.bench.lifeline import hold
 from nodecheck.bench.results import essential, guarded
 
@@ -96,7 +97,7 @@ def _node_results(path: str | None) -> list:
     if not path:
         return []
     with open(path) as file:
-        return json.loads(file.read(4 << 20))
+        return typed_json.loads(file.read(4 << 20))
 
 
 def _pair_exchange(dist, torch, device, rank: int, rounds: list, size: int) -> list[dict]:
@@ -196,7 +197,7 @@ def _ready(store, rank: int, world: int, node: str, prepare, wait: float):
             raise RuntimeError(why)
         return prepared
     store.wait(["nodecheck/verdict"])
-    verdict = json.loads(store.get("nodecheck/verdict"))
+    verdict = typed_json.loads(store.get("nodecheck/verdict"))
     if not verdict.get("go"):
         raise RuntimeError(f"rank 0 called the test off: {verdict.get('why')}")
     return prepared
@@ -210,7 +211,7 @@ def _wait_for_ranks(store, world: int, wait: float) -> str | None:
     while pending and time.monotonic() < deadline:
         for rank in sorted(pending):
             if store.check([f"nodecheck/error/{rank}"]):
-                said = json.loads(store.get(f"nodecheck/error/{rank}"))
+                said = typed_json.loads(store.get(f"nodecheck/error/{rank}"))
                 errors.append(f"rank {rank} ({said.get('node')}): {said.get('message')}")
                 pending.discard(rank)
             elif store.check([f"nodecheck/ready/{rank}"]):

@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 
+from nodecheck import typed_json
 from nodecheck.cli.app import EXIT_FINDINGS, EXIT_OK, app, fail
 
 FLEET_SCHEMA_VERSION = 1
@@ -69,7 +70,7 @@ def _read_reports(source: Path):
     views, skipped, names = [], [], set()
     for path in files:
         try:
-            report = Report.from_dict(json.loads(read_user_file(path, MAX_JSON_DOCUMENT, "Report")))
+            report = Report.from_dict(typed_json.loads(read_user_file(path, MAX_JSON_DOCUMENT, "Report")))
         except (NodecheckError, ValueError, RecursionError) as error:
             skipped.append({"file": path.name, "why": str(error)[:200]})
             continue

@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 
+from nodecheck import typed_json
 from nodecheck.cli.app import app, fail, load_report
 from nodecheck.errors import ConfigError, NodecheckError
 from nodecheck.limits import MAX_GPUS
@@ -92,7 +93,7 @@ def _fabric(source, busbw, intra_busbw, gpus_per_node, grad_bytes):
             from nodecheck.config import read_config_text
             from nodecheck.model import Report
 
-            report = Report.from_dict(json.loads(read_config_text(source, "Report")))
+            report = Report.from_dict(typed_json.loads(read_config_text(source, "Report")))
         else:
             report, _ = load_report(source, None)
     except (OSError, ValueError, TypeError, RecursionError, ConfigError) as error:

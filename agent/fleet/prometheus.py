@@ -4,11 +4,12 @@ timeout and a bounded answer; a node is named by its `instance` label."""
 
 from __future__ import annotations
 
-import json
+import math
 import urllib.error
 import urllib.parse
 import urllib.request
 
+from nodecheck import typed_json
 from nodecheck.errors import NodecheckError
 from nodecheck.fingerprint import FIELDS
 from nodecheck.fleet import NodeView
@@ -38,7 +39,7 @@ def query(base: str, promql: str, timeout: float = TIMEOUT_S) -> list[dict]:
     if len(body) > MAX_ANSWER:
         raise NodecheckError(f"Prometheus at {base}: an answer larger than {MAX_ANSWER >> 20} MiB")
     try:
-        document = json.loads(body)
+        document = typed_json.loads(body)
         result = document["data"]["result"] if document.get("status") == "success" else None
     except (ValueError, KeyError, TypeError, AttributeError):
         result = None
@@ -52,7 +53,7 @@ def _number(sample: dict) -> float | None:
         value = float(sample["value"][1])
     except (KeyError, IndexError, TypeError, ValueError):
         return None
-    return value if value == value else None  # NaN: no figure
+    return value if math.isfinite(value) else None  # NaN or +Inf: no figure (a NaN median judges no one)
 
 
 def node_views(base: str) -> list[NodeView]:
