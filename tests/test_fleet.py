@@ -164,3 +164,34 @@ def test_a_report_whose_gpus_links_or_paths_lack_their_names_is_skipped_saying_w
     assert skipped == {"no-index.json": "Gpu.index: missing", "no-type.json": "Link.type: missing",
                        "no-path.json": "Measurement.path: missing", "no-kind.json": "Nic.kind: missing"}
     assert json.loads(result.stdout)["nodes"] == 5
+
+
+def test_one_machine_is_one_vote_its_newest_report(tmp_path, hgx_report):
+    """A directory that collects Reports over days holds several of one machine (same host name, same GPU UUIDs):
+    each counted as a peer, three machines read as six and were judged, and a repaired node stayed out of line
+    for its old Report. Now the newest Report of a machine is its vote, the older ones skipped saying so; two
+    machines that call themselves the same keep a vote each."""
+    def at(report, when: float):
+        return dataclasses.replace(report, generated_at=when)
+
+    three = [node(hgx_report, f"gpu-{i}") for i in range(3)]
+    write(tmp_path / "days", [at(r, 1.8e9) for r in three])
+    for r in three:
+        (tmp_path / "days" / f"{r.node['hostname']}-monday.json").write_text(json.dumps(at(r, 1.7e9).to_dict()))
+    result = json.loads(cli("fleet", str(tmp_path / "days"), "--json").stdout)
+    assert result["nodes"] == 3 and not result["groups"][0]["judged"]
+    assert {s["file"]: s["why"] for s in result["skipped"]}["gpu-0-monday.json"] == (
+        "an older Report of gpu-0: gpu-0.json has the same GPUs")
+
+    six = [node(hgx_report, f"gpu-{i}") for i in range(6)]
+    write(tmp_path / "repaired", [at(r, 1.8e9) for r in six])
+    slow_before = at(node(hgx_report, "gpu-5", ratio=0.5), 1.7e9)
+    (tmp_path / "repaired" / "a-gpu-5-before-repair.json").write_text(json.dumps(slow_before.to_dict()))
+    result = json.loads(cli("fleet", str(tmp_path / "repaired"), "--json").stdout)
+    assert (result["nodes"], result["out_of_line"]) == (6, [])
+    assert [s["file"] for s in result["skipped"]] == ["a-gpu-5-before-repair.json"]
+
+    other = dataclasses.replace(six[0], gpus=[dataclasses.replace(g, uuid=f"GPU-other-{g.index}") for g in six[0].gpus])
+    (tmp_path / "repaired" / "gpu-0-twin.json").write_text(json.dumps(at(other, 1.8e9).to_dict()))
+    result = json.loads(cli("fleet", str(tmp_path / "repaired"), "--json").stdout)
+    assert result["nodes"] == 7 and {"gpu-0", "gpu-0 (gpu-0.json)"} <= set(result["groups"][0]["nodes"])

@@ -55,7 +55,8 @@ def fleet(
 
 
 def _read_reports(source: Path):
-    """Each *.json file of `source` as a node; one that is not a Report is skipped and said why."""
+    """Each *.json file of `source` as a node; one that is not a Report is skipped and said why, and so is
+    each but the newest of one machine's Reports (its host name and GPU UUIDs): a machine has one vote."""
     from nodecheck.errors import NodecheckError
     from nodecheck.files import read_user_file
     from nodecheck.fleet import node_view
@@ -68,6 +69,8 @@ def _read_reports(source: Path):
     if len(files) > MAX_REPORTS:
         fail(f"{source}: {len(files)} files, more than {MAX_REPORTS} nodes: not read")
     views, skipped, names = [], [], set()
+    stamps: list[tuple[float, str]] = []  # each view's Report: (generated_at, file)
+    machine_at: dict[tuple, int] = {}  # (host name, its GPUs' UUIDs) -> where in views
     for path in files:
         try:
             report = Report.from_dict(typed_json.loads(read_user_file(path, MAX_JSON_DOCUMENT, "Report")))
@@ -75,8 +78,18 @@ def _read_reports(source: Path):
             skipped.append({"file": path.name, "why": str(error)[:200]})
             continue
         view = node_view(report, path.stem)
-        if view.name in names:
+        machine = (view.name, tuple(sorted(g.uuid for g in report.gpus if g.uuid)))
+        stamp = (report.generated_at, path.name)
+        if machine[1] and (at := machine_at.get(machine)) is not None:  # one machine, one vote: its newest Report
+            older, newer = sorted([stamps[at], stamp])
+            skipped.append({"file": older[1], "why": f"an older Report of {view.name}: {newer[1]} has the same GPUs"})
+            if newer == stamp:
+                view.name, views[at], stamps[at] = views[at].name, view, stamp
+            continue
+        machine_at[machine] = len(views)
+        if view.name in names:  # another machine that calls itself the same
             view.name = f"{view.name} ({path.name})"
         names.add(view.name)
         views.append(view)
+        stamps.append(stamp)
     return views, skipped
