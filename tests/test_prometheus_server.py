@@ -1,6 +1,7 @@
 """The real Prometheus server scrapes two real `nodecheck serve` exporters on loopback (a healthy
 H100 node and the same node with a GPU trained at x8); the downtraining alert fires for the degraded
-one only, checked through Prometheus's HTTP API, and the real Alertmanager delivers it to a webhook."""
+one only, checked through Prometheus's HTTP API, and the real Alertmanager delivers it to a webhook. When
+the degraded node's exporter dies, that alert goes quiet with its series and NodecheckExporterDown names it."""
 
 import http.server
 import json
@@ -72,11 +73,11 @@ def test_alert_fires_for_the_degraded_node_only(tmp_path, processes):
     make_snapshot(tmp_path / "x8", nvml_gpus=[dict(h100_nvml_records()[0], width=8)])
     (degraded / "nvml.json").write_text((tmp_path / "x8" / "nvml.json").read_text())
 
-    targets = {}
+    targets, exporters = {}, {}
     for name, snap in (("healthy", healthy), ("degraded", degraded)):
         port = free_port()
         targets[name] = f"127.0.0.1:{port}"
-        processes([sys.executable, "-m", "nodecheck", "serve", "--listen", targets[name], "--from", str(snap),
+        exporters[name] = processes([sys.executable, "-m", "nodecheck", "serve", "--listen", targets[name], "--from", str(snap),
                    "--interval", "1"], tmp_path / f"{name}.log")
 
     hook = http.server.HTTPServer(("127.0.0.1", 0), Webhook)
@@ -119,3 +120,10 @@ def test_alert_fires_for_the_degraded_node_only(tmp_path, processes):
     assert {a["labels"]["instance"] for a in delivered} == {targets["degraded"]}
     assert delivered[0]["annotations"]["summary"] == f"gpu0 on {targets['degraded']} runs PCIe x8, below its max width"
     hook.shutdown()
+
+    exporters["degraded"].kill()  # a crash: no goodbye
+    deadline = time.monotonic() + DEADLINE
+    down = wait_for(lambda: query('ALERTS{alertname="NodecheckExporterDown",alertstate="firing"}'),
+                    "the exporter-down alert to fire", deadline)
+    assert [r["metric"]["instance"] for r in down] == [targets["degraded"]]
+    wait_for(lambda: not query('ALERTS{alertname="NodecheckPcieLinkDowntrained"}'), "the downtraining alert to go quiet", deadline)
