@@ -35,11 +35,12 @@ def _what_to_check(m) -> str:
 
 
 def algorithm_bound(m) -> float | None:
-    """For an all-reduce across nodes judged against the ring bound of its rails: the most any algorithm can
-    reach, as a ratio to that bound. A ring sends 2(n-1)/n x S of each node's data over its rails, a tree
-    or SHARP about S, so busbw (algbw x 2(n-1)/n) can reach 2(n-1)/n x the ring bound and no more.
-    None for other measurements."""
-    if m.test != "allreduce" or m.scope != "cluster" or not m.ranks or m.ranks < 2 or m.details.get("path_kind") not in FABRIC_KINDS:
+    """For an all-reduce across nodes (bench's, or an nccl-tests log's) judged against the ring bound of its rails:
+    the most any algorithm can reach, as a ratio to that bound. A ring sends 2(n-1)/n x S of each node's data over
+    its rails, a tree or SHARP about S, so busbw (algbw x 2(n-1)/n) can reach 2(n-1)/n x the ring bound and no
+    more (other collectives reach less). None for other measurements."""
+    if m.test not in ("allreduce", "nccl_tests") or m.scope != "cluster" or not m.ranks or m.ranks < 2 \
+            or m.details.get("path_kind") not in FABRIC_KINDS:
         return None
     return 2 * (m.ranks - 1) / m.ranks
 

@@ -32,6 +32,7 @@ def test_public_logs_match_answer_key(name):
 def test_layouts_of_other_collectives():
     gather = parse_nccl_log(need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_gather_perf.txt").read_text())
     assert gather.ngpus == 8 and len(gather.devices) == 8 and gather.rows[-1].redop is None
+    assert (gather.ranks, gather.hosts) == (8, ["localhost"])  # what tells a log of one node from one across nodes
     assert gather.rows[-1].out_of_place.wrong is None  # "N/A": not validated
     alltoall = parse_nccl_log(need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-alltoall_perf.txt").read_text())
     assert (alltoall.rows[-1].dtype, alltoall.rows[-1].redop, alltoall.rows[-1].in_place.busbw_gbytes) == ("float", None, 226.16)
@@ -75,6 +76,7 @@ def test_json_report():
            "actual_iterations": 20, "experiment_name": "AllReduce"}
     log = parse_nccl_log(json_report([row, {"size": "?"}]))
     assert (log.format, log.ngpus, log.collective, log.avg_busbw_gbytes) == ("json", 8, "AllReduce", 156.742)
+    assert (log.ranks, log.hosts) == (1, ["n1"])
     assert log.rows[0].out_of_place.busbw_gbytes == 441.81 and log.rows[0].in_place.wrong is None and log.rows[0].root == -1
     assert log.issues == ["results[1]: unreadable result \"{'size': '?'}\""]
     with pytest.raises(ParseError, match="not valid JSON"):

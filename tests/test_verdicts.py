@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from helpers import A100_SXM4, H100, PUBLIC, answer_key, hgx_nvml, make_snapshot, need, nodecheck
+from helpers import A100_SXM4, H100, PUBLIC, REPO, answer_key, hgx_nvml, make_snapshot, need, nodecheck
 
 from nodecheck import specs
 from nodecheck.config import Config, loads
@@ -86,7 +86,7 @@ def test_nccl_log_on_a_node_without_gpus_says_there_is_nothing_to_compare(tmp_pa
     log = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")
     (tmp_path / "identity.json").write_text('{"hostname": "cpu-node"}')  # a snapshot of a node without GPUs
     run = nodecheck("bench", "--nccl-log", str(log), "--from", str(tmp_path), env={"COLUMNS": "200"})
-    assert run.returncode == 0 and "no GPU pair spec to compare it with" in run.stdout
+    assert run.returncode == 0 and "has no spec to compare it with (no GPU pair" in run.stdout
 
 
 @pytest.mark.parametrize("enum", [4, 5])  # nvmlNvlinkVersion_t 3.0 or 3.1: what A100 boards report
@@ -229,3 +229,65 @@ def test_inspect_from_a_path_holding_no_snapshot_is_a_usage_error(tmp_path, what
         (folder / "notes.txt").write_text("the snapshot is in ../snap2\n")
     run = nodecheck("inspect", "--from", str(folder))
     assert run.returncode == 2 and "holds no nodecheck snapshot" in run.stderr and "No findings" not in run.stdout
+
+
+HGX_8_RAILS = REPO / "examples" / "hgx-h100-8gpu"  # 8x H100 NV18, eight 400 Gbit/s InfiniBand rails: 400 GB/s ring bound
+
+
+def judged(log, node) -> tuple[dict, str]:
+    run = nodecheck("bench", "--nccl-log", str(log), "--from", str(node), "--json")
+    assert run.returncode in (0, 1) and "Traceback" not in run.stderr, run.stderr
+    human = nodecheck("bench", "--nccl-log", str(log), "--from", str(node), env={"COLUMNS": "250"})
+    return json.loads(run.stdout), human.stdout
+
+
+def test_a_log_across_nodes_is_judged_against_the_rails_not_nvlink(tmp_path):
+    """A job's nccl-tests log across nodes was judged against the node's slowest GPU pair: on an 8x H100 node with
+    eight 400G rails, a slow two-node run was "0.17 of 450 GB/s: check the GPUs' NVLink state", and a healthy
+    multi-node A100 log on an HDR node would read as a broken NVLink. Now a log whose device lines or NCCL lines
+    name several hosts, or more ranks than the node has GPUs, is judged against the ring bound of the node's rails,
+    as bench judges its own all-reduce across nodes."""
+    # CoreWeave's 1440-GPU run: its one device line is rank 1439
+    out, human = judged(need(PUBLIC / "nccl" / "coreweave-gb200-20racks-1440gpu-all_reduce_perf-partial.txt"), HGX_8_RAILS)
+    m = out["measurement"]
+    assert (m["scope"], m["ranks"], m["spec_bytes_per_second"], m["details"]["path_kind"]) == ("cluster", 1440, 400e9, "infiniband")
+    assert "1440 ranks or more, where this node has 8 GPUs" in m["details"]["across_nodes"] and out["findings"] == []
+    assert "ring bound: 8 rail(s)" in human and "a job across nodes" in human and "normal for this node" in human
+
+    # a two-node A100 run: NCCL's own lines (two hosts, NET/IB/0/GDRDMA) with the table of AWS's 2x p4de run
+    both = tmp_path / "two-nodes.log"
+    both.write_text(need(PUBLIC / "nccl-debug" / "2node-a100-ib-gdrdma-p2p-ipc-read-channels.txt").read_text()
+                    + need(PUBLIC / "nccl" / "aws-2x-p4de-all_reduce_perf-srun-prefixed-noavg.txt").read_text())
+    out, human = judged(both, HGX_8_RAILS)
+    (finding,) = [f for f in out["findings"] if f["kind"] == "bandwidth_below_spec"]
+    assert out["measurement"]["details"]["across_nodes"] == "NCCL's lines name 2 hosts"
+    assert out["measurement"]["ratio"] == pytest.approx(78.33e9 / 400e9) and "NVLink" not in finding["message"]
+    assert "check that node's cable, switch port and NIC speed" in finding["message"]
+
+
+def test_a_log_across_nodes_past_any_algorithm_or_without_rails_is_said(tmp_path):
+    """NVL72's 72 GPUs at 834.57 GB/s busbw: 2.09 x an HGX node's rails, more than any all-reduce moves over them
+    (2 x 71/72): that log is not from a node like this, said at warning. On a node without RDMA NICs, and on a node
+    in a multi-node NVLink domain (GB200's fabric names a cluster), nothing bounds it: no spec, said why."""
+    nvl72 = need(PUBLIC / "nccl" / "coreweave-gb200-nvl72-1rack-all_reduce_perf-partial.txt")
+    out, _ = judged(nvl72, HGX_8_RAILS)
+    (finding,) = out["findings"]
+    assert (finding["kind"], finding["measured"], finding["expected"]) == ("bandwidth_above_bound", "2.09", "<= 1.97")
+
+    out, human = judged(nvl72, a100_node(tmp_path))  # the p4d topology: no NIC in the snapshot
+    assert out["measurement"]["spec_bytes_per_second"] is None and out["findings"] == []
+    assert "has no spec to compare it with (a job across nodes is bounded by the node's RDMA rails" in human
+
+    from gpu_fabric_cases import published
+
+    gb200 = make_snapshot(tmp_path / "gb200", topo="hgx-h100-8gpu-8nic-sglang30401.txt",
+                          nvml_gpus=hgx_nvml(fabric=published()["gb200-healthy"]))
+    out, human = judged(nvl72, gb200)
+    assert out["measurement"]["details"]["path_kind"] == "nvlink" and out["measurement"]["ratio"] is None
+    assert "multi-node NVLink domain" in human
+
+
+def test_a_log_of_one_node_says_it_was_judged_as_one():
+    out, human = judged(need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt"), HGX_8_RAILS)
+    assert out["measurement"]["scope"] is None and "across_nodes" not in out["measurement"]["details"]
+    assert "judged as a run inside one node" in human

@@ -13,6 +13,7 @@ from nodecheck.bench.nccl_tests import parse_nccl_log
 from nodecheck.errors import NodecheckError
 from nodecheck.host import run_command
 from nodecheck.model import Measurement, Report
+from nodecheck.rails import fabric_nics, ring_bound
 
 BINARY = "all_reduce_perf"
 SIZES = {"quick": ("1G", "2G"), "full": ("8", "8G")}  # quick: payloads past saturation (nccl-tests captures)
@@ -73,18 +74,54 @@ def standalone(environ: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if not k.startswith(LAUNCH_PREFIXES) and k not in LAUNCH_VARIABLES}
 
 
-def measurement_from_log(log, report: Report, path: str, method: str) -> Measurement | None:
-    """The largest out-of-place busbw of an nccl-tests log, compared with this node's slowest GPU pair
-    (the bound of a collective inside the node); None when the log holds no out-of-place row."""
+def measurement_from_log(log, report: Report, path: str, method: str, config=None, run=None) -> Measurement | None:
+    """The largest out-of-place busbw of an nccl-tests log, compared with what bounds it on this node: the slowest
+    GPU pair for a collective inside the node, the ring bound of its rails for one across nodes (run: what NCCL's
+    own lines in the log say, which may name its hosts); None when the log holds no out-of-place row."""
     rows = [r for r in log.rows if r.out_of_place]
     if not rows:
         return None
     largest = max(rows, key=lambda r: r.size_bytes)
-    pair = slowest_pair(report)
-    details = {"avg_busbw_gbytes": log.avg_busbw_gbytes, "rows": len(log.rows), "issues": log.issues, "devices": log.devices,
-               "path_kind": pair.kind if pair else None, "spec_basis": pair.basis if pair else None}
-    return Measurement.measured(path, "nccl_tests", largest.out_of_place.busbw_gbytes * 1e9,
-                                pair.bytes_per_second if pair else None, largest.size_bytes, method, "busbw", details)
+    details = {"avg_busbw_gbytes": log.avg_busbw_gbytes, "rows": len(log.rows), "issues": log.issues, "devices": log.devices}
+    across = _across_nodes(log, run, report)
+    if across:
+        spec, kind, basis = _network_bound(report, config)
+        details.update(path_kind=kind, spec_basis=basis, across_nodes=across)
+    else:
+        pair = slowest_pair(report)
+        spec = pair.bytes_per_second if pair else None
+        details.update(path_kind=pair.kind if pair else None, spec_basis=pair.basis if pair else None)
+    measurement = Measurement.measured(path, "nccl_tests", largest.out_of_place.busbw_gbytes * 1e9, spec, largest.size_bytes,
+                                       method, "busbw", details)
+    if across:
+        measurement.scope, measurement.ranks = "cluster", log.ranks
+    return measurement
+
+
+def _across_nodes(log, run, report: Report) -> str | None:
+    """Why the log's job spanned nodes, or None when nothing says so: its device lines name several hosts or more
+    ranks than this node has GPUs, or NCCL's lines name several hosts."""
+    if len(log.hosts) > 1:
+        return f"its device lines name {len(log.hosts)} hosts"
+    if log.ranks and report.gpus and log.ranks > len(report.gpus):
+        return f"its device lines name rank {log.ranks - 1}: {log.ranks} ranks or more, where this node has {len(report.gpus)} GPUs"
+    if run is not None and len(run.nodes) > 1:
+        return f"NCCL's lines name {len(run.nodes)} hosts"
+    return None
+
+
+def _network_bound(report: Report, config) -> tuple[float | None, str | None, str]:
+    """(spec, path kind, basis) of a collective across nodes judged on this node: the ring bound of its rails, as
+    `bench` bounds its own all-reduce across nodes; none in a multi-node NVLink domain, whose jobs take NVLink
+    inside the domain and the network between domains."""
+    if any(g.fabric is not None and g.fabric.cluster_uuid for g in report.gpus):
+        return None, "nvlink", ("no spec: this node is in a multi-node NVLink domain (its GPUs' fabric names a cluster), "
+                                "where a job across nodes takes NVLink inside the domain and the network between domains")
+    rails = fabric_nics(report, {})
+    if not rails:
+        return None, None, "no spec: a job across nodes is bounded by the node's RDMA rails, and none is up on this node"
+    total, basis = ring_bound(report, rails, config)
+    return total, "infiniband", basis if total else f"no spec: {basis}"
 
 
 def _failed(path: str, method: str, error: str) -> Measurement:

@@ -56,6 +56,8 @@ class NcclLog:
     avg_busbw_gbytes: float | None
     issues: list[str] = field(default_factory=list)  # what could not be read, with line numbers
     peak_busbw_gbytes: float | None = None  # the largest out-of-place busbw of any row: the figure people compare
+    ranks: int | None = None  # the highest rank a device line names, plus one: the job had at least that many
+    hosts: list[str] = field(default_factory=list)  # the distinct hosts of the device lines, in order
 
 
 def parse_nccl_log(text: str) -> NcclLog:
@@ -103,6 +105,13 @@ def _header_line(log: NcclLog, line: str) -> None:
         log.nthreads, log.ngpus = int(match[1]), int(match[2])
     elif match := _DEVICE.match(line):
         log.devices.append(f"rank {match[1]} {match[2]} device {match[3]}: {match[4].strip()}")
+        _count_rank(log, int(match[1]), match[2])
+
+
+def _count_rank(log: NcclLog, rank: int, host) -> None:
+    log.ranks = max(log.ranks or 0, rank + 1)
+    if isinstance(host, str) and host and host not in log.hosts:
+        log.hosts.append(host)
 
 
 def _row(start: re.Match) -> tuple[Row | None, str | None]:
@@ -163,6 +172,8 @@ def _parse_json(text: str) -> NcclLog:
         if isinstance(device, dict):
             log.devices.append(f"rank {device.get('rank')} {device.get('hostname')} device {device.get('device')}: "
                                f"{device.get('device_info')}")
+            if (rank := _int(device.get("rank"))) is not None and 0 <= rank < 10**9:  # as many digits as a text log's
+                _count_rank(log, rank, device.get("hostname"))
     for position, result in enumerate(doc["results"]):
         row = _json_row(result)
         if row is None:

@@ -21,7 +21,7 @@ def bench(
     full: bool = typer.Option(False, "--full", help="Payload sweep (and pageable host memory) instead of one saturating payload."),
     quick: bool = typer.Option(False, "--quick", help="One payload past saturation (the default)."),
     timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds before a test is killed and recorded as failed."),
-    nccl_log: Optional[Path] = typer.Option(None, "--nccl-log", help="Only read a saved nccl-tests log (text or -J JSON), report every row, and judge its peak busbw against this node's (or --from's) slowest GPU pair."),
+    nccl_log: Optional[Path] = typer.Option(None, "--nccl-log", help="Only read a saved nccl-tests log (text or -J JSON), report every row, and judge its peak busbw against this node's (or --from's) slowest GPU pair, or its rails for a job across nodes."),
     source: Optional[Path] = typer.Option(None, "--from", help="With --nccl-log: judge the log against this snapshot's node instead of this machine."),
     as_json: bool = typer.Option(False, "--json", help="Print the Report with its measurements as JSON."),
     measure_only: bool = typer.Option(False, "--measure-only", hidden=True, help="Print the measurements alone, unjudged, as JSON (what `serve` and `prolog` run)."),
@@ -143,7 +143,7 @@ def _read_log(path: Path) -> str:
 
 def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config_path: Optional[Path]) -> None:
     """Every row of the log, then its largest out-of-place busbw judged against the slowest GPU pair of
-    this node or of the snapshot: "is this log normal for this node?"."""
+    this node or of the snapshot (its rails for a job across nodes): "is this log normal for this node?"."""
     from dataclasses import asdict
 
     from nodecheck.bench.gpu import staged_if_shm
@@ -164,7 +164,7 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
         run = parse_nccl_debug(text)
     except ParseError:
         run = None
-    measurement = measurement_from_log(log, report, "nccl-log", f"nccl-tests log {nccl_log.name}")
+    measurement = measurement_from_log(log, report, "nccl-log", f"nccl-tests log {nccl_log.name}", config, run)
     if measurement is not None:  # judged as bench judges it (over SHM a staged path), what NCCL chose with it
         (measurement,), findings = judge_measurements(report, [staged_if_shm(attach(measurement, run))], config)
     else:

@@ -47,11 +47,17 @@ def render_verdict(measurement, findings, where: str, console: Console | None = 
     spec = measurement.spec_bytes_per_second
     basis = measurement.details.get("spec_basis")
     if spec is None:
+        why = basis or "no GPU pair, or a pair's spec unknown"
         console.print(f"busbw {format_rate(measurement.bytes_per_second)} at {measurement.payload_bytes} B; "
-                      f"{esc(where)} has no GPU pair spec to compare it with (no GPU pair, or a pair's spec unknown)")
+                      f"{esc(where)} has no spec to compare it with ({esc(why.removeprefix('no spec: '))})")
         return
     console.print(f"busbw {format_rate(measurement.bytes_per_second)} at {measurement.payload_bytes} B = "
                   f"{measurement.ratio:.2f} of {format_rate(spec)} ({esc(basis or 'slowest GPU pair')} on {esc(where)})")
+    if measurement.details.get("across_nodes"):
+        console.print(f"a job across nodes ({esc(measurement.details['across_nodes'])}): judged against the network, "
+                      "not the GPUs' links")
+    else:  # a paste without its header lines says nothing of its hosts: the assumption is shown
+        console.print("judged as a run inside one node: the log names no second host and no rank past this node's GPUs")
     if not findings:
         console.print("[green]normal for this node[/green]")
     for f in findings:
