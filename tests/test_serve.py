@@ -289,3 +289,27 @@ def test_before_the_first_report_503_and_sigterm_ends_hung_probes(tmp_path):
     while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
         assert time.monotonic() < deadline, f"nvidia-smi {pid} outlived the daemon: {out[-500:]}"
         time.sleep(0.1)
+
+
+def test_measurements_another_node_wrote_are_refused_naming_both(tmp_path):
+    """`serve --measurements FILE` on a path every node shares published one node's bench figures as every node's:
+    a node never measured read as healthy. A bench Report naming another node is now refused (logged, nothing
+    published from it); the same file written on this node is published."""
+    from helpers import REPO
+
+    node = REPO / "examples" / "hgx-h100-8gpu"  # hostname hgx-example-01, as the example job's Report names it
+    job = (REPO / "examples" / "job-8node-allreduce.json").read_text()
+    measurements = tmp_path / "bench.json"
+    measurements.write_text(job.replace('"hostname": "hgx-example-01"', '"hostname": "gpu-07"', 1))
+    port = free_port()
+    proc = start_serve("--listen", f"127.0.0.1:{port}", "--from", str(node), "--interval", "1",
+                       "--measurements", str(measurements))
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        assert "nodecheck_bandwidth_ratio{" not in wait_metrics(url)
+        measurements.write_text(job)
+        wait_until(lambda: "nodecheck_bandwidth_ratio{" in urllib.request.urlopen(url, timeout=5).read().decode(), 30,
+                   "the measurements of this node to be published")
+    finally:
+        out = stop(proc)
+    assert "written by `nodecheck bench` on 'gpu-07', not on this node ('hgx-example-01')" in out, out[-2000:]

@@ -80,9 +80,10 @@ def _failed(path: str, test: str, error: str) -> Measurement:
     return Measurement.failed(path, test, "-", "-", error)
 
 
-def read_measurements_file(path) -> tuple[list[Measurement], float | None]:
+def read_measurements_file(path, this_host: str | None = None) -> tuple[list[Measurement], float | None]:
     """The measurements of a file `bench --json` (a Report) or `bench --measure-only` wrote, and when they were
-    taken: what `serve --measurements FILE` publishes. NodecheckError naming the file when it is neither."""
+    taken: what `serve --measurements FILE` publishes. NodecheckError naming the file when it is neither, or when
+    the Report names a node other than `this_host` (a path shared by every node: another node's figures)."""
     from nodecheck.files import read_user_file
     from nodecheck.limits import MAX_JSON_DOCUMENT
 
@@ -91,6 +92,11 @@ def read_measurements_file(path) -> tuple[list[Measurement], float | None]:
         measurements = [from_json(Measurement, m) for m in document["measurements"]]
     except (ValueError, KeyError, TypeError, RecursionError) as error:
         raise NodecheckError(f"{path}: not the output of `nodecheck bench --json` ({str(error)[:200]})") from None
+    node = document.get("node")
+    written_on = node.get("hostname") if isinstance(node, dict) else None
+    if this_host and isinstance(written_on, str) and written_on and written_on != this_host:
+        raise NodecheckError(f"{path}: written by `nodecheck bench` on {written_on[:100]!r}, not on this node ({this_host!r}): "
+                             "another node's figures are not this node's (is the path shared?)")
     when = document.get("measured_at")
     return measurements, float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None
 

@@ -117,14 +117,24 @@ def serve(
             from nodecheck.bench.plan import read_measurements_file, run_in_subprocess
 
             bench_args = ["--quick"] + (["--config", str(config_path)] if config_path else [])
+            this_host = _hostname(probe_host) if measurements_file else None
             run_server(host, port, lambda: build_report(probe_host, config), interval, stop, web,
                        bench=lambda: run_in_subprocess(bench_args, bench_timeout), bench_every=bench_every, config=config,
-                       measurements=(lambda: read_measurements_file(measurements_file)) if measurements_file else None,
+                       measurements=(lambda: read_measurements_file(measurements_file, this_host)) if measurements_file else None,
                        node_health=node_health)
     except NodecheckError as error:
         fail(str(error))
     except OSError as error:  # port taken, unreadable certificate ...
         fail(f"cannot serve on {host}:{port}: {error.strerror or error}")
+
+
+def _hostname(host) -> str | None:
+    """The node's name as its Report gives it (the snapshot's when replaying one); None when unknown."""
+    try:
+        name = host.identity().get("hostname")
+    except NodecheckError:
+        return None
+    return name if isinstance(name, str) and name else None
 
 
 NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
