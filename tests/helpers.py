@@ -76,6 +76,18 @@ def requires_root() -> None:
         pytest.skip("needs iproute2 (`ip`)")
 
 
+def may_write_the_real_kernel_log() -> None:
+    """Skip unless this machine's kernel log may take the tests' fake Xid lines (and one test's flood): as root, with
+    /dev/kmsg, and no NVIDIA driver loaded. On a GPU node that log is evidence: a fake "NVRM: Xid" there is read by
+    nodecheck's own daemon and prolog, by DCGM and by NPD as a real one, and a flood scrolls real Xids out of dmesg.
+    NODECHECK_TESTS_WRITE_KMSG=1 runs them anyway, on a GPU machine that is about to be given back."""
+    if os.geteuid() != 0 or not os.path.exists("/dev/kmsg"):
+        pytest.skip("needs root and /dev/kmsg")
+    if os.path.exists("/proc/driver/nvidia") and os.environ.get("NODECHECK_TESTS_WRITE_KMSG") != "1":
+        pytest.skip("an NVIDIA driver is loaded: this GPU node's kernel log takes no fake Xid "
+                    "(NODECHECK_TESTS_WRITE_KMSG=1 to write them anyway)")
+
+
 def h100_nvml_records() -> list[dict]:
     """NVML values captured on the real H100 node, one record per GPU, with its VBIOS version as that node's
     `nvidia-smi -q` (NVML's nvmlDeviceGetVbiosVersion) printed it."""

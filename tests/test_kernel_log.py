@@ -7,7 +7,7 @@ import json
 import subprocess
 
 import pytest
-from helpers import PUBLIC, need
+from helpers import PUBLIC, may_write_the_real_kernel_log, need
 
 from nodecheck.probes.kernel_log import parse_kernel_log
 from nodecheck.xid_catalog import listed_codes, source, xid_entry
@@ -138,14 +138,12 @@ def test_the_real_kernel_hands_back_a_written_xid_through_dev_kmsg(tmp_path):
     """As root: a tagged Xid line written into the real /dev/kmsg comes back through the probe as an event
     with its time since boot (at a device address no machine has, in PCI domain 00ff). Unprivileged (as the units run)
     on a kernel that restricts dmesg, /dev/kmsg says it needs CAP_SYSLOG."""
-    import os
     import uuid
 
     from nodecheck.host import LiveHost
     from nodecheck.probes.kernel_log import collect
 
-    if os.geteuid() != 0 or not os.path.exists("/dev/kmsg"):
-        pytest.skip("needs root and /dev/kmsg")
+    may_write_the_real_kernel_log()
     tag = uuid.uuid4().hex[:12]
     # an address of its own each time: the same one written on every run would repeat into an error that the
     # live-host tests of the next hour would see
@@ -162,6 +160,22 @@ def test_the_real_kernel_hands_back_a_written_xid_through_dev_kmsg(tmp_path):
     assert log.uptime_usec is not None and mine[0].usec <= log.uptime_usec + 5_000_000
     if open("/proc/sys/kernel/dmesg_restrict").read().strip() == "1":
         assert "needs CAP_SYSLOG" in _as_nobody(lambda: LiveHost().kernel_messages(5))
+
+
+def test_the_suite_writes_no_fake_xid_into_a_gpu_nodes_kernel_log(monkeypatch):
+    """Three tests write Xid lines into the real /dev/kmsg (and one floods it). Where an NVIDIA driver is loaded, the
+    nodecheck daemon, DCGM and NPD would read those as real, so they are skipped there unless asked for."""
+    import os
+
+    if os.geteuid() != 0 or not os.path.exists("/dev/kmsg"):
+        pytest.skip("needs root and /dev/kmsg")
+    exists = os.path.exists
+    monkeypatch.setattr(os.path, "exists", lambda path: path == "/proc/driver/nvidia" or exists(path))
+    monkeypatch.delenv("NODECHECK_TESTS_WRITE_KMSG", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="an NVIDIA driver is loaded"):
+        may_write_the_real_kernel_log()
+    monkeypatch.setenv("NODECHECK_TESTS_WRITE_KMSG", "1")
+    may_write_the_real_kernel_log()  # asked for: runs
 
 
 def _as_nobody(call) -> str:

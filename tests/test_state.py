@@ -3,12 +3,11 @@ or hostile file forgotten rather than fatal, concurrent writers never losing eac
 `nodecheck clear` end to end on the real kernel log."""
 
 import json
-import os
 import random
 import threading
 
 import pytest
-from helpers import cli
+from helpers import cli, may_write_the_real_kernel_log
 
 from nodecheck.events import Acknowledgement
 from nodecheck.probes.history import history_from
@@ -68,8 +67,7 @@ def test_clear_acknowledges_a_real_kernel_event_and_a_new_one_fails_again(tmp_pa
     """As root: a watched Xid written into the real /dev/kmsg at an address no machine has is a gpu_xid
     finding; `nodecheck clear` acknowledges it (who, when, in $STATE_DIRECTORY); the same event again is a
     finding again."""
-    if os.geteuid() != 0 or not os.path.exists("/dev/kmsg"):
-        pytest.skip("needs root and /dev/kmsg")
+    may_write_the_real_kernel_log()
     address = f"00fe:{random.randrange(256):02x}:{random.randrange(32):02x}"  # noqa: S311 - a name, not a secret
     subject = f"pci:{address}.0"
 
