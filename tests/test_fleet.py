@@ -195,3 +195,36 @@ def test_one_machine_is_one_vote_its_newest_report(tmp_path, hgx_report):
     (tmp_path / "repaired" / "gpu-0-twin.json").write_text(json.dumps(at(other, 1.8e9).to_dict()))
     result = json.loads(cli("fleet", str(tmp_path / "repaired"), "--json").stdout)
     assert result["nodes"] == 7 and {"gpu-0", "gpu-0 (gpu-0.json)"} <= set(result["groups"][0]["nodes"])
+
+
+def test_a_jobs_report_speaks_for_its_own_node_only(tmp_path, hgx_report, monkeypatch):
+    """Rank 0's Report of a job across nodes holds every node's in-node figures, named "gpu-05/gpu0:host". Read as rank
+    0's own (the fleet took the lowest per path), gpu-05's slow copy put rank 0's node out of line too. Another node's
+    figures are now that node's, from its own Report; so in what Prometheus holds of rank 0's instance."""
+    def h2d(path: str, ratio: float):
+        return make_measurement(path, "h2d", rate=ratio * 55e9, spec=55e9, direction="unidirectional",
+                                details={"path_kind": "pcie"})
+
+    reports = [dataclasses.replace(node(hgx_report, f"gpu-{i:02d}"), measurements=[h2d("gpu0:host", 0.85)]) for i in range(6)]
+    rank0 = reports[0]
+    reports[0] = dataclasses.replace(rank0, measurements=rank0.measurements + [h2d("gpu-05/gpu0:host", 0.3)])
+    reports[5] = dataclasses.replace(reports[5], measurements=[h2d("gpu0:host", 0.3)])
+    write(tmp_path / "job", reports)
+    result = json.loads(cli("fleet", str(tmp_path / "job"), "--json").stdout)
+    assert result["out_of_line"] == ["gpu-05"]
+    (group,) = result["groups"]
+    assert {o["key"] for o in group["outliers"]} == {"measured:h2d/gpu0:host"}
+
+    from nodecheck.fleet import prometheus
+
+    def query(base, promql, timeout=1.0):
+        if promql == "nodecheck_node_fingerprint_info":
+            return [{"metric": {"instance": "gpu-00:10042", "sku": "8x H100"}, "value": [0, "1"]}]
+        if "nodecheck_bandwidth_ratio" in promql:
+            return [{"metric": {"instance": "gpu-00:10042", "test": "h2d", "path": path}, "value": [0, value]}
+                    for path, value in (("gpu0:host", "0.85"), ("gpu-05/gpu0:host", "0.3"))]
+        return []
+
+    monkeypatch.setattr(prometheus, "query", query)
+    (view,) = prometheus.node_views("http://prometheus:9090")
+    assert view.values == {"measured:h2d/gpu0:host": 0.85}

@@ -12,7 +12,7 @@ import urllib.request
 from nodecheck import typed_json
 from nodecheck.errors import NodecheckError
 from nodecheck.fingerprint import FIELDS
-from nodecheck.fleet import NodeView
+from nodecheck.fleet import NodeView, another_nodes
 
 MAX_ANSWER = 64 * 1024 * 1024  # 10,000 nodes x a few dozen series
 TIMEOUT_S = 30.0
@@ -66,8 +66,8 @@ def node_views(base: str) -> list[NodeView]:
             views[instance] = NodeView(instance, str(labels.get("sku", "")), {f: str(labels.get(f, "")) for f in FIELDS}, {})
     for sample in query(base, "min by (instance, test, path) (nodecheck_bandwidth_ratio)"):
         view, value = views.get(str(sample["metric"].get("instance"))), _number(sample)
-        if view is not None and value is not None:
-            path = str(sample["metric"].get("path", "")).rsplit("/", 1)[-1]
+        path = str(sample["metric"].get("path", ""))
+        if view is not None and value is not None and not another_nodes(path):
             view.values[f"measured:{sample['metric'].get('test')}/{path}"] = value
     for key, promql in FACTS.items():
         for sample in query(base, promql):
