@@ -120,6 +120,12 @@ _PATHS = [
 ]
 
 
+def measured_on(path: str) -> str | None:
+    """The other node a measurement's path names ("node5" of "node5/gpu0:host": rank 0's Report of a job holds every
+    node's in-node figures so), or None for the node whose Report it is."""
+    return path.split("/", 1)[0] if "/" in path else None
+
+
 def path_identity(path: str) -> tuple[str | None, list[str], int | None]:
     """(scope, endpoints, ranks) of a path: host-link (gpu0:host), gpu-pair (gpu0:gpu1, gpu0->gpu1,
     gpu0<->gpu1), nic (nic:eth0), node (an all-reduce inside one node) or cluster (across nodes)."""

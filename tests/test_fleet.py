@@ -228,3 +228,20 @@ def test_a_jobs_report_speaks_for_its_own_node_only(tmp_path, hgx_report, monkey
     monkeypatch.setattr(prometheus, "query", query)
     (view,) = prometheus.node_views("http://prometheus:9090")
     assert view.values == {"measured:h2d/gpu0:host": 0.85}
+
+
+def test_serve_publishes_a_jobs_report_for_its_own_node_only(tmp_path, hgx_report):
+    """`serve --measurements` on rank 0's node, reading its job's Report: gpu-05's slow copy was published and judged
+    as this node's, a bandwidth finding here (and with --kubernetes-taint, this node tainted for another's fault)."""
+    from nodecheck.bench.plan import read_measurements_file
+    from nodecheck.verdicts import with_measurements
+
+    slow_elsewhere = make_measurement("gpu-05/gpu0:host", "h2d", rate=0.3 * 55e9, spec=55e9, direction="unidirectional",
+                                      details={"path_kind": "pcie", "node": "gpu-05"})
+    job = node(hgx_report, "gpu-00")
+    job = dataclasses.replace(job, measurements=job.measurements + [slow_elsewhere])
+    (tmp_path / "job.json").write_text(json.dumps(job.to_dict()))
+    measurements, _ = read_measurements_file(tmp_path / "job.json", "gpu-00")
+    assert [m.path for m in measurements] == ["allreduce:node-8-gpus"]
+    judged = with_measurements(hgx_report, measurements, 1.8e9, None)
+    assert [f for f in judged.findings if f.kind == "bandwidth_below_spec"] == []

@@ -8,7 +8,7 @@ from importlib.util import find_spec
 from nodecheck import typed_json
 from nodecheck.errors import NodecheckError, TimedOut, install_extra
 from nodecheck.host import run_command
-from nodecheck.model import Measurement, Report, from_json
+from nodecheck.model import Measurement, Report, from_json, measured_on
 
 
 def applicable(report: Report, across_nodes: bool, nccl_tests_installed: bool = False) -> list[str]:
@@ -82,8 +82,9 @@ def _failed(path: str, test: str, error: str) -> Measurement:
 
 def read_measurements_file(path, this_host: str | None = None) -> tuple[list[Measurement], float | None]:
     """The measurements of a file `bench --json` (a Report) or `bench --measure-only` wrote, and when they were
-    taken: what `serve --measurements FILE` publishes. NodecheckError naming the file when it is neither, or when
-    the Report names a node other than `this_host` (a path shared by every node: another node's figures)."""
+    taken: what `serve --measurements FILE` publishes: this node's own (a job's Report also holds its other nodes'
+    in-node figures, which are theirs). NodecheckError naming the file when it is neither, or when the Report
+    names a node other than `this_host` (a path shared by every node: another node's figures)."""
     from nodecheck.files import read_user_file
     from nodecheck.limits import MAX_JSON_DOCUMENT
 
@@ -98,6 +99,7 @@ def read_measurements_file(path, this_host: str | None = None) -> tuple[list[Mea
         raise NodecheckError(f"{path}: written by `nodecheck bench` on {written_on[:100]!r}, not on this node ({this_host!r}): "
                              "another node's figures are not this node's (is the path shared?)")
     when = document.get("measured_at")
+    measurements = [m for m in measurements if measured_on(m.path) is None]  # a job's other nodes: theirs to publish
     return measurements, float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None
 
 

@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from nodecheck.fingerprint import fingerprint
-from nodecheck.model import Report
+from nodecheck.model import Report, measured_on
 
 MIN_PEERS = 5
 DEFAULT_FRACTION = 0.9
@@ -66,19 +66,13 @@ class Group:
 def node_view(report: Report, fallback_name: str) -> NodeView:
     values: dict[str, float] = {}
     for m in report.measurements:
-        if m.ok and m.ratio is not None and not another_nodes(m.path):
+        if m.ok and m.ratio is not None and measured_on(m.path) is None:  # another node's: its own Report speaks
             key = f"measured:{m.test}/{m.path}"
             values[key] = min(values.get(key, m.ratio), m.ratio)
     values.update(_facts(report))
     name = str((report.node or {}).get("hostname") or fallback_name)
     labels = fingerprint(report).labels()
     return NodeView(name, labels["sku"], labels, values)
-
-
-def another_nodes(path: str) -> bool:
-    """A measurement a job's Report (rank 0's) holds for another node ("node2/gpu0:host"): that node's figure, which
-    its own Report gives; counted as this node's, one slow node made rank 0's node out of line and passed itself."""
-    return "/" in path
 
 
 def _facts(report: Report) -> dict[str, float]:

@@ -12,7 +12,8 @@ import urllib.request
 from nodecheck import typed_json
 from nodecheck.errors import NodecheckError
 from nodecheck.fingerprint import FIELDS
-from nodecheck.fleet import NodeView, another_nodes
+from nodecheck.fleet import NodeView
+from nodecheck.model import measured_on
 
 MAX_ANSWER = 64 * 1024 * 1024  # 10,000 nodes x a few dozen series
 TIMEOUT_S = 30.0
@@ -67,7 +68,7 @@ def node_views(base: str) -> list[NodeView]:
     for sample in query(base, "min by (instance, test, path) (nodecheck_bandwidth_ratio)"):
         view, value = views.get(str(sample["metric"].get("instance"))), _number(sample)
         path = str(sample["metric"].get("path", ""))
-        if view is not None and value is not None and not another_nodes(path):
+        if view is not None and value is not None and measured_on(path) is None:
             view.values[f"measured:{sample['metric'].get('test')}/{path}"] = value
     for key, promql in FACTS.items():
         for sample in query(base, promql):
