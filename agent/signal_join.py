@@ -13,7 +13,7 @@ import dataclasses
 
 from nodecheck.error_rules import device_hops
 from nodecheck.findings import Finding
-from nodecheck.model import Report, path_identity
+from nodecheck.model import Report, measured_on, path_identity
 from nodecheck.pci import normal_pci
 
 SIGNALS = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal", "pcie_link_errors", "ib_link_downed", "ib_port_errors",
@@ -49,7 +49,10 @@ def signal_devices(report: Report, finding: Finding, hops: dict) -> list[str]:
 
 def on_path(measurement, devices: list[str]) -> bool:
     """Whether the measurement's traffic crossed one of these devices: a GPU's host link or pair for its GPU,
-    an all-reduce inside the node for any GPU, one across nodes (or a NIC's own test) for a NIC."""
+    an all-reduce inside the node for any GPU, one across nodes (or a NIC's own test) for a NIC. Another node's
+    measurement (a job's Report holds them as "node5/gpu0:host") crosses none of this node's devices."""
+    if measured_on(measurement.path) is not None:
+        return False
     scope, endpoints, _ = path_identity(measurement.path)
     if NVSWITCH_FABRIC in devices:
         return scope in ("gpu-pair", "node")

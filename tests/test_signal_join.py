@@ -59,6 +59,18 @@ def test_a_drain_now_class_stays_an_error_whatever_was_measured():
     assert judged(report_with(repeated), h2d(0.95))["gpu_xid"].severity == "warning"
 
 
+def test_another_nodes_measurement_neither_tempers_nor_names_this_nodes_signals():
+    """Rank 0's Report of a job holds the other nodes' in-node figures ("node5/gpu3:host"). Joined as this node's, a
+    fine copy on node5 tempered this node's gpu3 AER error to a warning (no drain), and node5's slow copy named this
+    node's AER as its cause."""
+    elsewhere = make_measurement("node5/gpu3:host", "h2d", rate=0.95 * 50e9, spec=50e9, direction="unidirectional",
+                                 details={"path_kind": "pcie", "node": "node5"})
+    assert judged(report_with(AER), elsewhere)["pcie_link_errors"].severity == "error"
+    slow_elsewhere = make_measurement("node5/gpu3:host", "h2d", rate=0.41 * 50e9, spec=50e9, direction="unidirectional",
+                                      details={"path_kind": "pcie", "node": "node5"})
+    assert "error signals on this path" not in judged(report_with(AER), slow_elsewhere)["bandwidth_below_spec"].message
+
+
 def test_an_infiniband_port_joins_the_all_reduce_across_nodes():
     across = make_measurement("allreduce:16-ranks", "allreduce", rate=45e9, spec=50e9, details={"path_kind": "infiniband"})
     assert judged(report_with(SYMBOLS), across)["ib_port_errors"].severity == "warning"
