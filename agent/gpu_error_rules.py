@@ -14,6 +14,9 @@ from nodecheck.specs import pcie_errors_per_minute
 # nvmlClocksEventReason* bits (nvml.h): the hardware's own brakes, and the driver's
 HW_REASONS = {0x8: "HW slowdown", 0x40: "HW thermal slowdown", 0x80: "HW power brake slowdown"}
 SW_REASONS = {0x4: "SW power cap", 0x20: "SW thermal slowdown"}
+# published (nodecheck_gpu_clock_event_active), never a finding: a busy GPU at its power limit runs so; the throttle
+# checks of Azure's HPC images and Nebius's NPD pass it too
+NOT_A_FAULT = 0x4
 
 
 def reason_label(name: str) -> str:
@@ -73,7 +76,7 @@ def _ecc(report: Report, config: Config, gpu, subject: str, key: str) -> list[Fi
 
 def _clocks(report: Report, config: Config, gpu, subject: str, key: str) -> list[Finding]:
     """A hardware brake is an error when it held at the previous sample too (sustained), else a warning; the
-    driver's own caps (power, thermal) are warnings."""
+    driver's thermal slowdown a warning; its power cap alone nothing (the GPU is working at its power limit)."""
     reasons = gpu.signals.clock_event_reasons
     if not reasons:
         return []
@@ -81,7 +84,7 @@ def _clocks(report: Report, config: Config, gpu, subject: str, key: str) -> list
     before = previous.counters[f"{key}/clock_event_reasons"] if previous else 0
     hardware = [name for bit, name in HW_REASONS.items() if reasons & bit]
     sustained = [name for bit, name in HW_REASONS.items() if reasons & bit and before & bit]
-    software = [name for bit, name in SW_REASONS.items() if reasons & bit]
+    software = [name for bit, name in SW_REASONS.items() if reasons & bit and bit != NOT_A_FAULT]
     if not hardware and not software:
         return []
     named = ", ".join(hardware + software)
@@ -91,4 +94,4 @@ def _clocks(report: Report, config: Config, gpu, subject: str, key: str) -> list
                     f"{subject} clocks slowed by {named}, {held}: " + (
                         "the GPU's hardware brakes (overheating, a power supply or board fault); check cooling, "
                         "`nvidia-smi -q -d PERFORMANCE` and the BMC's sensors" if hardware else
-                        "the driver caps power or temperature; under load this costs speed, check the power limit and cooling"))]
+                        "the driver slows the GPU for its temperature; under load this costs speed, check the cooling"))]

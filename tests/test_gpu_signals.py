@@ -74,7 +74,9 @@ def test_nvlink_crc_replay_and_recovery(tmp_path, monkeypatch):
 @pytest.mark.parametrize(("now", "before", "severity"), [
     (0x48, 0x40, "error"),  # HW thermal slowdown held since the previous sample
     (0x48, 0, "warning"),  # seen now only
-    (0x4, 0x4, "warning"),  # the driver's power cap
+    (0x20, 0x20, "warning"),  # the driver's thermal slowdown
+    (0x4, 0x4, None),  # the driver's power cap: a busy GPU at its power limit, not a fault
+    (0x24, 0, "warning"),  # thermal slowdown at the power limit: the slowdown is named
     (0x1, 0x1, None),  # idle: not a slowdown
 ])
 def test_clock_event_reasons(tmp_path, monkeypatch, now, before, severity):
