@@ -287,7 +287,12 @@ def test_a_log_across_nodes_past_any_algorithm_or_without_rails_is_said(tmp_path
     assert "multi-node NVLink domain" in human
 
 
-def test_a_log_of_one_node_says_it_was_judged_as_one():
-    out, human = judged(need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt"), HGX_8_RAILS)
+def test_a_log_of_one_node_says_it_was_judged_as_one(tmp_path):
+    log = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")  # 8 device lines, one host
+    out, human = judged(log, HGX_8_RAILS)
     assert out["measurement"]["scope"] is None and "across_nodes" not in out["measurement"]["details"]
     assert "judged as a run inside one node" in human
+    # on a node that lists 4 GPUs now (the others fell off the bus): its 8 ranks on one host are still one node's
+    four = make_snapshot(tmp_path / "four", nvml_gpus=hgx_nvml()[:4])
+    out, _ = judged(log, four)
+    assert "across_nodes" not in out["measurement"]["details"]

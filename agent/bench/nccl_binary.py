@@ -99,11 +99,13 @@ def measurement_from_log(log, report: Report, path: str, method: str, config=Non
 
 
 def _across_nodes(log, run, report: Report) -> str | None:
-    """Why the log's job spanned nodes, or None when nothing says so: its device lines name several hosts or more
-    ranks than this node has GPUs, or NCCL's lines name several hosts."""
+    """Why the log's job spanned nodes, or None when nothing says so: its device lines name several hosts, or (where
+    they do not name every rank: a paste keeps a few) a rank past this node's GPUs, or NCCL's lines name several
+    hosts. A log whose lines name every rank on one host is that host's, however many GPUs this node has now."""
     if len(log.hosts) > 1:
         return f"its device lines name {len(log.hosts)} hosts"
-    if log.ranks and report.gpus and log.ranks > len(report.gpus):
+    every_rank_named = log.ranks is not None and len(log.devices) >= log.ranks
+    if not every_rank_named and log.ranks and report.gpus and log.ranks > len(report.gpus):
         return f"its device lines name rank {log.ranks - 1}: {log.ranks} ranks or more, where this node has {len(report.gpus)} GPUs"
     if run is not None and len(run.nodes) > 1:
         return f"NCCL's lines name {len(run.nodes)} hosts"
