@@ -97,6 +97,8 @@ class Gpu:
     remapped_rows_pending: bool | None = None
     remapped_rows_failed: bool | None = None
     fabric: GpuFabric | None = None  # None: NVML did not say (no fabric API in this driver, or NVML not read)
+    power_limit_w: float | None = None  # the power limit in force (NVML's enforced limit)
+    power_limit_default_w: float | None = None  # the board's default limit
     nearest_nics: list[str] = field(default_factory=list)
     signals: GpuSignals | None = None  # None: NVML not read
 

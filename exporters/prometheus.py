@@ -104,6 +104,10 @@ def _gpus(report: Report) -> Iterator[Metric]:
                  [([g.index], len(g.nvlinks)) for g in with_nvlinks])
     yield _gauge("nodecheck_gpu_nvlink_active_links", "NVLinks that are active.", ["gpu"],
                  [([g.index], sum(1 for l in g.nvlinks if l["active"])) for g in with_nvlinks])
+    yield _gauge("nodecheck_gpu_power_limit_watts", "The power limit in force (NVML's enforced limit).", ["gpu"],
+                 [([g.index], g.power_limit_w) for g in gpus])
+    yield _gauge("nodecheck_gpu_power_limit_default_watts", "The board's default power limit.", ["gpu"],
+                 [([g.index], g.power_limit_default_w) for g in gpus])
 
 
 def exported_nics(report: Report, virtual_nics) -> list:

@@ -115,6 +115,10 @@ def _dump_gpu(pynvml, index: int) -> dict:
                                     or getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None), handle),
         "ecc_uncorrected_volatile": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetTotalEccErrors", None), handle,
                                          MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC),
+        # the power limit in force and the board's default, in milliwatts: one lowered (`nvidia-smi -pl`) keeps a
+        # busy GPU on its power cap, which its peers of the same type show (agent/fleet)
+        "power_limit_mw": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetEnforcedPowerLimit", None), handle),
+        "power_limit_default_mw": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetPowerManagementDefaultLimit", None), handle),
     }
 
 
@@ -194,6 +198,8 @@ class NvmlGpu:
     clock_event_reasons: int | None = None  # nvmlDeviceGetCurrentClocksEventReasons: a bitmask of nvmlClocksEventReason*
     ecc_uncorrected_volatile: int | None = None  # uncorrectable ECC errors since the last driver load or GPU reset
     nvlink_errors: dict[str, int] | None = None  # replay, recovery, crc_flit, crc_data summed over the GPU's links
+    power_limit_mw: int | None = None  # nvmlDeviceGetEnforcedPowerLimit
+    power_limit_default_mw: int | None = None  # nvmlDeviceGetPowerManagementDefaultLimit
     fabric: dict | None = None  # NVLink fabric registration (_parse_fabric); None where NVML did not say
     errors: dict[str, str] = field(default_factory=dict)  # field -> NVML's reason
 
@@ -231,7 +237,7 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
         setattr(gpu, name, _field(gpu, raw, name, str))
     for name in ("pcie_gen_current", "pcie_gen_max", "pcie_gen_gpu_max", "pcie_width_current",
                  "pcie_width_max", "utilization_gpu", "memory_total_bytes", "architecture", "pcie_replays",
-                 "clock_event_reasons", "ecc_uncorrected_volatile"):
+                 "clock_event_reasons", "ecc_uncorrected_volatile", "power_limit_mw", "power_limit_default_mw"):
         value = _field(gpu, raw, name, int)
         setattr(gpu, name, value if value is None or value >= 0 else None)
     numa = _field(gpu, raw, "numa_node", int)

@@ -20,10 +20,12 @@ def hgx_report(tmp_path_factory):
     return build_report(SnapshotHost(snap))
 
 
-def node(report, name: str, ratio: float = 0.95, driver: str | None = None, narrow_gpu: int | None = None):
+def node(report, name: str, ratio: float = 0.95, driver: str | None = None, narrow_gpu: int | None = None,
+         power_limit: dict | None = None):
     allreduce = make_measurement("allreduce:node-8-gpus", "allreduce", rate=ratio * 400e9, spec=400e9,
                                  details={"path_kind": "nvlink"})
     gpus = [dataclasses.replace(g, pcie=dict(g.pcie, width_current=8)) if g.index == narrow_gpu else g for g in report.gpus]
+    gpus = [dataclasses.replace(g, power_limit_w=(power_limit or {}).get(g.index, g.power_limit_w)) for g in gpus]
     return dataclasses.replace(report, node=dict(report.node, hostname=name, driver_version=driver or report.node["driver_version"]),
                                gpus=gpus, measurements=[allreduce])
 
@@ -245,3 +247,15 @@ def test_serve_publishes_a_jobs_report_for_its_own_node_only(tmp_path, hgx_repor
     assert [m.path for m in measurements] == ["allreduce:node-8-gpus"]
     judged = with_measurements(hgx_report, measurements, 1.8e9, None)
     assert [f for f in judged.findings if f.kind == "bandwidth_below_spec"] == []
+
+
+def test_a_gpu_whose_power_limit_was_lowered_is_out_of_line(tmp_path, hgx_report):
+    """`nvidia-smi -pl 500` on one GPU of one node: its busy GPU sits on its power cap (which is no finding on its
+    own), and the node's lowest power limit differs from its peers', all at the H100's 700 W."""
+    assert {g.power_limit_w for g in hgx_report.gpus} == {700.0}
+    reports = [node(hgx_report, f"gpu-{i:02d}") for i in range(5)] + [node(hgx_report, "gpu-capped", power_limit={6: 500.0})]
+    write(tmp_path / "fleet", reports)
+    result = json.loads(cli("fleet", str(tmp_path / "fleet"), "--json").stdout)
+    (group,) = result["groups"]
+    assert result["out_of_line"] == ["gpu-capped"]
+    assert [(o["key"], o["value"], o["median"]) for o in group["outliers"]] == [("fact:gpu_power_limit_min_w", 500.0, 700.0)]

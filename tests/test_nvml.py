@@ -48,6 +48,19 @@ def test_nvlinks_state_and_version(replay):
     assert parsed.nvlinks == [(0, True, 4), (1, True, 4), (2, False, 4)]
 
 
+def test_the_power_limit_in_force_and_the_default(replay):
+    """700 W both, as the H100's `nvidia-smi -q` says ("Current Power Limit", "Default Power Limit"); one lowered
+    with `nvidia-smi -pl 500` is read as NVML gives it, in mW; a refusal is unknown, not 0."""
+    text = need(H100 / "nvidia-smi-q.txt").read_text()
+    assert "Current Power Limit                            : 700.00 W" in text
+    assert "Default Power Limit                            : 700.00 W" in text
+    (gpu,) = parse_nvml(replay(captured())).gpus
+    assert (gpu.power_limit_mw, gpu.power_limit_default_mw) == (700000, 700000)
+    lowered = dict(captured()[0], power_limit=500000, power_limit_default="ERR Not Supported")
+    (gpu,) = parse_nvml(replay([lowered])).gpus
+    assert (gpu.power_limit_mw, gpu.power_limit_default_mw) == (500000, None) and "power_limit_default_mw" in gpu.errors
+
+
 def test_an_nvidia_ml_py_without_the_architecture_call_records_why(replay, monkeypatch):
     module = fake_pynvml.replaying(captured())
     del module.nvmlDeviceGetArchitecture

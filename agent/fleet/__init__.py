@@ -82,6 +82,9 @@ def _facts(report: Report) -> dict[str, float]:
         facts["fact:gpu_pcie_width_min"] = float(min(w for w in widths if w))
     if any(g.nvlinks for g in report.gpus):
         facts["fact:nvlinks_active"] = float(sum(1 for g in report.gpus for l in g.nvlinks if l.get("active")))
+    limits = [g.power_limit_w for g in report.gpus if g.power_limit_w is not None]
+    if limits:  # one lowered (`nvidia-smi -pl`) keeps a busy GPU on its power cap
+        facts["fact:gpu_power_limit_min_w"] = min(limits)
     up = [n for n in report.nics if not n.virtual and n.state == "up"]
     facts["fact:nics_up"] = float(len(up))
     if any(n.speed_mbps for n in up):

@@ -21,6 +21,7 @@ FACTS = {  # the numeric facts agent/fleet.py takes from a Report, as PromQL ove
     "fact:gpus": "nodecheck_gpus",
     "fact:gpu_pcie_width_min": "min by (instance) (nodecheck_gpu_pcie_link_width)",
     "fact:nvlinks_active": "sum by (instance) (nodecheck_gpu_nvlink_active_links)",
+    "fact:gpu_power_limit_min_w": "min by (instance) (nodecheck_gpu_power_limit_watts)",
     "fact:nics_up": 'count by (instance) (nodecheck_nic_up * on (instance, nic) group_left () nodecheck_nic_info{virtual="false"} == 1)',
     "fact:nic_speed_mbps_total": ('sum by (instance) (nodecheck_nic_speed_bytes_per_second * on (instance, nic) nodecheck_nic_up'
                                   ' * on (instance, nic) group_left () nodecheck_nic_info{virtual="false"}) * 8 / 1e6'),

@@ -90,6 +90,9 @@ def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Excep
         return _value(counts[counter])
 
     m.nvmlDeviceGetNvLinkErrorCounter = nvlink_error
+    # the power limit in force and the default, in mW: 700 W both, as the H100's `nvidia-smi -q` says them
+    m.nvmlDeviceGetEnforcedPowerLimit = lambda h: _value(h.get("power_limit", 700000))
+    m.nvmlDeviceGetPowerManagementDefaultLimit = lambda h: _value(h.get("power_limit_default", 700000))
     _fabric_calls(m)
     return m
 
