@@ -28,6 +28,7 @@ FINDING_KINDS = {
     "ecc_disabled": "{subject} ECC off",
     "row_remap_failed": "{subject} row remapping failed",
     "row_remap_pending": "{subject} row remapping pending",
+    "gpu_power_limit_lowered": "{subject} power limit {measured} < {expected}",
     "gpu_link_changed": "{subject} link {measured} != {expected}",
     "nic_missing": "{subject} missing",
     "nic_down": "{subject} {measured} != {expected}",

@@ -77,7 +77,7 @@ def _missing_gpu_advice(report: Report) -> str:
 
 def _each_gpu(report: Report, config: Config) -> list[Finding]:
     """The checks of one GPU's own facts (NVML), GPU by GPU."""
-    return [f for gpu in report.gpus for check in (_pcie, _nvlinks, _memory) for f in check(gpu, config)]
+    return [f for gpu in report.gpus for check in (_pcie, _nvlinks, _memory, _power_limit) for f in check(gpu, config)]
 
 
 def _pcie(gpu, config: Config) -> list[Finding]:
@@ -116,6 +116,18 @@ def _memory(gpu, config: Config) -> list[Finding]:
         findings.append(Finding("row_remap_pending", "warning", subject, "pending", "none",
                                 f"{subject} has a row remapping pending: reset the GPU when idle (`nvidia-smi -r -i {gpu.index}`)"))
     return findings
+
+
+def _power_limit(gpu, config: Config) -> list[Finding]:
+    """A power limit below the board's default (`nvidia-smi -pl`): said (info), since a busy GPU then runs on its
+    power cap and the cap is no finding of its own; on purpose it may be, so it never fails a node."""
+    limit, default = gpu.power_limit_w, gpu.power_limit_default_w
+    if limit is None or not default or limit >= default:
+        return []
+    subject = f"gpu{gpu.index}"
+    return [Finding("gpu_power_limit_lowered", "info", subject, f"{limit:g} W", f"{default:g} W",
+                    f"{subject} power limit {limit:g} W, below its default {default:g} W: busy, it runs on its power cap; "
+                    f"`nvidia-smi -i {gpu.index} -pl {default:g}` restores it, if it was not lowered on purpose")]
 
 
 def _nvlinks(gpu, config: Config) -> list[Finding]:
@@ -297,7 +309,7 @@ RULES = [
     Rule(_probe_failures, ("probe_failed",)),
     Rule(_gpu_count, ("gpu_count_low",)),
     Rule(_each_gpu, ("pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "ecc_disabled", "row_remap_failed",
-                     "row_remap_pending"), needs="nvml"),
+                     "row_remap_pending", "gpu_power_limit_lowered"), needs="nvml"),
     Rule(_links, ("gpu_link_changed",), needs="nvidia_smi_topo"),
     Rule(_nics, ("nic_missing", "nic_down", "nic_slow", "nic_speed_unknown"), needs="nics"),
     Rule(_far_nics, ("nic_far_from_gpu",), needs="nvidia_smi_topo"),

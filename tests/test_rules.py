@@ -50,6 +50,18 @@ def test_width_downtraining_is_an_error_with_the_figure(tmp_path):
     assert report.worst_severity() == "error"
 
 
+def test_a_lowered_power_limit_is_said_and_never_fails_the_node(tmp_path):
+    """`nvidia-smi -pl 500` on the H100 (default 700 W, as its `nvidia-smi -q` says): info, with the command that
+    restores it; at its default, or where NVML refuses the default, nothing."""
+    report = report_of(tmp_path, nvml_gpus=h100(power_limit=500000))
+    (finding,) = [f for f in report.findings if f.kind == "gpu_power_limit_lowered"]
+    assert (finding.severity, finding.measured, finding.expected) == ("info", "500 W", "700 W")
+    assert "`nvidia-smi -i 0 -pl 700` restores it" in finding.message and report.worst_severity() == "info"
+    assert not [f for f in report_of(tmp_path / "h", nvml_gpus=h100()).findings if f.kind == "gpu_power_limit_lowered"]
+    refused = report_of(tmp_path / "r", nvml_gpus=h100(power_limit=500000, power_limit_default="ERR Not Supported"))
+    assert not [f for f in refused.findings if f.kind == "gpu_power_limit_lowered"]
+
+
 def test_gpu_count_below_expected_says_why(tmp_path):
     report = report_of(tmp_path, config=Config(gpu_count=8), topo="1x-h100-pcie-kvm-vm-1nic.txt")
     (finding,) = [f for f in report.findings if f.kind == "gpu_count_low"]
