@@ -13,7 +13,7 @@ from nodecheck.bench.nccl_tests import parse_nccl_log
 from nodecheck.errors import NodecheckError
 from nodecheck.host import run_command
 from nodecheck.model import Measurement, Report
-from nodecheck.rails import fabric_nics, ring_bound
+from nodecheck.rails import fabric_nics, nic_rate, ring_bound
 
 BINARY = "all_reduce_perf"
 SIZES = {"quick": ("1G", "2G"), "full": ("8", "8G")}  # quick: payloads past saturation (nccl-tests captures)
@@ -85,7 +85,7 @@ def measurement_from_log(log, report: Report, path: str, method: str, config=Non
     details = {"avg_busbw_gbytes": log.avg_busbw_gbytes, "rows": len(log.rows), "issues": log.issues, "devices": log.devices}
     across = _across_nodes(log, run, report)
     if across:
-        spec, kind, basis = _network_bound(report, config)
+        spec, kind, basis = _network_bound(report, config, _ranks_per_node(log))
         details.update(path_kind=kind, spec_basis=basis, across_nodes=across)
     else:
         pair = slowest_pair(report)
@@ -112,17 +112,29 @@ def _across_nodes(log, run, report: Report) -> str | None:
     return None
 
 
-def _network_bound(report: Report, config) -> tuple[float | None, str | None, str]:
+def _ranks_per_node(log) -> int | None:
+    """Ranks per node where the device lines name every rank on several hosts, evenly; else None (unknown)."""
+    hosts = len(log.hosts)
+    if hosts < 2 or not log.ranks or len(log.devices) < log.ranks or log.ranks % hosts:
+        return None
+    return log.ranks // hosts
+
+
+def _network_bound(report: Report, config, per_node: int | None) -> tuple[float | None, str | None, str]:
     """(spec, path kind, basis) of a collective across nodes judged on this node: the ring bound of its rails, as
-    `bench` bounds its own all-reduce across nodes; none in a multi-node NVLink domain, whose jobs take NVLink
-    inside the domain and the network between domains."""
+    `bench` bounds its own all-reduce across nodes (with fewer ranks per node than rails, as many rails as ranks, a
+    rank's traffic leaving by its GPU's rail: the slowest of them); none in a multi-node NVLink domain, whose jobs
+    take NVLink inside the domain and the network between domains."""
     if any(g.fabric is not None and g.fabric.cluster_uuid for g in report.gpus):
         return None, "nvlink", ("no spec: this node is in a multi-node NVLink domain (its GPUs' fabric names a cluster), "
                                 "where a job across nodes takes NVLink inside the domain and the network between domains")
     rails = fabric_nics(report, {})
     if not rails:
         return None, None, "no spec: a job across nodes is bounded by the node's RDMA rails, and none is up on this node"
+    if per_node and per_node < len(rails):
+        rails = sorted(rails, key=lambda nic: nic_rate(report, nic, config) or 0)[:per_node]
     total, basis = ring_bound(report, rails, config)
+    basis = f"{per_node} rank(s) per node; {basis}" if per_node else basis
     return total, "infiniband", basis if total else f"no spec: {basis}"
 
 
