@@ -104,8 +104,7 @@ def _across_nodes(log, run, report: Report) -> str | None:
     hosts. A log whose lines name every rank on one host is that host's, however many GPUs this node has now."""
     if len(log.hosts) > 1:
         return f"its device lines name {len(log.hosts)} hosts"
-    every_rank_named = log.ranks is not None and len(log.devices) >= log.ranks
-    if not every_rank_named and log.ranks and report.gpus and log.ranks > len(report.gpus):
+    if not _names_every_rank(log) and log.ranks and report.gpus and log.ranks > len(report.gpus):
         return f"its device lines name rank {log.ranks - 1}: {log.ranks} ranks or more, where this node has {len(report.gpus)} GPUs"
     if run is not None and len(run.nodes) > 1:
         return f"NCCL's lines name {len(run.nodes)} hosts"
@@ -115,9 +114,14 @@ def _across_nodes(log, run, report: Report) -> str | None:
 def _ranks_per_node(log) -> int | None:
     """Ranks per node where the device lines name every rank on several hosts, evenly; else None (unknown)."""
     hosts = len(log.hosts)
-    if hosts < 2 or not log.ranks or len(log.devices) < log.ranks or log.ranks % hosts:
+    if hosts < 2 or not _names_every_rank(log) or log.ranks % hosts:
         return None
     return log.ranks // hosts
+
+
+def _names_every_rank(log) -> bool:
+    """Whether the log's device lines name each of its ranks (a paste may keep only a few of them)."""
+    return bool(log.ranks) and len(log.devices) >= log.ranks
 
 
 def _network_bound(report: Report, config, per_node: int | None) -> tuple[float | None, str | None, str]:
