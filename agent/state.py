@@ -64,14 +64,18 @@ def this_boot(data: dict | None, current_boot: str | None) -> dict:
     return data
 
 
+def _cannot_write(directory: Path, error: OSError) -> NodecheckError:
+    return NodecheckError(f"cannot write nodecheck's state in {directory} ({error.strerror or error}): "
+                          "run as root, or set STATE_DIRECTORY to a directory you may write")
+
+
 @contextlib.contextmanager
 def _locked(directory: Path):
     try:
         directory.mkdir(mode=0o755, parents=True, exist_ok=True)
         fd = os.open(directory / ".lock", os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)  # root and the units share it
     except OSError as error:
-        raise NodecheckError(f"cannot write nodecheck's state in {directory} ({error.strerror or error}): "
-                             "run as root, or set STATE_DIRECTORY to a directory you may write") from None
+        raise _cannot_write(directory, error) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -143,6 +147,9 @@ def _update(directory: Path, change, boot: str | None = None) -> Path:
         data = this_boot(read_state(directory), boot or boot_id())
         change(data)
         target = directory / STATE_FILE
-        with atomic_file(target) as out:
-            out.write(json.dumps(data, indent=1).encode())
+        try:  # a lock anyone may open does not make the directory writable (root made it; this run is not root)
+            with atomic_file(target) as out:
+                out.write(json.dumps(data, indent=1).encode())
+        except OSError as error:
+            raise _cannot_write(directory, error) from None
     return target

@@ -76,6 +76,29 @@ def requires_root() -> None:
         pytest.skip("needs iproute2 (`ip`)")
 
 
+def raised_as_unit_user(call) -> str:
+    """What `call` raises ("Type: message") in a forked child that dropped to the units' unprivileged user (UNIT_USER,
+    no groups); "no error" when it returns. As root only."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        try:
+            os.setgroups([])
+            os.setgid(UNIT_USER)
+            os.setuid(UNIT_USER)
+            call()
+            message = "no error"
+        except BaseException as error:  # noqa: BLE001 - handed to the parent as text
+            message = f"{type(error).__name__}: {error}"
+        os.write(write, message.encode()[:4096])
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        message = pipe.read().decode()
+    os.waitpid(child, 0)
+    return message
+
+
 def may_write_the_real_kernel_log() -> None:
     """Skip unless this machine's kernel log may take the tests' fake Xid lines (and one test's flood): as root, with
     /dev/kmsg, and no NVIDIA driver loaded. On a GPU node that log is evidence: a fake "NVRM: Xid" there is read by

@@ -7,7 +7,7 @@ import json
 import subprocess
 
 import pytest
-from helpers import PUBLIC, may_write_the_real_kernel_log, need
+from helpers import PUBLIC, may_write_the_real_kernel_log, need, raised_as_unit_user
 
 from nodecheck.probes.kernel_log import parse_kernel_log
 from nodecheck.xid_catalog import listed_codes, source, xid_entry
@@ -159,7 +159,7 @@ def test_the_real_kernel_hands_back_a_written_xid_through_dev_kmsg(tmp_path):
     assert (mine[0].pci, mine[0].code) == (f"00ff:{bus:02x}:{device:02x}.0", 13) and mine[0].usec is not None
     assert log.uptime_usec is not None and mine[0].usec <= log.uptime_usec + 5_000_000
     if open("/proc/sys/kernel/dmesg_restrict").read().strip() == "1":
-        assert "needs CAP_SYSLOG" in _as_nobody(lambda: LiveHost().kernel_messages(5))
+        assert "needs CAP_SYSLOG" in raised_as_unit_user(lambda: LiveHost().kernel_messages(5))
 
 
 def test_the_suite_writes_no_fake_xid_into_a_gpu_nodes_kernel_log(monkeypatch):
@@ -178,30 +178,6 @@ def test_the_suite_writes_no_fake_xid_into_a_gpu_nodes_kernel_log(monkeypatch):
     may_write_the_real_kernel_log()  # asked for: runs
 
 
-def _as_nobody(call) -> str:
-    """What `call` raises (its message) in a forked child that dropped to the units' unprivileged user."""
-    import os
-
-    from helpers import UNIT_USER
-
-    read, write = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the child
-        try:
-            os.setgroups([])
-            os.setgid(UNIT_USER)
-            os.setuid(UNIT_USER)
-            call()
-            message = "no error"
-        except BaseException as error:  # noqa: BLE001 - handed to the parent as text
-            message = str(error)
-        os.write(write, message.encode()[:4096])
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        message = pipe.read().decode()
-    os.waitpid(child, 0)
-    return message
 
 
 def test_inspect_names_each_gpus_events_with_the_catalog(tmp_path):

@@ -5,9 +5,10 @@ or hostile file forgotten rather than fatal, concurrent writers never losing eac
 import json
 import random
 import threading
+from pathlib import Path
 
 import pytest
-from helpers import cli, may_write_the_real_kernel_log
+from helpers import cli, may_write_the_real_kernel_log, raised_as_unit_user
 
 from nodecheck.events import Acknowledgement
 from nodecheck.probes.history import history_from
@@ -61,6 +62,30 @@ def test_an_unwritable_state_directory_is_a_clear_message(tmp_path):
 
     with pytest.raises(NodecheckError, match="STATE_DIRECTORY"):
         acknowledge(ack(), blocker / "state")
+
+
+def test_a_directory_root_made_is_a_clear_message_to_a_user_who_may_open_its_lock():
+    """Found on the lent GPU machine: `inspect` as root made /var/lib/nodecheck (and its .lock, which anyone may
+    open); the same `inspect` under the unit's uid then raised PermissionError from the state file's temporary, a
+    traceback. Writing the state now fails as opening the lock does: a NodecheckError, which the run keeps in memory."""
+    import os
+    import shutil
+    import tempfile
+
+    from nodecheck.events import CounterSample
+    from nodecheck.state import record_round
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (to drop to the units' user)")
+    directory = Path(tempfile.mkdtemp(prefix="nodecheck-state-", dir="/tmp"))  # a folder the unit's user can reach
+    try:
+        directory.chmod(0o755)
+        record_round(CounterSample(100.0, {"gpu/0000:00:06.0/pcie_replays": 0}), 10.0, None, "boot", directory)  # as root
+        said = raised_as_unit_user(lambda: record_round(CounterSample(200.0, {"gpu/0000:00:06.0/pcie_replays": 0}), 10.0,
+                                                        None, "boot", directory))
+        assert said.startswith(f"NodecheckError: cannot write nodecheck's state in {directory} (Permission denied)"), said
+    finally:
+        shutil.rmtree(directory)
 
 
 def test_clear_acknowledges_a_real_kernel_event_and_a_new_one_fails_again(tmp_path, monkeypatch):
