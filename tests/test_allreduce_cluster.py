@@ -11,7 +11,7 @@ import time
 
 import pytest
 from helpers import finish_ranks as finish
-from helpers import make_report, requires_root
+from helpers import make_report, requires_root, wait_until
 from helpers import nodecheck as nodecheck_cli
 from netns_cluster import Cluster
 
@@ -268,3 +268,47 @@ def test_a_killed_bench_takes_its_worker_and_temporary_directory_along(tmp_path)
     while (workers_left(f"--timeout {marker}") or os.path.exists(folder)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert workers_left(f"--timeout {marker}") == [] and not os.path.exists(folder)
+
+
+def test_a_rank_stopped_mid_run_is_named_in_rank_0s_report(tmp_path):
+    """Issue 26 (1), on CPUs: `nodecheck bench` on two nodes, node1's worker stopped with SIGSTOP once its
+    own file says it is in the timed calls (links at 100 Mbit/s: a 32 MiB all-reduce takes seconds). Rank 0's
+    Report names rank 1, its node and its step, whether gloo's time-out or the runner's limit ends rank 0."""
+    from nodecheck.bench.heartbeat import said
+
+    requires_root()
+    marker = f"{random.randint(100, 999) / 1000 + 30:.3f}"  # the workers' --timeout: ~30 s, and this test's own
+    config = tmp_path / "node.toml"
+    config.write_text("[nics.eth0]\nspeed_mbps = 100\n")
+    with Cluster(2) as cluster:
+        for i in range(2):
+            cluster.shape(i, "100mbit")
+        procs = launch(cluster, [0, 1], 2, str(config), random.randint(30000, 39999), timeout=float(marker))
+        try:
+            pid, out = wait_until(lambda: _worker_out(marker, rank=1), 120, "rank 1's worker")
+            wait_until(lambda: "timed call" in (said(out) or {}).get("step", ""), 120, "rank 1's timed calls", pause=0.05)
+            os.kill(pid, signal.SIGSTOP)
+            ((code, report, err),) = finish(procs[:1], timeout=180)
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=30)
+    m = allreduce_of(report)
+    assert code == 1 and not m["ok"], err[-2000:]
+    assert f"rank 1 (node1, pid {pid}) at 'all-reduce of 32 MiB: " in m["error"], m["error"]
+    assert "stopped beating in the job's store" in m["error"]
+    assert ("bench_failed", "allreduce:2-ranks") in {(f["kind"], f["subject"]) for f in report["findings"]}
+
+
+def _worker_out(marker: str, rank: int) -> tuple[int, str] | None:
+    """(pid, --out file) of the live worker of rank `rank` whose command line holds `marker`, or None."""
+    for pid in workers_left(f"--timeout {marker}"):
+        try:
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environ:
+            return pid, argv[argv.index(b"--out") + 1].decode()
+    return None

@@ -44,6 +44,14 @@ def environment(out: Path | None, timeout: float) -> dict[str, str]:
     return env
 
 
+def runner_deadline(environ: dict[str, str] | None = None) -> float | None:
+    """In a worker: when (seconds since the epoch) its runner kills it, or None when no runner said."""
+    try:
+        return float((os.environ if environ is None else environ)[DEADLINE]) - GRACE_S
+    except (KeyError, ValueError):
+        return None
+
+
 def hold(environ: dict[str, str] | None = None) -> threading.Thread | None:
     """In a worker, first thing: watch the parent named in the environment (None when not started by a runner)."""
     environ = os.environ if environ is None else environ

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from nodecheck import typed_json
+from nodecheck.bench.heartbeat import where_it_was
 from nodecheck.errors import NodecheckError
 from nodecheck.host import run_command
 
@@ -86,7 +87,9 @@ def run_worker(argv: list[str], out: Path, timeout: float, env: dict[str, str] |
         run_command(argv, timeout, env=dict(os.environ if env is None else env, **environment(out, timeout)), what=what,
                     explain=cause_in_stderr)
     except NodecheckError as error:
-        raise NodecheckError(own_error(out) or str(error)) from None
+        own = own_error(out)
+        where = where_it_was(out, killed=own is None)  # an all-reduce rank's last step, and who stopped beating
+        raise NodecheckError("; ".join(part for part in (own or str(error), where) if part)) from None
     try:
         result = typed_json.loads(out.read_text())
     except (OSError, ValueError) as error:

@@ -26,7 +26,8 @@ import sys
 import time
 
 from nodecheck import typed_json
-from nodecheck.bench.lifeline import hold
+from nodecheck.bench.heartbeat import STORE_TIMEOUT_S, Heartbeat, step, suspect_after
+from nodecheck.bench.lifeline import hold, runner_deadline
 from nodecheck.bench.results import essential, guarded
 
 
@@ -69,14 +70,21 @@ def _time_allreduce(dist, torch, device, size: int, warmup: int, iters: int) -> 
     if size < SMALL and device.type == "cuda":
         iters = max(iters, MIN_SMALL_ITERS)
     x = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
-    for _ in range(warmup):
+    what = f"all-reduce of {_size(size)}"
+    for call in range(warmup):
+        step(f"{what}: warm-up call {call + 1} of {warmup}")
         dist.all_reduce(x)
+    step(f"{what}: waiting for the warm-up to finish")
     _sync(torch, device)
+    step(f"{what}: barrier before timing")
     dist.barrier()
     started = time.perf_counter()
-    for _ in range(iters):
+    for call in range(iters):
+        step(f"{what}: timed call {call + 1} of {iters}")
         dist.all_reduce(x)
+    step(f"{what}: waiting for the timed calls to finish")
     _sync(torch, device)  # NCCL returns before the GPU is done
+    step(f"{what}: taking the slowest rank's time")
     elapsed = torch.tensor([(time.perf_counter() - started) / iters], dtype=torch.float64, device=device)
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     return float(elapsed.item())
@@ -87,7 +95,9 @@ def _check_data(dist, torch, device, world: int, size: int) -> dict:
     world size on every rank (a corrupting link or GPU passes at full speed otherwise). Every rank learns
     the total of wrong elements."""
     x = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
+    step(f"data check: all-reduce of {_size(size)}")
     dist.all_reduce(x)
+    step("data check: summing the wrong elements")
     wrong = torch.tensor([int((x != world).sum().item())], dtype=torch.int64, device=device)
     dist.all_reduce(wrong)
     return {"expected": world, "elements": x.numel() * world, "wrong_elements": int(wrong.item())}
@@ -115,9 +125,12 @@ def _pair_exchange(dist, torch, device, rank: int, rounds: list, size: int) -> l
         for lower_sends in (True, False):
             sender = None if other is None else (min(rank, other) if lower_sends else max(rank, other))
             for payload, timed in ((small, False), (buffer, True)):
+                step(f"pair exchange round {index}: barrier")
                 dist.barrier()
                 if other is None:
                     continue  # out of this round (an odd count of nodes)
+                step(f"pair exchange round {index}: {'timed' if timed else 'warm-up'} send from rank {sender} "
+                     f"to rank {rank + other - sender}")
                 if rank == sender:
                     dist.send(payload, dst=other)
                     _sync(torch, device)
@@ -159,14 +172,44 @@ def _run(args) -> dict:
     import torch.distributed as dist
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    step("meeting the other ranks in the job's store")
     store = _store(dist, rank, world, args.init_timeout or args.timeout)
-    device = _ready(store, rank, world, args.node, lambda: _own_device(torch, args), min(READY_WAIT, args.init_timeout or args.timeout))
-    dist.init_process_group(args.backend, store=dist.PrefixStore("nodecheck/pg", store), rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=args.timeout))
+    heartbeat = _heartbeat(dist, args, rank, world)
     try:
-        return _measure(args, dist, torch, device)
-    finally:  # also when a collective fails: NCCL warns of a leak otherwise, and that warning hid the error
-        dist.destroy_process_group()
+        step("preparing this rank's device" if rank else "preparing this rank's device, then waiting for every rank to be ready")
+        device = _ready(store, rank, world, args.node, lambda: _own_device(torch, args), min(READY_WAIT, args.init_timeout or args.timeout))
+        step(f"joining the {args.backend} process group")
+        dist.init_process_group(args.backend, store=dist.PrefixStore("nodecheck/pg", store), rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=args.timeout))
+        try:
+            return _measure(args, dist, torch, device)
+        except BaseException:
+            if heartbeat:  # a collective failed or timed out: name who stopped before the runner reads the error
+                heartbeat.explain()
+            raise
+        finally:  # also when a collective fails: NCCL warns of a leak otherwise, and that warning hid the error
+            step("leaving the process group")
+            dist.destroy_process_group()
+    finally:
+        if heartbeat:
+            heartbeat.stop()
+
+
+def _heartbeat(dist, args, rank: int, world: int) -> Heartbeat | None:
+    """This rank's beat thread (nodecheck.bench.heartbeat), on its own client of the job's store; none for a
+    world of one."""
+    if world < 2:
+        return None
+
+    def connect():
+        return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                             timeout=datetime.timedelta(seconds=STORE_TIMEOUT_S), wait_for_workers=False)
+
+    return Heartbeat(connect, rank, world, args.node, args.out, suspect_after(args.timeout), runner_deadline()).start()
+
+
+def _size(size: int) -> str:
+    return f"{size >> 20} MiB" if size >= 1 << 20 and size % (1 << 20) == 0 else f"{size} bytes"
 
 
 def _store(dist, rank: int, world: int, timeout: float):
@@ -268,6 +311,7 @@ def _measure(args, dist, torch, device) -> dict:
     me = {"rank": rank, "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0), "node": args.node, "nic": args.nic,
           "address": args.address, "rails": json.loads(args.rails), "pid": os.getpid(), "results": _node_results(args.node_results)}
     nodes: list = [None] * world
+    step("gathering every rank's description")
     dist.all_gather_object(nodes, me)
     spec = args.spec or job_bound(nodes)
     factor = 2 * (world - 1) / world
@@ -281,6 +325,7 @@ def _measure(args, dist, torch, device) -> dict:
     if spec and rows and rows[-1]["busbw"] < args.threshold * spec and rounds:
         received = _pair_exchange(dist, torch, device, rank, rounds, rows[-1]["size_bytes"])
         gathered: list = [None] * world
+        step("gathering the pair exchanges")
         dist.all_gather_object(gathered, received)
         exchanges = exchanges_from([r for part in gathered for r in part], nodes, rounds)
     return {"world_size": world, "backend": args.backend, "nodes": nodes, "spec_bytes_per_second": spec,

@@ -1,0 +1,258 @@
+"""Which rank hung: every rank of an all-reduce beats in the job's store, and a rank whose own step stalls
+names the ranks that stopped beating.
+
+A hung collective says nothing of why. PyTorch's NCCL watchdog names only this rank's timed-out
+operation, gloo says a recv timed out, and when the bench's own time limit comes first the worker is
+killed saying nothing at all (issue 26, the first GPU run: a SIGSTOPped rank 1 left rank 0 with "did
+not finish within 45 s and was killed"). So each rank, from a thread of its own (torch and NCCL release
+the GIL while they wait), puts a counter and its current step in the store every BEAT_S. A stopped or
+frozen process, or one whose node fell off the network, stops beating. When this rank's step has not
+moved for `suspect_after` seconds (or its time limit nears), it reads every rank's beat twice,
+STALE_AFTER_S apart by its own clock (node clocks differ), and names the ranks whose counter did not
+move. A second thread, which never touches the store, writes what this rank is doing and what it found
+to a file beside its --out file each beat; the runner reads it whatever ends the worker (an exception,
+the watchdog's abort, the time limit). It is also the one to notice a store that stopped answering:
+torch's store client waits for ever on a stopped server (check, get, wait and add did, past their
+timeout, with torch 2.13), so a store call still pending after STORE_TIMEOUT_S names the store's host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from nodecheck import typed_json
+
+BEAT_S = 1.0
+STALE_AFTER_S = 5.0  # a counter unchanged this long is a rank that stopped: 5 beats missed, not one late
+STORE_TIMEOUT_S = 5.0  # a store call pending this long: the store's host (rank 0 or torchrun) is gone
+MAX_BEAT = 4096  # bytes of one rank's beat read from the store (another host's words)
+SHOWN = 8  # ranks named in one sentence; the rest are counted
+
+
+def suspect_after(collective_timeout: float) -> float:
+    """Seconds a step may last before this rank asks who stopped: early enough that the answer (another
+    STALE_AFTER_S) is written before the collective's own time-out aborts the process."""
+    return max(2.0, min(10.0, collective_timeout / 4))
+
+
+class Step:
+    """What this rank's main thread is doing, and since when (monotonic)."""
+
+    def __init__(self) -> None:
+        self.text, self.since = "starting", time.monotonic()
+
+    def __call__(self, text: str) -> None:
+        self.text, self.since = text, time.monotonic()
+
+
+step = Step()  # the worker's one main thread sets it; the beat thread reads it
+
+
+def sidecar(out: str | Path) -> Path:
+    """The file beside a worker's --out that says what it was doing (and who stopped, once known)."""
+    return Path(f"{out}.step")
+
+
+def _key(rank: int) -> str:
+    return f"nodecheck/beat/{rank}"
+
+
+class Heartbeat:
+    """The beat thread of one rank. connect() opens its own client of the job's store (the main thread's
+    client may be blocked inside the process group)."""
+
+    def __init__(self, connect: Callable, rank: int, world: int, node: str, out: str | Path, suspect_s: float,
+                 deadline: float | None = None, current: Step = step) -> None:
+        self.connect, self.rank, self.world, self.node = connect, rank, world, node
+        self.path, self.suspect_s, self.deadline, self.step = sidecar(out), suspect_s, deadline, current
+        self.store = None
+        self.store_error: str | None = None
+        self.diagnosis: str | None = None
+        self.diagnosed_since: float | None = None  # the step (its start) the diagnosis is about
+        self.pinned: str | None = None  # the diagnosis of the step that failed: it stays, whatever step follows
+        self.first: tuple[float, float, dict] | None = None  # (step's start, when read, beats) of a pending diagnosis
+        self.urgent = threading.Event()
+        self.saying = threading.Lock()  # the watch thread and explain() both rewrite the sidecar
+        self.diagnosed = threading.Event()
+        self.stopped = threading.Event()
+        self.count = 0
+        self.calling_since: float | None = None  # when the pending store call began (monotonic)
+        self.threads = [threading.Thread(target=self._run, name="nodecheck-heartbeat", daemon=True),
+                        threading.Thread(target=self._watch, name="nodecheck-heartbeat-watch", daemon=True)]
+
+    def start(self) -> "Heartbeat":
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Both threads end within a beat, unless a store call hangs (its thread is a daemon: it dies with the worker)."""
+        self.stopped.set()
+        for thread in self.threads:
+            thread.join(timeout=2 * BEAT_S)
+
+    def explain(self) -> str | None:
+        """After a failed collective, in the main thread: wait (at most STALE_AFTER_S and a few beats) for the
+        beat thread to name who stopped, so the runner finds it beside the error."""
+        since = self.step.since
+        if self.diagnosed_since != since:
+            self.diagnosed.clear()
+            self.urgent.set()
+            self.diagnosed.wait(STALE_AFTER_S + 3 * BEAT_S + STORE_TIMEOUT_S)
+        if self.diagnosed_since == since:
+            self.pinned = self.diagnosis
+            self._say()  # now: the worker may end before the watch thread's next beat
+        return self.pinned
+
+    def _run(self) -> None:
+        """The beat thread: the only one to call the store."""
+        while not self.stopped.wait(BEAT_S) and not self.store_error:
+            self.count += 1
+            self._beat()
+            if self._stalled():
+                self._diagnose()
+
+    def _watch(self) -> None:
+        """The sidecar's writer, and the judge of a store call that never returns."""
+        while not self.stopped.wait(BEAT_S):
+            calling = self.calling_since
+            if calling is not None and time.monotonic() - calling > STORE_TIMEOUT_S and not self.store_error:
+                self.store_error = f"no answer within {STORE_TIMEOUT_S:g} s"
+            if self.store_error and self.diagnosed_since != self.step.since:
+                self._found(self.step.since, store_gone(self.store_error, self.rank))
+            self._say()
+
+    def _call(self, call: Callable):
+        self.calling_since = time.monotonic()
+        try:
+            return call()
+        finally:
+            self.calling_since = None
+
+    def _beat(self) -> None:
+        try:
+            if self.store is None:
+                self.store = self._call(self.connect)
+            beat = json.dumps({"n": self.count, "node": self.node, "pid": os.getpid(), "step": self.step.text[:200],
+                               "for_s": round(time.monotonic() - self.step.since, 1)})
+            self._call(lambda: self.store.set(_key(self.rank), beat))
+        except Exception as error:  # the store's host is gone (stopped, killed, unreachable)
+            self.store_error = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
+
+    def _stalled(self) -> bool:
+        if self.diagnosed_since == self.step.since:
+            return False  # this step has its answer
+        if self.urgent.is_set():
+            return True
+        near_end = self.deadline is not None and time.time() >= self.deadline - STALE_AFTER_S - 3 * BEAT_S
+        return near_end or time.monotonic() - self.step.since >= self.suspect_s
+
+    def _diagnose(self) -> None:
+        since = self.step.since
+        if self.first and self.first[0] != since:
+            self.first = None  # the step moved on while the first reading waited
+        try:
+            beats = self._call(lambda: read_beats(self.store, self.world))
+        except Exception as error:
+            self.store_error = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
+            return  # the watch thread says so
+        now = time.monotonic()
+        if self.first is None:
+            self.first = (since, now, beats)
+        elif now - self.first[1] >= STALE_AFTER_S:
+            self._found(since, judge(self.first[2], beats, self.rank, self.step.text, now - since))
+
+    def _found(self, since: float, diagnosis: str) -> None:
+        self.diagnosis, self.diagnosed_since, self.first = diagnosis, since, None
+        self.urgent.clear()
+        self.diagnosed.set()
+
+    def _say(self) -> None:
+        """Rewrite the sidecar (whole, by rename: the runner may read it at any moment)."""
+        said = {"step": self.step.text[:200], "for_s": round(time.monotonic() - self.step.since, 1), "rank": self.rank,
+                "diagnosis": self.pinned or (self.diagnosis if self.diagnosed_since == self.step.since else None)}
+        try:
+            with self.saying:
+                partial = self.path.with_name(self.path.name + ".new")
+                partial.write_text(json.dumps(said))
+                partial.replace(self.path)
+        except OSError:
+            pass  # the runner's directory is gone: it is ending this worker anyway
+
+
+def read_beats(store, world: int) -> dict[int, dict]:
+    """Every rank's last beat that the store holds (a rank that never beat is absent). Raises when the
+    store does not answer."""
+    beats = {}
+    for rank in range(world):
+        if not store.check([_key(rank)]):
+            continue
+        try:
+            beat = typed_json.loads(bytes(store.get(_key(rank))[:MAX_BEAT]))
+        except ValueError:
+            continue  # not a beat as this version writes one
+        if isinstance(beat, dict):
+            beats[rank] = beat
+    return beats
+
+
+def judge(first: dict[int, dict], second: dict[int, dict], me: int, my_step: str, waited: float) -> str:
+    """What two readings STALE_AFTER_S apart say: the ranks whose counter did not move; else the ranks at
+    another step than this one; else that every rank beats and waits (the collective itself stalled)."""
+    stopped = [r for r in sorted(second) if r != me and r in first and first[r].get("n") == second[r].get("n")]
+    if stopped:
+        return (f"{_named(stopped, second, with_step=True)} stopped beating in the job's store: "
+                f"{'its process is' if len(stopped) == 1 else 'their processes are'} stopped or frozen "
+                f"(SIGSTOP, a debugger, memory pressure) or {'its' if len(stopped) == 1 else 'their'} node unreachable")
+    elsewhere = [r for r in sorted(second) if r != me and second[r].get("step") != my_step]
+    if elsewhere:
+        return (f"every rank still beats; this rank waited {waited:.0f} s at '{my_step}' while "
+                f"{_named(elsewhere, second, with_step=True)}: that rank's own work is stuck (its GPU, or a call that never returns)")
+    return (f"every rank still beats and waits at '{my_step}' ({waited:.0f} s here): the collective itself is stalled "
+            "(the network between the nodes, or NCCL), not one rank")
+
+
+def _named(ranks: list[int], beats: dict[int, dict], with_step: bool) -> str:
+    parts = []
+    for r in ranks[:SHOWN]:
+        beat = beats.get(r, {})
+        where = f" at '{str(beat.get('step'))[:200]}'" if with_step and beat.get("step") else ""
+        parts.append(f"rank {r} ({str(beat.get('node', '?'))[:100]}, pid {beat.get('pid', '?')}){where}")
+    more = f" and {len(ranks) - SHOWN} more" if len(ranks) > SHOWN else ""
+    return ", ".join(parts) + more
+
+
+def store_gone(error: str, me: int) -> str:
+    if me == 0:
+        return f"the job's store, which this rank serves, stopped answering ({error})"
+    return (f"the job's store stopped answering ({error}): it lives in rank 0's process (under torchrun, in its agent on "
+            "rank 0's node), which is stopped or frozen, or its node unreachable")
+
+
+def said(out: str | Path) -> dict | None:
+    """In the runner: what the worker last wrote beside its --out file, or None."""
+    try:
+        with open(sidecar(out), "rb") as file:
+            found = typed_json.loads(file.read(MAX_BEAT))
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def where_it_was(out: str | Path, killed: bool) -> str | None:
+    """The worker's last step (when it was killed or aborted: its own error says where otherwise) and who
+    stopped, as one clause for the failure's message; None when it said nothing."""
+    found = said(out)
+    if not found:
+        return None
+    parts = []
+    if killed and found.get("step"):
+        parts.append(f"it was at '{str(found['step'])[:200]}' for {found.get('for_s', '?')} s")
+    if found.get("diagnosis"):
+        parts.append(str(found["diagnosis"])[:1500])
+    return "; ".join(parts) or None
