@@ -9,7 +9,8 @@
 # "install inspect one", then "install bench h2d nccl prolog" (docs/measured-on-gpu.md).
 # nodecheck is installed into the Python that holds the node's CUDA torch (NODECHECK_PY, default python3).
 # Offline nodes: wheels in .whl/ are installed with --no-index; hwloc's and pciutils' .deb files in .hw/ are
-# unpacked under /tmp/hw when lstopo is missing.
+# unpacked under /tmp/hw when lstopo is missing; iproute2's in .hw/ip/ under /tmp/ip when `ip` is missing, its
+# libraries seen by `ip` and `tc` alone (wrappers in /tmp/ip-bin), not by every program.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DIR=${OUT:-$PWD/gpu-node-run}
@@ -43,6 +44,16 @@ install() {
     for f in .hw/*.deb; do dpkg -x "$f" /tmp/hw; done
   fi
   hwloc_path
+  if ! command -v ip >/dev/null && ls .hw/ip/*.deb >/dev/null 2>&1; then
+    for f in .hw/ip/*.deb; do dpkg -x "$f" /tmp/ip; done
+    mkdir -p /tmp/ip-bin  # not /tmp/ip/bin: the packages unpack their own programs there
+    for tool in ip tc; do
+      printf '#!/bin/sh\nLD_LIBRARY_PATH=/tmp/ip/usr/lib/x86_64-linux-gnu:/tmp/ip/lib/x86_64-linux-gnu exec %s "$@"\n' \
+        "$(ls /tmp/ip/sbin/$tool /tmp/ip/usr/sbin/$tool /tmp/ip/bin/$tool 2>/dev/null | head -1)" > /tmp/ip-bin/$tool
+      chmod +x /tmp/ip-bin/$tool
+    done
+  fi
+  hwloc_path
   if [ -d .whl ]; then  # offline (benchmarks/gpu_carry.sh made .whl): what the GPU steps need, the image's torch kept
     step 300 "$PY" -m pip install -q --disable-pip-version-check --no-index --find-links .whl --no-build-isolation '.[bench,web]'
   else
@@ -50,11 +61,12 @@ install() {
   fi
 }
 
-hwloc_path() {  # hwloc unpacked by install()
+hwloc_path() {  # hwloc and iproute2 unpacked by install()
   if [ -d /tmp/hw/usr/bin ]; then
     export PATH=/tmp/hw/usr/bin:$PATH LD_LIBRARY_PATH=/tmp/hw/usr/lib/x86_64-linux-gnu
     export HWLOC_PLUGINS_PATH=/tmp/hw/usr/lib/x86_64-linux-gnu/hwloc
   fi
+  if [ -x /tmp/ip-bin/ip ]; then export PATH=/tmp/ip-bin:$PATH; fi
 }
 hwloc_path
 
