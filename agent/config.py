@@ -95,6 +95,7 @@ class Config:
     nvlinks_per_gpu: int | None = None
     disabled_probes: list[str] = field(default_factory=list)  # [probes] disable: sources switched off
     ecc: bool | None = None  # [gpus] ecc: true makes ECC off an error, false silences it; unset: a warning
+    mig: bool | None = None  # [gpus] mig: the MIG mode every GPU must be in (else an error); unset: MIG on is said (info)
     links: dict[tuple[int, int], str] = field(default_factory=dict)
     nics: dict[str, NicExpectation] = field(default_factory=dict)
     bandwidth_ratio: float = 0.8
@@ -180,14 +181,15 @@ def parse(data: dict, source: str) -> Config:
                             "probes", "errors"), "", source)
     _probes(_table(data, "probes", source), config, source)
     gpus = _table(data, "gpus", source)
-    check_known_keys(gpus, ("count", "pcie_gen", "pcie_width", "nvlinks_per_gpu", "ecc"), "gpus.", source)
+    check_known_keys(gpus, ("count", "pcie_gen", "pcie_width", "nvlinks_per_gpu", "ecc", "mig"), "gpus.", source)
     config.gpu_count = _int(gpus, "count", source, "gpus.", 0, 1024)
     config.pcie_gen = _int(gpus, "pcie_gen", source, "gpus.", 1, 7)
     config.pcie_width = _int(gpus, "pcie_width", source, "gpus.", 1, 32)
     config.nvlinks_per_gpu = _int(gpus, "nvlinks_per_gpu", source, "gpus.", 0, 64)
-    if "ecc" in gpus and not isinstance(gpus["ecc"], bool):
-        raise ConfigError(f"{source}: key 'gpus.ecc': expected true or false, got {gpus['ecc']!r}")
-    config.ecc = gpus.get("ecc")
+    for key in ("ecc", "mig"):
+        if key in gpus and not isinstance(gpus[key], bool):
+            raise ConfigError(f"{source}: key 'gpus.{key}': expected true or false, got {gpus[key]!r}")
+    config.ecc, config.mig = gpus.get("ecc"), gpus.get("mig")
     for key, value in _table(data, "links", source).items():
         pair = _PAIR.match(key)
         if not pair or pair[1] == pair[2]:
@@ -373,6 +375,9 @@ def generate(report: Report) -> str:
         lines.append(f"nvlinks_per_gpu = {min(active)}")
     if report.gpus and all(g.ecc_enabled for g in report.gpus):
         lines.append("ecc = true")
+    modes = {g.mig_enabled for g in report.gpus}
+    if len(modes) == 1 and None not in modes:  # the golden node's MIG mode, where NVML said it for every GPU
+        lines.append(f"mig = {'true' if modes.pop() else 'false'}")
     gpu_links = [l for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)]
     if gpu_links:
         lines += ["", "[links]"] + [f'"gpu{l.a}-gpu{l.b}" = "{l.type}"' for l in gpu_links]

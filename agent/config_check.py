@@ -29,6 +29,9 @@ def expectation_rows(config: Config, report: Report) -> list[tuple[str, str, str
     if config.ecc is not None:
         rows.append(("gpus.ecc", str(config.ecc).lower(), spread(str(g.ecc_enabled).lower() for g in gpus
                                                                   if g.ecc_enabled is not None)))
+    if config.mig is not None:
+        rows.append(("gpus.mig", str(config.mig).lower(), spread(str(g.mig_enabled).lower() for g in gpus
+                                                                  if g.mig_enabled is not None)))
     links = {(min(link.a, link.b), max(link.a, link.b)): link.type for link in report.links
              if isinstance(link.a, int) and isinstance(link.b, int)}
     differing = [(pair, expected) for pair, expected in sorted(config.links.items()) if links.get(pair) != expected]

@@ -28,6 +28,9 @@ def unmade_checks(report: Report) -> dict[str, str]:
         outcome = outcomes.get(rule.needs) if rule.needs else None
         if outcome is not None and not outcome.ok and (not outcome.no_data or outcome.error == DISABLED):
             unmade.update({kind: f"probe {rule.needs}: {outcome.error or 'failed'}" for kind in rule.kinds})
+    if report.gpus and all(g.mig_enabled for g in report.gpus):
+        for kind in ("nvlink_inactive", "nvlink_count_low"):
+            unmade.setdefault(kind, "every GPU is in MIG mode: the driver enables no NVLink under MIG")
     if report.acs_redirects() is None:
         unmade["pcie_acs_redirect"] = (report.pcie_acs and report.pcie_acs.why) or "ACS not read"
     platform = report.platform

@@ -29,6 +29,7 @@ FINDING_KINDS = {
     "row_remap_failed": "{subject} row remapping failed",
     "row_remap_pending": "{subject} row remapping pending",
     "gpu_power_limit_lowered": "{subject} power limit {measured} < {expected}",
+    "gpu_mig_mode": "{subject} MIG {measured}",
     "gpu_link_changed": "{subject} link {measured} != {expected}",
     "nic_missing": "{subject} missing",
     "nic_down": "{subject} {measured} != {expected}",

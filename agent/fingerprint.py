@@ -1,7 +1,8 @@
 """A node's fingerprint: what every node of one type should share, so a fleet can find the one that differs
 (issue 24). Pure: reads the Report.
 
-- sku: the node type, its GPU model and count ("8x NVIDIA H100 80GB HBM3"; "no GPU").
+- sku: the node type, its GPU model and count ("8x NVIDIA H100 80GB HBM3"; "no GPU"); GPUs in MIG mode count apart
+  ("8x NVIDIA H100 80GB HBM3 (MIG)"): without NVLink, such a node is no peer of the others.
 - driver, cuda: the NVIDIA driver version, and the CUDA version that driver supports (NVML).
 - vbios: the GPUs' VBIOS versions (NVML), each once, sorted, comma-separated.
 - nic_firmware: the RDMA NICs' firmware versions (sysfs fw_ver), each once, sorted, comma-separated.
@@ -40,7 +41,8 @@ class Fingerprint:
 
 
 def sku(report: Report) -> str:
-    names = Counter(g.name or "unknown GPU" for g in report.gpus)
+    # a GPU in MIG mode is another type of node: no NVLink, its bandwidth in slices
+    names = Counter((g.name or "unknown GPU") + (" (MIG)" if g.mig_enabled else "") for g in report.gpus)
     if not names:
         return "no GPU"
     return " + ".join(f"{count}x {name}" for name, count in names.most_common())

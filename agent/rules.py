@@ -77,7 +77,7 @@ def _missing_gpu_advice(report: Report) -> str:
 
 def _each_gpu(report: Report, config: Config) -> list[Finding]:
     """The checks of one GPU's own facts (NVML), GPU by GPU."""
-    return [f for gpu in report.gpus for check in (_pcie, _nvlinks, _memory, _power_limit) for f in check(gpu, config)]
+    return [f for gpu in report.gpus for check in (_pcie, _mig, _nvlinks, _memory, _power_limit) for f in check(gpu, config)]
 
 
 def _pcie(gpu, config: Config) -> list[Finding]:
@@ -130,8 +130,35 @@ def _power_limit(gpu, config: Config) -> list[Finding]:
                     f"`nvidia-smi -i {gpu.index} -pl {default:g}` restores it, if it was not lowered on purpose")]
 
 
+def _mig(gpu, config: Config) -> list[Finding]:
+    """MIG mode: the driver enables no NVLink under it and CUDA has no peer-to-peer, so the GPU's NVLink checks
+    and in-node bandwidth tests are skipped (they would read as a broken fabric). Said as info, an error where
+    `[gpus] mig` expects the other mode; a change waiting for the GPU's reset is a warning."""
+    subject, findings, on = f"gpu{gpu.index}", [], gpu.mig_enabled
+    if on is None:
+        return []
+    mode = "on" if on else "off"
+    if config.mig is not None and on != config.mig:
+        expected = "on" if config.mig else "off"
+        findings.append(Finding("gpu_mig_mode", "error", subject, mode, expected,
+                                f"{subject} MIG mode is {mode}, [gpus] mig expects {expected}: "
+                                f"`nvidia-smi -i {gpu.index} -mig {int(config.mig)}`, then reset the GPU"))
+    elif on:
+        findings.append(Finding("gpu_mig_mode", "info", subject, "on", "-",
+                                f"{subject} is in MIG mode: NVLink and GPU peer-to-peer are off by design, so its NVLink "
+                                "checks and in-node bandwidth tests are skipped (set [gpus] mig to require a mode)"))
+    if gpu.mig_pending is not None and gpu.mig_pending != on:
+        pending = "on" if gpu.mig_pending else "off"
+        findings.append(Finding("gpu_mig_mode", "warning", subject, f"{mode}, {pending} pending", pending,
+                                f"{subject} MIG mode is {mode} until the GPU is reset, then {pending}: "
+                                f"`nvidia-smi -r -i {gpu.index}` when idle"))
+    return findings
+
+
 def _nvlinks(gpu, config: Config) -> list[Finding]:
     subject = f"gpu{gpu.index}"
+    if gpu.mig_enabled:
+        return []  # no NVLink under MIG (_mig says so)
     inactive = [l["link"] for l in gpu.nvlinks if not l["active"]]
     active = len(gpu.nvlinks) - len(inactive)
     findings = []
@@ -147,11 +174,14 @@ def _nvlinks(gpu, config: Config) -> list[Finding]:
 
 def _links(report: Report, config: Config) -> list[Finding]:
     seen = {tuple(sorted((l.a, l.b))): l.type for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)}
+    in_mig = {g.index for g in report.gpus if g.mig_enabled}
     findings = []
     for (a, b), expected in sorted(config.links.items()):
         measured = seen.get((a, b))
         if measured is None or measured == expected:
             continue  # a GPU missing altogether is gpu_count_low's finding
+        if link_family(expected) == "NV" and in_mig & {a, b}:
+            continue  # no NVLink under MIG: _mig says so
         severity = "error" if link_family(expected) == "NV" or measured == "SYS" else "warning"
         findings.append(Finding("gpu_link_changed", severity, f"gpu{a}-gpu{b}", measured, expected,
                                 f"gpu{a}-gpu{b} linked by {measured}, {expected} expected: "
@@ -309,7 +339,7 @@ RULES = [
     Rule(_probe_failures, ("probe_failed",)),
     Rule(_gpu_count, ("gpu_count_low",)),
     Rule(_each_gpu, ("pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "ecc_disabled", "row_remap_failed",
-                     "row_remap_pending", "gpu_power_limit_lowered"), needs="nvml"),
+                     "row_remap_pending", "gpu_power_limit_lowered", "gpu_mig_mode"), needs="nvml"),
     Rule(_links, ("gpu_link_changed",), needs="nvidia_smi_topo"),
     Rule(_nics, ("nic_missing", "nic_down", "nic_slow", "nic_speed_unknown"), needs="nics"),
     Rule(_far_nics, ("nic_far_from_gpu",), needs="nvidia_smi_topo"),

@@ -108,6 +108,9 @@ def _gpus(report: Report) -> Iterator[Metric]:
                  [([g.index], g.power_limit_w) for g in gpus])
     yield _gauge("nodecheck_gpu_power_limit_default_watts", "The board's default power limit.", ["gpu"],
                  [([g.index], g.power_limit_default_w) for g in gpus])
+    yield _gauge("nodecheck_gpu_mig_enabled", "1 when the GPU is in MIG mode (no NVLink, no peer-to-peer), 0 when not; "
+                 "absent on GPUs without MIG.", ["gpu"],
+                 [([g.index], None if g.mig_enabled is None else int(g.mig_enabled)) for g in gpus])
 
 
 def exported_nics(report: Report, virtual_nics) -> list:

@@ -119,6 +119,9 @@ def _dump_gpu(pynvml, index: int) -> dict:
         # busy GPU on its power cap, which its peers of the same type show (agent/fleet)
         "power_limit_mw": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetEnforcedPowerLimit", None), handle),
         "power_limit_default_mw": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetPowerManagementDefaultLimit", None), handle),
+        # [current, pending], 1 = MIG on; NotSupported on GPUs without MIG. Under MIG the driver enables no NVLink
+        # and CUDA has no peer-to-peer (open-gpu-kernel-modules knvlinkStateLoad: "NvLink is not supported with MIG")
+        "mig_mode": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetMigMode", None), handle),
     }
 
 
@@ -200,6 +203,8 @@ class NvmlGpu:
     nvlink_errors: dict[str, int] | None = None  # replay, recovery, crc_flit, crc_data summed over the GPU's links
     power_limit_mw: int | None = None  # nvmlDeviceGetEnforcedPowerLimit
     power_limit_default_mw: int | None = None  # nvmlDeviceGetPowerManagementDefaultLimit
+    mig_enabled: bool | None = None  # nvmlDeviceGetMigMode's current mode; None: no MIG on this GPU, or not asked
+    mig_pending: bool | None = None  # the mode the GPU takes at its next reset
     fabric: dict | None = None  # NVLink fabric registration (_parse_fabric); None where NVML did not say
     errors: dict[str, str] = field(default_factory=dict)  # field -> NVML's reason
 
@@ -242,6 +247,9 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
         setattr(gpu, name, value if value is None or value >= 0 else None)
     numa = _field(gpu, raw, "numa_node", int)
     gpu.numa_node = numa if numa is not None and numa >= 0 else None
+    mig = _field(gpu, raw, "mig_mode", list)
+    if mig and len(mig) == 2 and all(v in (0, 1) and _is_int(v) for v in mig):
+        gpu.mig_enabled, gpu.mig_pending = bool(mig[0]), bool(mig[1])
     ecc = _field(gpu, raw, "ecc_mode", list)
     gpu.ecc_enabled = bool(ecc[0]) if ecc and _is_int(ecc[0]) else None
     rows = _field(gpu, raw, "remapped_rows", list)

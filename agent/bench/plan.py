@@ -42,6 +42,7 @@ def run(report: Report, config, tests: list[str], level: str, timeout: float, en
     in_node = wanted & {"h2d", "d2h", "p2p"} | ({"allreduce"} if "allreduce" in wanted and not across else set())
     if across and local_rank(environ) != 0:
         in_node = set()  # N ranks on a node: the first one measures the node, every rank joins the all-reduce
+    report, in_node = without_mig_gpus(report, in_node)
     if in_node and not report.gpus:
         reason = report.gpus_absent_reason or "no NVIDIA GPU found"
         out += [_failed("gpus", t, f"no GPU to test: {reason}") for t in sorted(in_node)]
@@ -67,6 +68,19 @@ def run(report: Report, config, tests: list[str], level: str, timeout: float, en
             out += distributed.other_nodes_results(allreduce, env.rank)
         allreduce.details.pop("node_results", None)  # carried once, as measurements
     return out
+
+
+def without_mig_gpus(report: Report, tests: set[str]) -> tuple[Report, set[str]]:
+    """The node as its in-node tests see it: a GPU in MIG mode has no NVLink and no peer-to-peer, and a MIG slice
+    owns a share of the copy engines, so no in-node test can be judged against its paths. Those GPUs are left out
+    (their gpu_mig_mode finding says so), and a test left with too few GPUs is not run rather than failed."""
+    if not any(g.mig_enabled for g in report.gpus):
+        return report, tests
+    from dataclasses import replace
+
+    testable = [g for g in report.gpus if not g.mig_enabled]
+    kept = {t for t in tests if (t in ("h2d", "d2h") and testable) or (t in ("p2p", "allreduce") and len(testable) >= 2)}
+    return replace(report, gpus=testable), kept
 
 
 def local_rank(environ: dict[str, str]) -> int:

@@ -93,6 +93,9 @@ def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Excep
     # the power limit in force and the default, in mW: 700 W both, as the H100's `nvidia-smi -q` says them
     m.nvmlDeviceGetEnforcedPowerLimit = lambda h: _value(h.get("power_limit", 700000))
     m.nvmlDeviceGetPowerManagementDefaultLimit = lambda h: _value(h.get("power_limit_default", 700000))
+    # MIG mode [current, pending] as pynvml returns it: off and off, as the H100's `nvidia-smi -q` says ("MIG Mode
+    # Current: Disabled, Pending: Disabled"), unless a test gives another ("ERR": a GPU without MIG)
+    m.nvmlDeviceGetMigMode = lambda h: list(_value(h.get("mig", [0, 0])))
     _fabric_calls(m)
     return m
 
