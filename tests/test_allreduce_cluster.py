@@ -284,12 +284,15 @@ def test_a_rank_stopped_mid_run_is_named_in_rank_0s_report(tmp_path):
         for i in range(2):
             cluster.shape(i, "100mbit")
         procs = launch(cluster, [0, 1], 2, str(config), random.randint(30000, 39999), timeout=float(marker))
+        pid = None
         try:
             pid, out = wait_until(lambda: _worker_out(marker, rank=1), 120, "rank 1's worker")
             wait_until(lambda: "timed call" in (said(out) or {}).get("step", ""), 120, "rank 1's timed calls", pause=0.05)
             os.kill(pid, signal.SIGSTOP)
             ((code, report, err),) = finish(procs[:1], timeout=180)
         finally:
+            if pid is not None:  # a stopped worker's lifeline cannot run: it would outlive its runner, stopped
+                os.kill(pid, signal.SIGKILL)
             for proc in procs:
                 if proc.poll() is None:
                     os.killpg(proc.pid, signal.SIGKILL)
@@ -299,6 +302,7 @@ def test_a_rank_stopped_mid_run_is_named_in_rank_0s_report(tmp_path):
     assert f"rank 1 (node1, pid {pid}) at 'all-reduce of 32 MiB: " in m["error"], m["error"]
     assert "stopped beating in the job's store" in m["error"]
     assert ("bench_failed", "allreduce:2-ranks") in {(f["kind"], f["subject"]) for f in report["findings"]}
+    wait_until(lambda: not workers_left(f"--timeout {marker}"), 30, "no worker of this test left")
 
 
 def _worker_out(marker: str, rank: int) -> tuple[int, str] | None:
