@@ -60,7 +60,7 @@ def test_a_rank_stopped_mid_collective_is_named_with_the_collectives_own_error(t
     message, pid = run_stopping(tmp_path, stopped=1, timeout=12, limit=120)
     assert message.startswith("RuntimeError: ") and "Timed out waiting 12000ms" in message, message
     assert f"rank 1 (host-1, pid {pid}) at 'all-reduce of 8 MiB: " in message, message  # its last beat's step
-    assert "stopped beating in the job's store: its process is stopped or frozen" in message
+    assert "stopped beating in the job's store: its process is stopped, frozen or gone" in message
     assert "it was at" not in message  # the worker's own error says where; only a killed one is located
 
 

@@ -207,8 +207,8 @@ def judge(first: dict[int, dict], second: dict[int, dict], me: int, my_step: str
     stopped = [r for r in sorted(second) if r != me and r in first and first[r].get("n") == second[r].get("n")]
     if stopped:
         return (f"{_named(stopped, second, with_step=True)} stopped beating in the job's store: "
-                f"{'its process is' if len(stopped) == 1 else 'their processes are'} stopped or frozen "
-                f"(SIGSTOP, a debugger, memory pressure) or {'its' if len(stopped) == 1 else 'their'} node unreachable")
+                f"{'its process is' if len(stopped) == 1 else 'their processes are'} stopped, frozen or gone "
+                f"(SIGSTOP, a debugger, memory pressure, a crash) or {'its' if len(stopped) == 1 else 'their'} node unreachable")
     elsewhere = [r for r in sorted(second) if r != me and second[r].get("step") != my_step]
     if elsewhere:
         return (f"every rank still beats; this rank waited {waited:.0f} s at '{my_step}' while "
@@ -231,7 +231,7 @@ def store_gone(error: str, me: int) -> str:
     if me == 0:
         return f"the job's store, which this rank serves, stopped answering ({error})"
     return (f"the job's store stopped answering ({error}): it lives in rank 0's process (under torchrun, in its agent on "
-            "rank 0's node), which is stopped or frozen, or its node unreachable")
+            "rank 0's node), which is stopped, frozen or gone, or its node unreachable")
 
 
 def said(out: str | Path) -> dict | None:
