@@ -128,3 +128,12 @@ def test_a_mig_node_is_not_a_peer_of_the_others_and_publishes_its_mode(tmp_path)
     text = write_textfile(report, tmp_path).read_text()
     assert 'nodecheck_gpu_mig_enabled{gpu="3"} 1.0' in text and 'nodecheck_gpu_mig_enabled{gpu="0"} 0.0' in text
     assert json.loads(json.dumps(report.to_dict()))["gpus"][3]["mig_enabled"] is True
+
+
+def test_a_bench_on_a_node_all_in_mig_fails_nothing(tmp_path):
+    """`nodecheck bench` with every test asked, nccl-tests' too: nothing runs, so nothing fails and nothing drains;
+    the findings say why (before: p2p and the in-node all-reduce failed, and all_reduce_perf -g 8 was started)."""
+    from nodecheck.bench import plan
+
+    every = node(tmp_path, {i: [1, 1] for i in range(8)})
+    assert plan.run(every, Config(), ["h2d", "d2h", "p2p", "allreduce", "nccl_tests"], "quick", 30, {}, None) == []

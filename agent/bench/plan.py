@@ -32,6 +32,7 @@ def run(report: Report, config, tests: list[str], level: str, timeout: float, en
     # all_reduce_perf -g N drives every GPU of the node itself: once per node (local rank 0), after the other
     # in-node tests, never 8 copies at once on the same GPUs
     nccl_tests = "nccl_tests" in tests and not (across and local_rank(environ) != 0)
+    nccl_tests = nccl_tests and not any(g.mig_enabled for g in report.gpus)  # -g N drives CUDA devices 0..N-1: not MIG's
     tests = [t for t in tests if t != "nccl_tests"]
     if not tests:  # a binary of its own: needs no torch
         return [nccl_binary.run_nccl_tests(report, config, level, timeout, environ)] if nccl_tests else []
@@ -73,7 +74,8 @@ def run(report: Report, config, tests: list[str], level: str, timeout: float, en
 def without_mig_gpus(report: Report, tests: set[str]) -> tuple[Report, set[str]]:
     """The node as its in-node tests see it: a GPU in MIG mode has no NVLink and no peer-to-peer, and a MIG slice
     owns a share of the copy engines, so no in-node test can be judged against its paths. Those GPUs are left out
-    (their gpu_mig_mode finding says so), and a test left with too few GPUs is not run rather than failed."""
+    (their gpu_mig_mode finding says so), and a test left with too few GPUs is not run rather than failed; run()
+    skips nccl-tests' all_reduce_perf on such a node."""
     if not any(g.mig_enabled for g in report.gpus):
         return report, tests
     from dataclasses import replace
