@@ -26,7 +26,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess:
 def test_rules_are_valid_and_their_unit_tests_pass():
     checked = promtool("check", "rules", "nodecheck-rules.yml")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    tested = promtool("test", "rules", "nodecheck-rules.test.yml")
+    tested = promtool("test", "rules", "nodecheck-rules.test.yml", "nodecheck-rules-days.test.yml")
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
 
 
