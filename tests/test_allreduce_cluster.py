@@ -316,3 +316,44 @@ def _worker_out(marker: str, rank: int) -> tuple[int, str] | None:
         if f"RANK={rank}".encode() in environ:
             return pid, argv[argv.index(b"--out") + 1].decode()
     return None
+
+
+def test_every_rank_on_one_node_is_not_judged_against_its_nic(tmp_path):
+    """torchrun --nnodes 1 --nproc-per-node 2 on a node whose MASTER_ADDR is its own eth0 address: the all-reduce
+    never leaves the node, yet it was judged against eth0 (here 1 Gbit/s): "5.09 x the ring bound of the rails",
+    a bandwidth_above_bound warning, and on a GPU node a slow NVLink passing against the NIC. Now it carries no
+    NIC spec, and says why (gloo: host memory has no spec)."""
+    from nodecheck.bench.distributed import ONE_NODE
+
+    requires_root()
+    config = tmp_path / "node.toml"
+    config.write_text("[nics.eth0]\nspeed_mbps = 1000\n")
+    with Cluster(1) as cluster:
+        results = finish(launch(cluster, [0, 1], 2, str(config), random.randint(30000, 39999), per_node=2))
+    code, report, err = results[0]
+    m = allreduce_of(report)
+    assert m["ok"] and m["path"] == "allreduce:2-ranks", (m, err[-2000:])
+    assert m["spec_bytes_per_second"] is None and m["ratio"] is None and m["details"]["note"].startswith(ONE_NODE), m
+    assert {n["node"] for n in m["details"]["nodes"]} == {"node0"}
+    assert not [f for f in report["findings"] if f["kind"] in ("bandwidth_above_bound", "bandwidth_below_spec")], report["findings"]
+
+
+def test_an_nccl_job_on_one_node_is_judged_against_its_slowest_gpu_pair(tmp_path):
+    """The NCCL case of the test above, on the HGX board's replayed NVML values (no GPU here): a job whose ranks
+    all name one node takes the node's slowest GPU pair as its bound, the in-node all-reduce's; ranks on two
+    nodes keep the NICs'."""
+    from helpers import hgx_nvml, make_snapshot
+
+    from nodecheck.bench.distributed import ONE_NODE, _on_one_node
+    from nodecheck.build import build_report
+    from nodecheck.snapshot import SnapshotHost
+
+    hgx = build_report(SnapshotHost(make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt",
+                                                  nvml_gpus=hgx_nvml())))
+    ranks = [{"rank": r, "node": "gpu-07", "address": "10.0.0.7"} for r in range(8)]
+    spec, kind, note = _on_one_node({"backend": "nccl", "nodes": ranks}, hgx)
+    assert kind == "nvlink" and spec == min(p.bytes_per_second for p in hgx.paths if p.scope == "gpu-pair")
+    assert note.startswith(f"{ONE_NODE}: judged against its slowest GPU pair (gpu")
+    two = ranks[:4] + [dict(r, node="gpu-08", address="10.0.0.8") for r in ranks[4:]]
+    assert _on_one_node({"backend": "nccl", "nodes": two}, hgx) is None
+    assert _on_one_node({"backend": "nccl", "nodes": ranks[:1]}, hgx) is None  # a world of one: its own note

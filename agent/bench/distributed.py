@@ -164,15 +164,49 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
             return attach(_failed(path, backend, f"all-reduce over {env.world_size} ranks via {env.master_addr}:{env.master_port} "
                                                  f"failed: {error}"), read_debug_files(tmp))
         nccl = read_debug_files(tmp) if backend == "nccl" else None
+    one_node = _on_one_node(result, report)
+    if one_node:  # the traffic never left the node: the NICs bound nothing, the node's own paths do
+        result = dict(result, spec_bytes_per_second=one_node[0])
+        kind, fabric = one_node[1], []
+        if backend == "nccl":  # one GPU a rank: the in-node all-reduce's path, judged and joined to signals as that
+            path = f"allreduce:node-{env.world_size}-gpus"
     measurement = attach(measurement_from_worker(path, result), nccl)
     measurement.details["path_kind"] = kind
+    if one_node:
+        measurement.details["note"] = one_node[2]
     if backend == "nccl":
         measurement.details["gpu"] = {"index": gpu.index if gpu else None, "ordinal": ordinal, "how": gpu_how}
+        if one_node:  # SHM between GPUs that NVLink links is a staged path, as in the in-node all-reduce
+            from nodecheck.bench.gpu import staged_if_shm
+
+            measurement = staged_if_shm(measurement)
     if fabric:
         measurement.details["fabric"] = fabric_basis
         if measurement.ratio and measurement.ratio > 1:
             measurement.details["note"] = ABOVE_RING_BOUND
     return measurement
+
+
+def _on_one_node(result: dict, report: Report) -> tuple[float | None, str | None, str] | None:
+    """(spec, path kind, note) when every rank of the job ran on one node (torchrun --nnodes 1 --nproc-per-node 8),
+    else None. Such a job's all-reduce never touches a NIC: judged against the NIC it read as the NIC's multiple
+    ("above the ring bound"), and a slow NVLink passed. Its bound is the in-node all-reduce's, the node's slowest
+    GPU pair; none for gloo (host memory has no spec here)."""
+    from nodecheck.bench.gpu import slowest_pair
+    from nodecheck.pairing import node_key
+
+    nodes = result.get("nodes") or []
+    if len(nodes) < 2 or len({node_key(n) for n in nodes}) != 1:
+        return None
+    if result.get("backend") != "nccl":
+        return None, None, f"{ONE_NODE}: no spec (gloo moves host memory)"
+    pair = slowest_pair(report)
+    if pair is None:
+        return None, None, f"{ONE_NODE}: no spec (the node's GPU pairs have none)"
+    return pair.bytes_per_second, pair.kind, f"{ONE_NODE}: judged against its slowest GPU pair ({pair.path})"
+
+
+ONE_NODE = "every rank ran on this node, so the traffic never left it"
 
 
 ABOVE_RING_BOUND = ("above the ring bound: NCCL's tree, SHARP (in-network reduction) or NVLS algorithms move less data "
