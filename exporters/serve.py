@@ -49,6 +49,10 @@ class LatestReport:
             self._probed = report
             self._publish()
 
+    def probed(self) -> Report | None:
+        """The latest probe round's Report (no measurements), None before the first."""
+        return self._probed
+
     def set_measurements(self, measurements: list[Measurement], measured_at: float) -> None:
         with self._publishing:
             self._measured = (measurements, measured_at)
@@ -117,8 +121,26 @@ def refresh_forever(latest: LatestReport, build: Callable[[], Report], interval:
         stop.wait(interval)
 
 
+BUSY_PERCENT = 10  # a GPU busier than this runs someone's work
+
+
+def busy_gpus(report: Report | None) -> list[str]:
+    """The GPUs the latest probe round found at work ("gpu3 at 97%"): a bench beside a job measures the job (a
+    slow verdict, and with --kubernetes-taint a taint) and slows it."""
+    return [f"gpu{g.index} at {g.utilization_percent}%" for g in (report.gpus if report else [])
+            if (g.utilization_percent or 0) > BUSY_PERCENT]
+
+
 def bench_forever(latest: LatestReport, bench: Callable[[], list[Measurement]], every: float, stop: threading.Event) -> None:
     while not stop.wait(every):
+        probed = latest.probed()
+        if probed is None:
+            continue  # no facts yet: whether the GPUs are busy is unknown
+        busy = busy_gpus(probed)
+        if busy:
+            log.info("bench round skipped: %s busy (a bench beside their work would measure it); the last figures stay",
+                     ", ".join(busy))
+            continue
         measurements = bench()
         failed = [m for m in measurements if not m.ok]
         for m in failed:

@@ -225,6 +225,38 @@ def test_scheduled_bench_runs_in_a_subprocess_and_lands_in_the_metrics(tmp_path)
     assert "libtorch" not in daemon_modules
 
 
+def test_a_scheduled_bench_waits_while_a_gpu_is_busy(tmp_path):
+    """`serve --bench-every` on a node whose GPU runs someone's work (the real H100's NVML values, utilization
+    95%): a bench there measured the job (a slow verdict, with --kubernetes-taint a taint) and slowed it. The
+    round is skipped and said; no figure is published. The same node idle is benched (the test above)."""
+    import json
+    import threading
+
+    from helpers import h100_nvml_records
+
+    snap = h100_node_snapshot(tmp_path / "h")
+    nvml = json.loads((snap / "nvml.json").read_text())
+    nvml["gpus"][0]["utilization_gpu"] = 95
+    (snap / "nvml.json").write_text(json.dumps(nvml))
+    assert h100_nvml_records()  # the capture is there: the node is the real one, busy
+    port = free_port()
+    env = dict(os.environ, RANK="0", WORLD_SIZE="2", MASTER_ADDR="", MASTER_PORT=str(free_port()))
+    proc = start_serve("--listen", f"127.0.0.1:{port}", "--from", str(snap), "--bench-every", "1",
+                       "--log-level", "info", env=env)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: sum("bench round skipped" in line for line in lines) >= 2, 60, "two skipped bench rounds")
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    (said,) = {line.split("] ", 1)[-1].strip() for line in lines if "bench round skipped" in line}
+    assert "gpu0 at 95% busy" in said, said
+    assert "nodecheck_bandwidth_test_success{" not in text and "bench run:" not in "".join(lines)
+
+
 def test_listen_address_from_config_flag_or_default(tmp_path):
     """--listen over [serve] listen over the default port 10042; a malformed address is a usage error."""
     snap = str(h100_node_snapshot(tmp_path / "h"))

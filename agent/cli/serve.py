@@ -66,7 +66,7 @@ def serve(
     source: Optional[Path] = FROM_OPTION,
     interval: Optional[float] = typer.Option(None, "--interval", min=1, help="Seconds between probe rounds. Default: [serve] interval in the config, else 60."),
     web_config: Optional[Path] = typer.Option(None, "--web-config", help="TLS and basic auth, in the exporter-toolkit web config format node_exporter reads (needs the web extra: sh deploy/install.sh web)."),
-    bench_every: float = typer.Option(0.0, "--bench-every", min=0, help="Run `nodecheck bench --quick` in a subprocess every N seconds (0: never; leave 0 on nodes that run jobs)."),
+    bench_every: float = typer.Option(0.0, "--bench-every", min=0, help="Run `nodecheck bench --quick` in a subprocess every N seconds (0: never; leave 0 on nodes that run jobs); a round is skipped while a GPU is busy."),
     bench_timeout: float = typer.Option(600.0, "--bench-timeout", min=1, help="Seconds before a scheduled bench run is killed."),
     log_level: str = typer.Option("info", "--log-level", help="debug (a line per probe round), info (start, recoveries, bench runs), warning (probe failures), or error."),
     measurements_file: Optional[Path] = typer.Option(None, "--measurements", help="Publish the measurements this file holds (what `nodecheck bench --json` wrote, e.g. from a timer), read again every interval."),
