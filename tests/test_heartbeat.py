@@ -128,3 +128,33 @@ def test_a_step_records_when_it_began():
     time.sleep(0.01)
     current("b")
     assert current.text == "b" and current.since > before
+
+
+def test_beats_are_read_from_a_real_store_whatever_some_ranks_left_there():
+    """Ranks 0 and 2 beat, rank 1 never did, rank 3 left garbage: the reading holds 0 and 2 (one multi_get
+    when every key is there; multi_get would wait for ever on rank 1's missing key)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from nodecheck.bench.heartbeat import read_beats
+
+    store = dist.TCPStore("127.0.0.1", free_port(), is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=10))
+    store.set("nodecheck/beat/0", '{"n": 3, "node": "a", "pid": 1, "step": "x"}')
+    store.set("nodecheck/beat/2", '{"n": 5, "node": "c", "pid": 2, "step": "y"}')
+    store.set("nodecheck/beat/3", "NaN")
+    assert read_beats(store, 4) == {0: {"n": 3, "node": "a", "pid": 1, "step": "x"}, 2: {"n": 5, "node": "c", "pid": 2, "step": "y"}}
+    store.set("nodecheck/beat/1", '{"n": 1}')
+    assert sorted(read_beats(store, 4)) == [0, 1, 2]
+
+
+def test_a_rank_that_does_not_read_never_waits_to_explain(tmp_path):
+    """Past 64 ranks only rank 0 and each node's first rank read the others' beats (1024 readers of 1024 beats
+    would load rank 0's store when every rank stalls at once): the others beat, and explain nothing."""
+    from nodecheck.bench.heartbeat import Heartbeat
+
+    quiet = Heartbeat(lambda: None, 5, 128, "n", tmp_path / "out.json", 2.0, current=Step(), reads=False)
+    assert quiet.explain() is None and not quiet.urgent.is_set()  # it asked its beat thread for nothing
+    quiet.step.since -= 3600  # stalled an hour: still no reading
+    assert not quiet._stalled()

@@ -32,6 +32,7 @@ STALE_AFTER_S = 5.0  # a counter unchanged this long is a rank that stopped: 5 b
 STORE_TIMEOUT_S = 5.0  # a store call pending this long: the store's host (rank 0 or torchrun) is gone
 MAX_BEAT = 4096  # bytes of one rank's beat read from the store (another host's words)
 SHOWN = 8  # ranks named in one sentence; the rest are counted
+EVERY_RANK_READS = 64  # up to this world every rank names who stopped; past it rank 0 and each node's first rank
 
 
 def suspect_after(collective_timeout: float) -> float:
@@ -67,8 +68,9 @@ class Heartbeat:
     client may be blocked inside the process group)."""
 
     def __init__(self, connect: Callable, rank: int, world: int, node: str, out: str | Path, suspect_s: float,
-                 deadline: float | None = None, current: Step = step) -> None:
+                 deadline: float | None = None, current: Step = step, reads: bool = True) -> None:
         self.connect, self.rank, self.world, self.node = connect, rank, world, node
+        self.reads = reads  # whether this rank reads the others' beats when it stalls (every rank beats)
         self.path, self.suspect_s, self.deadline, self.step = sidecar(out), suspect_s, deadline, current
         self.store = None
         self.store_error: str | None = None
@@ -100,6 +102,8 @@ class Heartbeat:
         """After a failed collective, in the main thread: wait (at most STALE_AFTER_S and a few beats) for the
         beat thread to name who stopped, so the runner finds it beside the error."""
         since = self.step.since
+        if not self.reads:
+            return None
         if self.diagnosed_since != since:
             self.diagnosed.clear()
             self.urgent.set()
@@ -145,7 +149,7 @@ class Heartbeat:
             self.store_error = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
 
     def _stalled(self) -> bool:
-        if self.diagnosed_since == self.step.since:
+        if not self.reads or self.diagnosed_since == self.step.since:
             return False  # this step has its answer
         if self.urgent.is_set():
             return True
@@ -186,14 +190,16 @@ class Heartbeat:
 
 
 def read_beats(store, world: int) -> dict[int, dict]:
-    """Every rank's last beat that the store holds (a rank that never beat is absent). Raises when the
-    store does not answer."""
+    """Every rank's last beat that the store holds (a rank that never beat is absent), in one round trip when
+    every rank has beaten (multi_get waits for a missing key, so the present ones are found first). Raises
+    when the store does not answer."""
+    keys = [_key(rank) for rank in range(world)]
+    present = list(range(world)) if store.check(keys) else [r for r in range(world) if store.check([keys[r]])]
+    values = store.multi_get([keys[r] for r in present]) if present else []
     beats = {}
-    for rank in range(world):
-        if not store.check([_key(rank)]):
-            continue
+    for rank, value in zip(present, values, strict=True):
         try:
-            beat = typed_json.loads(bytes(store.get(_key(rank))[:MAX_BEAT]))
+            beat = typed_json.loads(bytes(value[:MAX_BEAT]))
         except ValueError:
             continue  # not a beat as this version writes one
         if isinstance(beat, dict):

@@ -26,7 +26,7 @@ import sys
 import time
 
 from nodecheck import typed_json
-from nodecheck.bench.heartbeat import STORE_TIMEOUT_S, Heartbeat, step, suspect_after
+from nodecheck.bench.heartbeat import EVERY_RANK_READS, STORE_TIMEOUT_S, Heartbeat, step, suspect_after
 from nodecheck.bench.lifeline import hold, runner_deadline
 from nodecheck.bench.results import essential, guarded
 
@@ -205,7 +205,9 @@ def _heartbeat(dist, args, rank: int, world: int) -> Heartbeat | None:
         return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
                              timeout=datetime.timedelta(seconds=STORE_TIMEOUT_S), wait_for_workers=False)
 
-    return Heartbeat(connect, rank, world, args.node, args.out, suspect_after(args.timeout), runner_deadline()).start()
+    reads = world <= EVERY_RANK_READS or rank == 0 or os.environ.get("LOCAL_RANK", "0") == "0"  # bounded store load
+    return Heartbeat(connect, rank, world, args.node, args.out, suspect_after(args.timeout), runner_deadline(),
+                     reads=reads).start()
 
 
 def _size(size: int) -> str:
