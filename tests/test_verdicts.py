@@ -234,10 +234,10 @@ def test_inspect_from_a_path_holding_no_snapshot_is_a_usage_error(tmp_path, what
 HGX_8_RAILS = REPO / "examples" / "hgx-h100-8gpu"  # 8x H100 NV18, eight 400 Gbit/s InfiniBand rails: 400 GB/s ring bound
 
 
-def judged(log, node) -> tuple[dict, str]:
-    run = nodecheck("bench", "--nccl-log", str(log), "--from", str(node), "--json")
+def judged(log, node, *more: str) -> tuple[dict, str]:
+    run = nodecheck("bench", "--nccl-log", str(log), "--from", str(node), "--json", *more)
     assert run.returncode in (0, 1) and "Traceback" not in run.stderr, run.stderr
-    human = nodecheck("bench", "--nccl-log", str(log), "--from", str(node), env={"COLUMNS": "250"})
+    human = nodecheck("bench", "--nccl-log", str(log), "--from", str(node), *more, env={"COLUMNS": "250"})
     return json.loads(run.stdout), human.stdout
 
 
@@ -315,3 +315,29 @@ def test_a_job_of_one_rank_per_node_is_bounded_by_one_rail(tmp_path):
     m = out["measurement"]
     assert m["spec_bytes_per_second"] == 50e9 and m["ratio"] == pytest.approx(0.9) and out["findings"] == []
     assert m["details"]["spec_basis"].startswith("1 rank(s) per node; ring bound: 1 rail(s)")
+
+
+def test_a_paste_without_its_hosts_is_judged_across_the_nodes_the_operator_names(tmp_path):
+    """AWS's 2x p4de run, pasted without its device lines (rows only, srun's "0:" prefix): nothing in it names a
+    second node, so it was judged against one A100 node's NVLink, "0.26 of 300 GB/s: check the GPUs' NVLink
+    state", on a healthy run. --nodes 2 says what the paste lost: judged against the rails (here none are up:
+    no spec, said), or on the 8-rail H100 node against 8 rails (16 ranks over 2 nodes: 8 per node)."""
+    paste = need(PUBLIC / "nccl" / "aws-2x-p4de-all_reduce_perf-srun-prefixed-noavg.txt")
+    out, human = judged(paste, a100_node(tmp_path))
+    assert [f["kind"] for f in out["findings"]] == ["bandwidth_below_spec"] and "--nodes N says" in human
+    out, human = judged(paste, a100_node(tmp_path), "--nodes", "2")
+    m = out["measurement"]
+    assert m["scope"] == "cluster" and m["spec_bytes_per_second"] is None and out["findings"] == [], out
+    assert m["details"]["across_nodes"] == "--nodes 2 (said; the log does not name its hosts)"
+    out, _ = judged(paste, HGX_8_RAILS, "--nodes", "2")
+    assert out["measurement"]["details"]["path_kind"] == "infiniband"
+    assert out["measurement"]["spec_bytes_per_second"] == 400e9, out["measurement"]["details"]["spec_basis"]
+    # --nodes 1 keeps the one-node judgment; it cannot contradict the hosts a log names
+    out, _ = judged(paste, a100_node(tmp_path), "--nodes", "1")
+    assert "across_nodes" not in out["measurement"]["details"]
+    two_hosts = tmp_path / "two-hosts.log"  # NCCL's lines of a two-node A100 run, with the same table
+    two_hosts.write_text(need(PUBLIC / "nccl-debug" / "2node-a100-ib-gdrdma-p2p-ipc-read-channels.txt").read_text()
+                         + paste.read_text())
+    refused = nodecheck("bench", "--nccl-log", str(two_hosts), "--from", str(HGX_8_RAILS), "--nodes", "3")
+    assert refused.returncode == 2 and "--nodes 3, but the log's lines name 2 hosts" in refused.stderr, refused.stderr
+    assert nodecheck("bench", "--nodes", "2").returncode == 2  # it says how to judge a log: alone it means nothing

@@ -74,18 +74,21 @@ def standalone(environ: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if not k.startswith(LAUNCH_PREFIXES) and k not in LAUNCH_VARIABLES}
 
 
-def measurement_from_log(log, report: Report, path: str, method: str, config=None, run=None) -> Measurement | None:
+def measurement_from_log(log, report: Report, path: str, method: str, config=None, run=None,
+                         nodes: int | None = None) -> Measurement | None:
     """The largest out-of-place busbw of an nccl-tests log, compared with what bounds it on this node: the slowest
     GPU pair for a collective inside the node, the ring bound of its rails for one across nodes (run: what NCCL's
-    own lines in the log say, which may name its hosts); None when the log holds no out-of-place row."""
+    own lines in the log say, which may name its hosts; nodes: how many the operator says it spanned, where the
+    log does not say); None when the log holds no out-of-place row. NodecheckError when `nodes` contradicts the
+    hosts the log names."""
     rows = [r for r in log.rows if r.out_of_place]
     if not rows:
         return None
     largest = max(rows, key=lambda r: r.size_bytes)
     details = {"avg_busbw_gbytes": log.avg_busbw_gbytes, "rows": len(log.rows), "issues": log.issues, "devices": log.devices}
-    across = _across_nodes(log, run, report)
+    across = _across_nodes(log, run, report, nodes)
     if across:
-        spec, kind, basis = _network_bound(report, config, _ranks_per_node(log))
+        spec, kind, basis = _network_bound(report, config, _ranks_per_node(log, nodes))
         details.update(path_kind=kind, spec_basis=basis, across_nodes=across)
     else:
         pair = slowest_pair(report)
@@ -98,10 +101,20 @@ def measurement_from_log(log, report: Report, path: str, method: str, config=Non
     return measurement
 
 
-def _across_nodes(log, run, report: Report) -> str | None:
+def _across_nodes(log, run, report: Report, nodes: int | None = None) -> str | None:
     """Why the log's job spanned nodes, or None when nothing says so: its device lines name several hosts, or (where
     they do not name every rank: a paste keeps a few) a rank past this node's GPUs, or NCCL's lines name several
-    hosts. A log whose lines name every rank on one host is that host's, however many GPUs this node has now."""
+    hosts, or the operator's --nodes. A log whose lines name every rank on one host is that host's, however many
+    GPUs this node has now."""
+    if nodes is not None:
+        named = max(len(log.hosts), len(run.nodes) if run is not None else 0)
+        if named > 1 and named != nodes:
+            raise NodecheckError(f"--nodes {nodes}, but the log's lines name {named} hosts")
+        if log.ranks and nodes > log.ranks:
+            raise NodecheckError(f"--nodes {nodes}, but the log has {log.ranks} rank(s)")
+        if nodes == 1:
+            return None
+        return f"its lines name {named} hosts" if named > 1 else f"--nodes {nodes} (said; the log does not name its hosts)"
     if len(log.hosts) > 1:
         return f"its device lines name {len(log.hosts)} hosts"
     if not _names_every_rank(log) and log.ranks and report.gpus and log.ranks > len(report.gpus):
@@ -111,8 +124,11 @@ def _across_nodes(log, run, report: Report) -> str | None:
     return None
 
 
-def _ranks_per_node(log) -> int | None:
-    """Ranks per node where the device lines name every rank on several hosts, evenly; else None (unknown)."""
+def _ranks_per_node(log, nodes: int | None = None) -> int | None:
+    """Ranks per node where the device lines name every rank on several hosts, evenly, or the ranks spread evenly
+    over the --nodes the operator said; else None (unknown)."""
+    if nodes and nodes > 1 and log.ranks and log.ranks % nodes == 0 and len(log.hosts) < 2:
+        return log.ranks // nodes
     hosts = len(log.hosts)
     if hosts < 2 or not _names_every_rank(log) or log.ranks % hosts:
         return None

@@ -23,6 +23,7 @@ def bench(
     timeout: float = typer.Option(120.0, "--timeout", min=1, help="Seconds before a test is killed and recorded as failed."),
     nccl_log: Optional[Path] = typer.Option(None, "--nccl-log", help="Only read a saved nccl-tests log (text or -J JSON), report every row, and judge its peak busbw against this node's (or --from's) slowest GPU pair, or its rails for a job across nodes."),
     source: Optional[Path] = typer.Option(None, "--from", help="With --nccl-log: judge the log against this snapshot's node instead of this machine."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", min=1, help="With --nccl-log: the nodes the run spanned, where the log does not say (a paste without its device lines)."),
     as_json: bool = typer.Option(False, "--json", help="Print the Report with its measurements as JSON."),
     measure_only: bool = typer.Option(False, "--measure-only", hidden=True, help="Print the measurements alone, unjudged, as JSON (what `serve` and `prolog` run)."),
     config_path: Optional[Path] = CONFIG_OPTION,
@@ -30,10 +31,10 @@ def bench(
     """Measure bandwidth and compare it with the spec of its path; below thresholds.bandwidth_ratio is a finding.
     Under torchrun or srun, `allreduce` runs across the job's nodes (NCCL on GPUs, gloo on CPUs)."""
     if nccl_log is not None:
-        _read_nccl_log(nccl_log, as_json, source, config_path)
+        _read_nccl_log(nccl_log, as_json, source, config_path, nodes)
         return
-    if source is not None:
-        fail("--from goes with --nccl-log: a snapshot can be judged, not measured")
+    if source is not None or nodes is not None:
+        fail(f"{'--from' if source is not None else '--nodes'} goes with --nccl-log: it says how to judge a saved log")
     if full and quick:
         fail("--quick and --full exclude each other")
     import os
@@ -141,7 +142,8 @@ def _read_log(path: Path) -> str:
     return read_user_file(path, MAX_COMMAND_OUTPUT, "the log").decode("utf-8", errors="replace")
 
 
-def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config_path: Optional[Path]) -> None:
+def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config_path: Optional[Path],
+                   nodes: Optional[int] = None) -> None:
     """Every row of the log, then its largest out-of-place busbw judged against the slowest GPU pair of
     this node or of the snapshot (its rails for a job across nodes): "is this log normal for this node?"."""
     from dataclasses import asdict
@@ -164,7 +166,10 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
         run = parse_nccl_debug(text)
     except ParseError:
         run = None
-    measurement = measurement_from_log(log, report, "nccl-log", f"nccl-tests log {nccl_log.name}", config, run)
+    try:
+        measurement = measurement_from_log(log, report, "nccl-log", f"nccl-tests log {nccl_log.name}", config, run, nodes)
+    except NodecheckError as error:
+        fail(f"{nccl_log}: {error}")
     if measurement is not None:  # judged as bench judges it (over SHM a staged path), what NCCL chose with it
         (measurement,), findings = judge_measurements(report, [staged_if_shm(attach(measurement, run))], config)
     else:

@@ -57,7 +57,8 @@ def render_verdict(measurement, findings, where: str, console: Console | None = 
         console.print(f"a job across nodes ({esc(measurement.details['across_nodes'])}): judged against the network, "
                       "not the GPUs' links")
     else:  # a paste without its header lines says nothing of its hosts: the assumption is shown
-        console.print("judged as a run inside one node: the log names no second host and no rank past this node's GPUs")
+        console.print("judged as a run inside one node: the log names no second host and no rank past this node's GPUs "
+                      "(--nodes N says it spanned N nodes)")
     if not findings:
         console.print("[green]normal for this node[/green]")
     for f in findings:
