@@ -22,7 +22,9 @@ def binding_advice(report: Report) -> list[dict]:
         netdevs = sorted({by_name[n].name for n in nics if n in by_name and by_name[n].kind != "unknown"
                           and by_name[n].name != by_name[n].rdma_device}, key=natural_key)
         # every VAR=value before the command: pasted as one line, a variable after it would be an argument
-        lines = [f"CUDA_VISIBLE_DEVICES={gpu.index}"]
+        # a GPU in MIG mode is used through its instances, which CUDA_VISIBLE_DEVICES names by UUID (`nvidia-smi -L`)
+        lines = [f"CUDA_VISIBLE_DEVICES=<MIG-uuid from `nvidia-smi -L`, gpu{gpu.index}>" if gpu.mig_enabled
+                 else f"CUDA_VISIBLE_DEVICES={gpu.index}"]
         if hcas:
             lines.append(f"NCCL_IB_HCA={','.join(hcas)}")
         if netdevs:

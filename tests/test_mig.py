@@ -137,3 +137,18 @@ def test_a_bench_on_a_node_all_in_mig_fails_nothing(tmp_path):
 
     every = node(tmp_path, {i: [1, 1] for i in range(8)})
     assert plan.run(every, Config(), ["h2d", "d2h", "p2p", "allreduce", "nccl_tests"], "quick", 30, {}, None) == []
+
+
+def test_inspect_shows_a_mig_gpus_links_as_off_by_design(tmp_path):
+    """The GPU table said "0/18 up" for the MIG GPU (read as a fault), and the binding advice named it by index,
+    where a MIG GPU is used through its instances' UUIDs."""
+    from helpers import nodecheck
+
+    gpus = hgx_nvml(inactive={3: list(range(18))})
+    gpus[3]["mig"] = [1, 1]
+    snap = make_snapshot(tmp_path / "snap", topo=TOPO, nvml_gpus=gpus)
+    shown = nodecheck("inspect", "--from", str(snap), env={"COLUMNS": "200"}).stdout
+    (row,) = [line for line in shown.splitlines() if line.startswith("│ 3 ")]
+    assert "off (MIG mode)" in row and "0/18" not in row
+    assert "gpu3: CUDA_VISIBLE_DEVICES=<MIG-uuid from `nvidia-smi -L`, gpu3>" in shown
+    assert "gpu2: CUDA_VISIBLE_DEVICES=2 " in shown and "18/18 up" in shown

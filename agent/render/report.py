@@ -57,6 +57,8 @@ def _gpus(console: Console, report: Report) -> None:
 def _nvlinks(gpu, report: Report) -> str:
     """NVML's count of active links and the GPU's NVLink fabric registration; without NVML, what the topology
     says of the GPU's links (NV18)."""
+    if gpu.mig_enabled:  # the driver enables no NVLink under MIG: "0/18 up" would read as a fault
+        return ", ".join(filter(None, ["off (MIG mode)", _fabric(gpu.fabric)]))
     if gpu.nvlinks:
         return ", ".join(filter(None, [f"{sum(1 for l in gpu.nvlinks if l['active'])}/{len(gpu.nvlinks)} up",
                                        _fabric(gpu.fabric)]))
