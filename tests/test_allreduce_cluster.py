@@ -350,10 +350,14 @@ def test_an_nccl_job_on_one_node_is_judged_against_its_slowest_gpu_pair(tmp_path
 
     hgx = build_report(SnapshotHost(make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt",
                                                   nvml_gpus=hgx_nvml())))
-    ranks = [{"rank": r, "node": "gpu-07", "address": "10.0.0.7"} for r in range(8)]
+    ranks = [{"rank": r, "node": "gpu-07", "address": "10.0.0.7", "boot_id": "9f1c"} for r in range(8)]
     spec, kind, note = _on_one_node({"backend": "nccl", "nodes": ranks}, hgx)
     assert kind == "nvlink" and spec == min(p.bytes_per_second for p in hgx.paths if p.scope == "gpu-pair")
     assert note.startswith(f"{ONE_NODE}: judged against its slowest GPU pair (gpu")
     two = ranks[:4] + [dict(r, node="gpu-08", address="10.0.0.8") for r in ranks[4:]]
     assert _on_one_node({"backend": "nccl", "nodes": two}, hgx) is None
     assert _on_one_node({"backend": "nccl", "nodes": ranks[:1]}, hgx) is None  # a world of one: its own note
+    # two machines whose containers share a host name, MASTER_ADDR a name (no address): their boot ids differ
+    named_alike = [dict(r, address=None, boot_id="9f1c" if r["rank"] < 4 else "77aa") for r in ranks]
+    assert _on_one_node({"backend": "nccl", "nodes": named_alike}, hgx) is None
+    assert _on_one_node({"backend": "nccl", "nodes": [dict(r, boot_id=None) for r in ranks]}, hgx) is None  # unconfirmed

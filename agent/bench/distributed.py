@@ -196,8 +196,9 @@ def _on_one_node(result: dict, report: Report) -> tuple[float | None, str | None
     from nodecheck.pairing import node_key
 
     nodes = result.get("nodes") or []
-    if len(nodes) < 2 or len({node_key(n) for n in nodes}) != 1:
-        return None
+    boots = {n.get("boot_id") for n in nodes}
+    if len(nodes) < 2 or len({node_key(n) for n in nodes}) != 1 or len(boots) != 1 or None in boots:
+        return None  # a rank elsewhere, or nothing to confirm one machine (one host name can name two containers)
     if result.get("backend") != "nccl":
         return None, None, f"{ONE_NODE}: no spec (gloo moves host memory)"
     pair = slowest_pair(report)

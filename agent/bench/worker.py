@@ -210,6 +210,16 @@ def _heartbeat(dist, args, rank: int, world: int) -> Heartbeat | None:
                      reads=reads).start()
 
 
+def _boot_id() -> str | None:
+    """This machine's boot id: ranks that share it run on one machine, whatever their host names say (two
+    containers may share one name, and MASTER_ADDR may be a name, leaving no address to tell them apart)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as file:
+            return file.read(64).strip() or None
+    except OSError:
+        return None
+
+
 def _size(size: int) -> str:
     return f"{size >> 20} MiB" if size >= 1 << 20 and size % (1 << 20) == 0 else f"{size} bytes"
 
@@ -311,7 +321,8 @@ def _measure(args, dist, torch, device) -> dict:
     from nodecheck.pairing import job_bound, rank_rounds
 
     me = {"rank": rank, "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0), "node": args.node, "nic": args.nic,
-          "address": args.address, "rails": json.loads(args.rails), "pid": os.getpid(), "results": _node_results(args.node_results)}
+          "address": args.address, "rails": json.loads(args.rails), "pid": os.getpid(), "boot_id": _boot_id(),
+          "results": _node_results(args.node_results)}
     nodes: list = [None] * world
     step("gathering every rank's description")
     dist.all_gather_object(nodes, me)
