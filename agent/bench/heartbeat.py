@@ -64,8 +64,9 @@ def _key(rank: int) -> str:
 
 
 class Heartbeat:
-    """The beat thread of one rank. connect() opens its own client of the job's store (the main thread's
-    client may be blocked inside the process group)."""
+    """A rank's two threads: one beats in the job's store (and, stalled, reads the others' beats) through a client
+    of its own that connect() opens (the main thread's may be blocked inside the process group); the other
+    writes the sidecar and judges a store call that never returns."""
 
     def __init__(self, connect: Callable, rank: int, world: int, node: str, out: str | Path, suspect_s: float,
                  deadline: float | None = None, current: Step = step, reads: bool = True) -> None:
