@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodecheck.bench.gpu import slowest_pair, staged_if_shm
 from nodecheck.bench.identity import rank_gpu
 from nodecheck.bench.nccl_debug import attach, debug_env, read_debug_files
 from nodecheck.bench.plan import local_rank
@@ -172,14 +173,11 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
             path = f"allreduce:node-{env.world_size}-gpus"
     measurement = attach(measurement_from_worker(path, result), nccl)
     measurement.details["path_kind"] = kind
-    if one_node:
-        measurement.details["note"] = one_node[2]
     if backend == "nccl":
         measurement.details["gpu"] = {"index": gpu.index if gpu else None, "ordinal": ordinal, "how": gpu_how}
-        if one_node:  # SHM between GPUs that NVLink links is a staged path, as in the in-node all-reduce
-            from nodecheck.bench.gpu import staged_if_shm
-
-            measurement = staged_if_shm(measurement)
+    if one_node:  # over SHM between GPUs that NVLink links, a staged path, as in the node's own all-reduce
+        measurement.details["note"] = one_node[2]
+        measurement = staged_if_shm(measurement)
     if fabric:
         measurement.details["fabric"] = fabric_basis
         if measurement.ratio and measurement.ratio > 1:
@@ -192,7 +190,6 @@ def _on_one_node(result: dict, report: Report) -> tuple[float | None, str | None
     else None. Such a job's all-reduce never touches a NIC: judged against the NIC it read as the NIC's multiple
     ("above the ring bound"), and a slow NVLink passed. Its bound is the in-node all-reduce's, the node's slowest
     GPU pair; none for gloo (host memory has no spec here)."""
-    from nodecheck.bench.gpu import slowest_pair
     from nodecheck.pairing import node_key
 
     nodes = result.get("nodes") or []
