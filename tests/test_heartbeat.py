@@ -103,6 +103,9 @@ def test_what_two_readings_say():
     assert "the collective itself is stalled" in judge(BEATS, same, 0, mine, 12)
     # this rank is never its own suspect, and a rank that never beat is not called stopped
     assert "stopped" not in judge({0: BEATS[0]}, {0: BEATS[0]}, 0, mine, 3)
+    # nor one whose beats carry no counter (another version's, or garbage): nothing says it stopped
+    countless = {1: {"node": "b", "step": mine}}
+    assert "stopped" not in judge(countless, countless, 0, mine, 3)
 
 
 def test_many_stopped_ranks_are_counted_past_eight():

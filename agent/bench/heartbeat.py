@@ -211,7 +211,8 @@ def read_beats(store, world: int) -> dict[int, dict]:
 def judge(first: dict[int, dict], second: dict[int, dict], me: int, my_step: str, waited: float) -> str:
     """What two readings STALE_AFTER_S apart say: the ranks whose counter did not move; else the ranks at
     another step than this one; else that every rank beats and waits (the collective itself stalled)."""
-    stopped = [r for r in sorted(second) if r != me and r in first and first[r].get("n") == second[r].get("n")]
+    stopped = [r for r in sorted(second) if r != me and r in first and isinstance(second[r].get("n"), int)
+               and first[r].get("n") == second[r].get("n")]  # a beat without a counter says nothing either way
     if stopped:
         return (f"{_named(stopped, second, with_step=True)} stopped beating in the job's store: "
                 f"{'its process is' if len(stopped) == 1 else 'their processes are'} stopped, frozen or gone "
