@@ -9,6 +9,7 @@ lists) get a value swapped for another type, a key dropped, an item repeated, a 
 
 from __future__ import annotations
 
+import copy
 import random
 import re
 
@@ -99,8 +100,6 @@ ODD_VALUES = [None, True, False, 0, -1, 2 ** 70, 1.5, float("nan"), "", "x", "\x
 
 def mutate_value(value, rng: random.Random, rounds: int | None = None):
     """A mutated deep copy of a JSON-like value (dicts, lists, strings, numbers)."""
-    import copy
-
     value = copy.deepcopy(value)
     for _ in range(rounds or rng.randint(1, 3)):
         value = _mutate_somewhere(value, rng)
@@ -133,7 +132,9 @@ def _mutate_somewhere(value, rng, depth: int = 0):
         return mutate_text(value, rng, 1)
     if isinstance(value, int) and not isinstance(value, bool) and rng.random() < 0.5:
         return rng.choice([0, -1, 2 ** 31, 2 ** 64, -(2 ** 63), 10 ** 30])
-    replacement = rng.choice(ODD_VALUES)
+    # a copy: the shared [] and {} would otherwise be mutated in place later, and one put inside itself (a list
+    # containing itself) made the mutator fail with IndexError
+    replacement = copy.deepcopy(rng.choice(ODD_VALUES))
     if rng.random() < 0.1:
         for _ in range(rng.randint(10, 200)):  # deep nesting
             replacement = [replacement]

@@ -219,6 +219,63 @@ def _served_measurements(document) -> bytes:
     return exposition(with_measurements(_example_node(), measurements, when or 0.0, None))
 
 
+def _beat_seeds() -> list:
+    """Two readings of a 4-rank job's beats as the store holds them (what Heartbeat._beat writes), rank 2's counter
+    standing still between them."""
+    def beat(rank: int, n: int) -> str:
+        return json.dumps({"n": n, "node": f"node{rank}", "pid": 4000 + rank, "step": "all-reduce of 32 MiB: timed call 2 of 3",
+                           "for_s": 6.0})
+    return [[[beat(r, 7) for r in range(4)], [beat(r, 7 if r == 2 else 12) for r in range(4)]]]
+
+
+class _ReadOnlyStore:
+    """A store holding the given beat texts, answering as torch's TCPStore does (check, multi_get)."""
+
+    def __init__(self, texts) -> None:
+        self.values = {f"nodecheck/beat/{r}": str(t).encode("utf-8", "surrogateescape") for r, t in enumerate(texts)}
+
+    def check(self, keys) -> bool:
+        return all(k in self.values for k in keys)
+
+    def multi_get(self, keys) -> list[bytes]:
+        return [self.values[k] for k in keys]
+
+
+def _judged_beats(readings) -> str:
+    """What a stalled rank does with two readings of the store: read_beats on each, then judge."""
+    from nodecheck.bench.heartbeat import judge, read_beats
+
+    first, second = (readings + [[], []])[:2] if isinstance(readings, list) else ([], [])
+    texts = [t if isinstance(t, list) else [t] for t in (first, second)]
+    return judge(read_beats(_ReadOnlyStore(texts[0]), len(texts[0])), read_beats(_ReadOnlyStore(texts[1]), len(texts[1])),
+                 0, "all-reduce of 32 MiB: timed call 2 of 3", 12.0)
+
+
+def _sidecar_seeds() -> list[str]:
+    """A worker's step file as its watch thread writes it, with a finding."""
+    import tempfile
+
+    from nodecheck.bench.heartbeat import Heartbeat, Step, sidecar
+
+    with tempfile.TemporaryDirectory() as tmp:
+        current = Step()
+        current("all-reduce of 1024 MiB: timed call 3 of 5")
+        beat = Heartbeat(lambda: None, 0, 2, "node0", f"{tmp}/allreduce.json", 2.0, current=current)
+        beat.diagnosis, beat.diagnosed_since = "rank 1 (node1, pid 4242) at 'x' stopped beating in the job's store", current.since
+        beat._say()
+        return [sidecar(f"{tmp}/allreduce.json").read_text()]
+
+
+def _where_it_was(text: str):
+    import tempfile
+
+    from nodecheck.bench.heartbeat import sidecar, where_it_was
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sidecar(f"{tmp}/out.json").write_text(text, errors="surrogateescape")
+        return where_it_was(f"{tmp}/out.json", killed=True)
+
+
 def targets() -> list[Target]:
     from nodecheck import units
     from nodecheck.bench.nccl_debug import parse_nccl_debug
@@ -271,6 +328,8 @@ def targets() -> list[Target]:
         Target("fleet_report", _report_seeds, _fleet_node, (NodecheckError, ValueError, RecursionError), structured=True),
         Target("served_measurements", lambda: [json.loads((REPO / "examples/job-8node-allreduce.json").read_text())],
                _served_measurements, (NodecheckError,), structured=True),
+        Target("heartbeat_beats", _beat_seeds, _judged_beats, (), structured=True),
+        Target("heartbeat_sidecar", _sidecar_seeds, _where_it_was, ()),
         Target("kube_node", lambda: [json.loads((TESTS / "fixtures/kubernetes/node-hgx.json").read_text())], _kube_node, (),
                structured=True),
     ]
