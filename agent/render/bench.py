@@ -78,6 +78,10 @@ def render_measurements(report: Report, console: Console | None = None) -> None:
         table.add_row(cell(m.path), cell(m.test), payload, measured,
                       format_path_rate(m.scope, m.spec_bytes_per_second), ratio, cell(m.method if m.ok else m.error))
     console.print(table)
+    for m in report.measurements:  # why a figure has no spec, or may pass it (a job on one node, NVLS, a world of one)
+        note = (m.details or {}).get("note") if isinstance(m.details, dict) else None
+        if note:
+            console.print(clean(f"{m.path}: {note}"), highlight=False, markup=False)
     for m in report.measurements:
         nccl = (m.details or {}).get("nccl") if isinstance(m.details, dict) else None
         if isinstance(nccl, dict):
