@@ -259,3 +259,23 @@ def test_a_gpu_whose_power_limit_was_lowered_is_out_of_line(tmp_path, hgx_report
     (group,) = result["groups"]
     assert result["out_of_line"] == ["gpu-capped"]
     assert [(o["key"], o["value"], o["median"]) for o in group["outliers"]] == [("fact:gpu_power_limit_min_w", 500.0, 700.0)]
+
+
+def test_a_node_with_a_gpu_in_mig_mode_is_grouped_apart_and_said(tmp_path, hgx_report):
+    """A GPU in MIG mode has no NVLink: its node is no peer of the others (its own sku), so nothing judges it;
+    the fleet says how many nodes of the same GPUs have no GPU in MIG mode, and that such a GPU has no NVLink."""
+    reports = [node(hgx_report, f"gpu-{i:02d}") for i in range(6)]
+    mig = node(hgx_report, "gpu-mig")
+    mig = dataclasses.replace(mig, gpus=[dataclasses.replace(g, mig_enabled=g.index == 3) for g in mig.gpus])
+    write(tmp_path / "fleet", reports + [mig])
+    document = json.loads(cli("fleet", str(tmp_path / "fleet"), "--json").stdout)
+    (apart,) = [g for g in document["groups"] if g["nodes"] == ["gpu-mig"]]
+    assert apart["sku"] == "7x NVIDIA H100 80GB HBM3 + 1x NVIDIA H100 80GB HBM3 (MIG)" and not apart["judged"]
+    assert apart["why"] == ("1 node(s): fewer than 5 peers each, nothing judged; 6 node(s) of 8x NVIDIA H100 80GB HBM3 have "
+                            "no GPU in MIG mode; a GPU in MIG mode by mistake has no NVLink: [gpus] mig requires a mode")
+    (peers,) = [g for g in document["groups"] if g["sku"] == "8x NVIDIA H100 80GB HBM3"]
+    assert peers["judged"] and "gpu-mig" not in peers["nodes"]
+    lines = cli("fleet", str(tmp_path / "fleet")).stdout.splitlines()  # at a terminal: each clause whole, within 80
+    assert "  6 node(s) of 8x NVIDIA H100 80GB HBM3 have no GPU in MIG mode" in lines
+    assert "  a GPU in MIG mode by mistake has no NVLink: [gpus] mig requires a mode" in lines
+    assert all(len(line) <= 80 for line in lines), lines

@@ -92,13 +92,32 @@ def _facts(report: Report) -> dict[str, float]:
     return facts
 
 
+MIG = " (MIG)"
+
+
+def _partitioned_apart(sku: str, views: list[NodeView]) -> str:
+    """For a group whose sku names MIG GPUs: how many nodes of the same GPUs have none in MIG mode, and what a GPU
+    in MIG mode by mistake costs ("; 7 node(s) of 8x ... have no GPU in MIG mode; ..."); else ""."""
+    if MIG not in sku:
+        return ""
+    models = Counter()
+    for part in sku.split(" + "):
+        count, _, name = part.partition("x ")
+        models[name.removesuffix(MIG)] += int(count) if count.isdigit() else 0
+    plain = " + ".join(f"{n}x {name}" for name, n in models.most_common())
+    peers = sum(1 for v in views if v.sku == plain)
+    return (f"; {peers} node(s) of {plain} have no GPU in MIG mode"
+            "; a GPU in MIG mode by mistake has no NVLink: [gpus] mig requires a mode") if peers else ""
+
+
 def compare(views: list[NodeView], fraction: float = DEFAULT_FRACTION) -> list[Group]:
     groups = []
     for sku in sorted({v.sku for v in views}):
         members = sorted((v for v in views if v.sku == sku), key=lambda v: v.name)
         names = [v.name for v in members]
         if len(members) < MIN_PEERS + 1:
-            groups.append(Group(sku, names, False, f"{len(members)} node(s): fewer than {MIN_PEERS} peers each, nothing judged"))
+            groups.append(Group(sku, names, False, f"{len(members)} node(s): fewer than {MIN_PEERS} peers each, nothing judged"
+                                + _partitioned_apart(sku, views)))
             continue
         group = Group(sku, names, True)
         for key in sorted({k for v in members for k in v.values}):

@@ -15,7 +15,8 @@ def render_fleet(groups: list, skipped: list[dict], fraction: float) -> None:
     for group in groups:
         _line(f"{group.sku}: {len(group.nodes)} node(s)")
         if not group.judged:
-            _line(f"  {group.why}")
+            for part in (group.why or "").split("; "):  # one clause a line: each fits the width
+                _line(f"  {part}")
             continue
         for o in group.outliers:
             what = o.key.split(":", 1)[1]
