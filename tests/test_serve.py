@@ -244,7 +244,12 @@ def test_a_scheduled_bench_waits_while_a_gpu_is_busy(tmp_path):
     proc = start_serve("--listen", f"127.0.0.1:{port}", "--from", str(snap), "--bench-every", "1",
                        "--log-level", "info", env=env)
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+
+    def read() -> None:  # the daemon's log, line by line, as it comes
+        for line in proc.stdout:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
         wait_until(lambda: sum("bench round skipped" in line for line in lines) >= 2, 60, "two skipped bench rounds")
