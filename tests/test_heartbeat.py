@@ -92,20 +92,28 @@ def test_what_two_readings_say():
     mine = "all-reduce of 1024 MiB: timed call 2 of 5"
     # rank 2's counter stood still: it stopped, whatever its step
     still = {**moved, 2: BEATS[2]}
-    said_of = judge(BEATS, still, 0, mine, 12)
+    said_of = judge(BEATS, still, 0, mine, 12, world=3)
     assert said_of.startswith("rank 2 (c, pid 12) at 'all-reduce of 1024 MiB: warm-up call 1 of 2' stopped beating"), said_of
-    # every rank beats, rank 2 elsewhere: its own work is stuck
-    said_of = judge(BEATS, moved, 0, mine, 12)
-    assert said_of.startswith("every rank still beats; this rank waited 12 s at") and "rank 2 (c, pid 12)" in said_of
-    assert "rank 1" not in said_of
-    # all beat at the same step: the collective itself
+    # every rank beats, rank 2 at another step than the other two: its own work is stuck
+    said_of = judge(BEATS, moved, 0, mine, 12, world=3)
+    assert said_of.startswith("every rank still beats; 2 wait at 'all-reduce of 1024 MiB: timed call 2 of 5' (12 s here) "
+                              "while rank 2 (c, pid 12) at 'all-reduce of 1024 MiB: warm-up call 1 of 2': that rank is stuck"), said_of
+    # the one apart may be this rank: named as the others are
+    said_of = judge(BEATS, moved, 2, "all-reduce of 1024 MiB: waiting for the warm-up to finish", 12, world=3)
+    assert "while rank 2 (c, pid 12) at 'all-reduce of 1024 MiB: waiting for the warm-up to finish'" in said_of, said_of
+    # all at one step (the numbers aside: pairs of one exchange round, calls one apart): the collective itself
+    pairs = {r: dict(b, step=f"pair exchange round 0: timed send from rank {r - r % 2} to rank {r - r % 2 + 1}")
+             for r, b in moved.items()}
+    assert "the collective itself is stalled" in judge(BEATS, pairs, 0, pairs[0]["step"], 12, world=3)
     same = {r: dict(b, step=mine) for r, b in moved.items()}
-    assert "the collective itself is stalled" in judge(BEATS, same, 0, mine, 12)
-    # this rank is never its own suspect, and a rank that never beat is not called stopped
-    assert "stopped" not in judge({0: BEATS[0]}, {0: BEATS[0]}, 0, mine, 3)
+    assert "the collective itself is stalled" in judge(BEATS, same, 0, mine, 12, world=3)
+    # a rank that never beat is named so, never called stopped; this rank is never its own suspect
+    said_of = judge({0: BEATS[0]}, {0: BEATS[0]}, 0, mine, 3, world=3)
+    assert said_of == "ranks 1, 2 never beat in the job's store: not started, or stuck before its first beat", said_of
+    assert "stopped" not in judge({0: BEATS[0]}, {0: BEATS[0]}, 0, mine, 3, world=1)
     # nor one whose beats carry no counter (another version's, or garbage): nothing says it stopped
     countless = {1: {"node": "b", "step": mine}}
-    assert "stopped" not in judge(countless, countless, 0, mine, 3)
+    assert "stopped" not in judge(countless, countless, 0, mine, 3, world=2)
 
 
 def test_many_stopped_ranks_are_counted_past_eight():

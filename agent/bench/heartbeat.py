@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Callable
 
@@ -80,6 +82,7 @@ class Heartbeat:
         self.pinned: str | None = None  # the diagnosis of the step that failed: it stays, whatever step follows
         self.first: tuple[float, float, dict] | None = None  # (step's start, when read, beats) of a pending diagnosis
         self.urgent = threading.Event()
+        self.armed = threading.Event()  # set once the ranks met: before, the ready step names who did not come
         self.saying = threading.Lock()  # the watch thread and explain() both rewrite the sidecar
         self.diagnosed = threading.Event()
         self.stopped = threading.Event()
@@ -103,7 +106,7 @@ class Heartbeat:
         """After a failed collective, in the main thread: wait (at most STALE_AFTER_S and a few beats) for the
         beat thread to name who stopped, so the runner finds it beside the error."""
         since = self.step.since
-        if not self.reads:
+        if not self.reads or not self.armed.is_set():
             return None
         if self.diagnosed_since != since:
             self.diagnosed.clear()
@@ -149,9 +152,13 @@ class Heartbeat:
         except Exception as error:  # the store's host is gone (stopped, killed, unreachable)
             self.store_error = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
 
+    def arm(self) -> None:
+        """From now on a stalled step is read out: the ranks met, and every one beats."""
+        self.armed.set()
+
     def _stalled(self) -> bool:
-        if not self.reads or self.diagnosed_since == self.step.since:
-            return False  # this step has its answer
+        if not self.reads or not self.armed.is_set() or self.diagnosed_since == self.step.since:
+            return False  # not yet in the collectives, or this step has its answer
         if self.urgent.is_set():
             return True
         near_end = self.deadline is not None and time.time() >= self.deadline - STALE_AFTER_S - 3 * BEAT_S
@@ -170,7 +177,7 @@ class Heartbeat:
         if self.first is None:
             self.first = (since, now, beats)
         elif now - self.first[1] >= STALE_AFTER_S:
-            self._found(since, judge(self.first[2], beats, self.rank, self.step.text, now - since))
+            self._found(since, judge(self.first[2], beats, self.rank, self.step.text, now - since, self.world))
 
     def _found(self, since: float, diagnosis: str) -> None:
         self.diagnosis, self.diagnosed_since, self.first = diagnosis, since, None
@@ -208,21 +215,42 @@ def read_beats(store, world: int) -> dict[int, dict]:
     return beats
 
 
-def judge(first: dict[int, dict], second: dict[int, dict], me: int, my_step: str, waited: float) -> str:
-    """What two readings STALE_AFTER_S apart say: the ranks whose counter did not move; else the ranks at
-    another step than this one; else that every rank beats and waits (the collective itself stalled)."""
+def judge(first: dict[int, dict], second: dict[int, dict], me: int, my_step: str, waited: float,
+          world: int | None = None) -> str:
+    """What two readings STALE_AFTER_S apart say: the ranks whose counter did not move; else the ranks that never
+    beat (of `world`); else the ranks at another step than most (this one among them, maybe), their own work stuck;
+    else that every rank beats and waits at one step: the collective itself stalled."""
     stopped = [r for r in sorted(second) if r != me and r in first and isinstance(second[r].get("n"), int)
                and first[r].get("n") == second[r].get("n")]  # a beat without a counter says nothing either way
     if stopped:
         return (f"{_named(stopped, second, with_step=True)} stopped beating in the job's store: "
                 f"{'its process is' if len(stopped) == 1 else 'their processes are'} stopped, frozen or gone "
                 f"(SIGSTOP, a debugger, memory pressure, a crash) or {'its' if len(stopped) == 1 else 'their'} node unreachable")
-    elsewhere = [r for r in sorted(second) if r != me and second[r].get("step") != my_step]
-    if elsewhere:
-        return (f"every rank still beats; this rank waited {waited:.0f} s at '{my_step}' while "
-                f"{_named(elsewhere, second, with_step=True)}: that rank's own work is stuck (its GPU, or a call that never returns)")
-    return (f"every rank still beats and waits at '{my_step}' ({waited:.0f} s here): the collective itself is stalled "
-            "(the network between the nodes, or NCCL), not one rank")
+    never = [r for r in range(world or 0) if r != me and r not in second]
+    if never:
+        return f"{_listed(never)} never beat in the job's store: not started, or stuck before its first beat"
+    beats = {**second, me: {**second.get(me, {}), "step": my_step}}
+    shapes = {r: _shape(b.get("step")) for r, b in beats.items()}
+    counts = Counter(shapes.values())
+    if len(counts) == 1:
+        return (f"every rank still beats and waits at '{my_step}' ({waited:.0f} s here): the collective itself is "
+                "stalled (the network between the nodes, or NCCL), not one rank")
+    usual = counts.most_common(1)[0][0]
+    apart = sorted(r for r, shape in shapes.items() if shape != usual)
+    example = next(beats[r].get("step") for r, shape in shapes.items() if shape == usual)
+    return (f"every rank still beats; {counts[usual]} wait at '{str(example)[:200]}' ({waited:.0f} s here) while "
+            f"{_named(apart, beats, with_step=True)}: {'that rank is' if len(apart) == 1 else 'those ranks are'} stuck "
+            "in their own work (the GPU, or a call that never returns)")
+
+
+def _shape(step) -> str:
+    """A step with its numbers blanked: ranks of one pair exchange round, or one call apart, are at one step."""
+    return re.sub(r"\d+", "#", str(step))
+
+
+def _listed(ranks: list[int]) -> str:
+    shown = ", ".join(map(str, ranks[:16])) + (f" and {len(ranks) - 16} more" if len(ranks) > 16 else "")
+    return f"rank {shown}" if len(ranks) == 1 else f"ranks {shown}"
 
 
 def _named(ranks: list[int], beats: dict[int, dict], with_step: bool) -> str:

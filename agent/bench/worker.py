@@ -18,6 +18,7 @@ The store's time limit (--init-timeout) is apart from the collectives' (--timeou
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -178,21 +179,33 @@ def _run(args) -> dict:
     try:
         step("preparing this rank's device" if rank else "preparing this rank's device, then waiting for every rank to be ready")
         device = _ready(store, rank, world, args.node, lambda: _own_device(torch, args), min(READY_WAIT, args.init_timeout or args.timeout))
-        step(f"joining the {args.backend} process group")
-        dist.init_process_group(args.backend, store=dist.PrefixStore("nodecheck/pg", store), rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=args.timeout))
+        if heartbeat:  # the ranks met (_ready named any that did not): a stall from here on is read out
+            heartbeat.arm()
+        with _explained(heartbeat):
+            step(f"joining the {args.backend} process group")
+            dist.init_process_group(args.backend, store=dist.PrefixStore("nodecheck/pg", store), rank=rank, world_size=world,
+                                    timeout=datetime.timedelta(seconds=args.timeout))
         try:
-            return _measure(args, dist, torch, device)
-        except BaseException:
-            if heartbeat:  # a collective failed or timed out: name who stopped before the runner reads the error
-                heartbeat.explain()
-            raise
+            with _explained(heartbeat):
+                return _measure(args, dist, torch, device)
         finally:  # also when a collective fails: NCCL warns of a leak otherwise, and that warning hid the error
             step("leaving the process group")
             dist.destroy_process_group()
     finally:
         if heartbeat:
             heartbeat.stop()
+
+
+@contextlib.contextmanager
+def _explained(heartbeat: Heartbeat | None):
+    """A failure inside (the group's rendezvous or a collective failed or timed out) waits for the heartbeat to
+    name who stopped, while the failed step is still the current one, so the runner finds it beside the error."""
+    try:
+        yield
+    except BaseException:
+        if heartbeat:
+            heartbeat.explain()
+        raise
 
 
 def _heartbeat(dist, args, rank: int, world: int) -> Heartbeat | None:
