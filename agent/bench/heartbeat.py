@@ -108,8 +108,8 @@ class Heartbeat:
         since = self.step.since
         if not self.reads or not self.armed.is_set():
             return None
+        self.diagnosed.clear()  # before the check: an answer landing between the two still ends the wait
         if self.diagnosed_since != since:
-            self.diagnosed.clear()
             self.urgent.set()
             self.diagnosed.wait(STALE_AFTER_S + 3 * BEAT_S + STORE_TIMEOUT_S)
         if self.diagnosed_since == since:
