@@ -276,7 +276,7 @@ def test_a_rank_stopped_mid_run_is_named_in_rank_0s_report(tmp_path):
     """Issue 26 (1), on CPUs: `nodecheck bench` on two nodes, node1's worker stopped with SIGSTOP once its
     own file says it is in the timed calls (links at 100 Mbit/s: a 32 MiB all-reduce takes seconds). Rank 0's
     Report names rank 1, its node and its step, whether gloo's time-out or the runner's limit ends rank 0."""
-    from nodecheck.bench.heartbeat import said
+    from nodecheck.bench.heartbeat import beat_step
 
     requires_root()
     marker = f"{random.randint(100, 999) / 1000 + 30:.3f}"  # the workers' --timeout: ~30 s, and this test's own
@@ -289,7 +289,7 @@ def test_a_rank_stopped_mid_run_is_named_in_rank_0s_report(tmp_path):
         pid = None
         try:
             pid, out = wait_until(lambda: _worker_out(marker, rank=1), 120, "rank 1's worker")
-            wait_until(lambda: "timed call" in (said(out) or {}).get("step", ""), 120, "rank 1's timed calls", pause=0.05)
+            wait_until(lambda: "timed call" in beat_step(out), 120, "rank 1's timed calls", pause=0.05)
             os.kill(pid, signal.SIGSTOP)
             ((code, report, err),) = finish(procs[:1], timeout=180)
         finally:

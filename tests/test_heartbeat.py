@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import free_port, wait_until
 
-from nodecheck.bench.heartbeat import Step, judge, said, sidecar, where_it_was
+from nodecheck.bench.heartbeat import Step, beat_step, judge, sidecar, where_it_was
 from nodecheck.bench.results import run_worker
 from nodecheck.errors import NodecheckError
 
@@ -50,7 +50,7 @@ def run_stopping(tmp_path: Path, stopped: int, timeout: float, limit: float) -> 
 
 
 def _stop_in_timed_calls(proc: subprocess.Popen, out: Path) -> None:
-    wait_until(lambda: "timed call" in (said(out) or {}).get("step", ""), 120, "the rank's timed calls", pause=0.05)
+    wait_until(lambda: "timed call" in beat_step(out), 120, "the rank's timed calls", pause=0.05)
     os.kill(proc.pid, signal.SIGSTOP)
 
 
@@ -170,3 +170,31 @@ def test_a_rank_that_does_not_read_never_waits_to_explain(tmp_path):
     assert quiet.explain() is None and not quiet.urgent.is_set()  # it asked its beat thread for nothing
     quiet.step.since -= 3600  # stalled an hour: still no reading
     assert not quiet._stalled()
+
+
+def test_a_rank_has_beaten_once_its_heartbeat_started(tmp_path):
+    """The first beat goes at once and start() waits for it: a rank then always beats before its first collective.
+    (Before, it went a second in: a rank stopped in its first second of collectives read as one that "never beat",
+    once in the suite's runs.) A real TCPStore on loopback."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from nodecheck.bench.heartbeat import Heartbeat, said
+
+    port = free_port()
+    server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=10))
+    current = Step()
+    current("all-reduce of 8 MiB: warm-up call 1 of 1")
+
+    def connect():
+        return dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=datetime.timedelta(seconds=5))
+
+    beat = Heartbeat(connect, 1, 2, "host-1", tmp_path / "rank1.json", 2.0, current=current).start()
+    try:
+        assert server.check(["nodecheck/beat/1"])  # no sleep before: start() returned after the first beat
+        assert beat.last_beat["step"] == "all-reduce of 8 MiB: warm-up call 1 of 1" and beat.last_beat["n"] == 1
+        wait_until(lambda: said(tmp_path / "rank1.json"), 10, "the step file")
+        assert said(tmp_path / "rank1.json")["beat"]["step"] == "all-reduce of 8 MiB: warm-up call 1 of 1"
+    finally:
+        beat.stop()

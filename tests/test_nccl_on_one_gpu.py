@@ -123,12 +123,12 @@ def test_a_stopped_rank_is_named_by_rank_0(gpu):
     """Rank 1's worker is stopped once its own step file says it is in the all-reduce calls (the first GPU run
     stopped it at a guess, 10 s in, and rank 0 said only that its worker was killed at 45 s). Rank 0's Report
     names rank 1, whichever ends rank 0: PyTorch's watchdog (its line kept) or the runner's limit."""
-    from nodecheck.bench.heartbeat import said
+    from nodecheck.bench.heartbeat import beat_step
 
     procs = launch(2, timeout=30)
     try:
         pid, out = wait_until(lambda: _worker_out(1), 120, "rank 1's worker")
-        wait_until(lambda: "all-reduce of" in (said(out) or {}).get("step", ""), 120, "rank 1's all-reduce calls", pause=0.02)
+        wait_until(lambda: "all-reduce of" in beat_step(out), 120, "rank 1's all-reduce calls", pause=0.02)
         os.kill(pid, signal.SIGSTOP)
         started = time.monotonic()
         code, report, err = finish_ranks(procs[:1])[0]

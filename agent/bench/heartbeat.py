@@ -87,13 +87,18 @@ class Heartbeat:
         self.diagnosed = threading.Event()
         self.stopped = threading.Event()
         self.count = 0
+        self.beaten = threading.Event()  # the first beat reached the store
+        self.last_beat: dict | None = None  # what this rank's last beat put in the store (the sidecar repeats it)
         self.calling_since: float | None = None  # when the pending store call began (monotonic)
         self.threads = [threading.Thread(target=self._run, name="nodecheck-heartbeat", daemon=True),
                         threading.Thread(target=self._watch, name="nodecheck-heartbeat-watch", daemon=True)]
 
     def start(self) -> "Heartbeat":
+        """Start both threads and wait (at most STORE_TIMEOUT_S) for the first beat: a rank then always beats before
+        its first collective, so no rank in the collectives reads as one that never beat."""
         for thread in self.threads:
             thread.start()
+        self.beaten.wait(STORE_TIMEOUT_S)
         return self
 
     def stop(self) -> None:
@@ -118,12 +123,14 @@ class Heartbeat:
         return self.pinned
 
     def _run(self) -> None:
-        """The beat thread: the only one to call the store."""
-        while not self.stopped.wait(BEAT_S) and not self.store_error:
+        """The beat thread: the only one to call the store; it beats at once, then every BEAT_S."""
+        while not self.store_error:
             self.count += 1
             self._beat()
             if self._stalled():
                 self._diagnose()
+            if self.stopped.wait(BEAT_S):
+                break
 
     def _watch(self) -> None:
         """The sidecar's writer, and the judge of a store call that never returns."""
@@ -146,9 +153,11 @@ class Heartbeat:
         try:
             if self.store is None:
                 self.store = self._call(self.connect)
-            beat = json.dumps({"n": self.count, "node": self.node, "pid": os.getpid(), "step": self.step.text[:200],
-                               "for_s": round(time.monotonic() - self.step.since, 1)})
-            self._call(lambda: self.store.set(_key(self.rank), beat))
+            beat = {"n": self.count, "node": self.node, "pid": os.getpid(), "step": self.step.text[:200],
+                    "for_s": round(time.monotonic() - self.step.since, 1)}
+            self._call(lambda: self.store.set(_key(self.rank), json.dumps(beat)))
+            self.last_beat = beat
+            self.beaten.set()
         except Exception as error:  # the store's host is gone (stopped, killed, unreachable)
             self.store_error = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
 
@@ -187,6 +196,7 @@ class Heartbeat:
     def _say(self) -> None:
         """Rewrite the sidecar (whole, by rename: the runner may read it at any moment)."""
         said = {"step": self.step.text[:200], "for_s": round(time.monotonic() - self.step.since, 1), "rank": self.rank,
+                "beat": self.last_beat,  # what the other ranks last read of this one
                 "diagnosis": self.pinned or (self.diagnosis if self.diagnosed_since == self.step.since else None)}
         try:
             with self.saying:
@@ -278,6 +288,12 @@ def said(out: str | Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return found if isinstance(found, dict) else None
+
+
+def beat_step(out: str | Path) -> str:
+    """The step a worker's last beat put in the store, as its step file repeats it ("" before its first)."""
+    beat = (said(out) or {}).get("beat")
+    return str(beat.get("step", "")) if isinstance(beat, dict) else ""
 
 
 def where_it_was(out: str | Path, killed: bool) -> str | None:
