@@ -279,7 +279,9 @@ def test_a_rank_stopped_mid_run_is_named_in_rank_0s_report(tmp_path):
     from nodecheck.bench.heartbeat import beat_step
 
     requires_root()
-    marker = f"{random.randint(100, 999) / 1000 + 30:.3f}"  # the workers' --timeout: ~30 s, and this test's own
+    # the workers' --timeout (~30 s), and this test's own: a float's repr, as the worker's command line spells it
+    # ("30.110" would read "30.11" there, and the worker would never be found)
+    marker = repr(30 + random.randint(1, 999) / 1000)
     config = tmp_path / "node.toml"
     config.write_text("[nics.eth0]\nspeed_mbps = 100\n")
     with Cluster(2) as cluster:
