@@ -140,7 +140,8 @@ def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | No
             gpu.ecc_enabled, gpu.remapped_rows_pending, gpu.remapped_rows_failed = n.ecc_enabled, n.remapped_rows_pending, n.remapped_rows_failed
             gpu.vbios = n.vbios
             gpu.fabric = GpuFabric(**n.fabric) if n.fabric else None
-            signals = GpuSignals(n.pcie_replays, n.clock_event_reasons, n.ecc_uncorrected_volatile, n.nvlink_errors)
+            signals = GpuSignals(n.pcie_replays, n.clock_event_reasons, n.ecc_uncorrected_volatile, n.nvlink_errors,
+                                 n.recovery_action)
             gpu.signals = signals if signals != GpuSignals() else None  # None: NVML said nothing of them (an older dump)
             gpu.cpu_affinity = n.cpu_affinity
             gpu.gpu_numa_id = n.numa_node

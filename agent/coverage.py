@@ -43,6 +43,10 @@ def unmade_checks(report: Report) -> dict[str, str]:
         why = log.why if log is not None else "kernel log not read"
         for kind in ("gpu_xid", "nvswitch_sxid"):
             unmade.setdefault(kind, why)
+    unsaid = [g for g in report.gpus if g.signals is None or g.signals.recovery_action is None]
+    if unsaid:  # a driver before NVML's recovery-action field, or NVML refused it: unknown, never "no action asked"
+        unmade.setdefault("gpu_recovery_action", f"gpu{unsaid[0].index}: NVML did not say its recovery action "
+                                                 "(a driver without the field, or NVML refused it)")
     fabric_unknown = _fabric_unknown(report)
     if fabric_unknown:
         for kind in FABRIC_KINDS:

@@ -62,6 +62,7 @@ FINDING_KINDS = {
     "nvlink_errors": "{subject} {measured}",
     "ecc_uncorrected": "{subject} {measured} ECC errors",
     "gpu_clock_slowdown": "{subject} clocks: {measured}",
+    "gpu_recovery_action": "{subject} needs {measured}",
     "gpu_vbios_mismatch": "{subject} VBIOS {measured} != {expected}",
     "gpu_fabric_not_ready": "{subject} {measured}",
     "gpu_fabric_unhealthy": "{subject} {measured}",

@@ -1,5 +1,6 @@
 """A GPU's own error signals judged (NVML, probes/nvml.py): the PCIe replay rate against the limit derived
-from its link, NVLink errors, volatile uncorrectable ECC, and what slows its clocks. Pure: reads the Report and
+from its link, NVLink errors, volatile uncorrectable ECC, what slows its clocks, and the recovery action the
+driver asks for. Pure: reads the Report and
 the Config; rates and "sustained" come from the previous sample (agent/error_rules.py)."""
 
 from __future__ import annotations
@@ -17,6 +18,20 @@ SW_REASONS = {0x4: "SW power cap", 0x20: "SW thermal slowdown"}
 # published (nodecheck_gpu_clock_event_active), never a finding: a busy GPU at its power limit runs so; the throttle
 # checks of Azure's HPC images and Nebius's NPD pass it too
 NOT_A_FAULT = 0x4
+# NVML_GPU_RECOVERY_ACTION_* (nvml.h) -> (what the driver asks, what the operator does), as NVIDIA's "Error Recovery
+# and Response Flags" says them; 0 is none. The driver sets one after an uncorrectable fault: until it is done the
+# GPU is not to be used, so each is an error (drain now) whatever the bandwidth tests measured
+RECOVERY_ACTIONS = {
+    1: ("GPU reset", "end its processes and reset it (`nvidia-smi -r -i {index}`)"),
+    2: ("node reboot", "the fault may have left the OS inconsistent: reboot the node"),
+    3: ("peer-to-peer drain", "end the processes doing peer-to-peer traffic and disable UVM persistence mode; "
+                              "NVML then names the next action"),
+    4: ("peer-to-peer drain and GPU reset", "end the processes doing peer-to-peer traffic, then reset the GPU "
+                                            "(`nvidia-smi -r -i {index}`)"),
+    5: ("IMEX domain recovery", "recover the IMEX domain this node's NVLink domain belongs to (nvidia-imex)"),
+    6: ("PCIe bus reset", "reset the GPU's PCIe bus"),
+    7: ("system reboot", "reboot the system"),
+}
 
 
 def reason_label(name: str) -> str:
@@ -29,7 +44,7 @@ def gpu_findings(report: Report, config: Config) -> list[Finding]:
     for gpu in report.gpus:
         if gpu.signals is not None:
             key = f"gpu/{normal_pci(gpu.pci_bus_id)}"
-            for check in (_replays, _nvlink, _ecc, _clocks):
+            for check in (_replays, _nvlink, _ecc, _clocks, _recovery):
                 findings += check(report, config, gpu, f"gpu{gpu.index}", key)
     return findings
 
@@ -95,3 +110,19 @@ def _clocks(report: Report, config: Config, gpu, subject: str, key: str) -> list
                         "the GPU's hardware brakes (overheating, a power supply or board fault); check cooling, "
                         "`nvidia-smi -q -d PERFORMANCE` and the BMC's sensors" if hardware else
                         "the driver slows the GPU for its temperature; under load this costs speed, check the cooling"))]
+
+
+def _recovery(report: Report, config: Config, gpu, subject: str, key: str) -> list[Finding]:
+    """The recovery action NVML reports: an error naming it; one this nodecheck does not know a warning."""
+    action = gpu.signals.recovery_action
+    if not action:
+        return []
+    if action not in RECOVERY_ACTIONS:
+        return [Finding("gpu_recovery_action", "warning", subject, f"action {action}", "none",
+                        f"{subject}: the driver asks for recovery action {action}, which this nodecheck does not know: "
+                        f"`nvidia-smi -q -i {gpu.index}` names it (GPU Recovery Action)")]
+    named, todo = RECOVERY_ACTIONS[action]
+    return [Finding("gpu_recovery_action", "error", subject, named, "none",
+                    f"{subject}: the driver asks for a {named} before the GPU is used again (NVML recovery action "
+                    f"{action}, after an uncorrectable fault): {todo.format(index=gpu.index)}; the kernel log's Xid "
+                    "names the fault")]

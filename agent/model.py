@@ -55,6 +55,7 @@ class GpuSignals:
     clock_event_reasons: int | None = None  # what slows its clocks now: a bitmask of nvmlClocksEventReason*
     ecc_uncorrected_volatile: int | None = None  # uncorrectable ECC errors since the driver loaded or the GPU reset
     nvlink_errors: dict[str, int] | None = None  # replay, recovery, crc_flit, crc_data summed over its links
+    recovery_action: int | None = None  # what the driver asks before reuse (NVML_GPU_RECOVERY_ACTION_*; 0 none)
 
 
 @dataclass

@@ -351,7 +351,8 @@ RULES = [
     Rule(switch_xids, ("nvswitch_sxid",), needs="kernel_log"),
     Rule(aer_findings, ("pcie_aer_fatal", "pcie_link_errors"), needs="pcie_paths"),
     Rule(ib_findings, ("ib_link_downed", "ib_port_errors", "ib_counter_saturated"), needs="nics"),
-    Rule(gpu_findings, ("pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown"), needs="nvml"),
+    Rule(gpu_findings, ("pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown", "gpu_recovery_action"),
+         needs="nvml"),
     Rule(vbios_mismatch, ("gpu_vbios_mismatch",), needs="nvml"),
     Rule(fabric_findings, ("gpu_fabric_not_ready", "gpu_fabric_unhealthy"), needs="nvml"),
 ]

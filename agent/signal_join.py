@@ -18,7 +18,7 @@ from nodecheck.pci import normal_pci
 
 SIGNALS = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal", "pcie_link_errors", "ib_link_downed", "ib_port_errors",
            "pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown", "gpu_fabric_not_ready",
-           "gpu_fabric_unhealthy")
+           "gpu_fabric_unhealthy", "gpu_recovery_action")
 # gpu_xid only when repeated, not of a drain-now Xid
 TEMPERED = ("pcie_link_errors", "pcie_replays", "ib_port_errors", "nvlink_errors", "gpu_xid")
 DRAIN_NOW_XID = "no Xid"  # the expected figure of a drain-now Xid's finding
@@ -42,7 +42,7 @@ def signal_devices(report: Report, finding: Finding, hops: dict) -> list[str]:
     if finding.kind in ("ib_port_errors", "ib_link_downed"):
         device = finding.subject.split("/", 1)[0]
         return [n.name for n in report.nics if n.rdma_device == device]
-    if finding.subject.startswith("gpu"):  # a GPU's own signal: gpu_xid, its replays, NVLink, clocks, ECC
+    if finding.subject.startswith("gpu"):  # a GPU's own signal: gpu_xid, its replays, NVLink, clocks, ECC, recovery
         return [finding.subject]
     return []
 

@@ -207,7 +207,8 @@ def _aer(report: Report) -> Iterator[Metric]:
 
 def _gpu_signals(report: Report) -> Iterator[Metric]:
     """Each GPU's error signals as NVML reports them (dcgm-exporter's DCGM_FI_DEV_PCIE_REPLAY_COUNTER,
-    _NVLINK_*_ERROR_COUNT_TOTAL, _ECC_DBE_VOL_TOTAL, _CLOCKS_EVENT_REASONS), labelled as dcgm-exporter labels them."""
+    _NVLINK_*_ERROR_COUNT_TOTAL, _ECC_DBE_VOL_TOTAL, _CLOCKS_EVENT_REASONS) and the recovery action the driver asks
+    for, labelled as dcgm-exporter labels them."""
     from nodecheck.gpu_error_rules import HW_REASONS, SW_REASONS, reason_label
 
     gpus = [g for g in report.gpus if g.signals is not None]
@@ -222,6 +223,10 @@ def _gpu_signals(report: Report) -> Iterator[Metric]:
     yield _gauge("nodecheck_gpu_clock_event_active", "1 while this reason slows the GPU's clocks (NVML clock event reasons).",
                  ["gpu", "reason"], [([g.index, reason_label(name)], int(bool(g.signals.clock_event_reasons & bit)))
                                      for g in gpus if g.signals.clock_event_reasons is not None for bit, name in reasons.items()])
+    yield _gauge("nodecheck_gpu_recovery_action", "The recovery action the driver asks for before the GPU is used again "
+                 "(NVML_GPU_RECOVERY_ACTION_*): 0 none, 1 GPU reset, 2 node reboot, 3 peer-to-peer drain, 4 drain and "
+                 "reset, 5 IMEX domain recovery, 6 PCIe bus reset, 7 system reboot; absent where the driver does not say.",
+                 ["gpu"], [([g.index], g.signals.recovery_action) for g in gpus])
 
 
 def _findings(report: Report) -> Iterator[Metric]:

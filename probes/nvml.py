@@ -1,6 +1,7 @@
 """NVML (nvidia-ml-py, imported as pynvml): per GPU identity, PCIe link state, NVLink state,
 NUMA node, ECC and remapped rows, NVLink fabric registration, driver version; and the error signals: the PCIe
-replay counter, NVLink error counters, clock event reasons, volatile uncorrectable ECC errors.
+replay counter, NVLink error counters, clock event reasons, volatile uncorrectable ECC errors, the recovery action
+the driver asks for.
 
 dump_nvml() is the thin reader: it asks NVML and returns plain JSON-able values, each either the
 value or {"error": "..."}; a snapshot stores exactly this. parse_nvml() turns it into facts.
@@ -122,7 +123,27 @@ def _dump_gpu(pynvml, index: int) -> dict:
         # [current, pending], 1 = MIG on; NotSupported on GPUs without MIG. Under MIG the driver enables no NVLink
         # and CUDA has no peer-to-peer (open-gpu-kernel-modules knvlinkStateLoad: "NvLink is not supported with MIG")
         "mig_mode": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetMigMode", None), handle),
+        # what the driver asks before the GPU is used again, after an uncorrectable fault (NVML_GPU_RECOVERY_ACTION_*:
+        # 0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer, 4 drain and reset ...); `nvidia-smi -q` prints
+        # it as "GPU Recovery Action"
+        "recovery_action": _field_value(pynvml, handle, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"),
     }
+
+
+def _field_value(pynvml, handle, name: str):
+    """One NVML field (nvmlDeviceGetFieldValues) as an unsigned int, or {"error": ...}. NVML answers each field
+    on its own: a driver that does not know the field answers it Not Supported, and the call still succeeds."""
+    field_id, ask = getattr(pynvml, name, None), getattr(pynvml, "nvmlDeviceGetFieldValues", None)
+    if field_id is None or ask is None:
+        return {"error": "not in this nvidia-ml-py"}
+    try:
+        value = ask(handle, [field_id])[0]
+    except pynvml.NVMLError as error:
+        return {"error": str(error)}
+    if value.nvmlReturn != 0:
+        said = _ask(pynvml, getattr(pynvml, "nvmlErrorString", None), value.nvmlReturn)
+        return {"error": said if isinstance(said, str) else f"NVML error {value.nvmlReturn}"}
+    return int(value.value.uiVal)
 
 
 def _dump_nvlinks(pynvml, handle) -> list[dict]:
@@ -205,6 +226,7 @@ class NvmlGpu:
     power_limit_default_mw: int | None = None  # nvmlDeviceGetPowerManagementDefaultLimit
     mig_enabled: bool | None = None  # nvmlDeviceGetMigMode's current mode; None: no MIG on this GPU, or not asked
     mig_pending: bool | None = None  # the mode the GPU takes at its next reset
+    recovery_action: int | None = None  # NVML_GPU_RECOVERY_ACTION_*: 0 none, else what the driver asks before reuse
     fabric: dict | None = None  # NVLink fabric registration (_parse_fabric); None where NVML did not say
     errors: dict[str, str] = field(default_factory=dict)  # field -> NVML's reason
 
@@ -242,7 +264,8 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
         setattr(gpu, name, _field(gpu, raw, name, str))
     for name in ("pcie_gen_current", "pcie_gen_max", "pcie_gen_gpu_max", "pcie_width_current",
                  "pcie_width_max", "utilization_gpu", "memory_total_bytes", "architecture", "pcie_replays",
-                 "clock_event_reasons", "ecc_uncorrected_volatile", "power_limit_mw", "power_limit_default_mw"):
+                 "clock_event_reasons", "ecc_uncorrected_volatile", "power_limit_mw", "power_limit_default_mw",
+                 "recovery_action"):
         value = _field(gpu, raw, name, int)
         setattr(gpu, name, value if value is None or value >= 0 else None)
     numa = _field(gpu, raw, "numa_node", int)

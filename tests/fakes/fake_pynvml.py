@@ -97,6 +97,7 @@ def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Excep
     # Current: Disabled, Pending: Disabled"), unless a test gives another ("ERR": a GPU without MIG)
     m.nvmlDeviceGetMigMode = lambda h: list(_value(h.get("mig", [0, 0])))
     _fabric_calls(m)
+    _field_values(m)
     return m
 
 
@@ -128,4 +129,27 @@ def _fabric_calls(m) -> None:
 
     m.nvmlDeviceGetGpuFabricInfoV = lambda h, info: fill(h, info, True)
     m.nvmlDeviceGetGpuFabricInfo = lambda h, info: fill(h, info, False)
-    m.nvmlErrorString = lambda code: {23: b"Insufficient Resources"}.get(code, b"Unknown Error")
+    m.nvmlErrorString = lambda code: {3: b"Not Supported", 23: b"Insufficient Resources"}.get(code, b"Unknown Error")
+
+
+def _field_values(m) -> None:
+    """nvmlDeviceGetFieldValues for the recovery action: 0 ("GPU Recovery Action: None" in the H100's `nvidia-smi -q`)
+    unless a test gives a GPU's "recovery": another value, or "ERR" for a driver that does not know the field (NVML
+    then sets that field's nvmlReturn to Not Supported, and the call succeeds). nvidia-ml-py's own structure."""
+    import pynvml as real
+
+    for name in ("NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", "NVML_VALUE_TYPE_UNSIGNED_INT", "c_nvmlFieldValue_t"):
+        setattr(m, name, getattr(real, name))  # `real` may be an earlier stand-in, which copied them too
+
+    def ask(h, field_ids):
+        values = (m.c_nvmlFieldValue_t * len(field_ids))()
+        for value, field_id in zip(values, field_ids, strict=True):
+            value.fieldId = field_id
+            answer = h.get("recovery", 0) if field_id == m.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION else "ERR"
+            if answer == "ERR":
+                value.nvmlReturn = NVMLError_NotSupported.value
+            else:
+                value.valueType, value.value.uiVal = m.NVML_VALUE_TYPE_UNSIGNED_INT, answer
+        return values
+
+    m.nvmlDeviceGetFieldValues = ask
