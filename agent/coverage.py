@@ -43,10 +43,8 @@ def unmade_checks(report: Report) -> dict[str, str]:
         why = log.why if log is not None else "kernel log not read"
         for kind in ("gpu_xid", "nvswitch_sxid"):
             unmade.setdefault(kind, why)
-    unsaid = [g for g in report.gpus if g.signals is None or g.signals.recovery_action is None]
-    if unsaid:  # a driver before NVML's recovery-action field, or NVML refused it: unknown, never "no action asked"
-        unmade.setdefault("gpu_recovery_action", f"gpu{unsaid[0].index}: NVML did not say its recovery action "
-                                                 "(a driver without the field, or NVML refused it)")
+    for kind, why in _unsaid_gpu_signals(report).items():
+        unmade.setdefault(kind, why)
     fabric_unknown = _fabric_unknown(report)
     if fabric_unknown:
         for kind in FABRIC_KINDS:
@@ -60,6 +58,28 @@ def unmade_checks(report: Report) -> dict[str, str]:
         unmade.update({kind: "no NCCL run recorded what it chose" for kind in FROM_NCCL})
     raised = {f.kind for f in report.findings}
     return {kind: why for kind, why in unmade.items() if kind in FINDING_KINDS and kind not in raised}
+
+
+# a GPU's NVML signal -> the finding kind judged from it, and what NVML was asked
+GPU_SIGNALS = {"pcie_replays": ("pcie_replays", "its PCIe replay counter"),
+               "clock_event_reasons": ("gpu_clock_slowdown", "its clock event reasons"),
+               "ecc_uncorrected_volatile": ("ecc_uncorrected", "its uncorrectable ECC count"),
+               "recovery_action": ("gpu_recovery_action", "its recovery action (a driver without the field?)"),
+               "nvlink_errors": ("nvlink_errors", "the error counters of its active NVLinks")}
+
+
+def _unsaid_gpu_signals(report: Report) -> dict[str, str]:
+    """Finding kind -> why, where NVML did not report a GPU's signal: one GPU's refusal must not read as healthy
+    because the other GPUs answered (an HGX node whose 144 active NVLinks have no readable error counter passed
+    the NVLink error check). NVLink counters are asked only of a GPU with an active NVLink outside MIG mode."""
+    unsaid: dict[str, str] = {}
+    for gpu in report.gpus:
+        for name, (kind, what) in GPU_SIGNALS.items():
+            if name == "nvlink_errors" and (gpu.mig_enabled or not any(link["active"] for link in gpu.nvlinks)):
+                continue
+            if gpu.signals is None or getattr(gpu.signals, name) is None:
+                unsaid.setdefault(kind, f"gpu{gpu.index}: NVML did not report {what}")
+    return unsaid
 
 
 def _fabric_unknown(report: Report) -> str | None:

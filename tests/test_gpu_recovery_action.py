@@ -49,7 +49,7 @@ def test_a_driver_without_the_field_is_unknown_not_none(tmp_path, monkeypatch):
     """NVML answers a field it does not know with that field's nvmlReturn Not Supported (the call succeeds)."""
     report = report_of(tmp_path, dict(captured(), recovery="ERR"), monkeypatch)
     assert report.gpus[0].signals.recovery_action is None and gpu_findings(report, Config()) == []
-    assert unmade_checks(report)["gpu_recovery_action"].startswith("gpu0: NVML did not say its recovery action")
+    assert unmade_checks(report)["gpu_recovery_action"].startswith("gpu0: NVML did not report its recovery action")
 
 
 def test_the_dump_keeps_nvmls_reason(monkeypatch):

@@ -93,3 +93,42 @@ def test_volatile_uncorrectable_ecc_is_an_error(tmp_path, monkeypatch):
 def test_an_nvml_refusal_is_unknown_not_zero(tmp_path, monkeypatch):
     report = report_of(tmp_path, dict(captured(), replay="ERR NVMLError_NotSupported"), monkeypatch)
     assert report.gpus[0].signals.pcie_replays is None and "gpu/0000:00:06.0/pcie_replays" not in counter_sample(report)
+
+
+def test_an_nvlink_node_whose_error_counters_nvml_refuses_is_unknown_not_healthy(tmp_path, monkeypatch):
+    """Eight H100s with 18 active NVLinks each whose per-link error counters NVML answers Not Supported (the stand-in
+    without "nvlink_errors"), and a previous sample of their other counters: the PCIe replays were judged, so the
+    GPU family read as judged and the NVLink error check passed over 144 links it never read."""
+    from helpers import hgx_nvml
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.replaying(hgx_nvml()))
+    snap = tmp_path / "hgx"
+    snap.mkdir()
+    (snap / "nvml.json").write_text(json.dumps(dump_nvml()))
+    report = build_report(SnapshotHost(snap))
+    report.history = History("boot", [], [CounterSample(940.0, counter_sample(report))], 1000.0)
+    unmade = unmade_checks(report)
+    assert unmade["nvlink_errors"] == "gpu0: NVML did not report the error counters of its active NVLinks"
+    assert "pcie_replays" not in unmade and "gpu_clock_slowdown" not in unmade  # those were read and judged
+
+    counted = hgx_nvml()
+    for gpu in counted:
+        gpu["nvlink_errors"] = {link: [0, 0, 0, 0] for link in range(18)}
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.replaying(counted))
+    (snap / "nvml.json").write_text(json.dumps(dump_nvml()))
+    report = build_report(SnapshotHost(snap))
+    report.history = History("boot", [], [CounterSample(940.0, counter_sample(report))], 1000.0)
+    assert "nvlink_errors" not in unmade_checks(report)
+
+
+def test_a_gpu_without_nvlink_has_no_nvlink_counters_to_read(tmp_path, monkeypatch):
+    report = report_of(tmp_path, captured(), monkeypatch, [CounterSample(940.0, {"gpu/0000:00:06.0/pcie_replays": 0})])
+    assert "nvlink_errors" not in unmade_checks(report)  # the PCIe H100: no NVLink, nothing unread
+
+
+@pytest.mark.parametrize(("field", "kind"), [("replay", "pcie_replays"), ("clock_reasons", "gpu_clock_slowdown"),
+                                             ("ecc_volatile_uncorrected", "ecc_uncorrected")])
+def test_a_signal_nvml_refuses_is_unknown(tmp_path, monkeypatch, field, kind):
+    report = report_of(tmp_path, dict(captured(), **{field: "ERR"}), monkeypatch,
+                       [CounterSample(940.0, {"gpu/0000:00:06.0/pcie_replays": 0})])
+    assert unmade_checks(report)[kind].startswith("gpu0: NVML did not report")
