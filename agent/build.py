@@ -13,6 +13,7 @@ from nodecheck.model import (
     Gpu,
     GpuFabric,
     GpuSignals,
+    InaccessibleGpu,
     Link,
     Nic,
     PathSpec,
@@ -106,8 +107,9 @@ def merge(results: dict[str, ProbeResult], identity: dict, source: str, started:
     return Report(
         generated_at=started, source=source, node=node,
         probes=[ProbeOutcome(r.name, r.ok, r.no_data, round(r.duration, 4), r.error, r.timed_out) for r in results.values()],
-        cpu=_cpu(hw), gpus=gpus, gpus_absent_reason=None if gpus else _why_no_gpus(results),
+        cpu=_cpu(hw), gpus=gpus, gpus_absent_reason=None if gpus else _why_no_gpus(results, nvml),
         nics=nics, links=links, paths=[],
+        gpus_inaccessible=[InaccessibleGpu(**gpu) for gpu in nvml.unopened] if nvml else [],
     )
 
 
@@ -118,9 +120,11 @@ def _cpu(hw: LstopoFacts | None) -> Cpu | None:
     return Cpu(hw.packages, hw.numa_nodes, hw.cores, hw.pus, numa, hw.cpu_model)
 
 
-def _why_no_gpus(results: dict[str, ProbeResult]) -> str:
+def _why_no_gpus(results: dict[str, ProbeResult], nvml: NvmlFacts | None) -> str:
     reasons = [f"{name}: {results[name].error}" for name in ("nvml", "nvidia_smi_topo")
                if name in results and results[name].error]
+    if nvml and nvml.unopened:
+        reasons.insert(0, f"NVML counts {len(nvml.unopened)} GPU(s) and could open none ({nvml.unopened[0]['error']})")
     return "; ".join(reasons) or "no NVIDIA GPU reported by NVML or nvidia-smi"
 
 

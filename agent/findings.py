@@ -22,6 +22,7 @@ def at_or_above(findings: list, severity: str) -> list:
 # health gauge per kind.
 FINDING_KINDS = {
     "gpu_count_low": "GPUs {measured} < {expected}",
+    "gpu_inaccessible": "{subject} {measured}",
     "pcie_downtrained": "{subject} PCIe {measured} < {expected}",
     "nvlink_inactive": "{subject} NVLinks active {measured} < {expected}",
     "nvlink_count_low": "{subject} NVLinks {measured} < {expected}",

@@ -107,6 +107,16 @@ class Gpu:
 
 
 @dataclass
+class InaccessibleGpu:
+    """A GPU NVML counts but cannot open (nvmlDeviceGetHandleByIndex refused): fallen off the bus, failed to
+    initialise, or not this user's to open. Its facts are unknown; the other GPUs are read."""
+
+    index: int = field(metadata=ESSENTIAL)  # NVML's index (PCI bus order)
+    error: str = ""  # NVML's reason: "GPU is lost", "Unknown Error", "Insufficient Permissions"
+    code: int | None = None  # NVML's return code (15 GPU is lost, 4 no permission, 999 unknown)
+
+
+@dataclass
 class Link:
     a: int | str = field(metadata=ESSENTIAL)  # GPU index or NIC name
     b: int | str = field(metadata=ESSENTIAL)
@@ -308,6 +318,7 @@ class Report:
     pcie_paths: dict[str, list[Hop]] | None = None  # GPU and NIC PCI address -> its hops, the device first (probes/pcie.py)
     pcie_acs: PcieAcs | None = None
     kernel_log: KernelLog | None = None  # NVIDIA Xid/SXid events since boot (probes/kernel_log.py)
+    gpus_inaccessible: list[InaccessibleGpu] = field(default_factory=list)  # counted by NVML, not opened
     history: History | None = None  # acknowledgements from the state file (agent/state.py)
     schema_version: int = SCHEMA_VERSION
 

@@ -18,8 +18,8 @@ from nodecheck.model import Report
 NPD_OK, NPD_PROBLEM, NPD_UNKNOWN = 0, 1, 2
 MAX_LINE = 80
 AREAS = {
-    "gpu": ("gpu_count_low", "pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "ecc_disabled", "row_remap_failed",
-            "row_remap_pending", "gpu_link_changed", "gpu_xid", "nvswitch_sxid", "pcie_replays", "nvlink_errors",
+    "gpu": ("gpu_count_low", "gpu_inaccessible", "pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "ecc_disabled",
+            "row_remap_failed", "row_remap_pending", "gpu_link_changed", "gpu_xid", "nvswitch_sxid", "pcie_replays", "nvlink_errors",
             "ecc_uncorrected", "gpu_clock_slowdown", "gpu_vbios_mismatch", "gpu_fabric_not_ready", "gpu_fabric_unhealthy",
             "gpu_recovery_action", "gpu_power_limit_lowered", "gpu_mig_mode", "probe_failed"),
     "fabric": ("nic_missing", "nic_down", "nic_slow", "nic_speed_unknown", "nic_far_from_gpu", "nic_mtu_mismatch",

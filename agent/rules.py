@@ -57,6 +57,28 @@ def _gpu_count(report: Report, config: Config) -> list[Finding]:
                     f"{len(report.gpus)} GPUs visible, {config.gpu_count} expected{why}: {_missing_gpu_advice(report)}")]
 
 
+NVML_NO_PERMISSION = 4  # nvmlReturn_t: this user may not open the GPU, which says nothing against it
+
+
+def _inaccessible_gpus(report: Report, config: Config) -> list[Finding]:
+    """A GPU NVML counts but cannot open: fallen off the bus (GPU is lost), or failed to initialise (Unknown Error;
+    the kernel log's RmInitAdapter line says why): an error, whatever else answered. Refused for permission: a
+    warning, as the checks of that GPU are unknown, not failed."""
+    findings = []
+    for gpu in report.gpus_inaccessible:
+        subject = f"gpu{gpu.index}"
+        if gpu.code == NVML_NO_PERMISSION:
+            findings.append(Finding("gpu_inaccessible", "warning", subject, gpu.error, "opened",
+                                    f"NVML counts {subject} but may not open it ({gpu.error}): its checks are unknown; run "
+                                    "as a user that can read its /dev/nvidia* device"))
+        else:
+            findings.append(Finding("gpu_inaccessible", "error", subject, gpu.error, "opened",
+                                    f"NVML counts {subject} but cannot open it ({gpu.error}): the GPU fell off the bus or "
+                                    "failed to initialise; dmesg names it (Xid 79, RmInitAdapter failed): reboot the node, "
+                                    "and reseat or replace the GPU if it recurs"))
+    return findings
+
+
 def _missing_gpu_advice(report: Report) -> str:
     """No GPU at all because NVML found no driver is a software fault: reseating a GPU would not help."""
     from nodecheck.errors import NO_DRIVER
@@ -338,6 +360,7 @@ def _platform(report: Report, config: Config) -> list[Finding]:
 RULES = [
     Rule(_probe_failures, ("probe_failed",)),
     Rule(_gpu_count, ("gpu_count_low",)),
+    Rule(_inaccessible_gpus, ("gpu_inaccessible",), needs="nvml"),
     Rule(_each_gpu, ("pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "ecc_disabled", "row_remap_failed",
                      "row_remap_pending", "gpu_power_limit_lowered", "gpu_mig_mode"), needs="nvml"),
     Rule(_links, ("gpu_link_changed",), needs="nvidia_smi_topo"),

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from figures import Row, exit_status, judge_folder, measurements, read_json, read_text, render, run_step, wall_time_row
 
-from nodecheck.probes.nvml import FABRIC_STATES
+from nodecheck.probes.nvml_fabric import FABRIC_STATES
 from nodecheck.units import parse_cpulist
 
 REPO = Path(__file__).resolve().parent.parent

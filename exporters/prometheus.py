@@ -81,6 +81,9 @@ def _fingerprint(report: Report) -> Iterator[Metric]:
 def _gpus(report: Report) -> Iterator[Metric]:
     gpus = report.gpus
     yield _gauge("nodecheck_gpus", "GPUs visible on the node.", [], [([], len(gpus))])
+    yield _gauge("nodecheck_gpu_inaccessible", "1 for a GPU NVML counts but cannot open (fallen off the bus, failed to "
+                 "initialise, or no permission), by NVML's index and reason.", ["gpu", "reason"],
+                 [([g.index, g.error], 1) for g in report.gpus_inaccessible])
     yield _gauge("nodecheck_gpu_info", "GPU identity and locality (join labels as dcgm-exporter spells them).",
                  ["gpu", "UUID", "pci_bus_id", "device", "model_name", "numa_node", "cpu_affinity"],
                  [([g.index, g.uuid, g.pci_bus_id, f"nvidia{g.index}", g.name, g.numa_node, g.cpu_affinity], 1) for g in gpus])

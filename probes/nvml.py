@@ -1,33 +1,28 @@
 """NVML (nvidia-ml-py, imported as pynvml): per GPU identity, PCIe link state, NVLink state,
-NUMA node, ECC and remapped rows, NVLink fabric registration, driver version; and the error signals: the PCIe
+NUMA node, ECC and remapped rows, NVLink fabric registration (probes/nvml_fabric.py), driver version; and the error signals: the PCIe
 replay counter, NVLink error counters, clock event reasons, volatile uncorrectable ECC errors, the recovery action
 the driver asks for.
 
 dump_nvml() is the thin reader: it asks NVML and returns plain JSON-able values, each either the
-value or {"error": "..."}; a snapshot stores exactly this. parse_nvml() turns it into facts.
+value or {"error": "..."}; a snapshot stores exactly this. parse_nvml() turns it into facts. A GPU NVML counts but
+cannot open is recorded as such, and the others are read.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 from dataclasses import dataclass, field
 
 from nodecheck.errors import NO_DRIVER, NoData, ParseError, ProbeFailed
 from nodecheck.limits import MAX_GPUS, MAX_NVLINKS
 from nodecheck.probes.base import Probe
+from nodecheck.probes.nvml_fabric import dump_fabric, is_int, parse_fabric
 from nodecheck.units import format_cpulist, mask_words_to_cpus
 
 SOURCE = "nvml.json"
 MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC = 1, 0  # nvmlMemoryErrorType_t, nvmlEccCounterType_t
 # nvmlNvLinkErrorCounter_t 0..3, in this order
 NVLINK_ERROR_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
-# NVML_GPU_FABRIC_STATE_* 0..3, in this order
-FABRIC_STATES = ("not_supported", "not_started", "in_progress", "completed")
-# nvmlGpuFabricInfo structures nodecheck asks for, newest first: a driver older than one answers "Argument
-# version mismatch" (or lacks nvmlDeviceGetGpuFabricInfoV), and the next is tried
-FABRIC_INFO_STRUCTS = ("c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfo_v2_t")
-_NVML_FUNCTION_NOT_FOUND, _NVML_ARGUMENT_VERSION_MISMATCH = 13, 25
 
 
 def collect(host, timeout: float) -> "NvmlFacts":
@@ -58,7 +53,7 @@ def dump_nvml() -> dict:
         return {
             "driver_version": _ask(pynvml, pynvml.nvmlSystemGetDriverVersion),
             "cuda_driver_version": _ask(pynvml, pynvml.nvmlSystemGetCudaDriverVersion),
-            "gpus": [_dump_gpu(pynvml, index) for index in range(count)],
+            "gpus": [_dump_gpu_or_why(pynvml, index) for index in range(count)],
         }
     except pynvml.NVMLError as error:
         raise ProbeFailed(f"NVML: {error}") from None
@@ -83,8 +78,19 @@ def _ask(pynvml, fn, *args):
     return value
 
 
-def _dump_gpu(pynvml, index: int) -> dict:
-    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+def _dump_gpu_or_why(pynvml, index: int) -> dict:
+    """One GPU's record; {"index", "handle_error", "handle_error_code"} for one NVML counts but cannot open: NVML counts
+    a GPU that fell off the bus or failed to initialise (GPU is lost, Unknown Error) or that this user may not open
+    (No Permission), and refuses its handle. The other GPUs are still read."""
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    except pynvml.NVMLError as error:
+        code = getattr(error, "value", None)
+        return {"index": index, "handle_error": str(error)[:200], "handle_error_code": code if isinstance(code, int) else None}
+    return _dump_gpu(pynvml, index, handle)
+
+
+def _dump_gpu(pynvml, index: int, handle) -> dict:
     pci = _ask(pynvml, pynvml.nvmlDeviceGetPciInfo, handle)
     words = max(1, ((os.cpu_count() or 64) + 63) // 64)
     utilization = _ask(pynvml, pynvml.nvmlDeviceGetUtilizationRates, handle)
@@ -109,7 +115,7 @@ def _dump_gpu(pynvml, index: int) -> dict:
         "remapped_rows": _ask(pynvml, pynvml.nvmlDeviceGetRemappedRows, handle),
         "cpu_affinity_words": _ask(pynvml, pynvml.nvmlDeviceGetCpuAffinity, handle, words),
         "nvlinks": _dump_nvlinks(pynvml, handle),
-        "fabric": _dump_fabric(pynvml, handle),
+        "fabric": dump_fabric(pynvml, handle, lambda code: _ask(pynvml, getattr(pynvml, "nvmlErrorString", None), code)),
         # error signals (agent/error_rules.py): counters since the driver loaded, and what slows the clocks now
         "pcie_replays": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetPcieReplayCounter", None), handle),
         "clock_event_reasons": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
@@ -161,38 +167,6 @@ def _dump_nvlinks(pynvml, handle) -> list[dict]:
     return links
 
 
-def _dump_fabric(pynvml, handle) -> dict:
-    """The GPU's registration with the NVLink fabric, as nvmlGpuFabricInfo says it: on NVSwitch systems Fabric
-    Manager registers each GPU, and CUDA refuses work until that completes. {"error": ...} where NVML refuses
-    (a GPU without the fabric may answer Not Supported, or the state not_supported)."""
-    asks = [(getattr(pynvml, "nvmlDeviceGetGpuFabricInfoV", None), getattr(pynvml, name, None))
-            for name in FABRIC_INFO_STRUCTS]
-    asks.append((getattr(pynvml, "nvmlDeviceGetGpuFabricInfo", None), getattr(pynvml, "c_nvmlGpuFabricInfo_t", None)))
-    answer = {"error": "not in this nvidia-ml-py"}
-    for ask, struct in asks:
-        if ask is None or struct is None:
-            continue
-        info = struct()
-        try:
-            ask(handle, ctypes.byref(info))  # pynvml passes it on as it is: by reference, as NVML writes into it
-        except pynvml.NVMLError as error:
-            if getattr(error, "value", None) in (_NVML_FUNCTION_NOT_FOUND, _NVML_ARGUMENT_VERSION_MISMATCH):
-                answer = {"error": f"not in this driver ({error})"}
-                continue  # an older driver: ask with the older structure
-            return {"error": str(error)}
-        status = int(info.status)
-        return {
-            "state": int(info.state) & 0xFF,  # an unsigned char in NVML's header, a wider field in some bindings
-            "status": status,
-            "status_text": "Success" if status == 0 else _ask(pynvml, getattr(pynvml, "nvmlErrorString", None), status),
-            "clique_id": int(info.cliqueId),
-            "cluster_uuid": bytes(info.clusterUuid).hex(),
-            "health_mask": int(info.healthMask) if hasattr(info, "healthMask") else None,
-            "health_summary": int(info.healthSummary) if hasattr(info, "healthSummary") else None,
-        }
-    return answer
-
-
 def _text(value) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
@@ -227,7 +201,7 @@ class NvmlGpu:
     mig_enabled: bool | None = None  # nvmlDeviceGetMigMode's current mode; None: no MIG on this GPU, or not asked
     mig_pending: bool | None = None  # the mode the GPU takes at its next reset
     recovery_action: int | None = None  # NVML_GPU_RECOVERY_ACTION_*: 0 none, else what the driver asks before reuse
-    fabric: dict | None = None  # NVLink fabric registration (_parse_fabric); None where NVML did not say
+    fabric: dict | None = None  # NVLink fabric registration (parse_fabric); None where NVML did not say
     errors: dict[str, str] = field(default_factory=dict)  # field -> NVML's reason
 
 
@@ -236,6 +210,7 @@ class NvmlFacts:
     driver_version: str | None
     cuda_driver_version: int | None
     gpus: list[NvmlGpu]
+    unopened: list[dict] = field(default_factory=list)  # {index, error, code}: GPUs NVML counts but cannot open
 
 
 def parse_nvml(dump: object) -> NvmlFacts:
@@ -244,22 +219,28 @@ def parse_nvml(dump: object) -> NvmlFacts:
         raise ParseError("NVML dump: expected an object with a 'gpus' list")
     if len(dump["gpus"]) > MAX_GPUS:
         raise ParseError(f"NVML dump: {len(dump['gpus'])} GPUs is more than a node has (at most {MAX_GPUS} accepted)")
-    gpus = []
+    gpus, unopened = [], []
     for position, raw in enumerate(dump["gpus"]):
         if not isinstance(raw, dict):
             raise ParseError(f"NVML dump: gpus[{position}] is not an object")
-        gpus.append(_parse_gpu(position, raw))
+        if "handle_error" in raw:
+            unopened.append(_parse_unopened(position, raw))
+        else:
+            gpus.append(_parse_gpu(position, raw))
     driver = dump.get("driver_version")
     cuda = dump.get("cuda_driver_version")
-    return NvmlFacts(driver if isinstance(driver, str) else None, cuda if _is_int(cuda) else None, gpus)
+    return NvmlFacts(driver if isinstance(driver, str) else None, cuda if is_int(cuda) else None, gpus, unopened)
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _parse_unopened(position: int, raw: dict) -> dict:
+    index, error, code = raw.get("index", position), raw.get("handle_error"), raw.get("handle_error_code")
+    if not is_int(index) or not isinstance(error, str) or not (code is None or is_int(code)):
+        raise ParseError(f"NVML dump: gpus[{position}] is {raw!r:.120}, expected an index and NVML's reason")
+    return {"index": index, "error": error[:200], "code": code}
 
 
 def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
-    gpu = NvmlGpu(index=raw.get("index", position) if _is_int(raw.get("index")) else position)
+    gpu = NvmlGpu(index=raw.get("index", position) if is_int(raw.get("index")) else position)
     for name in ("name", "uuid", "pci_bus_id", "vbios"):
         setattr(gpu, name, _field(gpu, raw, name, str))
     for name in ("pcie_gen_current", "pcie_gen_max", "pcie_gen_gpu_max", "pcie_width_current",
@@ -271,68 +252,21 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
     numa = _field(gpu, raw, "numa_node", int)
     gpu.numa_node = numa if numa is not None and numa >= 0 else None
     mig = _field(gpu, raw, "mig_mode", list)
-    if mig and len(mig) == 2 and all(v in (0, 1) and _is_int(v) for v in mig):
+    if mig and len(mig) == 2 and all(v in (0, 1) and is_int(v) for v in mig):
         gpu.mig_enabled, gpu.mig_pending = bool(mig[0]), bool(mig[1])
     ecc = _field(gpu, raw, "ecc_mode", list)
-    gpu.ecc_enabled = bool(ecc[0]) if ecc and _is_int(ecc[0]) else None
+    gpu.ecc_enabled = bool(ecc[0]) if ecc and is_int(ecc[0]) else None
     rows = _field(gpu, raw, "remapped_rows", list)
-    if rows and len(rows) >= 4 and all(_is_int(v) for v in rows[:4]):
+    if rows and len(rows) >= 4 and all(is_int(v) for v in rows[:4]):
         gpu.remapped_rows_pending, gpu.remapped_rows_failed = bool(rows[2]), bool(rows[3])
     words = _field(gpu, raw, "cpu_affinity_words", list)
-    if words and all(_is_int(w) and 0 <= w < 1 << 64 for w in words):
+    if words and all(is_int(w) and 0 <= w < 1 << 64 for w in words):
         gpu.cpu_affinity = format_cpulist(mask_words_to_cpus(words))
     gpu.nvlinks = _parse_nvlinks(gpu, raw.get("nvlinks"))
     gpu.nvlink_errors = _nvlink_errors(raw.get("nvlinks"))
-    gpu.fabric = _parse_fabric(gpu, _field(gpu, raw, "fabric", dict))
+    fabric = _field(gpu, raw, "fabric", dict)  # records NVML's refusal in gpu.errors, read next
+    gpu.fabric = parse_fabric(gpu.index, gpu.errors.get("fabric"), fabric)
     return gpu
-
-
-# NVML's answers that mean the GPU has no fabric to register with, and those that mean nodecheck cannot ask
-_FABRIC_NOT_SUPPORTED = ("Not Supported",)
-_FABRIC_NOT_ASKED = ("not in this driver", "not in this nvidia-ml-py")
-
-
-# nvmlGpuFabricInfo's health mask, NVML_GPU_FABRIC_HEALTH_MASK_*: (shift, the value that raises it, its name)
-_FABRIC_CONDITIONS = ((0, 1, "bandwidth degraded"), (2, 1, "route recovery in progress"), (4, 1, "route unhealthy"),
-                      (6, 1, "access timeout recovery in progress"), (14, 2, "global fabric manager disconnected"))
-_INCORRECT_CONFIGURATION = {2: "incorrect system GUID", 3: "incorrect chassis serial number", 4: "no partition",
-                            5: "insufficient NVLinks", 6: "incompatible GPU firmware", 7: "invalid location",
-                            8: "GPU state invalid"}  # 4 bits at shift 8; 0 not supported, 1 none
-_FABRIC_SUMMARY = {1: "healthy", 2: "unhealthy", 3: "limited_capacity"}  # NVML_GPU_FABRIC_HEALTH_SUMMARY_*; 0 not said
-
-
-def _parse_fabric(gpu: NvmlGpu, raw: dict | None) -> dict | None:
-    """{state, status, clique_id, cluster_uuid, health_summary, health} from a _dump_fabric() answer: the state
-    by name (FABRIC_STATES, or "unknown (N)"); the status (NVML's words) only once the state is completed, as
-    NVML documents it; the cluster UUID None when all zero (an NVSwitch node outside a multi-node NVLink domain);
-    health the conditions the mask raises. "unreadable" (status: NVML's error) where NVML refused for another
-    reason than Not Supported; None where it could not be asked (a driver without the call, an older dump)."""
-    if raw is None:
-        refused = gpu.errors.get("fabric")
-        if refused is None or any(words.lower() in refused.lower() for words in _FABRIC_NOT_ASKED):
-            return None
-        if any(words.lower() in refused.lower() for words in _FABRIC_NOT_SUPPORTED):
-            return {"state": "not_supported"}
-        return {"state": "unreadable", "status": refused[:120]}  # NVML failed: the state is unknown, not healthy
-    values = {name: raw.get(name) for name in ("state", "status", "clique_id", "health_mask", "health_summary")}
-    if not all(value is None or _is_int(value) and 0 <= value < 1 << 32 for value in values.values()) \
-            or values["state"] is None:
-        raise ParseError(f"NVML dump: gpu {gpu.index} fabric is {raw!r:.120}, expected unsigned integers")
-    uuid, text = raw.get("cluster_uuid"), raw.get("status_text")
-    if uuid is not None and not (isinstance(uuid, str) and len(uuid) == 32 and all(c in "0123456789abcdef" for c in uuid)):
-        raise ParseError(f"NVML dump: gpu {gpu.index} fabric cluster_uuid is {uuid!r:.60}, expected 32 hex digits")
-    state = values["state"]
-    named = FABRIC_STATES[state] if state < len(FABRIC_STATES) else f"unknown ({state})"
-    status = None
-    if named == "completed" and values["status"] is not None:
-        status = "Success" if values["status"] == 0 else text[:80] if isinstance(text, str) and text else f"NVML error {values['status']}"
-    mask = values["health_mask"] or 0
-    health = [name for shift, raised, name in _FABRIC_CONDITIONS if (mask >> shift) & 0x3 == raised]
-    incorrect = _INCORRECT_CONFIGURATION.get((mask >> 8) & 0xF)
-    health += [f"incorrect configuration: {incorrect}"] if incorrect else []
-    return {"state": named, "status": status, "clique_id": values["clique_id"],
-            "cluster_uuid": "-".join((uuid[:8], uuid[8:12], uuid[12:16], uuid[16:20], uuid[20:])) if uuid and uuid.strip("0") else None,
-            "health_summary": _FABRIC_SUMMARY.get(values["health_summary"]), "health": health}
 
 
 def _nvlink_errors(raw) -> dict[str, int] | None:
@@ -342,7 +276,7 @@ def _nvlink_errors(raw) -> dict[str, int] | None:
     for entry in raw if isinstance(raw, list) else []:
         counts = entry.get("errors") if isinstance(entry, dict) else None
         for name, value in zip(NVLINK_ERROR_COUNTERS, counts if isinstance(counts, list) else [], strict=False):
-            if _is_int(value) and 0 <= value < 1 << 64:
+            if is_int(value) and 0 <= value < 1 << 64:
                 totals[name] = totals.get(name, 0) + value
     return totals or None
 
@@ -354,7 +288,7 @@ def _field(gpu: NvmlGpu, raw: dict, name: str, kind: type):
         return None
     if value is None:
         return None
-    if kind is int and not _is_int(value) or kind is not int and not isinstance(value, kind):
+    if kind is int and not is_int(value) or kind is not int and not isinstance(value, kind):
         raise ParseError(f"NVML dump: gpu {gpu.index} {name} is {value!r}, expected {kind.__name__}")
     return value
 
@@ -366,14 +300,14 @@ def _parse_nvlinks(gpu: NvmlGpu, raw) -> list[tuple[int, bool, int | None]]:
         raise ParseError(f"NVML dump: gpu {gpu.index} nvlinks is not a list of at most {MAX_NVLINKS} links")
     links = []
     for entry in raw:
-        if not isinstance(entry, dict) or not _is_int(entry.get("link")):
+        if not isinstance(entry, dict) or not is_int(entry.get("link")):
             raise ParseError(f"NVML dump: gpu {gpu.index} has a malformed nvlink entry {entry!r:.60}")
         state = entry.get("state")
         if isinstance(state, dict):
             gpu.errors["nvlink"] = str(state.get("error"))
             continue
-        if not _is_int(state):
+        if not is_int(state):
             raise ParseError(f"NVML dump: gpu {gpu.index} link {entry['link']} state is {state!r}")
         version = entry.get("version")
-        links.append((entry["link"], state == 1, version if _is_int(version) else None))
+        links.append((entry["link"], state == 1, version if is_int(version) else None))
     return links

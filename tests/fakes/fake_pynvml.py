@@ -24,6 +24,10 @@ class NVMLError_GpuIsLost(NVMLError):
     value = 15
 
 
+class NVMLError_NoPermission(NVMLError):
+    value = 4
+
+
 class NVMLError_LibraryNotFound(NVMLError):
     pass
 
@@ -32,6 +36,17 @@ def _value(raw):
     if isinstance(raw, str) and raw.startswith("ERR"):
         raise NVMLError_NotSupported("Not Supported")
     return raw
+
+
+def _handle(gpus: dict):
+    """nvmlDeviceGetHandleByIndex: a GPU given as an NVMLError is one NVML counts and refuses to open, as it refuses a
+    GPU that fell off the bus (GPU is lost) or failed to initialise (Unknown Error)."""
+    def handle(index):
+        if isinstance(gpus[index], Exception):
+            raise gpus[index]
+        return gpus[index]
+
+    return handle
 
 
 def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Exception | None = None):
@@ -47,7 +62,7 @@ def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Excep
     m.nvmlSystemGetDriverVersion = lambda: driver
     m.nvmlSystemGetCudaDriverVersion = lambda: 13000
     m.nvmlDeviceGetCount = lambda: len(gpus)
-    m.nvmlDeviceGetHandleByIndex = lambda i: gpus[i]
+    m.nvmlDeviceGetHandleByIndex = _handle(gpus)
     m.nvmlDeviceGetName = lambda h: h["name"]
     m.nvmlDeviceGetVbiosVersion = lambda h: _value(h.get("vbios", "ERR"))
     m.nvmlDeviceGetArchitecture = lambda h: _value(h.get("arch", "ERR"))
