@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from nodecheck.findings import Finding
 from nodecheck.model import Report
 
+MIG = " (MIG)"  # after a GPU's name in the sku, for a GPU in MIG mode
 FIELDS = ("sku", "driver", "cuda", "vbios", "nic_firmware", "kernel", "topology")
 
 
@@ -42,7 +43,7 @@ class Fingerprint:
 
 def sku(report: Report) -> str:
     # a GPU in MIG mode is another type of node: no NVLink, its bandwidth in slices
-    names = Counter((g.name or "unknown GPU") + (" (MIG)" if g.mig_enabled else "") for g in report.gpus)
+    names = Counter((g.name or "unknown GPU") + (MIG if g.mig_enabled else "") for g in report.gpus)
     if not names:
         return "no GPU"
     return " + ".join(f"{count}x {name}" for name, count in names.most_common())

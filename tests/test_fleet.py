@@ -279,3 +279,31 @@ def test_a_node_with_a_gpu_in_mig_mode_is_grouped_apart_and_said(tmp_path, hgx_r
     assert "  6 node(s) of 8x NVIDIA H100 80GB HBM3 have no GPU in MIG mode" in lines
     assert "  a GPU in MIG mode by mistake has no NVLink: [gpus] mig requires a mode" in lines
     assert all(len(line) <= 80 for line in lines), lines
+
+
+def test_a_node_that_lost_a_gpu_is_named_though_it_has_no_peers_of_its_own(tmp_path, hgx_report):
+    """One GPU gone from the bus altogether (NVML and nvidia-smi list seven, no Xid): its sku, "7x ...", is a group
+    of one, which judged nothing and named no one, while six nodes of eight such GPUs stood beside it."""
+    reports = [node(hgx_report, f"gpu-{i:02d}") for i in range(6)]
+    short = node(hgx_report, "gpu-short")
+    short = dataclasses.replace(short, gpus=[g for g in short.gpus if g.index != 5])
+    write(tmp_path / "fleet", reports + [short])
+    result = cli("fleet", str(tmp_path / "fleet"), "--json")
+    document = json.loads(result.stdout)
+    assert document["out_of_line"] == ["gpu-short"] and result.returncode == 1
+    (apart,) = [g for g in document["groups"] if g["nodes"] == ["gpu-short"]]
+    assert apart["why"].endswith("; 6 node(s) of 8x NVIDIA H100 80GB HBM3: 7 of 8 GPUs here"
+                                 "; a GPU fell off the bus or never came up: `nodecheck inspect` there")
+    assert [(d["node"], d["field"], d["value"], d["majority"]) for d in apart["drift"]] == [("gpu-short", "gpus", "7", "8")]
+    lines = cli("fleet", str(tmp_path / "fleet")).stdout.splitlines()
+    assert "  gpu-short: 7 gpus; 6 of 7 nodes of this model have 8" in lines and all(len(line) <= 80 for line in lines)
+
+
+def test_a_smaller_type_with_peers_of_its_own_is_no_node_short_of_gpus(tmp_path, hgx_report):
+    """Six 4-GPU nodes of the same model beside six 8-GPU ones: two types, each judged, no one named for its count."""
+    reports = [node(hgx_report, f"gpu-{i:02d}") for i in range(6)]
+    halves = [node(hgx_report, f"half-{i:02d}") for i in range(6)]
+    halves = [dataclasses.replace(r, gpus=r.gpus[:4]) for r in halves]
+    write(tmp_path / "fleet", reports + halves)
+    document = json.loads(cli("fleet", str(tmp_path / "fleet"), "--json").stdout)
+    assert document["out_of_line"] == [] and all(g["judged"] for g in document["groups"])

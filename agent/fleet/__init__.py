@@ -6,7 +6,9 @@ Nodes are grouped by sku (agent/fingerprint.py). In a group where each node has 
   below `fraction` of its peers' median on a measurement, or at z <= -3.5 on anything, is out of line;
 - every fingerprint field has its majority; a node that differs from it is named ("gpu-17: driver 550.54.15;
   412 of 415 nodes run 550.90.07").
-Fewer than MIN_PEERS peers: said, nothing judged (the Prometheus rules' `fleet_nodes >= 6` is the same bar). Peers advise; they never drain a node (issue 24).
+Fewer than MIN_PEERS peers: said, nothing judged (the Prometheus rules' `fleet_nodes >= 6` is the same bar), except
+that a node with fewer GPUs of its model than a judged group of that model is named out of line: it lost GPUs.
+Peers advise; they never drain a node (issue 24).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
-from nodecheck.fingerprint import fingerprint
+from nodecheck.fingerprint import MIG, fingerprint
 from nodecheck.model import Report, measured_on
 
 MIN_PEERS = 5
@@ -92,7 +94,13 @@ def _facts(report: Report) -> dict[str, float]:
     return facts
 
 
-MIG = " (MIG)"
+def _models(sku: str) -> Counter:
+    """GPU model -> count in a sku ("7x A + 1x A (MIG)" -> {"A (MIG)": 1, "A": 7})."""
+    models = Counter()
+    for part in sku.split(" + "):
+        count, _, name = part.partition("x ")
+        models[name] += int(count) if count.isdigit() else 0
+    return models
 
 
 def _partitioned_apart(sku: str, views: list[NodeView]) -> str:
@@ -101,13 +109,34 @@ def _partitioned_apart(sku: str, views: list[NodeView]) -> str:
     if MIG not in sku:
         return ""
     models = Counter()
-    for part in sku.split(" + "):
-        count, _, name = part.partition("x ")
-        models[name.removesuffix(MIG)] += int(count) if count.isdigit() else 0
+    for name, count in _models(sku).items():
+        models[name.removesuffix(MIG)] += count
     plain = " + ".join(f"{n}x {name}" for name, n in models.most_common())
     peers = sum(1 for v in views if v.sku == plain)
     return (f"; {peers} node(s) of {plain} have no GPU in MIG mode"
             "; a GPU in MIG mode by mistake has no NVLink: [gpus] mig requires a mode") if peers else ""
+
+
+def _short_of_gpus(sku: str, members: list[NodeView], views: list[NodeView]) -> tuple[str, list[Drift]]:
+    """For a group too small to judge whose GPUs are all of one model, where a judged group (MIN_PEERS + 1 nodes or
+    more) holds more GPUs of that model: each node lost GPUs its type has (fallen off the bus or never enumerated,
+    which no check of its own sees without [gpus] count). The clause to say and a Drift per node; else ("", [])."""
+    models = _models(sku)
+    if len(models) != 1:
+        return "", []
+    ((model, count),) = models.items()
+    if not model or MIG in model:  # "no GPU", or MIG GPUs (_partitioned_apart)
+        return "", []
+    sizes = Counter(v.sku for v in views)
+    fuller = [(n, full) for full, n in sizes.items() if n >= MIN_PEERS + 1 and set(_models(full)) == {model}
+              and _models(full)[model] > count]
+    if not fuller:
+        return "", []
+    nodes, full = max(fuller)
+    usual = _models(full)[model]
+    clause = (f"; {nodes} node(s) of {full}: {count} of {usual} GPUs here"
+              "; a GPU fell off the bus or never came up: `nodecheck inspect` there")
+    return clause, [Drift(v.name, "gpus", str(count), str(usual), nodes, nodes + len(members)) for v in members]
 
 
 def compare(views: list[NodeView], fraction: float = DEFAULT_FRACTION) -> list[Group]:
@@ -116,8 +145,9 @@ def compare(views: list[NodeView], fraction: float = DEFAULT_FRACTION) -> list[G
         members = sorted((v for v in views if v.sku == sku), key=lambda v: v.name)
         names = [v.name for v in members]
         if len(members) < MIN_PEERS + 1:
+            short, lost = _short_of_gpus(sku, members, views)
             groups.append(Group(sku, names, False, f"{len(members)} node(s): fewer than {MIN_PEERS} peers each, nothing judged"
-                                + _partitioned_apart(sku, views)))
+                                + _partitioned_apart(sku, views) + short, drift=lost))
             continue
         group = Group(sku, names, True)
         for key in sorted({k for v in members for k in v.values}):
