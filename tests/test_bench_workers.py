@@ -203,7 +203,7 @@ def test_a_rank_that_never_comes_is_named_after_the_ready_wait(tmp_path):
     with pytest.raises(NodecheckError) as error:
         run_worker([sys.executable, "-m", "nodecheck.bench.worker", "--backend", "gloo", "--sizes", "1024", "--timeout", "600",
                     "--init-timeout", "2", "--out", str(out)], out, 120, env=env)
-    assert "rank(s) 1, 2 of 3 never reported ready within 2 s" in str(error.value), str(error.value)
+    assert "ranks 1, 2 of 3 never reported ready within 2 s" in str(error.value), str(error.value)
 
 
 def test_local_rank_from_torchrun_or_srun():

@@ -238,7 +238,7 @@ def judge(first: dict[int, dict], second: dict[int, dict], me: int, my_step: str
                 f"(SIGSTOP, a debugger, memory pressure, a crash) or {'its' if len(stopped) == 1 else 'their'} node unreachable")
     never = [r for r in range(world or 0) if r != me and r not in second]
     if never:
-        return f"{_listed(never)} never beat in the job's store: not started, or stuck before its first beat"
+        return f"{ranks_text(never)} never beat in the job's store: not started, or stuck before its first beat"
     beats = {**second, me: {**second.get(me, {}), "step": my_step}}
     shapes = {r: _shape(b.get("step")) for r, b in beats.items()}
     counts = Counter(shapes.values())
@@ -258,7 +258,7 @@ def _shape(step) -> str:
     return re.sub(r"\d+", "#", str(step))
 
 
-def _listed(ranks: list[int]) -> str:
+def ranks_text(ranks: list[int]) -> str:
     shown = ", ".join(map(str, ranks[:16])) + (f" and {len(ranks) - 16} more" if len(ranks) > 16 else "")
     return f"rank {shown}" if len(ranks) == 1 else f"ranks {shown}"
 

@@ -27,7 +27,7 @@ import sys
 import time
 
 from nodecheck import typed_json
-from nodecheck.bench.heartbeat import EVERY_RANK_READS, STORE_TIMEOUT_S, Heartbeat, step, suspect_after
+from nodecheck.bench.heartbeat import EVERY_RANK_READS, STORE_TIMEOUT_S, Heartbeat, ranks_text, step, suspect_after
 from nodecheck.bench.lifeline import hold, runner_deadline
 from nodecheck.bench.results import essential, guarded
 
@@ -291,9 +291,7 @@ def _wait_for_ranks(store, world: int, wait: float) -> str | None:
     if errors:
         return "; ".join(errors)
     if pending:
-        missing = sorted(pending)
-        shown = ", ".join(map(str, missing[:16])) + (f" and {len(missing) - 16} more" if len(missing) > 16 else "")
-        return (f"rank(s) {shown} of {world} never reported ready within {wait:g} s: not started (check the launcher "
+        return (f"{ranks_text(sorted(pending))} of {world} never reported ready within {wait:g} s: not started (check the launcher "
                 "on their nodes) or stuck before reaching the store")
     return None
 
