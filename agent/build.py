@@ -7,6 +7,7 @@ import time
 
 from nodecheck import specs
 from nodecheck.errors import NodecheckError
+from nodecheck.limits import MAX_GPUS
 from nodecheck.log_memory import to_remember, with_memory
 from nodecheck.model import (
     Cpu,
@@ -73,6 +74,7 @@ def _remember(host, report: Report, config) -> None:
 
 
 _DRIVER = re.compile(r"Kernel Module(?: for \S+)?\s+([0-9][0-9.]+)")
+_PCI = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
 
 def _identity(host) -> dict:
@@ -83,6 +85,10 @@ def _identity(host) -> dict:
     # The loaded kernel module's version, readable even when NVML's library is missing.
     driver = _DRIVER.search(host.read_text("/proc/driver/nvidia/version") or "")
     identity["kernel_module_version"] = driver[1] if driver else None
+    # The GPUs the loaded module manages, whether or not NVML can start: a container sees only those its runtime
+    # passed (the NVIDIA toolkit mounts their entries alone); None where the module is not loaded
+    managed = [name for name in host.list_dir("/proc/driver/nvidia/gpus") if _PCI.fullmatch(name)][:MAX_GPUS]
+    identity["driver_gpus"] = managed or None
     return identity
 
 
@@ -110,6 +116,7 @@ def merge(results: dict[str, ProbeResult], identity: dict, source: str, started:
         cpu=_cpu(hw), gpus=gpus, gpus_absent_reason=None if gpus else _why_no_gpus(results, nvml),
         nics=nics, links=links, paths=[],
         gpus_inaccessible=[InaccessibleGpu(**gpu) for gpu in nvml.unopened] if nvml else [],
+        driver_gpus=identity.get("driver_gpus"),
     )
 
 

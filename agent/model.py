@@ -319,6 +319,7 @@ class Report:
     pcie_acs: PcieAcs | None = None
     kernel_log: KernelLog | None = None  # NVIDIA Xid/SXid events since boot (probes/kernel_log.py)
     gpus_inaccessible: list[InaccessibleGpu] = field(default_factory=list)  # counted by NVML, not opened
+    driver_gpus: list[str] | None = None  # the PCI addresses the NVIDIA kernel driver manages (/proc/driver/nvidia/gpus)
     history: History | None = None  # acknowledgements from the state file (agent/state.py)
     schema_version: int = SCHEMA_VERSION
 

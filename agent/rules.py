@@ -17,6 +17,7 @@ from nodecheck.fabric_rules import fabric_findings
 from nodecheck.findings import Finding
 from nodecheck.fingerprint import vbios_mismatch
 from nodecheck.gpu_error_rules import gpu_findings
+from nodecheck.gpu_presence import gpu_count, inaccessible_gpus
 from nodecheck.model import Report, link_family
 from nodecheck.pci import narrow_hops, normal_pci
 from nodecheck.signal_rules import gpu_xids, switch_xids
@@ -47,54 +48,6 @@ def _probe_failures(report: Report, config: Config) -> list[Finding]:
                     "timed out" if r.timed_out else "failed", "ok",
                     f"probe {r.name} {'timed out' if r.timed_out else 'failed'}: {r.error}")
             for r in report.probes if not r.ok and not r.no_data]
-
-
-def _gpu_count(report: Report, config: Config) -> list[Finding]:
-    if config.gpu_count is None or len(report.gpus) >= config.gpu_count:
-        return []
-    why = f" ({report.gpus_absent_reason})" if report.gpus_absent_reason else ""
-    return [Finding("gpu_count_low", "error", "node", len(report.gpus), config.gpu_count,
-                    f"{len(report.gpus)} GPUs visible, {config.gpu_count} expected{why}: {_missing_gpu_advice(report)}")]
-
-
-NVML_NO_PERMISSION = 4  # nvmlReturn_t: this user may not open the GPU, which says nothing against it
-
-
-def _inaccessible_gpus(report: Report, config: Config) -> list[Finding]:
-    """A GPU NVML counts but cannot open: fallen off the bus (GPU is lost), or failed to initialise (Unknown Error;
-    the kernel log's RmInitAdapter line says why): an error, whatever else answered. Refused for permission: a
-    warning, as the checks of that GPU are unknown, not failed."""
-    findings = []
-    for gpu in report.gpus_inaccessible:
-        subject = f"gpu{gpu.index}"
-        if gpu.code == NVML_NO_PERMISSION:
-            findings.append(Finding("gpu_inaccessible", "warning", subject, gpu.error, "opened",
-                                    f"NVML counts {subject} but may not open it ({gpu.error}): its checks are unknown; run "
-                                    "as a user that can read its /dev/nvidia* device"))
-        else:
-            findings.append(Finding("gpu_inaccessible", "error", subject, gpu.error, "opened",
-                                    f"NVML counts {subject} but cannot open it ({gpu.error}): the GPU fell off the bus or "
-                                    "failed to initialise; dmesg names it (Xid 79, RmInitAdapter failed): reboot the node, "
-                                    "and reseat or replace the GPU if it recurs"))
-    return findings
-
-
-def _missing_gpu_advice(report: Report) -> str:
-    """No GPU at all because NVML found no driver is a software fault: reseating a GPU would not help."""
-    from nodecheck.errors import NO_DRIVER
-
-    nvml = next((r for r in report.probes if r.name == "nvml"), None)
-    stack_absent = not report.gpus and nvml is not None and nvml.no_data and (nvml.error or "").startswith(NO_DRIVER)
-    if stack_absent and "Permission" in nvml.error:
-        return "NVML may not open the GPUs: run as a user that can read /dev/nvidia* (the driver's device permissions)"
-    if stack_absent and not report.node.get("driver_version"):
-        return ("the NVIDIA driver is not loaded (no kernel module, or no NVML library): `lsmod | grep nvidia`, "
-                "`modprobe nvidia` and dmesg for why it did not load (often a new kernel without the module rebuilt: "
-                "`dkms status`), or install the driver")
-    if stack_absent:
-        return (f"the NVIDIA kernel module {report.node['driver_version']} is loaded but NVML's library is missing: "
-                "install the driver's user-space part of the same version (libnvidia-ml)")
-    return "check `nvidia-smi -L`, dmesg for Xid/fallen-off-the-bus errors, and reseat or replace the missing GPU"
 
 
 def _each_gpu(report: Report, config: Config) -> list[Finding]:
@@ -359,8 +312,8 @@ def _platform(report: Report, config: Config) -> list[Finding]:
 
 RULES = [
     Rule(_probe_failures, ("probe_failed",)),
-    Rule(_gpu_count, ("gpu_count_low",)),
-    Rule(_inaccessible_gpus, ("gpu_inaccessible",), needs="nvml"),
+    Rule(gpu_count, ("gpu_count_low",)),
+    Rule(inaccessible_gpus, ("gpu_inaccessible",), needs="nvml"),
     Rule(_each_gpu, ("pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "ecc_disabled", "row_remap_failed",
                      "row_remap_pending", "gpu_power_limit_lowered", "gpu_mig_mode"), needs="nvml"),
     Rule(_links, ("gpu_link_changed",), needs="nvidia_smi_topo"),

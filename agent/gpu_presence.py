@@ -1,0 +1,84 @@
+"""Whether the node's GPUs are all there: fewer visible than `[gpus] count`, or than the NVIDIA kernel driver
+manages; a GPU NVML counts but cannot open. Pure: reads the Report and the Config."""
+
+from __future__ import annotations
+
+from nodecheck.config import Config
+from nodecheck.findings import Finding
+from nodecheck.model import Report
+from nodecheck.pci import normal_pci
+
+
+def gpu_count(report: Report, config: Config) -> list[Finding]:
+    """Fewer GPUs visible than `[gpus] count`; else, without that config, fewer than the NVIDIA kernel driver
+    manages (/proc/driver/nvidia/gpus) that NVML neither lists nor counts (_driver_gpus_unseen)."""
+    if config.gpu_count is None or len(report.gpus) >= config.gpu_count:
+        return _driver_gpus_unseen(report)
+    why = f" ({report.gpus_absent_reason})" if report.gpus_absent_reason else ""
+    return [Finding("gpu_count_low", "error", "node", len(report.gpus), config.gpu_count,
+                    f"{len(report.gpus)} GPUs visible, {config.gpu_count} expected{why}: {_missing_gpu_advice(report)}")]
+
+
+def _driver_gpus_unseen(report: Report) -> list[Finding]:
+    """The driver manages GPUs that NVML neither lists nor counts: NVML failing to start on a node with GPUs (a driver
+    upgraded without a reboot: "version mismatch") is an error, as is NVML missing some of them; NVML out of this
+    process's reach (no /dev/nvidiactl or library: a container without the NVIDIA runtime) a warning, as the node's
+    GPUs are unknown from here, not broken."""
+    managed = report.driver_gpus or []
+    seen = {normal_pci(g.pci_bus_id) for g in report.gpus}
+    unseen = [bdf for bdf in managed if normal_pci(bdf) not in seen]
+    if len(managed) <= len(report.gpus) + len(report.gpus_inaccessible) or not unseen:
+        return []
+    nvml = next((p for p in report.probes if p.name == "nvml"), None)
+    reason = f" ({nvml.error})" if nvml and nvml.error else ""
+    named = ", ".join(unseen[:8]) + (f" and {len(unseen) - 8} more" if len(unseen) > 8 else "")
+    head = f"{len(report.gpus)} GPUs visible, the NVIDIA driver manages {len(managed)} ({named} unseen){reason}"
+    if nvml is not None and nvml.no_data:
+        return [Finding("gpu_count_low", "warning", "node", len(report.gpus), len(managed),
+                        f"{head}: NVML is out of this process's reach, so these GPUs are unchecked; in a container, the "
+                        "NVIDIA runtime must pass the GPUs (NVIDIA_VISIBLE_DEVICES) and the driver's library")]
+    return [Finding("gpu_count_low", "error", "node", len(report.gpus), len(managed), f"{head}: {_missing_gpu_advice(report)}")]
+
+
+NVML_NO_PERMISSION = 4  # nvmlReturn_t: this user may not open the GPU, which says nothing against it
+
+
+def inaccessible_gpus(report: Report, config: Config) -> list[Finding]:
+    """A GPU NVML counts but cannot open: fallen off the bus (GPU is lost), or failed to initialise (Unknown Error;
+    the kernel log's RmInitAdapter line says why): an error, whatever else answered. Refused for permission: a
+    warning, as the checks of that GPU are unknown, not failed."""
+    findings = []
+    for gpu in report.gpus_inaccessible:
+        subject = f"gpu{gpu.index}"
+        if gpu.code == NVML_NO_PERMISSION:
+            findings.append(Finding("gpu_inaccessible", "warning", subject, gpu.error, "opened",
+                                    f"NVML counts {subject} but may not open it ({gpu.error}): its checks are unknown; run "
+                                    "as a user that can read its /dev/nvidia* device"))
+        else:
+            findings.append(Finding("gpu_inaccessible", "error", subject, gpu.error, "opened",
+                                    f"NVML counts {subject} but cannot open it ({gpu.error}): the GPU fell off the bus or "
+                                    "failed to initialise; dmesg names it (Xid 79, RmInitAdapter failed): reboot the node, "
+                                    "and reseat or replace the GPU if it recurs"))
+    return findings
+
+
+def _missing_gpu_advice(report: Report) -> str:
+    """No GPU at all because NVML found no driver is a software fault: reseating a GPU would not help."""
+    from nodecheck.errors import NO_DRIVER
+
+    nvml = next((r for r in report.probes if r.name == "nvml"), None)
+    stack_absent = not report.gpus and nvml is not None and nvml.no_data and (nvml.error or "").startswith(NO_DRIVER)
+    if stack_absent and "Permission" in nvml.error:
+        return "NVML may not open the GPUs: run as a user that can read /dev/nvidia* (the driver's device permissions)"
+    if stack_absent and not report.node.get("driver_version"):
+        return ("the NVIDIA driver is not loaded (no kernel module, or no NVML library): `lsmod | grep nvidia`, "
+                "`modprobe nvidia` and dmesg for why it did not load (often a new kernel without the module rebuilt: "
+                "`dkms status`), or install the driver")
+    if stack_absent:
+        return (f"the NVIDIA kernel module {report.node['driver_version']} is loaded but NVML's library is missing: "
+                "install the driver's user-space part of the same version (libnvidia-ml)")
+    nvml = next((r for r in report.probes if r.name == "nvml"), None)
+    if nvml is not None and "mismatch" in (nvml.error or "").lower():
+        return ("NVML's library and the loaded kernel module are of different versions (the driver was upgraded "
+                "without a reboot): reboot the node, or unload and reload the nvidia modules")
+    return "check `nvidia-smi -L`, dmesg for Xid/fallen-off-the-bus errors, and reseat or replace the missing GPU"
