@@ -23,6 +23,7 @@ SOURCE = "nvml.json"
 MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC = 1, 0  # nvmlMemoryErrorType_t, nvmlEccCounterType_t
 # nvmlNvLinkErrorCounter_t 0..3, in this order
 NVLINK_ERROR_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
+NVLINK_STATE_SLEEP = 2  # NVML_FI_DEV_NVLINK_GET_STATE's NVML_NVLINK_STATE_SLEEP
 
 
 def collect(host, timeout: float) -> "NvmlFacts":
@@ -136,14 +137,15 @@ def _dump_gpu(pynvml, index: int, handle) -> dict:
     }
 
 
-def _field_value(pynvml, handle, name: str):
-    """One NVML field (nvmlDeviceGetFieldValues) as an unsigned int, or {"error": ...}. NVML answers each field
-    on its own: a driver that does not know the field answers it Not Supported, and the call still succeeds."""
+def _field_value(pynvml, handle, name: str, scope: int | None = None):
+    """One NVML field (nvmlDeviceGetFieldValues) as an unsigned int, or {"error": ...}; scope: the link a per-link
+    field is asked of. NVML answers each field on its own: a driver that does not know the field answers it Not
+    Supported, and the call still succeeds."""
     field_id, ask = getattr(pynvml, name, None), getattr(pynvml, "nvmlDeviceGetFieldValues", None)
     if field_id is None or ask is None:
         return {"error": "not in this nvidia-ml-py"}
     try:
-        value = ask(handle, [field_id])[0]
+        value = ask(handle, [field_id if scope is None else (field_id, scope)])[0]
     except pynvml.NVMLError as error:
         return {"error": str(error)}
     if value.nvmlReturn != 0:
@@ -163,7 +165,10 @@ def _dump_nvlinks(pynvml, handle) -> list[dict]:
         version = _ask(pynvml, pynvml.nvmlDeviceGetNvLinkVersion, handle, link)
         errors = [_ask(pynvml, getattr(pynvml, "nvmlDeviceGetNvLinkErrorCounter", None), handle, link, counter)
                   for counter in range(len(NVLINK_ERROR_COUNTERS))]
-        links.append({"link": link, "state": state, "version": version, "errors": errors})
+        entry = {"link": link, "state": state, "version": version, "errors": errors}
+        if state == 0:  # NVML's per-link field tells a link asleep in its low-power state from one that is down
+            entry["field_state"] = _field_value(pynvml, handle, "NVML_FI_DEV_NVLINK_GET_STATE", scope=link)
+        links.append(entry)
     return links
 
 
@@ -309,5 +314,7 @@ def _parse_nvlinks(gpu: NvmlGpu, raw) -> list[tuple[int, bool, int | None]]:
         if not is_int(state):
             raise ParseError(f"NVML dump: gpu {gpu.index} link {entry['link']} state is {state!r}")
         version = entry.get("version")
-        links.append((entry["link"], state == 1, version if is_int(version) else None))
+        # asleep (NVML_NVLINK_STATE_SLEEP): trained, idle in its low-power state, and woken by traffic
+        active = state == 1 or entry.get("field_state") == NVLINK_STATE_SLEEP
+        links.append((entry["link"], active, version if is_int(version) else None))
     return links

@@ -80,6 +80,18 @@ def test_nvlink_inactive_and_pair_spec(tmp_path):
     assert pair.bytes_per_second == 450e9 and "NVLink 4 x18" in pair.basis
 
 
+def test_a_link_asleep_in_its_low_power_state_is_not_down(tmp_path):
+    """nvmlDeviceGetNvLinkState answers only enabled or not; NVML's per-link field state (NVML_FI_DEV_NVLINK_GET_STATE)
+    tells NVML_NVLINK_STATE_SLEEP (2: trained, idle at low power, woken by traffic) from a link that is down (0)."""
+    gpus = hgx_nvml(inactive={3: [5, 6]})
+    gpus[3] = dict(gpus[3], nvlink_field_state={5: 2, 6: 0})
+    report = report_of(tmp_path, config=Config(nvlinks_per_gpu=18), topo="hgx-h100-8gpu-8nic-sglang30401.txt",
+                       nvml_gpus=gpus)
+    (finding,) = [f for f in report.findings if f.kind == "nvlink_inactive"]
+    assert (finding.subject, finding.measured) == ("gpu3", 17)  # link 6 down; link 5 asleep counts as up
+    assert [(l["link"], l["active"]) for l in report.gpus[3].nvlinks if l["link"] in (5, 6)] == [(5, True), (6, False)]
+
+
 def test_nvlink_spec_unknown_without_nvml(tmp_path):
     report = report_of(tmp_path, topo="hgx-h100-8gpu-8nic-sglang30401.txt")
     pair = next(p for p in report.paths if p.path == "gpu0:gpu1")

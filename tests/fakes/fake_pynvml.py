@@ -150,17 +150,28 @@ def _fabric_calls(m) -> None:
 def _field_values(m) -> None:
     """nvmlDeviceGetFieldValues for the recovery action: 0 ("GPU Recovery Action: None" in the H100's `nvidia-smi -q`)
     unless a test gives a GPU's "recovery": another value, or "ERR" for a driver that does not know the field (NVML
-    then sets that field's nvmlReturn to Not Supported, and the call succeeds). nvidia-ml-py's own structure."""
+    then sets that field's nvmlReturn to Not Supported, and the call succeeds); and for a link's state
+    (NVML_FI_DEV_NVLINK_GET_STATE, scoped to the link) from a GPU's "nvlink_field_state" {link: value}, else Not
+    Supported. nvidia-ml-py's own structure."""
     import pynvml as real
 
-    for name in ("NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", "NVML_VALUE_TYPE_UNSIGNED_INT", "c_nvmlFieldValue_t"):
+    for name in ("NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", "NVML_FI_DEV_NVLINK_GET_STATE", "NVML_VALUE_TYPE_UNSIGNED_INT",
+                 "c_nvmlFieldValue_t"):
         setattr(m, name, getattr(real, name))  # `real` may be an earlier stand-in, which copied them too
+
+    def answer_for(h, field_id, scope):
+        if field_id == m.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
+            return h.get("recovery", 0)
+        if field_id == m.NVML_FI_DEV_NVLINK_GET_STATE:
+            return h.get("nvlink_field_state", {}).get(scope, "ERR")
+        return "ERR"
 
     def ask(h, field_ids):
         values = (m.c_nvmlFieldValue_t * len(field_ids))()
-        for value, field_id in zip(values, field_ids, strict=True):
-            value.fieldId = field_id
-            answer = h.get("recovery", 0) if field_id == m.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION else "ERR"
+        for value, asked in zip(values, field_ids, strict=True):
+            field_id, scope = asked if isinstance(asked, tuple) else (asked, 0)
+            value.fieldId, value.scopeId = field_id, scope
+            answer = answer_for(h, field_id, scope)
             if answer == "ERR":
                 value.nvmlReturn = NVMLError_NotSupported.value
             else:
