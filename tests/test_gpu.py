@@ -31,6 +31,17 @@ def test_real_nvml(nvml_facts):
         assert gpu.memory_total_bytes and gpu.memory_total_bytes > 1 << 30
 
 
+def test_real_nvml_says_the_recovery_action_and_the_drivers_gpus(nvml_facts):
+    """A healthy lent GPU asks for no recovery action (the captured H100, driver 580: "GPU Recovery Action: None"), every
+    GPU NVML counts opens, and the kernel module's own list names each GPU NVML lists."""
+    from nodecheck.pci import normal_pci
+
+    assert nvml_facts.unopened == []
+    assert {g.recovery_action for g in nvml_facts.gpus} <= {0, None}
+    managed = LiveHost().list_dir("/proc/driver/nvidia/gpus")
+    assert {normal_pci(g.pci_bus_id) for g in nvml_facts.gpus} <= set(managed), managed
+
+
 def test_real_topo_matches_nvml(nvml_facts):
     if shutil.which("nvidia-smi") is None:
         pytest.skip("nvidia-smi is not installed")
