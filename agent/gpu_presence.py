@@ -20,10 +20,11 @@ def gpu_count(report: Report, config: Config) -> list[Finding]:
 
 
 def _driver_gpus_unseen(report: Report) -> list[Finding]:
-    """The driver manages GPUs that NVML neither lists nor counts: NVML failing to start on a node with GPUs (a driver
-    upgraded without a reboot: "version mismatch") is an error, as is NVML missing some of them; NVML out of this
-    process's reach (no /dev/nvidiactl or library: a container without the NVIDIA runtime) a warning, as the node's
-    GPUs are unknown from here, not broken."""
+    """The driver manages GPUs that NVML neither lists nor counts. NVML failing to start beside them (a driver upgraded
+    without a reboot: "version mismatch") is an error. NVML started but listing fewer is a warning: a job's device
+    cgroup (Slurm's ConstrainDevices) hides GPUs from NVML while /proc still lists them all, and a GPU that failed to
+    come up is counted and refused (gpu_inaccessible). NVML out of this process's reach (no /dev/nvidiactl or
+    library: a container without the NVIDIA runtime) is a warning too: the GPUs are unknown from here, not broken."""
     managed = report.driver_gpus or []
     seen = {normal_pci(g.pci_bus_id) for g in report.gpus}
     unseen = [bdf for bdf in managed if normal_pci(bdf) not in seen]
@@ -33,6 +34,10 @@ def _driver_gpus_unseen(report: Report) -> list[Finding]:
     reason = f" ({nvml.error})" if nvml and nvml.error else ""
     named = ", ".join(unseen[:8]) + (f" and {len(unseen) - 8} more" if len(unseen) > 8 else "")
     head = f"{len(report.gpus)} GPUs visible, the NVIDIA driver manages {len(managed)} ({named} unseen){reason}"
+    if nvml is not None and nvml.ok:
+        return [Finding("gpu_count_low", "warning", "node", len(report.gpus), len(managed),
+                        f"{head}: inside a job or container that hides GPUs from NVML this is expected; elsewhere a GPU "
+                        "did not come up: `nvidia-smi -L`, dmesg")]
     if nvml is not None and nvml.no_data:
         return [Finding("gpu_count_low", "warning", "node", len(report.gpus), len(managed),
                         f"{head}: NVML is out of this process's reach, so these GPUs are unchecked; in a container, the "

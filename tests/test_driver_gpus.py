@@ -53,11 +53,14 @@ def test_every_gpu_listed_or_counted_says_nothing(tmp_path):
     assert count_findings(snapshot(tmp_path, HGX_BDFS, nvml_gpus=hgx_nvml())) == []
 
 
-def test_a_gpu_nvml_neither_lists_nor_counts_is_named(tmp_path):
+def test_a_gpu_nvml_neither_lists_nor_counts_is_named_at_warning(tmp_path):
+    """Inside a Slurm job whose device cgroup holds two of the eight GPUs, NVML lists two while /proc lists all eight:
+    NVML running is no proof of a fault, so this says, and never drains (a GPU that failed to come up is counted
+    and refused: gpu_inaccessible)."""
     seven = [g for g in hgx_nvml() if g["pci"] != "00000000:68:00.0"]
     (finding,) = count_findings(snapshot(tmp_path, HGX_BDFS, nvml_gpus=seven))
-    assert (finding.severity, finding.measured, finding.expected) == ("error", 7, 8)
-    assert "(0000:68:00.0 unseen)" in finding.message
+    assert (finding.severity, finding.measured, finding.expected) == ("warning", 7, 8)
+    assert "(0000:68:00.0 unseen)" in finding.message and "hides GPUs" in finding.message
 
 
 def test_a_gpu_nvml_counts_but_cannot_open_is_its_own_finding(tmp_path):
