@@ -12,6 +12,7 @@ agent/data/sxid.toml). Pure: reads the Report and the Config.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 from nodecheck.config import Config
@@ -92,9 +93,43 @@ def gpu_xids(report: Report, config: Config) -> list[Finding]:
                 sympathetic.append(event)
             else:
                 by_code[event.code].append(event)
+        recovery = _recovery_xid(report, subject, by_code.get(RECOVERY_XID, []))
+        if recovery is not None:
+            del by_code[RECOVERY_XID]
+            findings += recovery
         for code, same in sorted(by_code.items()):
             findings.append(_xid_finding(report, config, subject, code, same, [e for e in sympathetic if e.caused_by in (code, None)]))
     return findings
+
+
+RECOVERY_XID = 154  # "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+_RECOVERY_TO = re.compile(r"changed from 0x[0-9a-fA-F]{1,8} \([^)]{0,60}\) to 0x([0-9a-fA-F]{1,8}) \(([^)]{1,60})\)")
+
+
+def recovery_asked(event: XidEvent) -> tuple[int, str] | None:
+    """(action, the driver's words for it) an Xid 154 line changes to; None for another event or words not read."""
+    match = _RECOVERY_TO.search(event.message) if event.kind == "xid" and event.code == RECOVERY_XID else None
+    return (int(match[1], 16), match[2]) if match else None
+
+
+def _recovery_xid(report: Report, subject: str, events: list[XidEvent]) -> list[Finding] | None:
+    """Xid 154 names the recovery action the driver now asks for; its last line on a GPU is what holds. An action
+    other than 0x0 (None) is an error (drain now), unless NVML reads the GPU's live action as none (the reset
+    done: gpu_recovery_action judges the live one); back to none, nothing. None: no Xid 154, or one whose words
+    this does not read (judged as a watched Xid)."""
+    asked = recovery_asked(events[-1]) if events else None
+    if asked is None:
+        return None
+    action, label = asked
+    gpu = next((g for g in report.gpus if f"gpu{g.index}" == subject), None)
+    live = gpu.signals.recovery_action if gpu is not None and gpu.signals is not None else None
+    if action == 0 or live == 0:
+        return []
+    where = f" ({events[-1].pci})" if not subject.startswith("pci:") else ""
+    return [Finding("gpu_xid", "error", subject, f"Xid 154 {label}", "no Xid",
+                    f"{subject}{where} logged Xid 154 {_since_boot(events)}, last: GPU recovery action changed to 0x{action:x} "
+                    f"({label}): the driver asks for it before the GPU is used again; carry it out (`nvidia-smi -q` names "
+                    f"the GPU Recovery Action), then `nodecheck clear gpu_xid --gpu {_gpu_argument(subject)}`")]
 
 
 def _sympathetic(event: XidEvent, causes_logged: bool) -> bool:

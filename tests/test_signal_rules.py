@@ -3,8 +3,10 @@
 counted against their cause, a GPU gone from NVML named by its address, the look-back, and operators'
 acknowledgements (their own events only; a later event fails the node again)."""
 
+import json
+
 import pytest
-from helpers import PUBLIC, make_gpu, make_report, need
+from helpers import PUBLIC, cli, make_gpu, make_report, need
 
 from nodecheck.config import Config
 from nodecheck.coverage import unmade_checks
@@ -211,8 +213,6 @@ def test_unknown_xids_are_watched_by_number():
 def test_kernel_log_json_keeps_the_address_as_printed(tmp_path):
     import json
 
-    from helpers import cli
-
     log = tmp_path / "k.log"
     log.write_text("[ 5.0] NVRM: Xid (PCI:00000000:3B:00): 79, pid=1, GPU has fallen off the bus.\n")
     (event,) = json.loads(cli("kernel-log", str(log), "--json").stdout)["events"]
@@ -230,8 +230,6 @@ def test_the_repeat_defaults_come_from_the_catalog_with_their_source():
 def test_kernel_log_json_names_each_sxid_event_once_with_its_link(tmp_path):
     import json
 
-    from helpers import cli
-
     log = tmp_path / "k.log"
     log.write_text("\n".join(GPUD_SXID_BURST) + "\n")
     result = cli("kernel-log", str(log), "--json")
@@ -239,3 +237,46 @@ def test_kernel_log_json_names_each_sxid_event_once_with_its_link(tmp_path):
     assert [(e["switch"], e["link"]) for e in events] == [(1, 48), (0, 63), (2, None), (2, 37), (0, 62)]
     assert {(e["name"], e["severity"]) for e in events} == {("LTSSM Fault Up", "error")} and result.returncode == 1
     assert "NVSwitch SXid 20034 LTSSM Fault Up x2 (fatal)" in cli("kernel-log", str(log)).stdout
+
+
+# Xid 154 as the driver prints it, from public kernel logs (an Xid 79 followed by its recovery action)
+RECOVERY_RESET = "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+RECOVERY_REBOOT = "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
+RECOVERY_NONE = "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)"
+
+
+def test_xid_154_names_the_action_the_driver_asks_for():
+    report, findings = judged([xid_line(154, tail=RECOVERY_REBOOT)])
+    (finding,) = findings
+    assert (finding.severity, finding.subject, finding.measured) == ("error", "gpu3", "Xid 154 Node Reboot Required")
+    assert drain_reason(failing_findings(findings, "error")) == "nodecheck: gpu3 Xid 154 Node Reboot Required"
+
+
+def test_xid_154_back_to_none_asks_nothing_and_the_last_line_holds():
+    assert judged([xid_line(154, 100.0, tail=RECOVERY_RESET), xid_line(154, 150.0, tail=RECOVERY_NONE)])[1] == []
+    _, findings = judged([xid_line(154, 100.0, tail=RECOVERY_NONE), xid_line(154, 150.0, tail=RECOVERY_RESET)])
+    assert [f.measured for f in findings] == ["Xid 154 GPU Reset Required"]
+
+
+def test_nvml_reading_no_action_now_outranks_the_logs_last_154():
+    """The GPU was reset since: NVML's live recovery action (gpu_recovery_action) is none, so the log's line is past."""
+    from nodecheck.model import GpuSignals
+
+    gpu = make_gpu(3, pci_bus_id=GPU3)
+    gpu.signals = GpuSignals(recovery_action=0)
+    assert judged([xid_line(154, tail=RECOVERY_RESET)], gpus=[gpu])[1] == []
+    gpu.signals = GpuSignals(recovery_action=None)  # NVML cannot say: the log's word holds
+    assert [f.severity for f in judged([xid_line(154, tail=RECOVERY_RESET)], gpus=[gpu])[1]] == ["error"]
+
+
+def test_an_xid_154_whose_words_are_not_read_is_watched():
+    (finding,) = judged([xid_line(154, tail="GPU recovery action changed")])[1]
+    assert (finding.severity, finding.measured) == ("warning", "Xid 154 not in nodecheck's catalog")
+
+
+def test_kernel_log_json_says_each_154_by_the_action_it_changes_to(tmp_path):
+    log = tmp_path / "dmesg.txt"
+    log.write_text("\n".join([xid_line(79, 90.0, tail="GPU has fallen off the bus."), xid_line(154, 91.0, tail=RECOVERY_RESET),
+                              xid_line(154, 95.0, tail=RECOVERY_NONE)]) + "\n")
+    document = json.loads(cli("kernel-log", str(log), "--json").stdout)
+    assert [(e["xid"], e["severity"]) for e in document["events"]] == [(79, "error"), (154, "error"), (154, "info")]

@@ -9,6 +9,7 @@ from nodecheck.events import KernelLog, XidEvent
 from nodecheck.model import Report
 from nodecheck.pci import normal_pci
 from nodecheck.render.table import SEVERITY_STYLE, esc, new_console
+from nodecheck.signal_rules import recovery_asked
 from nodecheck.xid_catalog import sxid_entry, xid_entry
 
 SYMPATHETIC = "info"  # an event that is another's fault ("caused by previous Xid N")
@@ -18,6 +19,7 @@ def event_record(event: XidEvent) -> dict:
     """One event of `kernel-log --json`, one per line of the log in its order: `kind` is xid (an `NVRM: Xid`
     line), fallen_off_bus (the driver's message without an Xid line: counted as Xid 79) or sxid (NVSwitch);
     `severity` is what the event alone calls for (the catalog's drain: error, watch: warning; sympathetic: info;
+    an Xid 154: error when the recovery action it changes to is not none, else info;
     an SXid: error when fatal by the Fabric Manager guide and the driver's word, signal_rules.switch_xids);
     `pci_bus_id` as the line prints it (the driver: domain:bus:device), `device` normalized (0000:9b:00.0)."""
     kind = "fallen_off_bus" if event.implied else event.kind
@@ -25,6 +27,8 @@ def event_record(event: XidEvent) -> dict:
         severity = "error" if sxid_entry(event.code).fatal(event.driver_word) else "warning"
     elif event.caused_by is not None:
         severity = SYMPATHETIC
+    elif recovery_asked(event) is not None:  # Xid 154: the action it changes to, none or one to carry out
+        severity = "error" if recovery_asked(event)[0] else "info"
     else:
         severity = "error" if xid_entry(event.code).action == "drain" else "warning"
     return {"kind": kind, "xid": event.code if event.kind == "xid" else None,
