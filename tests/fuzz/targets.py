@@ -58,7 +58,12 @@ def _nvml_seeds() -> list:
         from gpu_fabric_cases import published
 
         fabrics = list(published().values())
-        sys.modules["pynvml"] = fake_pynvml.replaying([dict(records[0], fabric=fabrics[i % len(fabrics)]) for i in range(8)])
+        # ... one of them fallen off the bus (NVML counts it and refuses its handle), one asking for a GPU reset, one
+        # with a link asleep in its low-power state
+        gpus = [dict(records[0], fabric=fabrics[i % len(fabrics)]) for i in range(8)]
+        gpus[5] = fake_pynvml.NVMLError_GpuIsLost("GPU is lost")
+        gpus[2] = dict(gpus[2], recovery=1, nvlink=[[0, 1, 6], [1, 0, 6]], nvlink_field_state={1: 2})
+        sys.modules["pynvml"] = fake_pynvml.replaying(gpus)
         eight = dump_nvml()
     finally:
         sys.modules.pop("pynvml", None) if saved is None else sys.modules.__setitem__("pynvml", saved)
