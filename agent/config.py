@@ -363,8 +363,12 @@ def _nic(name: str, table, source: str) -> NicExpectation:
 def generate(report: Report) -> str:
     """A starting config holding this node's facts: GPU count, PCIe, NVLinks, link types, NIC speeds."""
     lines = [f"# nodecheck expectations, generated from {report.node.get('hostname') or 'this node'}.",
-             "# Review, then install as /etc/nodecheck/config.toml on every node of this kind.", "", "[gpus]",
-             f"count = {len(report.gpus)}"]
+             "# Review, then install as /etc/nodecheck/config.toml on every node of this kind.", "", "[gpus]"]
+    # the GPUs the node has, not only those that answer now: a lost GPU must not become the node type's count
+    count = max(len(report.gpus) + len(report.gpus_inaccessible), len(report.driver_gpus or []))
+    if count > len(report.gpus):
+        lines.append(f"# {len(report.gpus)} GPUs answer on this node now: it is no golden node until all {count} do")
+    lines.append(f"count = {count}")
     pcie = [g.pcie for g in report.gpus if g.pcie]
     if pcie and all(p.get("gen_max") for p in pcie):
         lines.append(f"pcie_gen = {min(p['gen_max'] for p in pcie)}")

@@ -128,6 +128,18 @@ def test_generated_config_loads_back_and_passes_on_its_golden_node(tmp_path):
     assert {f.kind for f in build_report(degraded, config).findings} == {"nvlink_inactive", "nvlink_count_low"}
 
 
+def test_a_config_generated_on_a_node_with_a_lost_gpu_keeps_the_count_it_has(tmp_path):
+    """Generated on a node whose gpu5 fell off the bus (NVML counts it, refuses it), the count is still 8, and said:
+    written as 7 it would have made every node of this type pass with a GPU gone."""
+    from fakes import fake_pynvml
+
+    gpus = hgx_nvml()
+    gpus[5] = fake_pynvml.NVMLError_GpuIsLost("GPU is lost")
+    text = generate(build_report(SnapshotHost(make_snapshot(tmp_path / "snap", nvml_gpus=gpus))))
+    assert "count = 8" in text and "# 7 GPUs answer on this node now: it is no golden node until all 8 do" in text
+    assert load(write(tmp_path, text)).gpu_count == 8
+
+
 toml_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
                            max_leaves=12)
