@@ -14,7 +14,10 @@ def binding_advice(report: Report) -> list[dict]:
         if nic.rdma_device:
             by_name.setdefault(nic.rdma_device, nic)
     advice = []
+    refused = {g.index for g in report.gpus_inaccessible}
     for gpu in report.gpus:
+        if gpu.index in refused:  # NVML cannot open it (fallen off the bus): no process should be bound to it
+            continue
         nics = gpu.nearest_nics or _same_numa_nics(report, gpu.numa_node)
         hcas = sorted({by_name[n].rdma_device for n in nics if n in by_name and by_name[n].rdma_device}
                       | {n for n in nics if n not in by_name and not n.startswith("NIC")}, key=natural_key)

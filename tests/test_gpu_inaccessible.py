@@ -7,8 +7,9 @@ import json
 
 import pytest
 from fakes import fake_pynvml
-from helpers import hgx_nvml, make_snapshot
+from helpers import cli, hgx_nvml, make_snapshot
 
+from nodecheck.advice import binding_advice
 from nodecheck.build import build_report
 from nodecheck.config import Config, loads
 from nodecheck.errors import ParseError
@@ -78,3 +79,12 @@ def test_the_report_keeps_them_through_json(tmp_path):
 def test_a_malformed_refusal_is_a_parse_error(raw):
     with pytest.raises(ParseError, match="NVML's reason"):
         parse_nvml({"gpus": [raw]})
+
+
+def test_inspect_says_the_gpu_and_advises_no_process_onto_it(tmp_path):
+    """nvidia-smi topo -m still lists gpu3 (its row comes from there): the GPU table says NVML's reason in its model
+    column, and the binding advice leaves it out."""
+    report = judged(tmp_path, with_gpu(3, fake_pynvml.NVMLError_GpuIsLost("GPU is lost")))
+    assert [a["gpu"] for a in binding_advice(report)] == [0, 1, 2, 4, 5, 6, 7]
+    out = cli("inspect", "--from", str(tmp_path / "snap")).stdout
+    assert "NVML: GPU is lost" in out and "gpu3: CUDA_VISIBLE_DEVICES" not in out

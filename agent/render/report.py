@@ -39,14 +39,20 @@ def _gpus(console: Console, report: Report) -> None:
     if not report.gpus:
         console.print(f"[yellow]No GPUs:[/yellow] {esc(report.gpus_absent_reason)}")
         return
+    listed = {g.index for g in report.gpus}
+    for g in report.gpus_inaccessible:
+        if g.index not in listed:  # nvidia-smi did not list it either: say it, as the table will not
+            console.print(f"[red]gpu{g.index}:[/red] NVML counts it and cannot open it ({esc(g.error)})")
     specs = {p.path: p for p in report.paths}
+    refused = {g.index: g.error for g in report.gpus_inaccessible}  # NVML counts them and cannot open them
     rows = []
     for g in report.gpus:
         p = g.pcie or {}
         pcie = (f"gen{unknown_cell(p.get('gen_current'))} x{unknown_cell(p.get('width_current'))} / "
                 f"gen{unknown_cell(p.get('gen_max'))} x{unknown_cell(p.get('width_max'))}") if g.pcie else "unknown"
         host = specs.get(f"gpu{g.index}:host")
-        rows.append([cell(g.index), unknown_cell(g.name), cell(pcie), format_rate(host.bytes_per_second if host else None),
+        model = cell(f"NVML: {refused[g.index]}") if g.name is None and g.index in refused else unknown_cell(g.name)
+        rows.append([cell(g.index), model, cell(pcie), format_rate(host.bytes_per_second if host else None),
                      cell(_nvlinks(g, report)), unknown_cell(g.numa_node), unknown_cell(g.cpu_affinity),
                      cell(", ".join(g.nearest_nics) or "-")])
     headers = [("GPU", IDENTITY), ("model", 5), ("PCIe now / max", 2), ("host link spec", 3), ("NVLinks", 4), ("NUMA", IDENTITY),
