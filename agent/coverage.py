@@ -45,6 +45,10 @@ def unmade_checks(report: Report) -> dict[str, str]:
             unmade.setdefault(kind, why)
     for kind, why in _unsaid_gpu_signals(report).items():
         unmade.setdefault(kind, why)
+    unread = _unread_ib_ports(report)
+    if unread:  # one active port's counters unreadable while the others read: that port is unknown, not healthy
+        for kind in ("ib_link_downed", "ib_port_errors"):
+            unmade.setdefault(kind, unread)
     fabric_unknown = _fabric_unknown(report)
     if fabric_unknown:
         for kind in FABRIC_KINDS:
@@ -80,6 +84,16 @@ def _unsaid_gpu_signals(report: Report) -> dict[str, str]:
             if gpu.signals is None or getattr(gpu.signals, name) is None:
                 unsaid.setdefault(kind, f"gpu{gpu.index}: NVML did not report {what}")
     return unsaid
+
+
+def _unread_ib_ports(report: Report) -> str | None:
+    """Why an active RDMA port's error counters are unknown: none of them read as a count ("N/A (no PMA)": the port
+    has no Performance Management Agent, or the files are missing); None where every active port's read."""
+    for nic in report.nics:
+        for port in nic.ib_ports:
+            if port.state == "ACTIVE" and not any(value is not None for value in port.counters.values()):
+                return f"{port.device}/{port.port}: its error counters are unreadable (no count in counters/ or hw_counters/)"
+    return None
 
 
 def _fabric_unknown(report: Report) -> str | None:

@@ -175,3 +175,20 @@ def test_inspect_says_what_the_counters_cover_and_their_sample():
         "Error counters: 2 PCIe devices with AER, 1 InfiniBand ports; rates over the last 60 s"]
     assert counter_lines(report_with({"correctable": 100})) == [
         "Error counters: 2 PCIe devices with AER; " + FIRST_SAMPLE]
+
+
+def test_an_active_port_whose_counters_are_unreadable_is_unknown_beside_ports_that_read():
+    """Two ACTIVE ports, one read and one answering "N/A (no PMA)" for each counter (as node_exporter's i40iw0 does),
+    with a previous sample of the first: the InfiniBand family read as judged, and the second port passed unread."""
+    read = IbPort("mlx5_0", 1, "ACTIVE", "LinkUp", "400 Gb/sec (4X NDR)", "InfiniBand", {"link_downed": 0, "symbol_error": 0})
+    unread = IbPort("mlx5_1", 1, "ACTIVE", "LinkUp", "400 Gb/sec (4X NDR)", "InfiniBand", {"link_downed": None, "symbol_error": None})
+    nics = [make_nic("ibp12s0", kind="infiniband", rdma_device="mlx5_0", ib_ports=[read]),
+            make_nic("ibp13s0", kind="infiniband", rdma_device="mlx5_1", ib_ports=[unread])]
+    before = CounterSample(940.0, {"ib/mlx5_0/1/link_downed": 0, "ib/mlx5_0/1/symbol_error": 0})
+    report = make_report(nics=nics, history=History("boot", [], [before], 1000.0))
+    unmade = unmade_checks(report)
+    assert unmade["ib_port_errors"] == unmade["ib_link_downed"] == (
+        "mlx5_1/1: its error counters are unreadable (no count in counters/ or hw_counters/)")
+    down = IbPort("mlx5_1", 1, "DOWN", "Disabled", None, "InfiniBand", {"link_downed": None})  # nic_down says a down port
+    report.nics[1].ib_ports = [down]
+    assert "ib_port_errors" not in unmade_checks(report)
