@@ -45,6 +45,9 @@ def unmade_checks(report: Report) -> dict[str, str]:
             unmade.setdefault(kind, why)
     for kind, why in _unsaid_gpu_signals(report).items():
         unmade.setdefault(kind, why)
+    if report.pcie_paths and not any(hop.aer for hops in report.pcie_paths.values() for hop in hops):
+        for kind in ("pcie_aer_fatal", "pcie_link_errors"):  # a VM's virtual bridges, or AER off (pci=noaer)
+            unmade.setdefault(kind, "no device on the GPUs' and NICs' PCIe paths has AER counters (aer_dev_*) to read")
     unread = _unread_ib_ports(report)
     if unread:  # one active port's counters unreadable while the others read: that port is unknown, not healthy
         for kind in ("ib_link_downed", "ib_port_errors"):

@@ -192,3 +192,14 @@ def test_an_active_port_whose_counters_are_unreadable_is_unknown_beside_ports_th
     down = IbPort("mlx5_1", 1, "DOWN", "Disabled", None, "InfiniBand", {"link_downed": None})  # nic_down says a down port
     report.nics[1].ib_ports = [down]
     assert "ib_port_errors" not in unmade_checks(report)
+
+
+def test_paths_without_any_aer_file_leave_the_aer_checks_unknown():
+    """A VM's virtual bridges, or a kernel booted with pci=noaer: sysfs lists the paths and no aer_dev_* file on any
+    of them. Nothing was read, so the fatal-AER and AER-rate checks are unknown, never healthy."""
+    gpu = make_gpu(3, pci_bus_id="00000000:9B:00.0")
+    hops = {"0000:9b:00.0": [Hop("0000:9b:00.0", 16, 16, None, None, None), Hop("0000:16:00.0", 16, 16, None, None, None)]}
+    unmade = unmade_checks(make_report(gpus=[gpu], pcie_paths=hops))
+    assert unmade["pcie_aer_fatal"].startswith("no device on the GPUs' and NICs' PCIe paths has AER counters")
+    hops["0000:9b:00.0"][1].aer = {"correctable": 0, "nonfatal": 0, "fatal": 0}  # one device with AER: judged
+    assert "pcie_aer_fatal" not in unmade_checks(make_report(gpus=[gpu], pcie_paths=hops))
