@@ -24,7 +24,7 @@ from nodecheck.model import (
     link_distance,
     nvlink_count,
 )
-from nodecheck.pci import normal_pci
+from nodecheck.pci import SYSFS_ADDRESS, normal_pci
 from nodecheck.probes import PROBES, ProbeResult, run_probes
 from nodecheck.probes.lstopo import LstopoFacts
 from nodecheck.probes.nics import NicFacts
@@ -74,7 +74,6 @@ def _remember(host, report: Report, config) -> None:
 
 
 _DRIVER = re.compile(r"Kernel Module(?: for \S+)?\s+([0-9][0-9.]+)")
-_PCI = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
 
 def _identity(host) -> dict:
@@ -87,7 +86,7 @@ def _identity(host) -> dict:
     identity["kernel_module_version"] = driver[1] if driver else None
     # The GPUs the loaded module manages, whether or not NVML can start: a container sees only those its runtime
     # passed (the NVIDIA toolkit mounts their entries alone); None where the module is not loaded
-    managed = [name for name in host.list_dir("/proc/driver/nvidia/gpus") if _PCI.fullmatch(name)][:MAX_GPUS]
+    managed = [name for name in host.list_dir("/proc/driver/nvidia/gpus") if SYSFS_ADDRESS.fullmatch(name)][:MAX_GPUS]
     identity["driver_gpus"] = managed or None
     return identity
 

@@ -7,6 +7,7 @@ from nodecheck.config import Config
 from nodecheck.findings import Finding
 from nodecheck.model import Report
 from nodecheck.pci import normal_pci
+from nodecheck.units import first_of
 
 
 def gpu_count(report: Report, config: Config) -> list[Finding]:
@@ -30,10 +31,9 @@ def _driver_gpus_unseen(report: Report) -> list[Finding]:
     unseen = [bdf for bdf in managed if normal_pci(bdf) not in seen]
     if len(managed) <= len(report.gpus) + len(report.gpus_inaccessible) or not unseen:
         return []
-    nvml = next((p for p in report.probes if p.name == "nvml"), None)
+    nvml = _nvml_outcome(report)
     reason = f" ({nvml.error})" if nvml and nvml.error else ""
-    named = ", ".join(unseen[:8]) + (f" and {len(unseen) - 8} more" if len(unseen) > 8 else "")
-    head = f"{len(report.gpus)} GPUs visible, the NVIDIA driver manages {len(managed)} ({named} unseen){reason}"
+    head = f"{len(report.gpus)} GPUs visible, the NVIDIA driver manages {len(managed)} ({first_of(unseen, 8)} unseen){reason}"
     if nvml is not None and nvml.ok:
         return [Finding("gpu_count_low", "warning", "node", len(report.gpus), len(managed),
                         f"{head}: inside a job or container that hides GPUs from NVML this is expected; elsewhere a GPU "
@@ -43,6 +43,10 @@ def _driver_gpus_unseen(report: Report) -> list[Finding]:
                         f"{head}: NVML is out of this process's reach, so these GPUs are unchecked; in a container, the "
                         "NVIDIA runtime must pass the GPUs (NVIDIA_VISIBLE_DEVICES) and the driver's library")]
     return [Finding("gpu_count_low", "error", "node", len(report.gpus), len(managed), f"{head}: {_missing_gpu_advice(report)}")]
+
+
+def _nvml_outcome(report: Report):
+    return next((probe for probe in report.probes if probe.name == "nvml"), None)
 
 
 NVML_NO_PERMISSION = 4  # nvmlReturn_t: this user may not open the GPU, which says nothing against it
@@ -71,7 +75,7 @@ def _missing_gpu_advice(report: Report) -> str:
     """No GPU at all because NVML found no driver is a software fault: reseating a GPU would not help."""
     from nodecheck.errors import NO_DRIVER
 
-    nvml = next((r for r in report.probes if r.name == "nvml"), None)
+    nvml = _nvml_outcome(report)
     stack_absent = not report.gpus and nvml is not None and nvml.no_data and (nvml.error or "").startswith(NO_DRIVER)
     if stack_absent and "Permission" in nvml.error:
         return "NVML may not open the GPUs: run as a user that can read /dev/nvidia* (the driver's device permissions)"
@@ -82,7 +86,6 @@ def _missing_gpu_advice(report: Report) -> str:
     if stack_absent:
         return (f"the NVIDIA kernel module {report.node['driver_version']} is loaded but NVML's library is missing: "
                 "install the driver's user-space part of the same version (libnvidia-ml)")
-    nvml = next((r for r in report.probes if r.name == "nvml"), None)
     if nvml is not None and "mismatch" in (nvml.error or "").lower():
         return ("NVML's library and the loaded kernel module are of different versions (the driver was upgraded "
                 "without a reboot): reboot the node, or unload and reload the nvidia modules")

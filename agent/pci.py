@@ -3,7 +3,10 @@ writes it ('0000:1b:00.0'), its hops up to the root port, and which of those lin
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+SYSFS_ADDRESS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")  # as sysfs and /proc name a device: fullmatch
 
 
 def normal_pci(bus_id: str | None) -> str | None:

@@ -21,6 +21,17 @@ def natural_key(name: str) -> tuple:
     return tuple((0, int(part), "") if part.isdecimal() else (1, 0, part) for part in re.split(r"(\d+)", str(name)) if part)
 
 
+def is_int(value) -> bool:
+    """An int as JSON gives one, not a bool (which Python counts as an int)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def first_of(items, limit: int) -> str:
+    """The first `limit` items, comma-separated, and how many more ("3, 4 and 6 more")."""
+    items = list(items)
+    return ", ".join(map(str, items[:limit])) + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
 def to_int(text: str | None) -> int | None:
     """'42' -> 42, '-1' -> -1; None for anything else (str.isdigit() accepts '²', which int() refuses)."""
     # 30 characters: more than any count a source reports, and int() of thousands of digits is slow

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from nodecheck.errors import NO_DRIVER, NoData, ParseError, ProbeFailed
 from nodecheck.limits import MAX_GPUS, MAX_NVLINKS
 from nodecheck.probes.base import Probe
-from nodecheck.probes.nvml_fabric import dump_fabric, is_int, parse_fabric
-from nodecheck.units import format_cpulist, mask_words_to_cpus
+from nodecheck.probes.nvml_fabric import dump_fabric, parse_fabric
+from nodecheck.units import format_cpulist, is_int, mask_words_to_cpus
 
 SOURCE = "nvml.json"
 MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC = 1, 0  # nvmlMemoryErrorType_t, nvmlEccCounterType_t
@@ -116,7 +116,7 @@ def _dump_gpu(pynvml, index: int, handle) -> dict:
         "remapped_rows": _ask(pynvml, pynvml.nvmlDeviceGetRemappedRows, handle),
         "cpu_affinity_words": _ask(pynvml, pynvml.nvmlDeviceGetCpuAffinity, handle, words),
         "nvlinks": _dump_nvlinks(pynvml, handle),
-        "fabric": dump_fabric(pynvml, handle, lambda code: _ask(pynvml, getattr(pynvml, "nvmlErrorString", None), code)),
+        "fabric": dump_fabric(pynvml, handle, lambda code: _error_text(pynvml, code)),
         # error signals (agent/error_rules.py): counters since the driver loaded, and what slows the clocks now
         "pcie_replays": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetPcieReplayCounter", None), handle),
         "clock_event_reasons": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
@@ -149,9 +149,14 @@ def _field_value(pynvml, handle, name: str, scope: int | None = None):
     except pynvml.NVMLError as error:
         return {"error": str(error)}
     if value.nvmlReturn != 0:
-        said = _ask(pynvml, getattr(pynvml, "nvmlErrorString", None), value.nvmlReturn)
-        return {"error": said if isinstance(said, str) else f"NVML error {value.nvmlReturn}"}
+        return {"error": _error_text(pynvml, value.nvmlReturn)}
     return int(value.value.uiVal)
+
+
+def _error_text(pynvml, code: int) -> str:
+    """NVML's words for a return code it put in a structure rather than raised."""
+    said = _ask(pynvml, getattr(pynvml, "nvmlErrorString", None), code)
+    return said if isinstance(said, str) else f"NVML error {code}"
 
 
 def _dump_nvlinks(pynvml, handle) -> list[dict]:

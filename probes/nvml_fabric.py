@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 
 from nodecheck.errors import ParseError
+from nodecheck.units import is_int
 
 # NVML_GPU_FABRIC_STATE_* 0..3, in this order
 FABRIC_STATES = ("not_supported", "not_started", "in_progress", "completed")
@@ -14,10 +15,6 @@ FABRIC_STATES = ("not_supported", "not_started", "in_progress", "completed")
 # version mismatch" (or lacks nvmlDeviceGetGpuFabricInfoV), and the next is tried
 FABRIC_INFO_STRUCTS = ("c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfo_v2_t")
 _NVML_FUNCTION_NOT_FOUND, _NVML_ARGUMENT_VERSION_MISMATCH = 13, 25
-
-
-def is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def dump_fabric(pynvml, handle, error_string) -> dict:

@@ -9,15 +9,12 @@ Each hop's AER counters are read on the way (probes/aer.py): the errors of the l
 
 from __future__ import annotations
 
-import re
-
 from nodecheck.errors import NoData
-from nodecheck.pci import Hop
+from nodecheck.pci import SYSFS_ADDRESS, Hop
 from nodecheck.probes.aer import read_aer
 from nodecheck.probes.base import Probe
 from nodecheck.units import to_int
 
-_BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 DEVICE_CLASSES = ("0x0300", "0x0302", "0x0200", "0x0207")  # VGA, 3D controller (GPUs); Ethernet, InfiniBand
 MAX_DEVICES = 4096
 MAX_DEPTH = 16  # hops from a device to its root port: real trees have two to six
@@ -35,7 +32,7 @@ def collect(host, timeout: float) -> dict[str, list[Hop]]:
         if kind not in DEVICE_CLASSES:
             continue
         real = host.read_link(f"/sys/bus/pci/devices/{bdf}") or ""
-        chain = [part for part in real.split("/") if _BDF.match(part)][-MAX_DEPTH:] or [bdf]
+        chain = [part for part in real.split("/") if SYSFS_ADDRESS.fullmatch(part)][-MAX_DEPTH:] or [bdf]
         paths[bdf] = [_hop(host, hop) for hop in reversed(chain)]
     return paths
 

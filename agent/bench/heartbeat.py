@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from nodecheck import typed_json
+from nodecheck.units import first_of
 
 BEAT_S = 1.0
 STALE_AFTER_S = 5.0  # a counter unchanged this long is a rank that stopped: 5 beats missed, not one late
@@ -259,8 +260,7 @@ def _shape(step) -> str:
 
 
 def ranks_text(ranks: list[int]) -> str:
-    shown = ", ".join(map(str, ranks[:16])) + (f" and {len(ranks) - 16} more" if len(ranks) > 16 else "")
-    return f"rank {shown}" if len(ranks) == 1 else f"ranks {shown}"
+    return f"rank {first_of(ranks, 16)}" if len(ranks) == 1 else f"ranks {first_of(ranks, 16)}"
 
 
 def _named(ranks: list[int], beats: dict[int, dict], with_step: bool) -> str:

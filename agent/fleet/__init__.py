@@ -127,13 +127,14 @@ def _short_of_gpus(sku: str, members: list[NodeView], views: list[NodeView]) -> 
     ((model, count),) = models.items()
     if not model or MIG in model:  # "no GPU", or MIG GPUs (_partitioned_apart)
         return "", []
-    sizes = Counter(v.sku for v in views)
-    fuller = [(n, full) for full, n in sizes.items() if n >= MIN_PEERS + 1 and set(_models(full)) == {model}
-              and _models(full)[model] > count]
+    fuller = []  # (nodes, sku, GPUs) of each judged type holding more GPUs of this model alone
+    for full, n in Counter(v.sku for v in views).items():
+        kinds = _models(full)
+        if n >= MIN_PEERS + 1 and set(kinds) == {model} and kinds[model] > count:
+            fuller.append((n, full, kinds[model]))
     if not fuller:
         return "", []
-    nodes, full = max(fuller)
-    usual = _models(full)[model]
+    nodes, full, usual = max(fuller)
     clause = (f"; {nodes} node(s) of {full}: {count} of {usual} GPUs here"
               "; a GPU fell off the bus or never came up: `nodecheck inspect` there")
     return clause, [Drift(v.name, "gpus", str(count), str(usual), nodes, nodes + len(members)) for v in members]

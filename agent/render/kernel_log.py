@@ -27,8 +27,8 @@ def event_record(event: XidEvent) -> dict:
         severity = "error" if sxid_entry(event.code).fatal(event.driver_word) else "warning"
     elif event.caused_by is not None:
         severity = SYMPATHETIC
-    elif recovery_asked(event) is not None:  # Xid 154: the action it changes to, none or one to carry out
-        severity = "error" if recovery_asked(event)[0] else "info"
+    elif (asked := recovery_asked(event)) is not None:  # Xid 154: the action it changes to, none or one to carry out
+        severity = "error" if asked[0] else "info"
     else:
         severity = "error" if xid_entry(event.code).action == "drain" else "warning"
     return {"kind": kind, "xid": event.code if event.kind == "xid" else None,
