@@ -260,18 +260,40 @@ def _nvlink_spec(path: str, link_type: str, links: int, a: Gpu, b: Gpu) -> PathS
     return PathSpec(path, "nvlink", spec.bytes_per_second, spec.basis, spec.source)
 
 
-def nic_spec(nic: Nic, expected_mbps: int | None) -> PathSpec:
-    expected = expected_mbps * 1e6 / 8 if expected_mbps else None
+def nic_line_spec(nic: Nic) -> tuple[specs.Spec | None, str]:
+    """The rate its own link negotiated (an ACTIVE InfiniBand/RoCE port's rate, else the netdev's speed) and
+    the path kind; (None, kind) when unknown."""
     active = [p for p in nic.ib_ports if p.state == "ACTIVE" and p.rate]
     if active:
-        spec = specs.infiniband(active[0].rate)
         kind = "infiniband" if (active[0].link_layer or "").lower() == "infiniband" else "ethernet"
-    else:
-        spec, kind = specs.ethernet(nic.speed_mbps), "ethernet"
-    if spec is None:
+        return specs.infiniband(active[0].rate), kind
+    return specs.ethernet(nic.speed_mbps), "ethernet"
+
+
+def nic_spec(nic: Nic, expected_mbps: int | None, hops: list | None = None, shared: frozenset = frozenset()) -> PathSpec:
+    """Its link rate, or its PCIe path where that is slower (a 400 Gbit/s NIC in a gen4 x16 slot moves
+    31.5 GB/s at most): each hop at the speed it trained at, except those a GPU's path shares (`shared`:
+    they lower their speed when idle), taken at their max."""
+    expected = expected_mbps * 1e6 / 8 if expected_mbps else None
+    line, kind = nic_line_spec(nic)
+    if line is None:
         return PathSpec(f"nic:{nic.name}", kind, None, "link speed unknown (not reported, or the link is down)",
                         expected_bytes_per_second=expected)
-    return PathSpec(f"nic:{nic.name}", kind, spec.bytes_per_second, spec.basis, spec.source, expected)
+    spec = PathSpec(f"nic:{nic.name}", kind, line.bytes_per_second, line.basis, line.source, expected)
+    for hop in hops or []:
+        gen = specs.pcie_generation(hop.speed_max if hop.bdf in shared else hop.speed or hop.speed_max)
+        width = hop.width or hop.width_max
+        bound = specs.pcie(gen, width) if gen and width else None
+        if bound and bound.bytes_per_second < spec.bytes_per_second:
+            spec = PathSpec(spec.path, kind, bound.bytes_per_second, f"{line.basis}, limited by {bound.basis} at {hop.bdf}",
+                            bound.source, expected, line_bytes_per_second=line.bytes_per_second)
+    return spec
+
+
+def gpu_hops(report: Report) -> frozenset[str]:
+    """The PCI addresses on any GPU's path to its root port: links that lower their speed when the GPU idles."""
+    hops = report.hops()
+    return frozenset(hop.bdf for g in report.gpus for hop in hops.get(normal_pci(g.pci_bus_id), []))
 
 
 def path_specs(report: Report, config=None) -> list[PathSpec]:
@@ -282,7 +304,8 @@ def path_specs(report: Report, config=None) -> list[PathSpec]:
     for link in report.links:
         if isinstance(link.a, int) and isinstance(link.b, int) and link.a in by_index and link.b in by_index:
             paths.append(pair_spec(by_index[link.a], by_index[link.b], link.type, host_specs))
+    shared = gpu_hops(report)
     for nic in report.nics:
         expected = config.nic_speed_mbps(nic) if config else None
-        paths.append(nic_spec(nic, expected))
+        paths.append(nic_spec(nic, expected, hops.get(normal_pci(nic.pci_address)), shared))
     return paths

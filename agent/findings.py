@@ -41,6 +41,7 @@ FINDING_KINDS = {
     "gpudirect_rdma_unavailable": "no GPUDirect RDMA peer-memory module",
     "iommu_translated": "{subject} IOMMU {measured}",
     "pcie_hop_narrow": "{subject} PCIe {measured} < {expected}",
+    "pcie_hop_slow": "{subject} PCIe {measured} < {expected}",
     "pcie_acs_redirect": "{subject} ACS redirects peer traffic",
     "probe_failed": "{subject} {measured}",
     "bandwidth_below_spec": "{subject} bandwidth {measured} of spec, {expected} expected",

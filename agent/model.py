@@ -169,6 +169,7 @@ class PathSpec:
     basis: str
     source: str | None = None
     expected_bytes_per_second: float | None = None  # from config, when it states one
+    line_bytes_per_second: float | None = None  # a NIC's link rate, where its PCIe path bounds it lower
     scope: str | None = None  # host-link, gpu-pair, nic: from the path when not given
     endpoints: list[str] = field(default_factory=list)  # ["gpu0", "host"], ["gpu0", "gpu1"], ["eth0"]
 
@@ -363,7 +364,7 @@ class Report:
 
     def hops(self) -> dict[str | None, list[Hop]]:
         """Normalized PCI address of a GPU or NIC -> its PCIe hops, the device first; {} when not read."""
-        return {normal_pci(bdf): hops for bdf, hops in (self.pcie_paths or {}).items()}
+        return {normal_pci(bdf): hops for bdf, hops in (self.pcie_paths or {}).items() if normal_pci(bdf)}
 
     def path_spec(self, path: str) -> PathSpec | None:
         """The spec of one path ("gpu0:host", "gpu0:gpu1", "nic:eth0"), None when the Report has none."""

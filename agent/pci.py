@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from nodecheck.specs import pcie_generation
+
 SYSFS_ADDRESS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")  # as sysfs and /proc name a device: fullmatch
 
 
@@ -39,4 +41,23 @@ def narrow_hops(hops: list[Hop]) -> list[tuple[int, Hop, int]]:
         capable = min(w for w in (hop.width_max, above.width_max if above else None) if w) if hop.width_max else None
         if hop.width and capable and hop.width < capable:
             out.append((position, hop, capable))
+    return out
+
+
+def slow_hops(hops: list[Hop], judged: set[str]) -> list[tuple[int, Hop, int, int]]:
+    """(position, hop, its generation, the generation it could have) for every hop in `judged` whose link
+    trained at a lower speed than both ends allow: min(its own max, the max of the port above it). Only
+    links that keep their speed when idle can be judged so: a GPU's link, and a switch uplink it shares,
+    drop to 2.5 GT/s to save power; a NIC's own link does not. The port above a slow hop reports the same
+    link: it is not named again."""
+    out = []
+    for position, hop in enumerate(hops):
+        above = hops[position + 1] if position + 1 < len(hops) else None
+        gen, own_max = pcie_generation(hop.speed), pcie_generation(hop.speed_max)
+        above_max = pcie_generation(above.speed_max) if above else None
+        capable = min(g for g in (own_max, above_max) if g) if own_max else None
+        below = out[-1][1] if out and out[-1][0] == position - 1 else None
+        same_link = below is not None and (below.speed, below.width) == (hop.speed, hop.width)
+        if hop.bdf in judged and gen and capable and gen < capable and not same_link:
+            out.append((position, hop, gen, capable))
     return out

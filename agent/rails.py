@@ -9,12 +9,15 @@ from nodecheck.model import Report
 
 
 def nic_rate(report: Report, nic, config) -> float | None:
-    """A NIC's one-way rate in bytes/s: [nics] speed_mbps from the config, else its path spec (negotiated speed)."""
+    """A NIC's one-way rate in bytes/s: [nics] speed_mbps from the config, else its negotiated speed; either
+    bounded by its PCIe path where that is slower (its path spec)."""
     expected = config.nic_speed_mbps(nic) if config and nic else None
-    if expected:
-        return expected * 1e6 / 8
     path = report.path_spec(f"nic:{nic.name}") if nic else None
-    return path.bytes_per_second if path else None
+    if not expected:
+        return path.bytes_per_second if path else None
+    if path and path.line_bytes_per_second and path.bytes_per_second:
+        return min(expected * 1e6 / 8, path.bytes_per_second)
+    return expected * 1e6 / 8
 
 
 def fabric_nics(report: Report, environ: dict[str, str]) -> list:

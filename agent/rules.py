@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
+from nodecheck.build import gpu_hops
 from nodecheck.config import Config
 from nodecheck.error_rules import aer_findings, ib_findings
 from nodecheck.fabric_rules import fabric_findings
@@ -19,9 +20,9 @@ from nodecheck.fingerprint import vbios_mismatch
 from nodecheck.gpu_error_rules import gpu_findings
 from nodecheck.gpu_presence import gpu_count, inaccessible_gpus
 from nodecheck.model import Report, link_family
-from nodecheck.pci import narrow_hops, normal_pci
+from nodecheck.pci import narrow_hops, normal_pci, slow_hops
 from nodecheck.signal_rules import gpu_xids, switch_xids
-from nodecheck.specs import BUSY_UTILIZATION
+from nodecheck.specs import BUSY_UTILIZATION, pcie
 from nodecheck.units import format_bits
 
 
@@ -189,13 +190,13 @@ def _nics(report: Report, config: Config) -> list[Finding]:
 
 
 def _nic_speed(name: str, spec, expected_mbps: int) -> list[Finding]:
-    expected = expected_mbps * 1e6 / 8
-    if spec.bytes_per_second is None:
+    expected, negotiated = expected_mbps * 1e6 / 8, spec.line_bytes_per_second or spec.bytes_per_second
+    if negotiated is None:
         return [Finding("nic_speed_unknown", "warning", name, "unknown", format_bits(expected),
                         f"{name} does not report its speed, {format_bits(expected)} expected")]
-    if spec.bytes_per_second < expected * 0.999:
-        return [Finding("nic_slow", "error", name, format_bits(spec.bytes_per_second), format_bits(expected),
-                        f"{name} negotiated {format_bits(spec.bytes_per_second)} < {format_bits(expected)}: "
+    if negotiated < expected * 0.999:
+        return [Finding("nic_slow", "error", name, format_bits(negotiated), format_bits(expected),
+                        f"{name} negotiated {format_bits(negotiated)} < {format_bits(expected)}: "
                         "check the cable/transceiver and the switch port (`ethtool`, `ibstat`)")]
     return []
 
@@ -248,6 +249,33 @@ def _pcie_hops(report: Report, config: Config) -> list[Finding]:
                     f"the PCIe link of {bdf} trained at x{hop.width} (x{capable} capable): {', '.join(behind)} behind it "
                     f"get {hop.width / capable:.0%} of its bandwidth; reseat the card or riser, check the slot and the BIOS")
             for bdf, (hop, capable, behind) in sorted(narrow.items())]
+
+
+def _slow_nic_links(report: Report, config: Config) -> list[Finding]:
+    """A link on a NIC's PCIe path that trained at a lower speed than both its ends allow (a gen5 card in a
+    gen5 slot at 16 GT/s), named once per link with every NIC behind it. Links a GPU's path shares are left
+    out: they lower their speed when idle. An error where the link now moves less than a NIC's link rate,
+    else a warning: a link that trained down is marginal even with bandwidth to spare."""
+    hops, specs, shared = report.hops(), {p.path: p for p in report.paths}, gpu_hops(report)
+    slow: dict[str, tuple] = {}
+    for nic in report.nics:
+        path = hops.get(normal_pci(nic.pci_address), []) if nic.pci_address else []
+        spec = specs.get(f"nic:{nic.name}")
+        line = spec and (spec.line_bytes_per_second or spec.bytes_per_second)
+        for _, hop, gen, capable in slow_hops(path, {h.bdf for h in path} - shared):
+            now = pcie(gen, hop.width or hop.width_max or 0)
+            entry = slow.setdefault(hop.bdf, (gen, capable, now, []))
+            entry[3].append((nic.name, line if now and line and now.bytes_per_second < line else None))
+    findings = []
+    for bdf, (gen, capable, now, behind) in sorted(slow.items()):
+        short = [name for name, line in behind if line]
+        effect = (f"{', '.join(short)} behind it cannot reach its link rate ({format_bits(max(l for _, l in behind if l))}): "
+                  f"{now.basis} moves {format_bits(now.bytes_per_second)}" if short else
+                  f"{', '.join(name for name, _ in behind)} behind it keeps its link rate, over a link that trained down")
+        findings.append(Finding("pcie_hop_slow", "error" if short else "warning", f"pci:{bdf}", f"gen{gen}", f"gen{capable}",
+                                f"the PCIe link of {bdf} trained at gen{gen}, gen{capable} capable: {effect}; reseat the "
+                                "card or riser, check the slot and the BIOS's PCIe speed setting"))
+    return findings
 
 
 def _acs_redirect(report: Report, config: Config) -> list[Finding]:
@@ -322,6 +350,7 @@ RULES = [
     Rule(_rail_mtus, ("nic_mtu_mismatch",), needs="nics"),
     Rule(_platform, ("gpudirect_rdma_unavailable", "iommu_translated")),
     Rule(_pcie_hops, ("pcie_hop_narrow",), needs="pcie_paths"),
+    Rule(_slow_nic_links, ("pcie_hop_slow",), needs="pcie_paths"),
     Rule(_acs_redirect, ("pcie_acs_redirect",)),
     Rule(gpu_xids, ("gpu_xid",), needs="kernel_log"),
     Rule(switch_xids, ("nvswitch_sxid",), needs="kernel_log"),

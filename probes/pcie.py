@@ -3,7 +3,8 @@ path under /sys/devices names every bridge above it (switch ports, the root port
 current_link_width / max_link_width say how its upstream link trained. NVML sees only the GPU's own
 link; a switch uplink trained at x8 halves every GPU behind it without NVML noticing.
 
-Widths only: an idle link lowers its speed to save power (an idle GPU sits at 2.5 GT/s), never its width.
+Speeds are read too, but judged only on a NIC's own links (agent/pci.py slow_hops): an idle GPU's link, and
+a switch uplink it shares, lower their speed to save power (2.5 GT/s), never their width.
 Each hop's AER counters are read on the way (probes/aer.py): the errors of the links that carry its traffic.
 """
 

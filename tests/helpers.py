@@ -310,21 +310,21 @@ def make_measurement(path: str = "allreduce:2-ranks", test: str = "allreduce", r
 
 def write_pci_tree(snap: Path, devices: dict[str, tuple], aer: dict[str, dict[str, int]] | None = None) -> None:
     """PCI devices into a snapshot as sysfs lays them out: address -> (class, its path under /sys/devices,
-    current width, max width[, max speed]); `aer`: address -> {"correctable": n, "nonfatal": n, "fatal": n},
+    current width, max width[, max speed[, current speed: 32 GT/s unless given]]); `aer`: address -> {"correctable": n, "nonfatal": n, "fatal": n},
     written as the kernel writes aer_dev_* (TOTAL_ERR_* last)."""
     links = json.loads((snap / "fs-links.json").read_text()) if (snap / "fs-links.json").exists() else {}
     dirs = json.loads((snap / "fs-dirs.json").read_text()) if (snap / "fs-dirs.json").exists() else {}
     totals = {"correctable": "TOTAL_ERR_COR", "nonfatal": "TOTAL_ERR_NONFATAL", "fatal": "TOTAL_ERR_FATAL"}
-    for bdf, (kind, real, width, width_max, *speed_max) in devices.items():
+    for bdf, (kind, real, width, width_max, *speeds) in devices.items():
         folder = snap / "fs/sys/bus/pci/devices" / bdf
         folder.mkdir(parents=True)
         (folder / "class").write_text(kind + "\n")
         for name, value in (("current_link_width", width), ("max_link_width", width_max)):
             if value is not None:
                 (folder / name).write_text(f"{value}\n")
-        (folder / "current_link_speed").write_text("32.0 GT/s PCIe\n")
-        if speed_max:
-            (folder / "max_link_speed").write_text(f"{speed_max[0]}\n")
+        (folder / "current_link_speed").write_text(f"{speeds[1] if len(speeds) > 1 else '32.0 GT/s PCIe'}\n")
+        if speeds:
+            (folder / "max_link_speed").write_text(f"{speeds[0]}\n")
         for family, count in (aer or {}).get(bdf, {}).items():
             (folder / f"aer_dev_{family}").write_text(f"{totals[family]} {count}\n")
         links[f"/sys/bus/pci/devices/{bdf}"] = "../../../devices/" + real
