@@ -7,7 +7,6 @@ the GPU is busy (utilization >= BUSY_UTILIZATION); otherwise the bandwidth test 
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -21,6 +20,7 @@ from nodecheck.gpu_error_rules import gpu_findings
 from nodecheck.gpu_presence import gpu_count, inaccessible_gpus
 from nodecheck.model import Report, link_family
 from nodecheck.pci import narrow_hops, normal_pci, slow_hops
+from nodecheck.rail_rules import rail_mtus, rail_rates
 from nodecheck.signal_rules import gpu_xids, switch_xids
 from nodecheck.specs import BUSY_UTILIZATION, pcie
 from nodecheck.units import format_bits
@@ -212,26 +212,6 @@ def _far_nics(report: Report, config: Config) -> list[Finding]:
     return findings
 
 
-def _rail_mtus(report: Report, config: Config) -> list[Finding]:
-    """An RDMA NIC whose MTU differs from its peers' on the same link layer (the MTU most of them have, the
-    larger on a tie: jumbo frames are set on purpose): RoCE and IPoIB traffic over it is cut into smaller
-    packets or dropped where the path expects the larger, and a collective runs at its slowest rail."""
-    fabrics: dict[str, list] = {}
-    for nic in report.rdma_nics_up():
-        if nic.mtu:
-            layer = next((p.link_layer for p in nic.ib_ports if p.state == "ACTIVE" and p.link_layer), nic.kind)
-            fabrics.setdefault(layer, []).append(nic)
-    findings = []
-    for layer, nics in sorted(fabrics.items()):
-        counts = Counter(n.mtu for n in nics)
-        usual = max(counts, key=lambda mtu: (counts[mtu], mtu))
-        for nic in (n for n in nics if n.mtu != usual):
-            findings.append(Finding("nic_mtu_mismatch", "warning", nic.name, nic.mtu, usual,
-                                    f"{nic.name} has MTU {nic.mtu}, its {counts[usual]} peer(s) on {layer} {usual}: set the "
-                                    f"same MTU on every rail (`ip link set {nic.name} mtu {usual}`) and on their switch ports"))
-    return findings
-
-
 def _pcie_hops(report: Report, config: Config) -> list[Finding]:
     """A link on a GPU's or NIC's PCIe path (a switch port, a riser, the root port) trained narrower than
     both its ends allow, named once per link with every device behind it. A GPU's own link is NVML's to
@@ -347,7 +327,8 @@ RULES = [
     Rule(_links, ("gpu_link_changed",), needs="nvidia_smi_topo"),
     Rule(_nics, ("nic_missing", "nic_down", "nic_slow", "nic_speed_unknown"), needs="nics"),
     Rule(_far_nics, ("nic_far_from_gpu",), needs="nvidia_smi_topo"),
-    Rule(_rail_mtus, ("nic_mtu_mismatch",), needs="nics"),
+    Rule(rail_mtus, ("nic_mtu_mismatch",), needs="nics"),
+    Rule(rail_rates, ("nic_rate_mismatch",), needs="nics"),
     Rule(_platform, ("gpudirect_rdma_unavailable", "iommu_translated")),
     Rule(_pcie_hops, ("pcie_hop_narrow",), needs="pcie_paths"),
     Rule(_slow_nic_links, ("pcie_hop_slow",), needs="pcie_paths"),

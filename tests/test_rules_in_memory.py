@@ -1,7 +1,7 @@
 """Rules on an in-memory Report, NHC-style: set the facts, call the rule, read the findings. (The
 snapshot tests in test_rules.py take the same facts through the probes.)"""
 
-from helpers import make_report
+from helpers import make_gpu, make_nic, make_report
 
 from nodecheck.config import Config
 from nodecheck.model import Gpu, ProbeOutcome, Report
@@ -75,3 +75,29 @@ def test_a_rail_whose_mtu_differs_from_its_peers_is_named():
     ipoib = [rail("ib0", 4092, "InfiniBand"), rail("ib1", 2044, "InfiniBand")]  # a tie: the larger is meant
     assert found(make_report(nics=[*rails[:7], *ipoib])) == {("nic_mtu_mismatch", "ib1", "warning")}
     assert found(make_report(nics=[*rails[:7], rail("ens7", 1500, state="DOWN")])) == set()  # not a rail in use
+
+
+def test_a_rail_that_negotiated_less_than_the_others_is_named():
+    """Eight HGX rails, gpuN nearest mlx5_N: one port up at 2X (200 Gbit/s) instead of 4X NDR is named; a slower
+    NIC no GPU is near (a storage NIC), a faster one, or rails on another link layer are not compared."""
+    from nodecheck.model import IbPort
+
+    def hca(i: int, rate: str = "400 Gb/sec (4X NDR)", layer: str = "InfiniBand"):
+        return make_nic(f"ibp{i}", rdma_device=f"mlx5_{i}", ib_ports=[IbPort(f"mlx5_{i}", 1, "ACTIVE", "LinkUp", rate, layer)])
+
+    gpus = [make_gpu(i, nearest_nics=[f"mlx5_{i}"]) for i in range(8)]
+    rails = [hca(i) for i in range(7)] + [hca(7, "200 Gb/sec (2X NDR)")]
+    assert found(make_report(gpus=gpus, nics=rails)) == {("nic_rate_mismatch", "ibp7", "warning")}
+    (finding,) = [f for f in evaluate(make_report(gpus=gpus, nics=rails), Config()) if f.kind == "nic_rate_mismatch"]
+    assert (finding.measured, finding.expected) == ("200 Gbit/s", "400 Gbit/s")
+    assert "InfiniBand 2X NDR" in finding.message and "7 other rail(s) on InfiniBand" in finding.message
+    storage = hca(8, "100 Gb/sec (4X EDR)")  # no GPU is nearest to it
+    assert found(make_report(gpus=gpus, nics=[*rails[:7], hca(7), storage])) == set()
+    faster = [hca(i, "200 Gb/sec (4X HDR)") for i in range(7)] + [hca(7)]
+    assert found(make_report(gpus=gpus, nics=faster)) == set()
+    roce = [hca(i) for i in range(7)] + [hca(7, "200 Gb/sec (4X HDR)", "Ethernet")]
+    assert found(make_report(gpus=gpus, nics=roce)) == set()
+    polling = IbPort("mlx5_7", 1, "DOWN", "Polling", "10 Gb/sec (4X SDR)", "InfiniBand")
+    down = [*rails[:7], make_nic("ibp7", rdma_device="mlx5_7", ib_ports=[polling])]
+    assert found(make_report(gpus=gpus, nics=down)) == set()  # down is nic_down's, with [nics]; not a rate
+    assert found(make_report(nics=rails)) == set()  # no GPU: no rail is known

@@ -1,0 +1,63 @@
+"""A node's rails compared with each other: the RDMA NICs a job's inter-node traffic leaves by should be
+alike, since a collective across nodes runs at its slowest rail. Without a config that states each NIC's
+speed, the other rails are the only reference a node has."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from nodecheck.build import nic_line_spec
+from nodecheck.config import Config
+from nodecheck.findings import Finding
+from nodecheck.model import Report
+from nodecheck.units import format_bits
+
+
+def _layer(nic) -> str:
+    return next((p.link_layer for p in nic.ib_ports if p.state == "ACTIVE" and p.link_layer), nic.kind)
+
+
+def rail_mtus(report: Report, config: Config) -> list[Finding]:
+    """An RDMA NIC whose MTU differs from its peers' on the same link layer (the MTU most of them have, the
+    larger on a tie: jumbo frames are set on purpose): RoCE and IPoIB traffic over it is cut into smaller
+    packets or dropped where the path expects the larger, and a collective runs at its slowest rail."""
+    fabrics: dict[str, list] = {}
+    for nic in report.rdma_nics_up():
+        if nic.mtu:
+            fabrics.setdefault(_layer(nic), []).append(nic)
+    findings = []
+    for layer, nics in sorted(fabrics.items()):
+        counts = Counter(n.mtu for n in nics)
+        usual = max(counts, key=lambda mtu: (counts[mtu], mtu))
+        for nic in (n for n in nics if n.mtu != usual):
+            findings.append(Finding("nic_mtu_mismatch", "warning", nic.name, nic.mtu, usual,
+                                    f"{nic.name} has MTU {nic.mtu}, its {counts[usual]} peer(s) on {layer} {usual}: set the "
+                                    f"same MTU on every rail (`ip link set {nic.name} mtu {usual}`) and on their switch ports"))
+    return findings
+
+
+def rail_rates(report: Report, config: Config) -> list[Finding]:
+    """A GPU's nearest RDMA NIC that negotiated a lower rate than most such rails on its link layer (the faster
+    on a tie): a port that came up at 2X instead of 4X, or HDR instead of NDR, behind a bad cable, transceiver
+    or switch port. Only the NICs nearest the GPUs are compared (a storage or front-end NIC is slower by
+    design), and only a slower one: a warning, because a node may mix rails on purpose; `[nics] speed_mbps`
+    makes it an error (nic_slow)."""
+    nearest = {name for gpu in report.gpus for name in gpu.nearest_nics}
+    fabrics: dict[str, list] = {}
+    for nic in report.rdma_nics_up():
+        spec, _ = nic_line_spec(nic)
+        if spec and (nic.name in nearest or nic.rdma_device in nearest):
+            fabrics.setdefault(_layer(nic), []).append((nic, spec))
+    findings = []
+    for layer, rails in sorted(fabrics.items()):
+        counts = Counter(spec.bytes_per_second for _, spec in rails)
+        usual = max(counts, key=lambda rate: (counts[rate], rate))
+        for nic, spec in rails:
+            if spec.bytes_per_second < usual:
+                name = nic.rdma_device or nic.name
+                findings.append(Finding("nic_rate_mismatch", "warning", nic.name, format_bits(spec.bytes_per_second),
+                                        format_bits(usual), f"{nic.name} negotiated {spec.basis}, {counts[usual]} other rail(s) on "
+                                        f"{layer} {format_bits(usual)}: a collective across nodes runs at its slowest rail; check "
+                                        f"the cable/transceiver and the switch port (`ibstat {name}`), or state the rate in "
+                                        "[nics] speed_mbps"))
+    return findings
