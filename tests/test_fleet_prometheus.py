@@ -1,9 +1,9 @@
 """The fleet view for real: a real Prometheus with the shipped rules scrapes eight `nodecheck serve --from`
-processes on loopback (HGX H100 snapshots of the published topology and the H100 capture's NVML values, each
-publishing an in-node all-reduce result with --measurements): five alike, one at 0.81 of spec where the others
-measure 0.95, one on another driver, one with a GPU trained at x8. The fleet alerts fire for those three and no
-other node; `nodecheck fleet --prometheus` and `nodecheck fleet DIR` over the same nodes' Reports name the same
-three."""
+processes on loopback (the HGX H100 example snapshot: the published topology, the H100 capture's NVML values,
+eight NDR HCAs; each publishing an in-node all-reduce result with --measurements): five alike, one at 0.81 of
+spec where the others measure 0.95, one on another driver, one with a GPU trained at x8, one with an HCA up at
+2X (200 Gbit/s). The fleet alerts fire for those four and no other node; `nodecheck fleet --prometheus` and
+`nodecheck fleet DIR` over the same nodes' Reports name the same four."""
 
 import json
 import re
@@ -21,16 +21,24 @@ from nodecheck.snapshot import SnapshotHost
 from nodecheck.verdicts import with_measurements
 
 DEADLINE = 120
-FLEET_ALERTS = ("NodecheckBelowPeers", "NodecheckFingerprintDrift", "NodecheckNarrowerThanPeers")
+FLEET_ALERTS = ("NodecheckBelowPeers", "NodecheckFingerprintDrift", "NodecheckNarrowerThanPeers", "NodecheckNicsSlowerThanPeers")
 NODES = {"node-1": {}, "node-2": {}, "node-3": {}, "node-4": {}, "node-5": {},
-         "node-slow": {"ratio": 0.81}, "node-olddriver": {"driver": "550.54.15"}, "node-x8": {"x8": 3}}
+         "node-slow": {"ratio": 0.81}, "node-olddriver": {"driver": "550.54.15"}, "node-x8": {"x8": 3},
+         "node-2x": {"two_x": 5}}
 
 
-def node_snapshot(root, ratio: float = 0.95, driver: str | None = None, x8: int | None = None):
-    gpus = hgx_nvml()
+def node_snapshot(root, ratio: float = 0.95, driver: str | None = None, x8: int | None = None, two_x: int | None = None):
+    from examples_builder import build_node
+
+    snap = build_node(root)
+    identity = json.loads((snap / "identity.json").read_text())
+    (snap / "identity.json").write_text(json.dumps(dict(identity, hostname=root.name)))
     if x8 is not None:
+        gpus = hgx_nvml()
         gpus[x8] = dict(gpus[x8], width=8)
-    snap = make_snapshot(root, topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=gpus)
+        make_snapshot(snap, nvml_gpus=gpus)
+    if two_x is not None:  # the port came up on two of its four lanes
+        (snap / f"fs/sys/class/infiniband/mlx5_{two_x}/ports/1/rate").write_text("200 Gb/sec (2X NDR)\n")
     if driver:
         dump = json.loads((snap / "nvml.json").read_text())
         (snap / "nvml.json").write_text(json.dumps(dict(dump, driver_version=driver)))
@@ -71,17 +79,17 @@ def test_the_fleet_alerts_and_both_fleet_commands_name_the_same_nodes(tmp_path, 
     wait_for(lambda: len(query("nodecheck_bandwidth_ratio")) == len(NODES), "every node's all-reduce scraped", deadline)
     names = {address: name for name, address in targets.items()}
     expected = {("NodecheckBelowPeers", "node-slow"), ("NodecheckFingerprintDrift", "node-olddriver"),
-                ("NodecheckNarrowerThanPeers", "node-x8")}
+                ("NodecheckNarrowerThanPeers", "node-x8"), ("NodecheckNicsSlowerThanPeers", "node-2x")}
 
     def firing() -> set:
         alerts = query('ALERTS{alertstate="firing",alertname=~"%s"}' % "|".join(FLEET_ALERTS))
         return {(a["metric"]["alertname"], names[a["metric"]["instance"]]) for a in alerts}
 
-    wait_for(lambda: firing() >= expected, "the three fleet alerts to fire", deadline)
+    wait_for(lambda: firing() >= expected, "the four fleet alerts to fire", deadline)
     time.sleep(3)  # a few more evaluations: nothing else fires
     assert firing() == expected
 
     from_prometheus = json.loads(cli("fleet", "--prometheus", base, "--json").stdout)
     from_reports = json.loads(cli("fleet", str(reports), "--json").stdout)
     assert sorted(names[i] for i in from_prometheus["out_of_line"]) == from_reports["out_of_line"] == [
-        "node-olddriver", "node-slow", "node-x8"]
+        "node-2x", "node-olddriver", "node-slow", "node-x8"]

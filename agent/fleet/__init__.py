@@ -89,8 +89,9 @@ def _facts(report: Report) -> dict[str, float]:
         facts["fact:gpu_power_limit_min_w"] = min(limits)
     up = [n for n in report.nics if not n.virtual and n.state == "up"]
     facts["fact:nics_up"] = float(len(up))
-    if any(n.speed_mbps for n in up):
-        facts["fact:nic_speed_mbps_total"] = float(sum(n.speed_mbps or 0 for n in up))
+    specs = [spec.bytes_per_second for spec in (report.path_spec(f"nic:{n.name}") for n in up) if spec and spec.bytes_per_second]
+    if specs:  # each port's rate (an InfiniBand port has no netdev speed), or its PCIe path where slower
+        facts["fact:nic_spec_gbits_total"] = round(sum(specs) * 8 / 1e9, 3)
     return facts
 
 

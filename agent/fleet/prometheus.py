@@ -23,8 +23,9 @@ FACTS = {  # the numeric facts agent/fleet.py takes from a Report, as PromQL ove
     "fact:nvlinks_active": "sum by (instance) (nodecheck_gpu_nvlink_active_links)",
     "fact:gpu_power_limit_min_w": "min by (instance) (nodecheck_gpu_power_limit_watts)",
     "fact:nics_up": 'count by (instance) (nodecheck_nic_up * on (instance, nic) group_left () nodecheck_nic_info{virtual="false"} == 1)',
-    "fact:nic_speed_mbps_total": ('sum by (instance) (nodecheck_nic_speed_bytes_per_second * on (instance, nic) nodecheck_nic_up'
-                                  ' * on (instance, nic) group_left () nodecheck_nic_info{virtual="false"}) * 8 / 1e6'),
+    "fact:nic_spec_gbits_total": ('sum by (instance) (label_replace(nodecheck_path_spec_bytes_per_second{path=~"nic:.+"}, "nic", "$1",'
+                                  ' "path", "nic:(.+)") * on (instance, nic) group_left () (nodecheck_nic_up == 1)'
+                                  ' * on (instance, nic) group_left () nodecheck_nic_info{virtual="false"}) * 8 / 1e9'),
 }
 
 
