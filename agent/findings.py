@@ -39,6 +39,7 @@ FINDING_KINDS = {
     "nic_far_from_gpu": "{head}",
     "nic_mtu_mismatch": "{subject} MTU {measured} != {expected}",
     "nic_rate_mismatch": "{subject} {measured} < {expected} of the other rails",
+    "nic_rail_down": "{subject} {measured}, other rails {expected}",
     "gpudirect_rdma_unavailable": "no GPUDirect RDMA peer-memory module",
     "iommu_translated": "{subject} IOMMU {measured}",
     "pcie_hop_narrow": "{subject} PCIe {measured} < {expected}",

@@ -22,7 +22,7 @@ AREAS = {
             "row_remap_failed", "row_remap_pending", "gpu_link_changed", "gpu_xid", "nvswitch_sxid", "pcie_replays", "nvlink_errors",
             "ecc_uncorrected", "gpu_clock_slowdown", "gpu_vbios_mismatch", "gpu_fabric_not_ready", "gpu_fabric_unhealthy",
             "gpu_recovery_action", "gpu_power_limit_lowered", "gpu_mig_mode", "probe_failed"),
-    "fabric": ("nic_missing", "nic_down", "nic_slow", "nic_speed_unknown", "nic_far_from_gpu", "nic_mtu_mismatch", "nic_rate_mismatch",
+    "fabric": ("nic_missing", "nic_down", "nic_slow", "nic_speed_unknown", "nic_far_from_gpu", "nic_mtu_mismatch", "nic_rate_mismatch", "nic_rail_down",
                "gpudirect_rdma_unavailable", "iommu_translated", "pcie_hop_narrow", "pcie_hop_slow", "pcie_acs_redirect", "pcie_aer_fatal",
                "pcie_link_errors", "ib_link_downed", "ib_port_errors", "ib_counter_saturated", "nccl_socket_fallback",
                "nccl_no_gdr", "nccl_p2p_disabled", "nccl_rail_mismatch", "nccl_warning", "peer_unreachable",

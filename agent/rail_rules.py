@@ -36,13 +36,45 @@ def rail_mtus(report: Report, config: Config) -> list[Finding]:
     return findings
 
 
+def _nearest(report: Report) -> dict[str, list[int]]:
+    """NIC name (netdev or RDMA device) -> the GPUs it is nearest to."""
+    out: dict[str, list[int]] = {}
+    for gpu in report.gpus:
+        for name in gpu.nearest_nics:
+            out.setdefault(name, []).append(gpu.index)
+    return out
+
+
+def rails_down(report: Report, config: Config) -> list[Finding]:
+    """A GPU's nearest RDMA NIC whose ports are all down while another such rail is ACTIVE: NCCL leaves it out and
+    that GPU's traffic between nodes crosses to another GPU's rail. A port disabled on purpose (physical state
+    Disabled, as a node's unused front-end ports are) is not named; one Polling has no link partner: a cable,
+    transceiver or switch port. A warning: `[nics]` with state "up" makes it an error (nic_down)."""
+    nearest = _nearest(report)
+    rails = [n for n in report.nics if n.rdma_device and n.ib_ports and (n.name in nearest or n.rdma_device in nearest)]
+    if not any(p.state == "ACTIVE" for n in rails for p in n.ib_ports):
+        return []
+    findings = []
+    for nic in rails:
+        ports = nic.ib_ports
+        if any(p.state == "ACTIVE" for p in ports) or all(p.phys_state == "Disabled" for p in ports):
+            continue
+        gpus = ", ".join(f"gpu{i}" for i in nearest.get(nic.name, nearest.get(nic.rdma_device, [])))
+        state = ", ".join(f"{p.state or 'unknown'} ({p.phys_state or 'physical state unknown'})" for p in ports)
+        findings.append(Finding("nic_rail_down", "warning", nic.name, state, "ACTIVE",
+                                f"{nic.name}, the nearest NIC of {gpus}, is {state} while other rails are ACTIVE: NCCL leaves "
+                                f"it out and the traffic of {gpus} between nodes crosses to another rail; check the cable, "
+                                f"transceiver and switch port (`ibstat {nic.rdma_device}`)"))
+    return findings
+
+
 def rail_rates(report: Report, config: Config) -> list[Finding]:
     """A GPU's nearest RDMA NIC that negotiated a lower rate than most such rails on its link layer (the faster
     on a tie): a port that came up at 2X instead of 4X, or HDR instead of NDR, behind a bad cable, transceiver
     or switch port. Only the NICs nearest the GPUs are compared (a storage or front-end NIC is slower by
     design), and only a slower one: a warning, because a node may mix rails on purpose; `[nics] speed_mbps`
     makes it an error (nic_slow)."""
-    nearest = {name for gpu in report.gpus for name in gpu.nearest_nics}
+    nearest = _nearest(report)
     fabrics: dict[str, list] = {}
     for nic in report.rdma_nics_up():
         spec, _ = nic_line_spec(nic)

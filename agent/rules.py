@@ -20,7 +20,7 @@ from nodecheck.gpu_error_rules import gpu_findings
 from nodecheck.gpu_presence import gpu_count, inaccessible_gpus
 from nodecheck.model import Report, link_family
 from nodecheck.pci import narrow_hops, normal_pci, slow_hops
-from nodecheck.rail_rules import rail_mtus, rail_rates
+from nodecheck.rail_rules import rail_mtus, rail_rates, rails_down
 from nodecheck.signal_rules import gpu_xids, switch_xids
 from nodecheck.specs import BUSY_UTILIZATION, pcie
 from nodecheck.units import format_bits
@@ -329,6 +329,7 @@ RULES = [
     Rule(_far_nics, ("nic_far_from_gpu",), needs="nvidia_smi_topo"),
     Rule(rail_mtus, ("nic_mtu_mismatch",), needs="nics"),
     Rule(rail_rates, ("nic_rate_mismatch",), needs="nics"),
+    Rule(rails_down, ("nic_rail_down",), needs="nics"),
     Rule(_platform, ("gpudirect_rdma_unavailable", "iommu_translated")),
     Rule(_pcie_hops, ("pcie_hop_narrow",), needs="pcie_paths"),
     Rule(_slow_nic_links, ("pcie_hop_slow",), needs="pcie_paths"),

@@ -99,5 +99,5 @@ def test_a_rail_that_negotiated_less_than_the_others_is_named():
     assert found(make_report(gpus=gpus, nics=roce)) == set()
     polling = IbPort("mlx5_7", 1, "DOWN", "Polling", "10 Gb/sec (4X SDR)", "InfiniBand")
     down = [*rails[:7], make_nic("ibp7", rdma_device="mlx5_7", ib_ports=[polling])]
-    assert found(make_report(gpus=gpus, nics=down)) == set()  # down is nic_down's, with [nics]; not a rate
+    assert found(make_report(gpus=gpus, nics=down)) == {("nic_rail_down", "ibp7", "warning")}  # down, not slow
     assert found(make_report(nics=rails)) == set()  # no GPU: no rail is known
