@@ -72,7 +72,12 @@ GPU_SIGNALS = {"pcie_replays": ("pcie_replays", "its PCIe replay counter"),
                "clock_event_reasons": ("gpu_clock_slowdown", "its clock event reasons"),
                "ecc_uncorrected_volatile": ("ecc_uncorrected", "its uncorrectable ECC count"),
                "recovery_action": ("gpu_recovery_action", "its recovery action (a driver without the field?)"),
-               "nvlink_errors": ("nvlink_errors", "the error counters of its active NVLinks")}
+               "nvlink_errors": ("nvlink_errors", "the error counters of its active NVLinks"),
+               "sram_threshold_exceeded": ("sram_threshold_exceeded", "its SRAM error status (it needs root)"),
+               "retired_pages": ("retired_pages_limit", "its retired pages"),
+               "retired_pages_pending": ("retired_pages_pending", "whether a page retirement is pending"),
+               "inforom_valid": ("inforom_corrupted", "whether its InfoROM is valid")}
+AMPERE = 7  # NVML_DEVICE_ARCH_AMPERE: the SRAM error status from here on; page retirement before it (rows remap)
 
 
 def _unsaid_gpu_signals(report: Report) -> dict[str, str]:
@@ -84,9 +89,21 @@ def _unsaid_gpu_signals(report: Report) -> dict[str, str]:
         for name, (kind, what) in GPU_SIGNALS.items():
             if name == "nvlink_errors" and (gpu.mig_enabled or not any(link["active"] for link in gpu.nvlinks)):
                 continue
+            if not _asked_of(name, gpu.architecture):
+                continue
             if gpu.signals is None or getattr(gpu.signals, name) is None:
                 unsaid.setdefault(kind, f"gpu{gpu.index}: NVML did not report {what}")
     return unsaid
+
+
+def _asked_of(signal: str, architecture: int | None) -> bool:
+    """Whether a GPU of this NVML architecture has the signal: the SRAM status from Ampere on, retired pages before
+    it; neither is expected of a GPU whose architecture NVML did not say."""
+    if signal == "sram_threshold_exceeded":
+        return architecture is not None and architecture >= AMPERE
+    if signal.startswith("retired_pages"):
+        return architecture is not None and architecture < AMPERE
+    return True
 
 
 def _unread_ib_ports(report: Report) -> str | None:

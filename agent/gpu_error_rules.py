@@ -1,7 +1,7 @@
 """A GPU's own error signals judged (NVML, probes/nvml.py): the PCIe replay rate against the limit derived
-from its link, NVLink errors, volatile uncorrectable ECC, what slows its clocks, and the recovery action the
-driver asks for. Pure: reads the Report and
-the Config; rates and "sustained" come from the previous sample (agent/error_rules.py)."""
+from its link, NVLink errors, volatile uncorrectable ECC, what slows its clocks, the recovery action the
+driver asks for, and its memory and board health (SRAM threshold, retired pages, InfoROM). Pure: reads the
+Report and the Config; rates and "sustained" come from the previous sample (agent/error_rules.py)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def gpu_findings(report: Report, config: Config) -> list[Finding]:
     for gpu in report.gpus:
         if gpu.signals is not None:
             key = f"gpu/{normal_pci(gpu.pci_bus_id)}"
-            for check in (_replays, _nvlink, _ecc, _clocks, _recovery):
+            for check in (_replays, _nvlink, _ecc, _clocks, _recovery, _memory_health):
                 findings += check(report, config, gpu, f"gpu{gpu.index}", key)
     return findings
 
@@ -126,3 +126,29 @@ def _recovery(report: Report, config: Config, gpu, subject: str, key: str) -> li
                     f"{subject}: the driver asks for a {named} before the GPU is used again (NVML recovery action "
                     f"{action}, after an uncorrectable fault): {todo.format(index=gpu.index)}; the kernel log's Xid "
                     "names the fault")]
+
+
+def _memory_health(report: Report, config: Config, gpu, subject: str, key: str) -> list[Finding]:
+    """As DCGM's diagnostic judges them: SRAM errors past the field diagnostic's threshold and a corrupted InfoROM are
+    warnings (the GPU works; NVIDIA's RMA process decides), a page retirement waiting for a reset a warning (as a
+    pending row remapping), retired pages at DCGM's limit an error (replace the GPU, as a failed row remapping)."""
+    signals, found = gpu.signals, []
+    if signals.sram_threshold_exceeded:
+        found.append(Finding("sram_threshold_exceeded", "warning", subject, "exceeded", "not exceeded",
+                             f"{subject}'s SRAM uncorrectable errors passed the field diagnostic's threshold, NVIDIA's RMA "
+                             "criterion for its L2 and SRAM: run NVIDIA's field diagnostic and open an RMA "
+                             f"(`nvidia-smi -q -d ECC -i {gpu.index}`: SRAM Threshold Exceeded)"))
+    limit, source = config.errors.limit("retired_pages")
+    if signals.retired_pages is not None and signals.retired_pages >= limit:
+        found.append(Finding("retired_pages_limit", "error", subject, f"{signals.retired_pages} retired", f"< {limit:g}",
+                             f"{subject} retired {signals.retired_pages} memory pages, at or past the limit of {limit:g} "
+                             f"({source}): replace the GPU"))
+    if signals.retired_pages_pending:
+        found.append(Finding("retired_pages_pending", "warning", subject, "pending", "none",
+                             f"{subject} has a page retirement pending: reset the GPU when idle (`nvidia-smi -r -i "
+                             f"{gpu.index}`) so the bad page is taken out of use"))
+    if signals.inforom_valid is False:
+        found.append(Finding("inforom_corrupted", "warning", subject, "corrupted", "valid",
+                             f"NVML says {subject}'s InfoROM is corrupted: the GPU may not record its ECC errors and "
+                             "remappings; reflash it with NVIDIA's tools, or replace the board"))
+    return found

@@ -56,6 +56,10 @@ class GpuSignals:
     ecc_uncorrected_volatile: int | None = None  # uncorrectable ECC errors since the driver loaded or the GPU reset
     nvlink_errors: dict[str, int] | None = None  # replay, recovery, crc_flit, crc_data summed over its links
     recovery_action: int | None = None  # what the driver asks before reuse (NVML_GPU_RECOVERY_ACTION_*; 0 none)
+    sram_threshold_exceeded: bool | None = None  # SRAM uncorrectable errors past the field diagnostic's RMA threshold
+    retired_pages: int | None = None  # pages retired for single- and double-bit errors (GPUs before Ampere)
+    retired_pages_pending: bool | None = None  # a retirement waits for the GPU's reset
+    inforom_valid: bool | None = None  # False: NVML says the InfoROM is corrupted
 
 
 @dataclass

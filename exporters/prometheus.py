@@ -230,6 +230,15 @@ def _gpu_signals(report: Report) -> Iterator[Metric]:
                  "(NVML_GPU_RECOVERY_ACTION_*): 0 none, 1 GPU reset, 2 node reboot, 3 peer-to-peer drain, 4 drain and "
                  "reset, 5 IMEX domain recovery, 6 PCIe bus reset, 7 system reboot; absent where the driver does not say.",
                  ["gpu"], [([g.index], g.signals.recovery_action) for g in gpus])
+    yield _gauge("nodecheck_gpu_retired_pages", "Memory pages the GPU retired, single- and double-bit causes together "
+                 "(GPUs before Ampere; absent where NVML does not say, as on GPUs that remap rows).", ["gpu"],
+                 [([g.index], g.signals.retired_pages) for g in gpus])
+    for key, name, doc in (("sram_threshold_exceeded", "sram_threshold_exceeded", "The SRAM uncorrectable errors passed the "
+                            "field diagnostic's RMA threshold (1); absent where NVML does not say (it needs root)."),
+                           ("retired_pages_pending", "retired_pages_pending", "A page retirement waits for a GPU reset (1)."),
+                           ("inforom_valid", "inforom_valid", "The InfoROM is valid (1) or corrupted (0).")):
+        yield _gauge(f"nodecheck_gpu_{name}", doc, ["gpu"],
+                     [([g.index], None if getattr(g.signals, key) is None else int(getattr(g.signals, key))) for g in gpus])
 
 
 def _findings(report: Report) -> Iterator[Metric]:

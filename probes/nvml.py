@@ -17,6 +17,7 @@ from nodecheck.errors import NO_DRIVER, NoData, ParseError, ProbeFailed
 from nodecheck.limits import MAX_GPUS, MAX_NVLINKS
 from nodecheck.probes.base import Probe
 from nodecheck.probes.nvml_fabric import dump_fabric, parse_fabric
+from nodecheck.probes.nvml_memory import dump_memory, parse_memory
 from nodecheck.units import format_cpulist, is_int, mask_words_to_cpus
 
 SOURCE = "nvml.json"
@@ -134,6 +135,8 @@ def _dump_gpu(pynvml, index: int, handle) -> dict:
         # 0 none, 1 GPU reset, 2 node reboot, 3 drain peer-to-peer, 4 drain and reset ...); `nvidia-smi -q` prints
         # it as "GPU Recovery Action"
         "recovery_action": _field_value(pynvml, handle, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"),
+        # SRAM error status, retired pages, the InfoROM's validity (probes/nvml_memory.py)
+        **dump_memory(pynvml, handle, _ask),
     }
 
 
@@ -212,6 +215,7 @@ class NvmlGpu:
     mig_pending: bool | None = None  # the mode the GPU takes at its next reset
     recovery_action: int | None = None  # NVML_GPU_RECOVERY_ACTION_*: 0 none, else what the driver asks before reuse
     fabric: dict | None = None  # NVLink fabric registration (parse_fabric); None where NVML did not say
+    memory: dict = field(default_factory=dict)  # SRAM status, retired pages, InfoROM (parse_memory)
     errors: dict[str, str] = field(default_factory=dict)  # field -> NVML's reason
 
 
@@ -276,6 +280,7 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
     gpu.nvlink_errors = _nvlink_errors(raw.get("nvlinks"))
     fabric = _field(gpu, raw, "fabric", dict)  # records NVML's refusal in gpu.errors, read next
     gpu.fabric = parse_fabric(gpu.index, gpu.errors.get("fabric"), fabric)
+    gpu.memory = parse_memory(raw, gpu.errors)
     return gpu
 
 

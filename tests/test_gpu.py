@@ -42,6 +42,18 @@ def test_real_nvml_says_the_recovery_action_and_the_drivers_gpus(nvml_facts):
     assert {normal_pci(g.pci_bus_id) for g in nvml_facts.gpus} <= set(managed), managed
 
 
+def test_real_nvml_says_the_memory_health(nvml_facts):
+    """A healthy lent Hopper GPU: its SRAM status answered and under the threshold where nodecheck runs as root (the
+    device machine's user), its InfoROM valid, and retired pages Not Supported (Hopper remaps rows); any other
+    answer is printed, to be written down beside the capture's."""
+    import os
+
+    for gpu in nvml_facts.gpus:
+        print(f"gpu{gpu.index} {gpu.name}: memory {gpu.memory}, refused {gpu.errors}")
+        assert gpu.memory["sram_threshold_exceeded"] in ((False,) if os.geteuid() == 0 else (False, None))
+        assert gpu.memory["inforom_valid"] in (True, None) and gpu.memory["retired_pages"] is None
+
+
 def test_real_topo_matches_nvml(nvml_facts):
     if shutil.which("nvidia-smi") is None:
         pytest.skip("nvidia-smi is not installed")

@@ -28,6 +28,10 @@ class NVMLError_NoPermission(NVMLError):
     value = 4
 
 
+class NVMLError_CorruptedInforom(NVMLError):
+    value = 14
+
+
 class NVMLError_LibraryNotFound(NVMLError):
     pass
 
@@ -113,7 +117,42 @@ def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Excep
     m.nvmlDeviceGetMigMode = lambda h: list(_value(h.get("mig", [0, 0])))
     _fabric_calls(m)
     _field_values(m)
+    _memory_calls(m)
     return m
+
+
+def _memory_calls(m) -> None:
+    """The SRAM error status, retired pages and InfoROM check, as the captured H100's `nvidia-smi -q` says them: "SRAM
+    Threshold Exceeded: No" and every SRAM uncorrectable count 0 (nvidia-ml-py's own structure, filled as NVML fills
+    it), "Retired Pages: N/A" (Not Supported: an H100 remaps rows), and no InfoROM warning. A GPU's "sram" {field:
+    value}, "retired_pages" {"sbe": n, "dbe": n} (NVML returns that many page addresses), "retired_pending" (0 or 1)
+    and "inforom" ("corrupted", or an exception to raise) give other answers; "ERR" is Not Supported."""
+    import pynvml as real
+
+    m.c_nvmlEccSramErrorStatus_v1_t = real.c_nvmlEccSramErrorStatus_v1_t
+
+    def sram(h, pointer):
+        answer = h.get("sram", {})
+        if answer == "ERR" or isinstance(answer, Exception):
+            raise answer if isinstance(answer, Exception) else NVMLError_NotSupported("Not Supported")
+        for key, value in answer.items():
+            setattr(pointer._obj, key, value)
+
+    def retired(h, cause):
+        pages = _value(h.get("retired_pages", "ERR"))
+        return [0x1000 * (i + 1) for i in range(pages["sbe" if cause == 0 else "dbe"])]
+
+    def inforom(h):
+        answer = h.get("inforom")
+        if answer == "corrupted":
+            raise NVMLError_CorruptedInforom("Corrupted infoROM")
+        if isinstance(answer, Exception):
+            raise answer
+
+    m.nvmlDeviceGetSramEccErrorStatus = sram
+    m.nvmlDeviceGetRetiredPages = retired
+    m.nvmlDeviceGetRetiredPagesPendingStatus = lambda h: _value(h.get("retired_pending", "ERR"))
+    m.nvmlDeviceValidateInforom = inforom
 
 
 def _fabric_calls(m) -> None:
