@@ -63,6 +63,10 @@ def _nvml_seeds() -> list:
         gpus = [dict(records[0], fabric=fabrics[i % len(fabrics)]) for i in range(8)]
         gpus[5] = fake_pynvml.NVMLError_GpuIsLost("GPU is lost")
         gpus[2] = dict(gpus[2], recovery=1, nvlink=[[0, 1, 6], [1, 0, 6]], nvlink_field_state={1: 2})
+        # ... one past the SRAM threshold with a corrupted InfoROM, one a V100 with retired pages, one pending
+        gpus[3] = dict(gpus[3], sram={"bThresholdExceeded": 1, "aggregateUncParity": 5}, inforom="corrupted")
+        gpus[4] = dict(gpus[4], name="Tesla V100-SXM2-16GB", arch=5, sram="ERR", retired_pages={"sbe": 40, "dbe": 23},
+                       retired_pending=1)
         sys.modules["pynvml"] = fake_pynvml.replaying(gpus)
         eight = dump_nvml()
     finally:
