@@ -8,6 +8,7 @@ the GPU is busy (utilization >= BUSY_UTILIZATION); otherwise the bandwidth test 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 from nodecheck.build import gpu_hops
@@ -53,7 +54,9 @@ def _probe_failures(report: Report, config: Config) -> list[Finding]:
 
 def _each_gpu(report: Report, config: Config) -> list[Finding]:
     """The checks of one GPU's own facts (NVML), GPU by GPU."""
-    return [f for gpu in report.gpus for check in (_pcie, _mig, _nvlinks, _memory, _power_limit) for f in check(gpu, config)]
+    modes = [g.mig_enabled for g in report.gpus]
+    mig = partial(_mig, most_whole=modes.count(False) > modes.count(True))
+    return [f for gpu in report.gpus for check in (_pcie, mig, _nvlinks, _memory, _power_limit) for f in check(gpu, config)]
 
 
 def _pcie(gpu, config: Config) -> list[Finding]:
@@ -106,10 +109,12 @@ def _power_limit(gpu, config: Config) -> list[Finding]:
                     f"`nvidia-smi -i {gpu.index} -pl {default:g}` restores it, if it was not lowered on purpose")]
 
 
-def _mig(gpu, config: Config) -> list[Finding]:
+def _mig(gpu, config: Config, most_whole: bool = False) -> list[Finding]:
     """MIG mode: the driver enables no NVLink under it and CUDA has no peer-to-peer, so the GPU's NVLink checks
-    and in-node bandwidth tests are skipped (they would read as a broken fabric). Said as info, an error where
-    `[gpus] mig` expects the other mode; a change waiting for the GPU's reset is a warning."""
+    and in-node bandwidth tests are skipped (they would read as a broken fabric). Said as info; a warning where most
+    of the node's GPUs are not in MIG mode (`most_whole`: one GPU partitioned by mistake leaves a job of the whole
+    node with slices and no NVLink); an error where `[gpus] mig` expects the other mode; a change waiting for the
+    GPU's reset is a warning."""
     subject, findings, on = f"gpu{gpu.index}", [], gpu.mig_enabled
     if on is None:
         return []
@@ -119,6 +124,11 @@ def _mig(gpu, config: Config) -> list[Finding]:
         findings.append(Finding("gpu_mig_mode", "error", subject, mode, expected,
                                 f"{subject} MIG mode is {mode}, [gpus] mig expects {expected}: "
                                 f"`nvidia-smi -i {gpu.index} -mig {int(config.mig)}`, then reset the GPU"))
+    elif on and most_whole:
+        findings.append(Finding("gpu_mig_mode", "warning", subject, "on", "off, as most of its siblings",
+                                f"{subject} is in MIG mode, most of its siblings are not: a job of the whole node "
+                                f"gets its slices and no NVLink to it; `nvidia-smi -i {gpu.index} -mig 0` and reset the GPU "
+                                "if it was not partitioned on purpose (set [gpus] mig to require a mode)"))
     elif on:
         findings.append(Finding("gpu_mig_mode", "info", subject, "on", "-",
                                 f"{subject} is in MIG mode: NVLink and GPU peer-to-peer are off by design, so its NVLink "

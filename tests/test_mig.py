@@ -64,12 +64,24 @@ def test_the_nvml_reader_takes_the_mig_mode(tmp_path):
 @pytest.mark.parametrize("links_off_as", ["inactive", "refused"])
 @pytest.mark.parametrize("topo_without_nvlink", [False, True])
 def test_a_gpu_in_mig_mode_is_said_not_failed(tmp_path, links_off_as, topo_without_nvlink):
+    """One GPU of eight in MIG mode: its links are off by design, not broken (no error); that its seven siblings are
+    whole says it was likely partitioned by mistake, a warning."""
     report = node(tmp_path, {3: [1, 1]}, links_off_as, topo_without_nvlink)
     about_gpu3 = [(f.kind, f.severity) for f in report.findings if "gpu3" in f.subject]
-    assert about_gpu3 == [("gpu_mig_mode", "info")], report.findings
+    assert about_gpu3 == [("gpu_mig_mode", "warning")], report.findings
     (said,) = [f for f in report.findings if f.kind == "gpu_mig_mode"]
-    assert "NVLink and GPU peer-to-peer are off by design" in said.message
+    assert "most of its siblings are not" in said.message and "-mig 0" in said.message
     assert not [f for f in report.findings if f.severity in ("error", "critical")], report.findings
+
+
+@pytest.mark.parametrize("in_mig", [range(8), range(4)])
+def test_a_node_partitioned_on_purpose_is_said_as_info(tmp_path, in_mig):
+    """Every GPU, or half of them, in MIG mode: a node partitioned on purpose, each GPU said as info."""
+    report = node(tmp_path, {i: [1, 1] for i in in_mig})
+    said = [(f.subject, f.severity) for f in report.findings if f.kind == "gpu_mig_mode"]
+    assert said == [(f"gpu{i}", "info") for i in in_mig], report.findings
+    first = next(f for f in report.findings if f.kind == "gpu_mig_mode")
+    assert "NVLink and GPU peer-to-peer are off by design" in first.message
 
 
 def test_without_mig_the_same_links_are_an_error(tmp_path):
