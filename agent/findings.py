@@ -30,7 +30,7 @@ FINDING_KINDS = {
     "row_remap_failed": "{subject} row remapping failed",
     "row_remap_pending": "{subject} row remapping pending",
     "sram_threshold_exceeded": "{subject} SRAM errors past the RMA threshold",
-    "retired_pages_limit": "{subject} {measured} pages, limit {expected}",
+    "retired_pages_limit": "{subject} {measured} pages, expected {expected}",
     "retired_pages_pending": "{subject} page retirement pending",
     "inforom_corrupted": "{subject} InfoROM corrupted",
     "gpu_power_limit_lowered": "{subject} power limit {measured} < {expected}",
