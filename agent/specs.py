@@ -37,7 +37,7 @@ def pcie(gen: int, width: int) -> Spec | None:
 
 def pcie_generation(speed: str | None) -> int | None:
     """The generation of a link speed as sysfs writes it ("32.0 GT/s PCIe" -> 5); None when unknown."""
-    match = re.match(r"^\s*([0-9.]+)\s*GT/s", speed or "")
+    match = re.match(r"^\s*([0-9]{1,3}(?:\.[0-9]{1,3})?)\s*GT/s", speed or "")  # "1.2.3 GT/s" is garbage, not a crash
     if not match:
         return None
     rate = float(match[1])
@@ -103,7 +103,8 @@ def nvlink_for_gpu(arch_number: int | None, gpu_name: str | None, version_enum: 
     return Spec(spec.bytes_per_second, f"{spec.basis[:-1]}; {how}; {enum_text})", spec.source), ""
 
 
-_IB_RATE = re.compile(r"^\s*(?P<gbps>\d+(?:\.\d+)?)\s*Gb/sec(?:\s*\((?P<lanes>\d+)X\s*(?P<name>[A-Z0-9]+)?\))?")
+# bounded: a port reports 1X to 12X and at most a few thousand Gb/sec; longer digits are garbage, not a figure
+_IB_RATE = re.compile(r"^\s*(?P<gbps>\d{1,5}(?:\.\d{1,3})?)\s*Gb/sec(?:\s*\((?P<lanes>\d{1,2})X\s*(?P<name>[A-Z0-9]{1,8})?\))?")
 
 
 def infiniband(rate_text: str) -> Spec | None:
@@ -121,7 +122,7 @@ def infiniband(rate_text: str) -> Spec | None:
     gbits = float(match["gbps"])
     if gbits <= 0:
         return None
-    return Spec(gbits * 1e9 / 8, f"InfiniBand {rate_text.strip()} (rate as reported)", "sysfs port rate")
+    return Spec(gbits * 1e9 / 8, f"InfiniBand {rate_text.strip()[:40]} (rate as reported)", "sysfs port rate")
 
 
 def ethernet(speed_mbps: int | None) -> Spec | None:

@@ -12,6 +12,8 @@ import json
 
 import pytest
 from helpers import PUBLIC, hgx_nvml, make_snapshot, need, write_pci_tree
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nodecheck import specs
 from nodecheck.build import build_report
@@ -141,3 +143,19 @@ def test_only_the_judged_hops_are_named():
         ("nic", 4, 5), ("usp", 1, 5)]
     assert slow_hops(hops, {"nic", "dsp"})[0][1].bdf == "nic" and len(slow_hops(hops, {"nic", "dsp"})) == 1
     assert slow_hops(hops, {"root"}) == [(3, hops[3], 1, 5)]
+
+
+@pytest.mark.parametrize("garbled", ["1.2.3 GT/s PCIe", "...GT/s", "9999999 GT/s PCIe", "\x00", "nan GT/s", "-8.0 GT/s"])
+def test_a_garbled_link_speed_is_unknown_not_a_crash(tmp_path, garbled):
+    """sysfs text from a broken device, or a hostile snapshot, in every speed file of the NIC's and the GPU's
+    paths: no spec bound, nothing named slow, and the build completes (a "1.2.3 GT/s" once raised ValueError
+    in float(), ending the whole Report)."""
+    report, spec, slow = judged(node(tmp_path, hca=(garbled, garbled), slot=(garbled, garbled), uplink=(garbled, GEN5)))
+    assert slow == [] and spec.bytes_per_second == 50e9
+    assert report.path_spec("gpu0:host").bytes_per_second == specs.pcie(5, 16).bytes_per_second
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40) | st.from_regex(r"\A\s*[0-9.e+-]{1,12}\s*GT/s( PCIe)?\Z"))
+def test_every_text_is_a_generation_or_unknown(text):
+    assert specs.pcie_generation(text) in (None, 1, 2, 3, 4, 5, 6, 7)

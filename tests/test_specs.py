@@ -68,3 +68,11 @@ def test_ethernet_and_unknowns():
     assert "not a standard speed" in specs.ethernet(12345).basis
     assert specs.ethernet(None) is None and specs.ethernet(-1) is None
     assert specs.pcie(9, 16) is None and specs.nvlink(9, 4) is None and specs.infiniband("garbage") is None
+
+
+@pytest.mark.parametrize("rate", ["400 Gb/sec (" + "9" * 5000 + "X NDR)", "9" * 5000 + " Gb/sec", "1.2.3 Gb/sec"])
+def test_a_garbled_port_rate_is_no_crash_and_no_huge_figure(rate):
+    """A port rate from a broken driver or a hostile snapshot: 5,000 digits once raised ValueError in int() (Python's
+    digit limit) or gave an infinite spec; the figure before them, when there is one, is read as reported."""
+    spec = specs.infiniband(rate)
+    assert spec is None or (spec.bytes_per_second == 50e9 and len(spec.basis) < 100)
