@@ -28,6 +28,7 @@ LINK_CLASS = {
     "SOC": "socket-interconnect",
 }
 LINK_DISTANCE = {"X": 0, "NV": 1, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 5, "SYS": 6, "SOC": 6}
+LINK_TYPE = re.compile(r"X|PIX|PXB|PHB|NODE|SYS|SOC|NV[0-9]{1,3}")
 
 
 def link_family(link_type: str) -> str:
@@ -127,15 +128,19 @@ class Link:
     type: str = field(metadata=ESSENTIAL)  # as nvidia-smi prints it: NV18, PIX, SYS ...
     path_class: str  # nvlink, pcie-host-bridge, socket-interconnect ...
 
+    def __post_init__(self) -> None:  # a Report read back (a hostile one too) holds only types nvidia-smi prints
+        if not isinstance(self.type, str) or not LINK_TYPE.fullmatch(self.type):
+            raise ValueError(f"link type {str(self.type)[:20]!r} is not one nvidia-smi prints")
+
 
 # How nodecheck spells paths, read in this one place: (pattern, scope, endpoint groups, ranks group).
 # A measurement from another node carries its node's name first ("node2/gpu0:host").
-_PATHS = [
-    (re.compile(r"gpu(\d+):host"), "host-link"),
-    (re.compile(r"gpu(\d+)(?::|->|<->)gpu(\d+)"), "gpu-pair"),
+_PATHS = [  # digits bounded: a hostile Report's 5,000-digit rank count is no path, not int()'s ValueError
+    (re.compile(r"gpu(\d{1,4}):host"), "host-link"),
+    (re.compile(r"gpu(\d{1,4})(?::|->|<->)gpu(\d{1,4})"), "gpu-pair"),
     (re.compile(r"nic:(.+)"), "nic"),
-    (re.compile(r"(?:allreduce|nccl-tests):node-(\d+)-gpus"), "node"),
-    (re.compile(r"allreduce:(\d+)-ranks"), "cluster"),
+    (re.compile(r"(?:allreduce|nccl-tests):node-(\d{1,4})-gpus"), "node"),
+    (re.compile(r"allreduce:(\d{1,7})-ranks"), "cluster"),
 ]
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from nodecheck.errors import ParseError
 from nodecheck.limits import MAX_GPUS, MAX_TOPO_DEVICES
+from nodecheck.model import LINK_TYPE
 from nodecheck.probes.base import Probe
 from nodecheck.units import is_cpulist, parse_cpulist, to_int
 
@@ -26,7 +27,6 @@ def collect(host, timeout: float) -> "GpuTopology":
 PROBE = Probe("nvidia_smi_topo", collect, 15.0)
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_LINK = re.compile(r"^(X|PIX|PXB|PHB|NODE|SYS|SOC|NV\d{1,3})$")
 _GPU = re.compile(r"^GPU(\d{1,4})$")
 _NIC_COLUMN = re.compile(r"^(NIC\d+|[A-Za-z][A-Za-z0-9]*_\d+)$")
 _LEGEND_ENTRY = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
@@ -150,7 +150,7 @@ def _link_cells(label: str, tokens: list[str], columns: list[str]) -> list[str]:
     if len(cells) < len(columns):
         raise ParseError(f"nvidia-smi topo -m: row {label} has {len(cells)} link cells for {len(columns)} devices")
     for column, cell in zip(columns, cells, strict=False):
-        if not _LINK.match(cell):
+        if not LINK_TYPE.fullmatch(cell):
             raise ParseError(f"nvidia-smi topo -m: row {label}, column {column}: {cell[:20]!r} is not a link type")
         if (cell == "X") != (column == label):
             raise ParseError(f"nvidia-smi topo -m: row {label}, column {column}: 'X' must be on the diagonal only")

@@ -32,7 +32,9 @@ def test_a_schema_1_document_and_a_later_ones_keys():
     assert (m.scope, m.ranks, m.method, m.details) == ("node", 8, None, {})
 
 
-@pytest.mark.parametrize("document", [[], {"gpus": {}}, {"gpus": [3]}, {"measurements": "all"}])
+@pytest.mark.parametrize("document", [[], {"gpus": {}}, {"gpus": [3]}, {"measurements": "all"},
+                                      {"links": [{"a": 0, "b": 1, "type": "NVxx", "path_class": "nvlink"}]},
+                                      {"links": [{"a": 0, "b": 1, "type": "NV" + "9" * 5000, "path_class": "nvlink"}]}])
 def test_what_is_not_a_report_is_refused(document):
     with pytest.raises(ValueError):
         Report.from_dict(document)
@@ -44,6 +46,8 @@ def test_the_path_spellings():
     assert path_identity("nic:mlx5_0") == ("nic", ["mlx5_0"], None)
     assert path_identity("allreduce:3-ranks") == ("cluster", [], 3)
     assert path_identity("gpus") == (None, [], None)
+    # a hostile Report's rank count of 5,000 digits is no path (int() once raised ValueError on Python's digit limit)
+    assert path_identity("allreduce:" + "9" * 5000 + "-ranks") == path_identity("gpu" + "9" * 5000 + ":host") == (None, [], None)
 
 
 def populated(hint, name: str = "x"):
@@ -62,6 +66,8 @@ def populated(hint, name: str = "x"):
         return [populated(args[0], name)]
     if origin is dict:
         return {"0000:17:00.0": populated(args[1], name)}
+    if (hint, name) == (str, "type"):
+        return "NV18"  # Link.type: one nvidia-smi prints, or the Report is refused
     return {bool: True, int: 7, float: 2.5, str: f"{name}-value", dict: {name: 1}, list: [{name: 1}],
             object: f"{name}-object"}[hint]
 
