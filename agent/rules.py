@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
-from nodecheck.build import gpu_hops
 from nodecheck.config import Config
 from nodecheck.error_rules import aer_findings, ib_findings
 from nodecheck.fabric_rules import fabric_findings
@@ -20,10 +19,11 @@ from nodecheck.fingerprint import vbios_mismatch
 from nodecheck.gpu_error_rules import gpu_findings
 from nodecheck.gpu_presence import gpu_count, inaccessible_gpus
 from nodecheck.model import Report, link_family
-from nodecheck.pci import narrow_hops, normal_pci, slow_hops
+from nodecheck.pci import normal_pci
+from nodecheck.pcie_rules import narrow_links, slow_nic_links
 from nodecheck.rail_rules import rail_mtus, rail_rates, rails_down
 from nodecheck.signal_rules import gpu_xids, switch_xids
-from nodecheck.specs import BUSY_UTILIZATION, pcie
+from nodecheck.specs import BUSY_UTILIZATION
 from nodecheck.units import format_bits
 
 
@@ -222,52 +222,6 @@ def _far_nics(report: Report, config: Config) -> list[Finding]:
     return findings
 
 
-def _pcie_hops(report: Report, config: Config) -> list[Finding]:
-    """A link on a GPU's or NIC's PCIe path (a switch port, a riser, the root port) trained narrower than
-    both its ends allow, named once per link with every device behind it. A GPU's own link is NVML's to
-    judge (pcie_downtrained)."""
-    paths = report.hops()
-
-    devices = [(f"gpu{g.index}", normal_pci(g.pci_bus_id), True) for g in report.gpus]
-    devices += [(n.name, normal_pci(n.pci_address), False) for n in report.nics if n.pci_address]
-    narrow: dict[str, tuple] = {}
-    for subject, pci, is_gpu in devices:
-        for position, hop, capable in narrow_hops(paths.get(pci, [])):
-            if not (position == 0 and is_gpu):
-                narrow.setdefault(hop.bdf, (hop, capable, []))[2].append(subject)
-    return [Finding("pcie_hop_narrow", "error", f"pci:{bdf}", f"x{hop.width}", f"x{capable}",
-                    f"the PCIe link of {bdf} trained at x{hop.width} (x{capable} capable): {', '.join(behind)} behind it "
-                    f"get {hop.width / capable:.0%} of its bandwidth; reseat the card or riser, check the slot and the BIOS")
-            for bdf, (hop, capable, behind) in sorted(narrow.items())]
-
-
-def _slow_nic_links(report: Report, config: Config) -> list[Finding]:
-    """A link on a NIC's PCIe path that trained at a lower speed than both its ends allow (a gen5 card in a
-    gen5 slot at 16 GT/s), named once per link with every NIC behind it. Links a GPU's path shares are left
-    out: they lower their speed when idle. An error where the link now moves less than a NIC's link rate,
-    else a warning: a link that trained down is marginal even with bandwidth to spare."""
-    hops, specs, shared = report.hops(), {p.path: p for p in report.paths}, gpu_hops(report)
-    slow: dict[str, tuple] = {}
-    for nic in report.nics:
-        path = hops.get(normal_pci(nic.pci_address), []) if nic.pci_address else []
-        spec = specs.get(f"nic:{nic.name}")
-        line = spec and (spec.line_bytes_per_second or spec.bytes_per_second)
-        for _, hop, gen, capable in slow_hops(path, {h.bdf for h in path} - shared):
-            now = pcie(gen, hop.width or hop.width_max or 0)
-            entry = slow.setdefault(hop.bdf, (gen, capable, now, []))
-            entry[3].append((nic.name, line if now and line and now.bytes_per_second < line else None))
-    findings = []
-    for bdf, (gen, capable, now, behind) in sorted(slow.items()):
-        short = [name for name, line in behind if line]
-        effect = (f"{', '.join(short)} behind it cannot reach its link rate ({format_bits(max(l for _, l in behind if l))}): "
-                  f"{now.basis} moves {format_bits(now.bytes_per_second)}" if short else
-                  f"{', '.join(name for name, _ in behind)} behind it keeps its link rate, over a link that trained down")
-        findings.append(Finding("pcie_hop_slow", "error" if short else "warning", f"pci:{bdf}", f"gen{gen}", f"gen{capable}",
-                                f"the PCIe link of {bdf} trained at gen{gen}, gen{capable} capable: {effect}; reseat the "
-                                "card or riser, check the slot and the BIOS's PCIe speed setting"))
-    return findings
-
-
 def _acs_redirect(report: Report, config: Config) -> list[Finding]:
     """For every GPU pair and GPU-RDMA NIC pair under a common switch, the bridges between them (the ports
     below the switch's upstream port where each one's traffic enters it): one with ACS P2P request or
@@ -341,8 +295,8 @@ RULES = [
     Rule(rail_rates, ("nic_rate_mismatch",), needs="nics"),
     Rule(rails_down, ("nic_rail_down",), needs="nics"),
     Rule(_platform, ("gpudirect_rdma_unavailable", "iommu_translated")),
-    Rule(_pcie_hops, ("pcie_hop_narrow",), needs="pcie_paths"),
-    Rule(_slow_nic_links, ("pcie_hop_slow",), needs="pcie_paths"),
+    Rule(narrow_links, ("pcie_hop_narrow",), needs="pcie_paths"),
+    Rule(slow_nic_links, ("pcie_hop_slow",), needs="pcie_paths"),
     Rule(_acs_redirect, ("pcie_acs_redirect",)),
     Rule(gpu_xids, ("gpu_xid",), needs="kernel_log"),
     Rule(switch_xids, ("nvswitch_sxid",), needs="kernel_log"),

@@ -25,28 +25,33 @@ from nodecheck.snapshot import SnapshotHost
 GEN5, GEN4, GEN1 = "32.0 GT/s PCIe", "16.0 GT/s PCIe", "2.5 GT/s PCIe"
 NDR_PORT = PUBLIC / "health/ib/gpud-sys-class-infiniband-h100/mlx5_4/ports/1"
 SWITCH = "pci0000:00/0000:00:01.0/0000:16:00.0"
-HCA = "0000:1a:00.0"
+HCA, SIBLING = "0000:1a:00.0", "0000:2a:00.0"
 
 
-def node(tmp_path, hca=(GEN5, GEN5), slot=(GEN5, GEN5), uplink=(GEN5, GEN5), rate: str | None = None, gpus: bool = True):
+def node(tmp_path, hca=(GEN5, GEN5), slot=(GEN5, GEN5), uplink=(GEN5, GEN5), rate: str | None = None, gpus: bool = True,
+         sibling=(GEN5, GEN5)):
     """The tree above, every link x16; each (max speed, current speed): `hca` the HCA's own end of its link,
-    `slot` the downstream port's end, `uplink` both ends of the switch's uplink. `rate`: the port's rate
-    instead of the captured NDR one."""
+    `slot` the downstream port's end, `uplink` both ends of the switch's uplink; `sibling` the link of a second
+    NDR HCA, mlx5_1 (SIBLING), on a root port of its own. `rate`: mlx5_0's port rate instead of the captured one."""
     snap = make_snapshot(tmp_path, nvml_gpus=hgx_nvml()[:1] if gpus else None)
     lo = snap / "fs/sys/class/net/lo"  # the one netdev every node has: the HCA has none (an IB-only port)
     lo.mkdir(parents=True)
     for name, value in (("operstate", "unknown"), ("mtu", "65536"), ("type", "772"), ("address", "00:00:00:00:00:00")):
         (lo / name).write_text(value + "\n")
-    port = snap / "fs/sys/class/infiniband/mlx5_0/ports/1"
-    port.mkdir(parents=True)
-    for name in ("state", "phys_state", "link_layer", "rate"):
-        (port / name).write_text((need(NDR_PORT / name).read_text() if name != "rate" or rate is None else rate))
+    for device in ("mlx5_0", "mlx5_1"):
+        port = snap / f"fs/sys/class/infiniband/{device}/ports/1"
+        port.mkdir(parents=True)
+        for name in ("state", "phys_state", "link_layer", "rate"):
+            given = rate if name == "rate" and device == "mlx5_0" else None
+            (port / name).write_text(given or need(NDR_PORT / name).read_text())
     devices = {
         "0000:00:01.0": ("0x060400", "pci0000:00/0000:00:01.0", 16, 16, *uplink),
         "0000:16:00.0": ("0x060400", SWITCH, 16, 16, *uplink),
         "0000:17:00.0": ("0x060400", f"{SWITCH}/0000:17:00.0", 16, 16, GEN5, uplink[1] if gpus else GEN5),
         "0000:17:01.0": ("0x060400", f"{SWITCH}/0000:17:01.0", 16, 16, slot[0], hca[1]),
         HCA: ("0x020700", f"{SWITCH}/0000:17:01.0/{HCA}", 16, 16, *hca),
+        "0000:00:02.0": ("0x060400", "pci0000:00/0000:00:02.0", 16, 16, GEN5, sibling[1]),
+        SIBLING: ("0x020700", f"pci0000:00/0000:00:02.0/{SIBLING}", 16, 16, *sibling),
     }
     if gpus:  # an idle GPU: its link at 2.5 GT/s
         devices["0000:18:00.0"] = ("0x030200", f"{SWITCH}/0000:17:00.0/0000:18:00.0", 16, 16, GEN5, GEN1)
@@ -54,8 +59,13 @@ def node(tmp_path, hca=(GEN5, GEN5), slot=(GEN5, GEN5), uplink=(GEN5, GEN5), rat
     links = json.loads((snap / "fs-links.json").read_text())
     links["/sys/class/net/lo"] = "../../devices/virtual/net/lo"
     links["/sys/class/infiniband/mlx5_0/device"] = f"../../../devices/{SWITCH}/0000:17:01.0/{HCA}"
+    links["/sys/class/infiniband/mlx5_1/device"] = f"../../../devices/pci0000:00/0000:00:02.0/{SIBLING}"
     (snap / "fs-links.json").write_text(json.dumps(links))
     return snap
+
+
+def mlx5_0(report):
+    return next(n for n in report.nics if n.rdma_device == "mlx5_0")
 
 
 def judged(snap, config: Config | None = None):
@@ -65,7 +75,7 @@ def judged(snap, config: Config | None = None):
 
 def test_a_healthy_hgx_switch_bounds_nothing_and_names_nothing(tmp_path):
     report, spec, slow = judged(node(tmp_path))
-    assert report.gpus and [n.pci_address for n in report.nics if n.rdma_device] == [HCA]
+    assert report.gpus and [n.pci_address for n in report.nics if n.rdma_device] == [HCA, SIBLING]
     assert spec.bytes_per_second == 50e9 and spec.line_bytes_per_second is None and "limited" not in spec.basis
     assert slow == []
 
@@ -90,9 +100,19 @@ def test_the_link_rate_stays_what_the_config_and_nic_slow_compare(tmp_path):
     config = loads('[nics."mlx5_0"]\nspeed_mbps = 400000\nstate = "up"\n', "test")
     rejudged, _, _ = judged(node(tmp_path / "again", hca=(GEN5, GEN4)), config)
     assert not [f for f in rejudged.findings if f.kind == "nic_slow"]
-    assert nic_rate(rejudged, rejudged.nics[-1], config) == specs.pcie(4, 16).bytes_per_second
+    assert nic_rate(rejudged, mlx5_0(rejudged), config) == specs.pcie(4, 16).bytes_per_second
     healthy, _, _ = judged(node(tmp_path / "healthy"), config)
-    assert nic_rate(healthy, healthy.nics[-1], config) == 50e9
+    assert nic_rate(healthy, mlx5_0(healthy), config) == 50e9
+
+
+def test_every_hca_trained_down_alike_is_a_warning(tmp_path):
+    """Both HCAs of the node at 16 GT/s on gen5 links: a BIOS speed setting or the platform rather than one card,
+    which would drain every node of the type at once; a warning, and the fleet's peers say whether it is this
+    node's type. The spec is bounded all the same."""
+    _, spec, slow = judged(node(tmp_path, hca=(GEN5, GEN4), sibling=(GEN5, GEN4)))
+    assert [(f.subject, f.severity) for f in slow] == [(f"pci:{HCA}", "warning"), (f"pci:{SIBLING}", "warning")]
+    assert all("trained down alike" in f.message for f in slow)
+    assert spec.bytes_per_second == specs.pcie(4, 16).bytes_per_second
 
 
 def test_a_gen5_hca_in_a_gen4_slot_is_the_design_not_a_fault(tmp_path):
