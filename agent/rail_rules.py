@@ -12,6 +12,8 @@ from nodecheck.findings import Finding
 from nodecheck.model import Report
 from nodecheck.units import format_bits
 
+NOT_UP = ("DOWN", "INIT", "ARMED")  # the port states sysfs names short of ACTIVE (and ACTIVE_DEFER)
+
 
 def _layer(nic) -> str:
     return next((p.link_layer for p in nic.ib_ports if p.state == "ACTIVE" and p.link_layer), nic.kind)
@@ -57,8 +59,8 @@ def rails_down(report: Report, config: Config) -> list[Finding]:
     findings = []
     for nic in rails:
         ports = nic.ib_ports
-        if any(p.state == "ACTIVE" for p in ports) or all(p.phys_state == "Disabled" for p in ports):
-            continue
+        if not all(p.state in NOT_UP for p in ports) or all(p.phys_state == "Disabled" for p in ports):
+            continue  # up, unread or garbled (no fault known), or switched off on purpose
         gpus = ", ".join(f"gpu{i}" for i in nearest.get(nic.name, nearest.get(nic.rdma_device, [])))
         state = ", ".join(f"{p.state or 'unknown'} ({p.phys_state or 'physical state unknown'})" for p in ports)
         findings.append(Finding("nic_rail_down", "warning", nic.name, state, "ACTIVE",

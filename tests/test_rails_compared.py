@@ -35,14 +35,21 @@ def test_a_rail_without_a_link_partner_is_named_with_its_gpu(tmp_path):
     assert "the nearest NIC of gpu5" in finding.message and "`ibstat mlx5_5`" in finding.message
 
 
+def test_a_rail_the_subnet_manager_never_activated_is_named(tmp_path):
+    """Link up, port INIT: no subnet manager brought it to ACTIVE, and NCCL cannot use it."""
+    _, found = judged(tmp_path, state="2: INIT", phys_state="5: LinkUp")
+    assert [(f.kind, f.subject, f.measured) for f in found] == [("nic_rail_down", "mlx5_5", "INIT (LinkUp)")]
+
+
 def test_a_config_that_wants_it_up_makes_it_an_error(tmp_path):
     config = loads('[nics."mlx5_5"]\nstate = "up"\n', "test")
     _, found = judged(tmp_path, config, state="1: DOWN", phys_state="2: Polling")
     assert {(f.kind, f.severity) for f in found} == {("nic_down", "error"), ("nic_rail_down", "warning")}
 
 
-@pytest.mark.parametrize("port", [{"state": "1: DOWN", "phys_state": "3: Disabled"}])
-def test_a_port_disabled_on_purpose_is_not_a_fault(tmp_path, port):
+@pytest.mark.parametrize("port", [{"state": "1: DOWN", "phys_state": "3: Disabled"}, {"state": ""}, {"state": "\x00"}])
+def test_a_port_disabled_on_purpose_or_unread_is_not_a_fault(tmp_path, port):
+    """Disabled on purpose, as a node's unused ports are; or a state file empty or garbled: unknown, not down."""
     assert judged(tmp_path, **port)[1] == []
 
 
