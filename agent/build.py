@@ -24,7 +24,7 @@ from nodecheck.model import (
     link_distance,
     nvlink_count,
 )
-from nodecheck.pci import SYSFS_ADDRESS, normal_pci
+from nodecheck.pci import SYSFS_ADDRESS, Hop, normal_pci
 from nodecheck.probes import PROBES, ProbeResult, run_probes
 from nodecheck.probes.lstopo import LstopoFacts
 from nodecheck.probes.nics import NicFacts
@@ -207,16 +207,25 @@ def host_link_spec(gpu: Gpu, hops: list | None = None) -> PathSpec:
     """The GPU's own PCIe link (NVML), or a slower hop above it on its way to the root port (sysfs):
     a GPU at gen5 x16 behind a gen4 switch moves no more than gen4 x16 to the host."""
     own = _own_link_spec(gpu)
-    if own.bytes_per_second is None:
+    slowest = _slowest_hop((hops or [])[1:], lambda hop: hop.speed_max)
+    if own.bytes_per_second is None or slowest is None or slowest[0].bytes_per_second >= own.bytes_per_second:
         return own
-    for hop in (hops or [])[1:]:
-        gen, width = specs.pcie_generation(hop.speed_max), hop.width or hop.width_max
+    spec, hop = slowest
+    return PathSpec(own.path, "pcie", spec.bytes_per_second,
+                    f"{spec.basis} at {hop.bdf}, the slowest hop on the way to the CPU (the GPU's own link: {own.basis})",
+                    spec.source)
+
+
+def _slowest_hop(hops: list[Hop], speed_of) -> tuple[specs.Spec, Hop] | None:
+    """(the PCIe spec, the hop) of the hop that moves least, each at its width as trained and at the speed
+    `speed_of(hop)` gives (sysfs text); None when no hop's rate is known."""
+    slowest = None
+    for hop in hops:
+        gen, width = specs.pcie_generation(speed_of(hop)), hop.width or hop.width_max
         spec = specs.pcie(gen, width) if gen and width else None
-        if spec and spec.bytes_per_second < own.bytes_per_second:
-            own = PathSpec(own.path, "pcie", spec.bytes_per_second,
-                           f"{spec.basis} at {hop.bdf}, the slowest hop on the way to the CPU (the GPU's own link: "
-                           f"{own.basis})", spec.source)
-    return own
+        if spec and (slowest is None or spec.bytes_per_second < slowest[0].bytes_per_second):
+            slowest = (spec, hop)
+    return slowest
 
 
 def _own_link_spec(gpu: Gpu) -> PathSpec:
@@ -279,20 +288,17 @@ def nic_spec(nic: Nic, expected_mbps: int | None, hops: list | None = None, shar
     if line is None:
         return PathSpec(f"nic:{nic.name}", kind, None, "link speed unknown (not reported, or the link is down)",
                         expected_bytes_per_second=expected)
-    spec = PathSpec(f"nic:{nic.name}", kind, line.bytes_per_second, line.basis, line.source, expected)
-    for hop in hops or []:
-        gen = specs.pcie_generation(hop.speed_max if hop.bdf in shared else hop.speed or hop.speed_max)
-        width = hop.width or hop.width_max
-        bound = specs.pcie(gen, width) if gen and width else None
-        if bound and bound.bytes_per_second < spec.bytes_per_second:
-            spec = PathSpec(spec.path, kind, bound.bytes_per_second, f"{line.basis}, limited by {bound.basis} at {hop.bdf}",
-                            bound.source, expected, line_bytes_per_second=line.bytes_per_second)
-    return spec
+    slowest = _slowest_hop(hops or [], lambda hop: hop.speed_max if hop.bdf in shared else hop.speed or hop.speed_max)
+    if slowest is None or slowest[0].bytes_per_second >= line.bytes_per_second:
+        return PathSpec(f"nic:{nic.name}", kind, line.bytes_per_second, line.basis, line.source, expected)
+    bound, hop = slowest
+    return PathSpec(f"nic:{nic.name}", kind, bound.bytes_per_second, f"{line.basis}, limited by {bound.basis} at {hop.bdf}",
+                    bound.source, expected, line_bytes_per_second=line.bytes_per_second)
 
 
-def gpu_hops(report: Report) -> frozenset[str]:
-    """The PCI addresses on any GPU's path to its root port: links that lower their speed when the GPU idles."""
-    hops = report.hops()
+def gpu_hops(report: Report, hops: dict) -> frozenset[str]:
+    """The PCI addresses on any GPU's path to its root port (`hops`: report.hops()): links that lower their speed
+    when the GPU idles."""
     return frozenset(hop.bdf for g in report.gpus for hop in hops.get(normal_pci(g.pci_bus_id), []))
 
 
@@ -304,7 +310,7 @@ def path_specs(report: Report, config=None) -> list[PathSpec]:
     for link in report.links:
         if isinstance(link.a, int) and isinstance(link.b, int) and link.a in by_index and link.b in by_index:
             paths.append(pair_spec(by_index[link.a], by_index[link.b], link.type, host_specs))
-    shared = gpu_hops(report)
+    shared = gpu_hops(report, hops)
     for nic in report.nics:
         expected = config.nic_speed_mbps(nic) if config else None
         paths.append(nic_spec(nic, expected, hops.get(normal_pci(nic.pci_address)), shared))

@@ -395,5 +395,5 @@ def generate(report: Report) -> str:
 
 def nic_mbps(report: Report, nic) -> int | None:
     spec = report.path_spec(f"nic:{nic.name}")
-    rate = spec and (spec.line_bytes_per_second or spec.bytes_per_second)  # its link's, not its PCIe path's
+    rate = spec and spec.link_bytes_per_second  # its link's, not its PCIe path's
     return round(rate * 8 / 1e6) if rate else None

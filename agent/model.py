@@ -186,6 +186,10 @@ class PathSpec:
         if self.scope is None:
             self.scope, self.endpoints, _ = path_identity(self.path)
 
+    @property
+    def link_bytes_per_second(self) -> float | None:  # a NIC's own link rate, whether its PCIe path bounds it or not
+        return self.line_bytes_per_second or self.bytes_per_second
+
 
 @dataclass
 class Measurement:

@@ -39,7 +39,8 @@ def slow_nic_links(report: Report, config: Config) -> list[Finding]:
     (one card, riser or slot at fault); a warning where every NIC's own link trained down alike (a BIOS speed
     setting or the platform: the fleet's peers say whether it is this node's type) or where the NIC keeps its
     link rate (a link that trained down is marginal even with bandwidth to spare)."""
-    hops, specs, shared = report.hops(), {p.path: p for p in report.paths}, gpu_hops(report)
+    hops, specs = report.hops(), {p.path: p for p in report.paths}
+    shared = gpu_hops(report, hops)
     slow: dict[str, tuple] = {}
     judged = set()
     for nic in report.nics:
@@ -47,7 +48,7 @@ def slow_nic_links(report: Report, config: Config) -> list[Finding]:
         if path and path[0].bdf not in shared and pcie_generation(path[0].speed) and pcie_generation(path[0].speed_max):
             judged.add(nic.name)
         spec = specs.get(f"nic:{nic.name}")
-        line = spec and (spec.line_bytes_per_second or spec.bytes_per_second)
+        line = spec and spec.link_bytes_per_second
         for _, hop, gen, capable in slow_hops(path, {h.bdf for h in path} - shared):
             now = pcie(gen, hop.width or hop.width_max or 0)
             entry = slow.setdefault(hop.bdf, (gen, capable, now, []))

@@ -200,7 +200,7 @@ def _nics(report: Report, config: Config) -> list[Finding]:
 
 
 def _nic_speed(name: str, spec, expected_mbps: int) -> list[Finding]:
-    expected, negotiated = expected_mbps * 1e6 / 8, spec.line_bytes_per_second or spec.bytes_per_second
+    expected, negotiated = expected_mbps * 1e6 / 8, spec.link_bytes_per_second
     if negotiated is None:
         return [Finding("nic_speed_unknown", "warning", name, "unknown", format_bits(expected),
                         f"{name} does not report its speed, {format_bits(expected)} expected")]
