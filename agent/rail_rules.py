@@ -47,13 +47,18 @@ def _nearest(report: Report) -> dict[str, list[int]]:
     return out
 
 
+def _near(nearest: dict[str, list[int]], nic) -> list[int]:
+    """The GPUs a NIC is nearest to, whichever of its names (netdev, RDMA device) the topology used."""
+    return nearest.get(nic.name) or nearest.get(nic.rdma_device) or []
+
+
 def rails_down(report: Report, config: Config) -> list[Finding]:
     """A GPU's nearest RDMA NIC whose ports are all down while another such rail is ACTIVE: NCCL leaves it out and
     that GPU's traffic between nodes crosses to another GPU's rail. A port disabled on purpose (physical state
     Disabled, as a node's unused front-end ports are) is not named; one Polling has no link partner: a cable,
     transceiver or switch port. A warning: `[nics]` with state "up" makes it an error (nic_down)."""
     nearest = _nearest(report)
-    rails = [n for n in report.nics if n.rdma_device and n.ib_ports and (n.name in nearest or n.rdma_device in nearest)]
+    rails = [n for n in report.nics if n.rdma_device and n.ib_ports and _near(nearest, n)]
     if not any(p.state == "ACTIVE" for n in rails for p in n.ib_ports):
         return []
     findings = []
@@ -61,7 +66,7 @@ def rails_down(report: Report, config: Config) -> list[Finding]:
         ports = nic.ib_ports
         if not all(p.state in NOT_UP for p in ports) or all(p.phys_state == "Disabled" for p in ports):
             continue  # up, unread or garbled (no fault known), or switched off on purpose
-        gpus = ", ".join(f"gpu{i}" for i in nearest.get(nic.name, nearest.get(nic.rdma_device, [])))
+        gpus = ", ".join(f"gpu{i}" for i in _near(nearest, nic))
         state = ", ".join(f"{p.state or 'unknown'} ({p.phys_state or 'physical state unknown'})" for p in ports)
         findings.append(Finding("nic_rail_down", "warning", nic.name, state, "ACTIVE",
                                 f"{nic.name}, the nearest NIC of {gpus}, is {state} while other rails are ACTIVE: NCCL leaves "
@@ -80,7 +85,7 @@ def rail_rates(report: Report, config: Config) -> list[Finding]:
     fabrics: dict[str, list] = {}
     for nic in report.rdma_nics_up():
         spec, _ = nic_line_spec(nic)
-        if spec and (nic.name in nearest or nic.rdma_device in nearest):
+        if spec and _near(nearest, nic):
             fabrics.setdefault(_layer(nic), []).append((nic, spec))
     findings = []
     for layer, rails in sorted(fabrics.items()):

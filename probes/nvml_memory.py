@@ -61,6 +61,11 @@ def _count(value) -> int | None:
     return value if is_int(value) and 0 <= value < MAX_COUNT else None
 
 
+def _flag(value) -> bool | None:
+    """NVML's 0 or 1 (an nvmlEnableState_t, a structure's flag) as a bool; None for anything else."""
+    return bool(value) if is_int(value) and value in (0, 1) else None
+
+
 def parse_memory(raw: dict, errors: dict[str, str]) -> dict:
     """The facts of a GPU record's memory health: sram_threshold_exceeded, retired_pages (single- and double-bit
     causes together), retired_pages_pending, inforom_valid; None where NVML did not say (its reason into `errors`).
@@ -71,7 +76,7 @@ def parse_memory(raw: dict, errors: dict[str, str]) -> dict:
         errors["sram_ecc"] = str(sram["error"])[:200]
     sram = sram if isinstance(sram, dict) else {}
     exceeded = sram.get("threshold_exceeded")
-    facts["sram_threshold_exceeded"] = bool(exceeded) if exceeded in (0, 1) and is_int(exceeded) else None
+    facts["sram_threshold_exceeded"] = _flag(exceeded)
     pages = raw.get("retired_pages")
     pages = pages if isinstance(pages, dict) else {}
     counts = [_count(pages.get(cause)) for cause in RETIREMENT_CAUSES]
@@ -80,7 +85,7 @@ def parse_memory(raw: dict, errors: dict[str, str]) -> dict:
         errors["retired_pages"] = str(refused)[:200]
     facts["retired_pages"] = sum(counts) if None not in counts else None
     pending = raw.get("retired_pages_pending")
-    facts["retired_pages_pending"] = bool(pending) if pending in (0, 1) and is_int(pending) else None
+    facts["retired_pages_pending"] = _flag(pending)
     valid = raw.get("inforom_valid")
     if isinstance(valid, dict) and "error" in valid:
         errors["inforom_valid"] = str(valid["error"])[:200]
