@@ -288,12 +288,18 @@ def nic_spec(nic: Nic, expected_mbps: int | None, hops: list | None = None, shar
     if line is None:
         return PathSpec(f"nic:{nic.name}", kind, None, "link speed unknown (not reported, or the link is down)",
                         expected_bytes_per_second=expected)
-    slowest = _slowest_hop(hops or [], lambda hop: hop.speed_max if hop.bdf in shared else hop.speed or hop.speed_max)
+    slowest = nic_pcie_bound(hops or [], shared)
     if slowest is None or slowest[0].bytes_per_second >= line.bytes_per_second:
         return PathSpec(f"nic:{nic.name}", kind, line.bytes_per_second, line.basis, line.source, expected)
     bound, hop = slowest
     return PathSpec(f"nic:{nic.name}", kind, bound.bytes_per_second, f"{line.basis}, limited by {bound.basis} at {hop.bdf}",
                     bound.source, expected, line_bytes_per_second=line.bytes_per_second)
+
+
+def nic_pcie_bound(hops: list[Hop], shared: frozenset) -> tuple[specs.Spec, Hop] | None:
+    """(spec, hop) of the slowest link on a NIC's PCIe path: each at the speed it trained at, except those a
+    GPU's path shares (`shared`), taken at their max; None when no hop's rate is known."""
+    return _slowest_hop(hops, lambda hop: hop.speed_max if hop.bdf in shared else hop.speed or hop.speed_max)
 
 
 def gpu_hops(report: Report, hops: dict) -> frozenset[str]:

@@ -60,30 +60,62 @@ def partner(rounds: list[list[tuple[int, int]]], round_index: int, rank: int) ->
     return None
 
 
-def known_rails(member: dict) -> dict[str, float] | None:
-    """A rank's rails as {name: rate in bytes/s}; None when it names none or any rate is unknown."""
-    rails = {r.get("name"): r.get("rate") for r in member.get("rails") or []}
-    if not rails or not all(isinstance(rate, (int, float)) and rate > 0 for rate in rails.values()):
-        return None
-    return rails
+def known_rails(member: dict) -> list[dict] | None:
+    """A rank's rails as [{"name", "rate" (bytes/s), "link"?, "link_rate"?}]; None when it names none or any
+    rate is unknown. A malformed "link" or "link_rate" is dropped: the rail then shares nothing."""
+    rails = []
+    for raw in member.get("rails") or []:
+        rate = raw.get("rate") if isinstance(raw, dict) else None
+        if not _positive(rate) or not isinstance(raw.get("name"), str):
+            return None
+        rail = {"name": raw["name"], "rate": rate}
+        if isinstance(raw.get("link"), str) and raw["link"]:
+            rail["link"] = raw["link"]
+        if _positive(raw.get("link_rate")):
+            rail["link_rate"] = raw["link_rate"]
+        rails.append(rail)
+    return rails or None
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+
+
+def rail_key(rail: dict) -> str:
+    """What a rail shares with others: its PCIe link where known (the ports of a dual-port card share one),
+    else itself."""
+    return rail.get("link") or f"rail:{rail['name']}"
+
+
+def rails_capacity(rails: list[dict]) -> float:
+    """What these rails move together, bytes/s: the sum of the distinct rails' rates, except that rails on one
+    PCIe link move no more together than that link ("link_rate"): the two ports of a 2x200 Gbit/s HDR card in a
+    gen4 x16 slot move 31.5 GB/s, not 50."""
+    distinct = {rail["name"]: rail for rail in rails}  # a rail named twice counts once, as its last record says
+    groups: dict[str, list[dict]] = {}
+    for rail in distinct.values():
+        groups.setdefault(rail_key(rail), []).append(rail)
+    return sum(min([sum(r["rate"] for r in members), *[r["link_rate"] for r in members if "link_rate" in r]])
+               for members in groups.values())
 
 
 def job_bound(members: list[dict]) -> float | None:
-    """The busbw bound of the job: per node, the sum of the distinct rails its ranks use (NCCL runs a
-    ring over each, crossing between nodes once per node); the slowest node's. None when any rank's
-    rail rate is unknown. members: every rank's {"node", "address", "rails": [{"name", "rate"}]}."""
-    per_node: dict[tuple, dict[str, float]] = {}
+    """The busbw bound of the job: per node, what the distinct rails its ranks use move together (NCCL runs a
+    ring over each, crossing between nodes once per node; rails_capacity); the slowest node's. None when any
+    rank's rail rate is unknown. members: every rank's {"node", "address", "rails": [{"name", "rate", ...}]}."""
+    per_node: dict[tuple, list[dict]] = {}
     for member in members:
         rails = known_rails(member)
         if rails is None:
             return None
-        per_node.setdefault(node_key(member), {}).update(rails)
-    return min(sum(rails.values()) for rails in per_node.values()) if per_node else None
+        per_node.setdefault(node_key(member), []).extend(rails)
+    return min(rails_capacity(rails) for rails in per_node.values()) if per_node else None
 
 
 def exchange_spec(members: list[dict], pairs: list[tuple[int, int]], a: int, b: int) -> float | None:
-    """What the exchange of a and b can reach in a round of `pairs`: at each end, its rails' rate shared by
-    the ranks of its node in this round that use the same rails; the lower end's. None when unknown."""
+    """What the exchange of a and b can reach in a round of `pairs`: at each end, what its rails move (the rails
+    of the node's ranks in this round on the same rails or PCIe links as its own, together) shared by those
+    ranks; the lower end's. None when unknown."""
     by_rank = {m["rank"]: m for m in members}
     in_round = {rank for pair in pairs for rank in pair}
 
@@ -92,9 +124,15 @@ def exchange_spec(members: list[dict], pairs: list[tuple[int, int]], a: int, b: 
         rails = known_rails(me)
         if rails is None:
             return None
-        sharing = sum(1 for other in in_round if node_key(by_rank.get(other, {})) == node_key(me)
-                      and {r.get("name") for r in by_rank[other].get("rails") or []} & set(rails))
-        return sum(rails.values()) / max(1, sharing)
+        keys = {rail_key(r) for r in rails}
+        pool, sharing = [], 0
+        for other in in_round:
+            them = by_rank.get(other, {})
+            theirs = (known_rails(them) or []) if node_key(them) == node_key(me) else []
+            if keys & {rail_key(r) for r in theirs}:
+                sharing += 1
+                pool += [r for r in theirs if rail_key(r) in keys]
+        return rails_capacity(pool or rails) / max(1, sharing)
 
     ends = [end(a), end(b)]
     return None if None in ends else min(ends)

@@ -20,6 +20,13 @@ def normal_pci(bus_id: str | None) -> str | None:
     return f"{int(domain, 16):04x}:{rest}" if domain and all(c in "0123456789abcdef" for c in domain) else None
 
 
+def link_of(address: str, hops: list) -> str:
+    """The physical link a device's traffic enters the host by, named by the port above it: every function
+    of a dual-port card (and so each of its ports) sits below one ("mlx5_core 0000:b3:00.1: ... limited by
+    8 GT/s x8 link at 0000:b2:00.0"); without a port above (a VM's root bus), the device less its function."""
+    return hops[1].bdf if len(hops) > 1 else address.rpartition(".")[0]
+
+
 @dataclass
 class Hop:
     """One device on a PCIe path and the link above it, from /sys/bus/pci/devices/ADDRESS/."""

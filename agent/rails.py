@@ -4,8 +4,11 @@ bounds a job by them (agent/bench/distributed.py); `scale` predicts with them wh
 
 from __future__ import annotations
 
+from nodecheck.build import gpu_hops, nic_pcie_bound
 from nodecheck.ifnames import nccl_selection
 from nodecheck.model import Report
+from nodecheck.pairing import rails_capacity
+from nodecheck.pci import link_of, normal_pci
 
 
 def nic_rate(report: Report, nic, config) -> float | None:
@@ -47,14 +50,31 @@ def ring_bound(report: Report, nics: list, config) -> tuple[float | None, str]:
     unknown = [r["name"] for r in rails if r["rate"] is None]
     if unknown:
         return None, f"the rate of {unknown[0]} is unknown"
-    total = sum(r["rate"] for r in rails)
-    return total, f"ring bound: {len(rails)} rail(s) ({','.join(r['name'] for r in rails)}), {total * 8 / 1e9:g} Gbit/s one way in all"
+    total = rails_capacity(rails)
+    shared = "" if total >= sum(r["rate"] for r in rails) else ", bounded by the PCIe links rails share"
+    return total, (f"ring bound: {len(rails)} rail(s) ({','.join(r['name'] for r in rails)}), {total * 8 / 1e9:g} Gbit/s "
+                   f"one way in all{shared}")
 
 
 def rail_rates(report: Report, nics: list, config) -> list[dict]:
-    """[{"name", "rate"}] for these NICs: the RDMA device's name where it has one; the rate in bytes/s from
-    [nics] speed_mbps, else the negotiated speed (None when neither is known)."""
-    return [{"name": nic.rdma_device or nic.name, "rate": nic_rate(report, nic, config)} for nic in nics]
+    """[{"name", "rate", "link", "link_rate"}] for these NICs: the RDMA device's name where it has one; the
+    rate in bytes/s from [nics] speed_mbps, else the negotiated speed (None when neither is known); the PCIe
+    link its traffic crosses (pci.link_of: the ports of a dual-port card share one) and what that path moves
+    (its slowest hop), each where known: a job's bound counts a shared link once (pairing.rails_capacity)."""
+    hops = report.hops()
+    shared = gpu_hops(report, hops)
+    rails = []
+    for nic in nics:
+        rail = {"name": nic.rdma_device or nic.name, "rate": nic_rate(report, nic, config)}
+        address = normal_pci(nic.pci_address)
+        path = hops.get(address, []) if address else []
+        bound = nic_pcie_bound(path, shared)
+        if address:
+            rail["link"] = link_of(address, path)
+        if bound:
+            rail["link_rate"] = bound[0].bytes_per_second
+        rails.append(rail)
+    return rails
 
 
 def rank_rails(report: Report, gpu, fabric: list) -> list:

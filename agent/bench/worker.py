@@ -44,7 +44,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--node", default=socket.gethostname())
     parser.add_argument("--nic", default=None)
     parser.add_argument("--address", default=None)
-    parser.add_argument("--rails", default="[]", help='JSON [{"name", "rate"}]: the NICs this rank\'s traffic leaves by, bytes/s')
+    parser.add_argument("--rails", default="[]", help='JSON [{"name", "rate", "link", "link_rate"}]: the NICs this rank\'s traffic leaves by, bytes/s (agent/rails.py)')
     parser.add_argument("--gpu-uuid", default=None, help="this rank's GPU (NVML UUID), matched among the CUDA devices it sees")
     parser.add_argument("--gpu-ordinal", type=int, default=None, help="this rank's CUDA ordinal when the UUID cannot be matched")
     parser.add_argument("--init-timeout", type=float, default=None, help="seconds for the ranks to meet (default: --timeout)")
