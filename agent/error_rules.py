@@ -16,7 +16,7 @@ from nodecheck.config import Config
 from nodecheck.findings import Finding
 from nodecheck.model import Report
 from nodecheck.pci import Hop, normal_pci
-from nodecheck.probes.ib_counters import saturated
+from nodecheck.probes.ib_counters import TRANSPORT_COUNTERS, saturated
 from nodecheck.specs import pcie_errors_per_minute, pcie_generation
 
 AER_FAMILIES = ("correctable", "nonfatal", "fatal")
@@ -163,7 +163,7 @@ def ib_findings(report: Report, config: Config) -> list[Finding]:
 
 
 def _ib_port(report: Report, config: Config, subject: str, netdev: str, counters: dict) -> list[Finding]:
-    findings = []
+    findings, resent = [], []
     stuck = sorted(name for name, value in counters.items() if saturated(name, value))
     if stuck:
         findings.append(Finding("ib_counter_saturated", "warning", subject, ", ".join(stuck), "below its maximum",
@@ -175,7 +175,9 @@ def _ib_port(report: Report, config: Config, subject: str, netdev: str, counters
         rise = change(report, config, f"ib/{subject}/{name}", value)
         if rise.delta is None or not rise.delta:
             continue
-        if name == "link_downed":
+        if name in TRANSPORT_COUNTERS:
+            resent.append((name, rise))
+        elif name == "link_downed":
             findings.append(Finding("ib_link_downed", "error", subject, f"link_downed +{rise.delta}", "no increase",
                                     f"{subject} ({netdev}): the link went down {rise.delta} time(s) in {rise.seconds:.0f} s: "
                                     "check the cable, the transceiver and the switch port"))
@@ -192,4 +194,20 @@ def _ib_port(report: Report, config: Config, subject: str, netdev: str, counters
                                         f"{subject} ({netdev}): {name} +{rise.delta} in {rise.seconds:.0f} s "
                                         f"({rise.per(per):.1f}/{unit}, limit {limit:g}/{unit}: {source}); check the cable, "
                                         "the transceiver and the switch port"))
-    return findings
+    return findings + _retransmits(subject, netdev, resent)
+
+
+def _retransmits(subject: str, netdev: str, resent: list[tuple[str, Change]]) -> list[Finding]:
+    """Transport retransmissions rising on a port: a warning, never a drain by itself. A peer that stopped
+    answering (a node that crashed mid-job) raises them on a healthy node too; on the path of a collective
+    across nodes that measured low, the verdict names them (agent/signal_join.py)."""
+    if not resent:
+        return []
+    seconds = max(rise.seconds for _, rise in resent)
+    named = ", ".join(f"{name} +{rise.delta}" for name, rise in resent)
+    what = "; ".join(TRANSPORT_COUNTERS[name] for name, _ in resent)
+    return [Finding("rdma_retransmits", "warning", subject, named, "no increase",
+                    f"{subject} ({netdev}): {named} in {seconds:.0f} s: {what}. Packets are lost between this port and "
+                    "its peers, or a peer stopped answering; each costs a collective across nodes a resend. On RoCE "
+                    "check that the fabric is lossless (PFC on the traffic class NCCL uses, ECN); on InfiniBand the "
+                    "error counters of both ends of the link and of the switch (`ibqueryerrors`)")]

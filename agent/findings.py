@@ -66,6 +66,7 @@ FINDING_KINDS = {
     "ib_link_downed": "{subject} {measured}",
     "ib_port_errors": "{subject} {measured}",
     "ib_counter_saturated": "{subject} {measured} saturated",
+    "rdma_retransmits": "{subject} retransmits: {measured}",
     "pcie_replays": "{subject} {measured} > {expected}",
     "nvlink_errors": "{subject} {measured}",
     "ecc_uncorrected": "{subject} {measured} ECC errors",

@@ -301,7 +301,7 @@ RULES = [
     Rule(gpu_xids, ("gpu_xid",), needs="kernel_log"),
     Rule(switch_xids, ("nvswitch_sxid",), needs="kernel_log"),
     Rule(aer_findings, ("pcie_aer_fatal", "pcie_link_errors"), needs="pcie_paths"),
-    Rule(ib_findings, ("ib_link_downed", "ib_port_errors", "ib_counter_saturated"), needs="nics"),
+    Rule(ib_findings, ("ib_link_downed", "ib_port_errors", "ib_counter_saturated", "rdma_retransmits"), needs="nics"),
     Rule(gpu_findings, ("pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown", "gpu_recovery_action",
                         "sram_threshold_exceeded", "retired_pages_limit", "retired_pages_pending", "inforom_corrupted"),
          needs="nvml"),

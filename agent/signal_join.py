@@ -16,7 +16,7 @@ from nodecheck.findings import Finding
 from nodecheck.model import Report, measured_on, path_identity
 from nodecheck.pci import normal_pci
 
-SIGNALS = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal", "pcie_link_errors", "ib_link_downed", "ib_port_errors",
+SIGNALS = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal", "pcie_link_errors", "ib_link_downed", "ib_port_errors", "rdma_retransmits",
            "pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown", "gpu_fabric_not_ready",
            "gpu_fabric_unhealthy", "gpu_recovery_action")
 # gpu_xid only when repeated, not of a drain-now Xid
@@ -39,7 +39,7 @@ def signal_devices(report: Report, finding: Finding, hops: dict) -> list[str]:
         return [NVSWITCH_FABRIC]
     if finding.kind in ("gpu_fabric_not_ready", "gpu_fabric_unhealthy"):
         return [FABRIC_OF + finding.subject]
-    if finding.kind in ("ib_port_errors", "ib_link_downed"):
+    if finding.kind in ("ib_port_errors", "ib_link_downed", "rdma_retransmits"):
         device = finding.subject.split("/", 1)[0]
         return [n.name for n in report.nics if n.rdma_device == device]
     if finding.subject.startswith("gpu"):  # a GPU's own signal: gpu_xid, its replays, NVLink, clocks, ECC, recovery

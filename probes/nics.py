@@ -17,7 +17,7 @@ from nodecheck.errors import NoData, ParseError
 from nodecheck.limits import MAX_NICS
 from nodecheck.model import IbPort, Nic
 from nodecheck.probes.base import Probe
-from nodecheck.probes.ib_counters import COUNTER_BITS, parse_counter, read_port_counters
+from nodecheck.probes.ib_counters import JUDGED, parse_counter, read_port_counters
 from nodecheck.units import to_int
 
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -171,7 +171,7 @@ def _bond_members(text: str | None) -> list[str] | None:
 def _ib_ports(device: str, ports: dict[str, dict]) -> list[IbPort]:
     out = []
     for number, raw in sorted((to_int(port), raw) for port, raw in ports.items() if to_int(port) is not None):
-        counters = {name: parse_counter(text) for name, text in (raw.get("counters") or {}).items() if name in COUNTER_BITS}
+        counters = {name: parse_counter(text) for name, text in (raw.get("counters") or {}).items() if name in JUDGED}
         out.append(IbPort(device, number, _after_colon(raw.get("state")), _after_colon(raw.get("phys_state")),
                           _clean(raw.get("rate")), _clean(raw.get("link_layer")), counters))
     return out

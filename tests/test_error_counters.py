@@ -4,10 +4,10 @@ gpud's H100 NDR node with link_downed saturated at 255), then judged over two re
 against a /sys tree whose counters move between them, the samples kept in a real state file."""
 
 import json
-import shutil
 
 import pytest
 from helpers import PUBLIC, make_gpu, make_nic, make_report, need
+from sysfs_trees import CapturedTree, hca_below_switch_port
 
 from nodecheck.config import Config
 from nodecheck.coverage import unmade_checks
@@ -37,21 +37,13 @@ def test_aer_files_as_the_kernel_writes_them():
 
 
 def test_ib_counters_of_the_published_trees():
-    class Tree:
-        def __init__(self, root):
-            self.root = root
-
-        def read_text(self, path):
-            file = self.root / path
-            return file.read_text() if file.is_file() else None
-
-    gpud = {name: parse_counter(text) for name, text in read_port_counters(Tree(need(GPUD)), "mlx5_1/ports/1").items()}
+    gpud = {name: parse_counter(text) for name, text in read_port_counters(CapturedTree(need(GPUD)), "mlx5_1/ports/1").items()}
     assert gpud["link_downed"] == 255 and saturated("link_downed", 255)
     assert gpud["excessive_buffer_overrun_errors"] == 15 and saturated("excessive_buffer_overrun_errors", 15)  # 4 bits
     assert gpud["port_rcv_errors"] == 14 and not saturated("port_rcv_errors", 14)
-    no_pma = read_port_counters(Tree(need(NODE_EXPORTER_IB)), "i40iw0/ports/1")
+    no_pma = read_port_counters(CapturedTree(need(NODE_EXPORTER_IB)), "i40iw0/ports/1")
     assert no_pma["symbol_error"].strip() == "N/A (no PMA)" and parse_counter(no_pma["symbol_error"]) is None  # unknown, never 0
-    mlx4 = {n: parse_counter(t) for n, t in read_port_counters(Tree(need(NODE_EXPORTER_IB)), "mlx4_0/ports/1").items()}
+    mlx4 = {n: parse_counter(t) for n, t in read_port_counters(CapturedTree(need(NODE_EXPORTER_IB)), "mlx4_0/ports/1").items()}
     assert all(isinstance(v, int) for v in mlx4.values() if v is not None)
 
 
@@ -118,29 +110,7 @@ def test_two_real_runs_judge_what_moved_between_them(tmp_path, monkeypatch):
     monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
     root = tmp_path / "root"
     sys_ = root / "sys"
-    port = sys_ / "class/infiniband/mlx5_0/ports/1"
-    shutil.copytree(need(GPUD / "mlx5_0/ports/1"), port, symlinks=False)
-    (sys_ / "devices/pci0000:00/0000:16:00.0/0000:1a:00.0/net/ibp26s0").mkdir(parents=True)
-    (sys_ / "class/infiniband/mlx5_0/device").symlink_to("../../../devices/pci0000:00/0000:16:00.0/0000:1a:00.0")
-    net = sys_ / "class/net"
-    net.mkdir(parents=True)
-    (net / "ibp26s0").symlink_to("../../devices/pci0000:00/0000:16:00.0/0000:1a:00.0/net/ibp26s0")
-    for name, value in (("type", "32"), ("operstate", "up"), ("mtu", "4092")):
-        (sys_ / "devices/pci0000:00/0000:16:00.0/0000:1a:00.0/net/ibp26s0" / name).write_text(value + "\n")
-    devices = sys_ / "bus/pci/devices"
-    devices.mkdir(parents=True)
-    for bdf, real, kind in (("0000:1a:00.0", "pci0000:00/0000:16:00.0/0000:1a:00.0", "0x020700"),
-                            ("0000:16:00.0", "pci0000:00/0000:16:00.0", "0x060400")):
-        folder = sys_ / "devices" / real
-        for name, value in (("class", kind), ("current_link_width", "16"), ("max_link_width", "16"),
-                            ("current_link_speed", "32.0 GT/s PCIe"), ("max_link_speed", "32.0 GT/s PCIe")):
-            (folder / name).write_text(value + "\n")
-        for family, total in (("correctable", "TOTAL_ERR_COR"), ("nonfatal", "TOTAL_ERR_NONFATAL"), ("fatal", "TOTAL_ERR_FATAL")):
-            (folder / f"aer_dev_{family}").write_text(f"{total} 0\n")
-        (devices / bdf).symlink_to(f"../../../devices/{real}")
-    (root / "proc/sys/kernel/random").mkdir(parents=True)
-    (root / "proc/sys/kernel/random/boot_id").write_text("3c0ffee0-0000-4000-8000-000000000001\n")
-    (root / "proc/uptime").write_text("1000.00 1.00\n")
+    port = hca_below_switch_port(root, need(GPUD / "mlx5_0/ports/1"))
 
     first = build_report(LiveHost(root))
     assert "ib_port_errors" in unmade_checks(first) and not [f for f in first.findings if f.kind == "ib_port_errors"]
