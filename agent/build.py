@@ -8,6 +8,7 @@ import time
 from nodecheck import specs
 from nodecheck.errors import NodecheckError
 from nodecheck.limits import MAX_GPUS
+from nodecheck.link_types import link_class, link_distance, nvlink_count
 from nodecheck.log_memory import to_remember, with_memory
 from nodecheck.model import (
     Cpu,
@@ -20,9 +21,6 @@ from nodecheck.model import (
     PathSpec,
     ProbeOutcome,
     Report,
-    link_class,
-    link_distance,
-    nvlink_count,
 )
 from nodecheck.pci import SYSFS_ADDRESS, Hop, normal_pci
 from nodecheck.probes import PROBES, ProbeResult, run_probes

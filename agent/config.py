@@ -10,6 +10,7 @@ from pathlib import Path
 
 from nodecheck.errors import ConfigError
 from nodecheck.findings import SEVERITIES
+from nodecheck.link_types import LINK_TYPE
 from nodecheck.model import BENCH_TESTS, Report
 
 try:
@@ -18,7 +19,6 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 DEFAULT_PATH = Path("/etc/nodecheck/config.toml")
-_LINK_TYPE = re.compile(r"^(PIX|PXB|PHB|NODE|SYS|SOC|NV\d{1,3})$")
 _PAIR = re.compile(r"^gpu(\d{1,4})-gpu(\d{1,4})$")  # a GPU index, not 5,000 digits int() refuses
 _NIC_STATES = ("up", "down", "any")
 # The Prometheus allocation list's range 9100-9999 is full; 10042 sits just above it and clashes with
@@ -194,7 +194,7 @@ def parse(data: dict, source: str) -> Config:
         pair = _PAIR.match(key)
         if not pair or pair[1] == pair[2]:
             raise ConfigError(f"{source}: key 'links.{key[:40]}': expected a GPU pair like \"gpu0-gpu1\"")
-        if not isinstance(value, str) or not _LINK_TYPE.match(value):
+        if not isinstance(value, str) or not LINK_TYPE.fullmatch(value) or value == "X":
             raise ConfigError(f"{source}: key 'links.{key[:40]}': expected a link type (NV#, PIX, PXB, PHB, NODE, SYS), got {value!r}")
         config.links[tuple(sorted((int(pair[1]), int(pair[2]))))] = value
     for name, table in _table(data, "nics", source).items():

@@ -9,43 +9,12 @@ from dataclasses import asdict, dataclass, field
 
 from nodecheck.events import History, KernelLog
 from nodecheck.findings import SEVERITIES, Finding, at_or_above
+from nodecheck.link_types import LINK_TYPE
 from nodecheck.pci import Hop, normal_pci
 from nodecheck.typed_json import ESSENTIAL, record
 
 SCHEMA_VERSION = 2  # 2: paths and measurements carry scope (and endpoints, ranks); GPUs memory_bytes
 BENCH_TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests")  # what `bench --tests` and [prolog] bench name
-
-
-# What each link type crosses, nearest first (the nvidia-smi legend). SOC is the pre-2017 name of SYS.
-LINK_CLASS = {
-    "X": "self",
-    "NV": "nvlink",
-    "PIX": "pcie-single-bridge",
-    "PXB": "pcie-multiple-bridges",
-    "PHB": "pcie-host-bridge",
-    "NODE": "numa-node-interconnect",
-    "SYS": "socket-interconnect",
-    "SOC": "socket-interconnect",
-}
-LINK_DISTANCE = {"X": 0, "NV": 1, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 5, "SYS": 6, "SOC": 6}
-LINK_TYPE = re.compile(r"X|PIX|PXB|PHB|NODE|SYS|SOC|NV[0-9]{1,3}")
-
-
-def link_family(link_type: str) -> str:
-    return "NV" if link_type.startswith("NV") else link_type
-
-
-def link_class(link_type: str) -> str:
-    return LINK_CLASS[link_family(link_type)]
-
-
-def link_distance(link_type: str) -> int:
-    """Smaller is closer: NV# < PIX < PXB < PHB < NODE < SYS."""
-    return LINK_DISTANCE[link_family(link_type)]
-
-
-def nvlink_count(link_type: str) -> int | None:
-    return int(link_type[2:]) if link_type.startswith("NV") else None
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from nodecheck.findings import Finding
-from nodecheck.model import link_family
+from nodecheck.link_types import link_family
 
 MAX_HOSTS, MAX_NET_DEVICES = 1024, 64
 

@@ -18,7 +18,8 @@ from nodecheck.findings import Finding
 from nodecheck.fingerprint import vbios_mismatch
 from nodecheck.gpu_error_rules import gpu_findings
 from nodecheck.gpu_presence import gpu_count, inaccessible_gpus
-from nodecheck.model import Report, link_family
+from nodecheck.link_types import link_family
+from nodecheck.model import Report
 from nodecheck.pci import normal_pci
 from nodecheck.pcie_rules import narrow_links, slow_nic_links
 from nodecheck.rail_rules import rail_mtus, rail_rates, rails_down

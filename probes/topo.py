@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from nodecheck.errors import ParseError
 from nodecheck.limits import MAX_GPUS, MAX_TOPO_DEVICES
-from nodecheck.model import LINK_TYPE
+from nodecheck.link_types import LINK_TYPE
 from nodecheck.probes.base import Probe
 from nodecheck.units import is_cpulist, parse_cpulist, to_int
 

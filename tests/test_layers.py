@@ -13,7 +13,7 @@ PACKAGES = {"agent": "nodecheck", "probes": "nodecheck.probes", "exporters": "no
 # lowest first
 LAYERS = [
     ("bottom", ["nodecheck", "nodecheck.errors", "nodecheck.units", "nodecheck.limits", "nodecheck.specs",
-                "nodecheck.pairing", "nodecheck.pci", "nodecheck.ifnames", "nodecheck.xid_catalog", "nodecheck.shipped"]),
+                "nodecheck.pairing", "nodecheck.pci", "nodecheck.link_types", "nodecheck.ifnames", "nodecheck.xid_catalog", "nodecheck.shipped"]),
     ("model", ["nodecheck.model", "nodecheck.findings", "nodecheck.events", "nodecheck.typed_json"]),
     ("host", ["nodecheck.host", "nodecheck.files", "nodecheck.netif", "nodecheck.snapshot", "nodecheck.state"]),
     ("probes", ["nodecheck.probes"]),

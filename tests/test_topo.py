@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodecheck.errors import ParseError
-from nodecheck.model import link_class
+from nodecheck.link_types import link_class
 from nodecheck.probes.topo import parse_topo_matrix
 
 KEY = answer_key("topo") if (PUBLIC / "topo" / "EXPECTED.json").exists() else {}

@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from nodecheck.model import Report, link_distance
+from nodecheck.link_types import link_distance
+from nodecheck.model import Report
 from nodecheck.pci import normal_pci
 from nodecheck.render.kernel_log import counter_lines, kernel_log_lines
 from nodecheck.render.table import IDENTITY, LIST, SEVERITY_STYLE, TEXT, cell, clean, esc, fitted_table, new_console, unknown_cell
