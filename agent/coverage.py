@@ -15,7 +15,8 @@ from nodecheck.rules import RULES
 MEASURED = ("bandwidth_below_spec", "bandwidth_above_bound", "bench_failed", "bench_wrong_result")
 FROM_NCCL = ("nccl_socket_fallback", "nccl_no_gdr", "nccl_p2p_disabled", "nccl_rail_mismatch", "nccl_warning")
 # judged on the change since a previous sample, by the counters' family
-RATE_KINDS = {"aer/": ("pcie_link_errors",), "ib/": ("ib_link_downed", "ib_port_errors", "rdma_retransmits"), "gpu/": ("pcie_replays", "nvlink_errors")}
+RATE_KINDS = {"aer/": ("pcie_link_errors",), "ib/": ("ib_link_downed", "ib_port_errors", "rdma_retransmits"), "gpu/": ("pcie_replays", "nvlink_errors"),
+              "net/": ("nic_link_errors",)}
 FABRIC_KINDS = ("gpu_fabric_not_ready", "gpu_fabric_unhealthy")
 PROLOG_ONLY = ("check_timed_out", "check_failed", "peer_unreachable", "peer_outside_subnet", "peer_slow")
 

@@ -1,5 +1,5 @@
 """Error counters judged: PCIe AER on every GPU's and NIC's path (the pcie_paths hops), InfiniBand port
-counters. Pure: reads the Report and the Config.
+counters, an Ethernet NIC's link flaps and checksum errors. Pure: reads the Report and the Config.
 
 A counter's rate needs two samples: this run's (counter_sample) and the newest earlier one at least
 [errors.limits] min_rate_interval_s old (report.history, kept in the state file). Without one the check is
@@ -61,6 +61,8 @@ def counter_sample(report: Report) -> dict[str, int]:
     for nic in report.nics:
         for port in nic.ib_ports:
             sample.update({f"ib/{port.device}/{port.port}/{name}": v for name, v in port.counters.items() if v is not None})
+    for nic in report.nics:
+        sample.update({f"net/{nic.name}/{name}": v for name, v in nic.counters.items() if v is not None})
     for gpu in report.gpus:
         signals, key = gpu.signals, f"gpu/{normal_pci(gpu.pci_bus_id)}"
         if signals is None:
@@ -211,3 +213,33 @@ def _retransmits(subject: str, netdev: str, resent: list[tuple[str, Change]]) ->
                     "its peers, or a peer stopped answering; each costs a collective across nodes a resend. On RoCE "
                     "check that the fabric is lossless (PFC on the traffic class NCCL uses, ECN); on InfiniBand the "
                     "error counters of both ends of the link and of the switch (`ibqueryerrors`)")]
+
+
+def netdev_findings(report: Report, config: Config) -> list[Finding]:
+    """Per physical Ethernet NIC (RoCE rails and the socket NIC of gloo and NCCL's bootstrap): its carrier going
+    down since the previous sample is a warning (a cable, optic or switch port flapping, or someone setting the link
+    down: a job across nodes loses its connections either way); frames failing their checksum faster than the limit
+    an error (a bad cable or optic, as InfiniBand's symbol errors), a warning where the path measured fine
+    (agent/signal_join.py). InfiniBand netdevs are left to their ports' own counters."""
+    findings = []
+    for nic in report.nics:
+        if nic.kind != "ethernet" or nic.virtual or not nic.counters:
+            continue
+        name = "carrier_down_count" if nic.counters.get("carrier_down_count") is not None else "carrier_changes"
+        flaps = change(report, config, f"net/{nic.name}/{name}", nic.counters[name]) if nic.counters.get(name) is not None else None
+        if flaps is not None and flaps.delta:
+            times = f"{flaps.delta} time(s)" if name == "carrier_down_count" else f"{flaps.delta} carrier change(s) (a down and an up each)"
+            findings.append(Finding("nic_link_errors", "warning", nic.name, f"{name} +{flaps.delta}", "no increase",
+                                    f"{nic.name}: its link went down {times} in {flaps.seconds:.0f} s (now {nic.state or 'unknown'}): "
+                                    "a cable, optic or switch port flapping, or the link set down by hand; a job across "
+                                    "nodes loses its connections. Check `ip -s link show`, the switch port and the optic"))
+        crc = nic.counters.get("rx_crc_errors")
+        rise = change(report, config, f"net/{nic.name}/rx_crc_errors", crc) if crc is not None else None
+        if rise is not None and rise.delta:
+            limit, source = config.errors.limit("nic_rx_crc_errors_per_s")
+            if rise.per(1) > limit:
+                findings.append(Finding("nic_link_errors", "error", nic.name, f"rx_crc_errors {rise.per(1):.1f}/s", f"<= {limit:g}/s",
+                                        f"{nic.name}: rx_crc_errors +{rise.delta} in {rise.seconds:.0f} s ({rise.per(1):.1f}/s, "
+                                        f"limit {limit:g}/s: {source}): frames arrive damaged; check the cable, the optic "
+                                        "and the switch port"))
+    return findings

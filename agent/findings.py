@@ -67,6 +67,7 @@ FINDING_KINDS = {
     "ib_port_errors": "{subject} {measured}",
     "ib_counter_saturated": "{subject} {measured} saturated",
     "rdma_retransmits": "{subject} retransmits: {measured}",
+    "nic_link_errors": "{subject} {measured}",
     "pcie_replays": "{subject} {measured} > {expected}",
     "nvlink_errors": "{subject} {measured}",
     "ecc_uncorrected": "{subject} {measured} ECC errors",

@@ -247,6 +247,8 @@ class Nic:
     ib_ports: list[IbPort] = field(default_factory=list)
     firmware: str | None = None  # its RDMA device's fw_ver (/sys/class/infiniband/DEV/fw_ver)
     bond_members: list[str] | None = None  # a link aggregate (the bonding driver's bonding/slaves): its members; None if not one
+    # a physical netdev's link counters (probes/nics.py NETDEV_COUNTERS): name -> count, None when garbled; {} when not read
+    counters: dict[str, int | None] = field(default_factory=dict)
 
 
 @dataclass

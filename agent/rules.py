@@ -12,7 +12,7 @@ from functools import partial
 from typing import Callable
 
 from nodecheck.config import Config
-from nodecheck.error_rules import aer_findings, ib_findings
+from nodecheck.error_rules import aer_findings, ib_findings, netdev_findings
 from nodecheck.fabric_rules import fabric_findings
 from nodecheck.findings import Finding
 from nodecheck.fingerprint import vbios_mismatch
@@ -303,6 +303,7 @@ RULES = [
     Rule(switch_xids, ("nvswitch_sxid",), needs="kernel_log"),
     Rule(aer_findings, ("pcie_aer_fatal", "pcie_link_errors"), needs="pcie_paths"),
     Rule(ib_findings, ("ib_link_downed", "ib_port_errors", "ib_counter_saturated", "rdma_retransmits"), needs="nics"),
+    Rule(netdev_findings, ("nic_link_errors",), needs="nics"),
     Rule(gpu_findings, ("pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown", "gpu_recovery_action",
                         "sram_threshold_exceeded", "retired_pages_limit", "retired_pages_pending", "inforom_corrupted"),
          needs="nvml"),

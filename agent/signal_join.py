@@ -16,11 +16,11 @@ from nodecheck.findings import Finding
 from nodecheck.model import Report, measured_on, path_identity
 from nodecheck.pci import normal_pci
 
-SIGNALS = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal", "pcie_link_errors", "ib_link_downed", "ib_port_errors", "rdma_retransmits",
+SIGNALS = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal", "pcie_link_errors", "ib_link_downed", "ib_port_errors", "rdma_retransmits", "nic_link_errors",
            "pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown", "gpu_fabric_not_ready",
            "gpu_fabric_unhealthy", "gpu_recovery_action")
 # gpu_xid only when repeated, not of a drain-now Xid
-TEMPERED = ("pcie_link_errors", "pcie_replays", "ib_port_errors", "nvlink_errors", "gpu_xid")
+TEMPERED = ("pcie_link_errors", "pcie_replays", "ib_port_errors", "nvlink_errors", "gpu_xid", "nic_link_errors")
 DRAIN_NOW_XID = "no Xid"  # the expected figure of a drain-now Xid's finding
 # what an NVSwitch carries: on an HGX board every GPU links to every switch, so GPU pairs and the in-node
 # all-reduce cross each of them, and no host link does
@@ -42,6 +42,8 @@ def signal_devices(report: Report, finding: Finding, hops: dict) -> list[str]:
     if finding.kind in ("ib_port_errors", "ib_link_downed", "rdma_retransmits"):
         device = finding.subject.split("/", 1)[0]
         return [n.name for n in report.nics if n.rdma_device == device]
+    if finding.kind == "nic_link_errors":
+        return [finding.subject]
     if finding.subject.startswith("gpu"):  # a GPU's own signal: gpu_xid, its replays, NVLink, clocks, ECC, recovery
         return [finding.subject]
     return []

@@ -23,6 +23,9 @@ from nodecheck.units import to_int
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _NET_FILES = ("operstate", "speed", "mtu", "duplex", "address", "carrier", "type")
 _IB_PORT_FILES = ("rate", "state", "phys_state", "link_layer")
+# a netdev's link counters the rules judge (agent/error_rules.py): times the carrier went down (Linux 5.8+; before it,
+# carrier_changes counts downs and ups together), and frames received with a bad checksum (the Ethernet FCS)
+NETDEV_COUNTERS = ("carrier_down_count", "carrier_changes", "statistics/rx_crc_errors")
 _ARPHRD = {"1": "ethernet", "32": "infiniband", "772": "loopback"}
 
 
@@ -63,7 +66,7 @@ def collect(host) -> NicFacts:
 
 def read_netdev(host, name: str) -> dict:
     base = f"/sys/class/net/{name}"
-    raw = {key: host.read_text(f"{base}/{key}") for key in _NET_FILES}
+    raw = {key: host.read_text(f"{base}/{key}") for key in (*_NET_FILES, *NETDEV_COUNTERS)}
     raw["link"] = host.read_link(base)
     driver = host.read_link(f"{base}/device/driver")
     raw["driver"] = driver.rsplit("/", 1)[-1] if driver else None
@@ -158,6 +161,8 @@ def _nic(name: str, raw: dict, addresses: list[dict]) -> Nic:
         mac=_clean(raw.get("address")),
         addresses=[a for a in addresses if _valid_address(a)],
         bond_members=_bond_members(raw.get("bond_slaves")),
+        counters={} if pci is None else {key.rpartition("/")[2]: parse_counter(raw[key]) for key in NETDEV_COUNTERS
+                                         if raw.get(key) is not None},
     )
 
 

@@ -151,6 +151,29 @@ def test_real_veth_and_bridge_in_namespaces(netns, tmp_path):
     assert {"family": "inet", "address": "198.18.7.1", "prefixlen": 24} in {n["name"]: n for n in peer["nics"]}["br0"]["addresses"]
 
 
+def test_a_real_carrier_down_counts_once_on_the_other_end(netns):
+    """The kernel's carrier_down_count (what nic_link_errors judges on a physical NIC), read by the real reader in
+    the namespace: the peer's end set down and up again is one carrier drop on n0 (a veth is virtual: read, not
+    judged)."""
+    read = ("import json, sys; from nodecheck.host import LiveHost; from nodecheck.probes.nics import read_netdev; "
+            "print(json.dumps(read_netdev(LiveHost(), sys.argv[1])))")
+
+    def counters() -> dict:
+        out = subprocess.run(["ip", "netns", "exec", netns["node"], *nodecheck_argv()[:1], "-c", read, netns["up"]],
+                             capture_output=True, text=True, timeout=60, check=True)
+        return json.loads(out.stdout)
+
+    before = counters()
+    if before["carrier_down_count"] is None:
+        pytest.skip("this kernel has no carrier_down_count (before Linux 5.8)")
+    ip("-n", netns["peer"], "link", "set", netns["up"].replace("n0-", "p0-"), "down")
+    ip("-n", netns["peer"], "link", "set", netns["up"].replace("n0-", "p0-"), "up")
+    wait_until_up(netns["node"], netns["up"])
+    after = counters()
+    assert int(after["carrier_down_count"]) == int(before["carrier_down_count"]) + 1
+    assert int(after["carrier_changes"]) == int(before["carrier_changes"]) + 2
+
+
 def test_config_expectations_on_real_nics(netns, tmp_path):
     config = tmp_path / "config.toml"
     config.write_text(f'[nics."{netns["up"]}"]\nspeed_mbps = 25000\n\n[nics."{netns["down"]}"]\nstate = "up"\n\n'
