@@ -59,6 +59,7 @@ FINDING_KINDS = {
     "nccl_p2p_disabled": "NCCL over {measured} inside the node",
     "nccl_rail_mismatch": "{subject} NCCL on {measured}, nearest {expected}",
     "nccl_warning": "{head}",
+    "nccl_config": "{subject}={measured}",
     "gpu_xid": "{subject} {measured}",
     "nvswitch_sxid": "{subject} {measured}",
     "pcie_aer_fatal": "{subject} {measured}",

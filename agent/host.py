@@ -31,7 +31,7 @@ class Host(Protocol):
         """stdout of argv. NoData when the binary is absent, ProbeFailed on timeout or failure."""
 
     def read_text(self, path: str) -> str | None:
-        """Contents of a file under /sys or /proc, None when it does not exist or cannot be read."""
+        """Contents of a file under /sys or /proc (and /etc/nccl.conf), None when it does not exist or cannot be read."""
 
     def read_link(self, path: str) -> str | None: ...
 

@@ -253,7 +253,7 @@ class Nic:
 
 @dataclass
 class Platform:
-    """What GPU traffic depends on below the PCIe links, from sysfs and /proc (probes/platform.py)."""
+    """What GPU traffic depends on below the PCIe links, from sysfs, /proc and /etc/nccl.conf (probes/platform.py)."""
 
     peer_memory: str | None  # /sys/module/{nvidia_peermem,nv_peer_mem}: the one loaded, None when neither is
     modules_known: bool  # /sys/module could be listed (a snapshot without it says nothing)
@@ -265,6 +265,7 @@ class Platform:
     kernel: str | None = None  # uname's release
     dma_buf: bool | None = None  # open_kernel_modules on kernel >= 5.12; None when either is unknown
     gpudirect: str | None = None  # derived: the peer-memory module, else "dma-buf" when possible
+    nccl_conf: dict[str, str] | None = None  # /etc/nccl.conf as NCCL reads it (name -> value); None when absent
 
     def __post_init__(self) -> None:
         self.gpudirect = self.peer_memory or ("dma-buf" if self.dma_buf else None)

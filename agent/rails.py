@@ -25,9 +25,11 @@ def nic_rate(report: Report, nic, config) -> float | None:
 
 def fabric_nics(report: Report, environ: dict[str, str]) -> list:
     """The RDMA NICs NCCL moves inter-node data over on a GPU node: RDMA devices with an ACTIVE port,
-    as NCCL_IB_HCA selects them (NCCL's syntax), and of those the rails: the ones nearest to the node's
+    as NCCL_IB_HCA selects them (NCCL's syntax; the environment's, else /etc/nccl.conf's), and of those the rails: the ones nearest to the node's
     GPUs (every one of them when the topology names none). [] with NCCL_IB_DISABLE=1 or no RDMA device:
     NCCL then falls back to sockets over the traffic NIC."""
+    conf = report.platform.nccl_conf if report.platform else None
+    environ = {**(conf or {}), **environ}  # NCCL reads /etc/nccl.conf for what the environment leaves unset
     if environ.get("NCCL_IB_DISABLE", "").strip() == "1":
         return []
     active = report.rdma_nics_up()

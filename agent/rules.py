@@ -20,6 +20,7 @@ from nodecheck.gpu_error_rules import gpu_findings
 from nodecheck.gpu_presence import gpu_count, inaccessible_gpus
 from nodecheck.link_types import link_family
 from nodecheck.model import Report
+from nodecheck.nccl_conf_rules import nccl_conf_findings
 from nodecheck.pci import normal_pci
 from nodecheck.pcie_rules import narrow_links, slow_nic_links
 from nodecheck.rail_rules import rail_mtus, rail_rates, rails_down
@@ -304,6 +305,7 @@ RULES = [
     Rule(aer_findings, ("pcie_aer_fatal", "pcie_link_errors"), needs="pcie_paths"),
     Rule(ib_findings, ("ib_link_downed", "ib_port_errors", "ib_counter_saturated", "rdma_retransmits"), needs="nics"),
     Rule(netdev_findings, ("nic_link_errors",), needs="nics"),
+    Rule(nccl_conf_findings, ("nccl_config",), needs="platform"),
     Rule(gpu_findings, ("pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown", "gpu_recovery_action",
                         "sram_threshold_exceeded", "retired_pages_limit", "retired_pages_pending", "inforom_corrupted"),
          needs="nvml"),

@@ -1,8 +1,8 @@
 """Platform facts GPU traffic depends on: whether GPUDirect RDMA's peer-memory module is loaded
 (nvidia_peermem, or the legacy nv_peer_mem), and how the IOMMU treats each device (its group's type:
 identity passes DMA through; DMA and DMA-FQ translate every transaction, peer-to-peer and RDMA included),
-with the IOMMU parameters of the kernel command line. Read through the host from sysfs and /proc, so a
-snapshot records them."""
+with the IOMMU parameters of the kernel command line, and the node's /etc/nccl.conf as NCCL reads it. Read
+through the host from sysfs, /proc and /etc, so a snapshot records them."""
 
 from __future__ import annotations
 
@@ -16,13 +16,18 @@ PEER_MEMORY_MODULES = ("nvidia_peermem", "nv_peer_mem")
 TRANSLATED = ("DMA", "DMA-FQ")  # /sys/kernel/iommu_groups/N/type; "identity" is pass-through
 _IOMMU_PARAMS = ("iommu", "intel_iommu", "amd_iommu", "iommu.passthrough", "iommu.strict")
 MAX_GROUPS = 4096
+NCCL_CONF = "/etc/nccl.conf"  # what every NCCL job on the node reads, unless its environment says otherwise
+MAX_NCCL_CONF_LINES = 256
+_NCCL_CONF_FIELD = 1023  # NCCL copies a name and a value into 1024-byte buffers
 
 
 def collect(host, timeout: float) -> Platform:
     modules = set(host.list_dir("/sys/module"))
     cmdline = host.read_text("/proc/cmdline")
-    if not modules and cmdline is None:
-        raise NoData("neither /sys/module nor /proc/cmdline could be read (a snapshot from before nodecheck recorded them)")
+    conf = host.read_text(NCCL_CONF)
+    if not modules and cmdline is None and conf is None:
+        raise NoData("neither /sys/module, /proc/cmdline nor /etc/nccl.conf could be read (a snapshot from before "
+                     "nodecheck recorded them)")
     peer_memory = next((m for m in PEER_MEMORY_MODULES if m in modules), None)
     iommu = {}
     for group in host.list_dir("/sys/kernel/iommu_groups")[:MAX_GROUPS]:
@@ -33,7 +38,25 @@ def collect(host, timeout: float) -> Platform:
     open_modules = None if driver is None else "Open Kernel Module" in driver
     kernel = str(host.identity().get("kernel") or "")[:64] or None
     return Platform(peer_memory, bool(modules), iommu, parse_cmdline(cmdline or ""), open_modules, kernel,
-                         dma_buf_capable(open_modules, kernel))
+                    dma_buf_capable(open_modules, kernel), nccl_conf=None if conf is None else parse_nccl_conf(conf))
+
+
+def parse_nccl_conf(text: str) -> dict[str, str]:
+    """/etc/nccl.conf as NCCL reads it (src/misc/param.cc, setEnvFile): each line split at its first '=' into a
+    name and a value, nothing stripped but the line's end ("\n", then "\r"): `NCCL_IB_HCA = mlx5` sets
+    "NCCL_IB_HCA "; lines starting with '#' and lines without '=' skipped; a name set twice keeps its first value
+    (NCCL's setenv does not overwrite). Bounded: the first MAX_NCCL_CONF_LINES names, each field cut at 1023."""
+    conf: dict[str, str] = {}
+    for line in text.split("\n"):
+        line = line.split("\x00", 1)[0]  # C strings end there
+        line = line[:-1] if line.endswith("\r") else line
+        name, equals, value = line.partition("=")
+        if line.startswith("#") or not equals or not name:
+            continue
+        conf.setdefault(name[:_NCCL_CONF_FIELD], value[:_NCCL_CONF_FIELD])
+        if len(conf) >= MAX_NCCL_CONF_LINES:
+            break
+    return conf
 
 
 def dma_buf_capable(open_modules: bool | None, kernel: str | None) -> bool | None:
