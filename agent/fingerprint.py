@@ -9,6 +9,9 @@
 - kernel: the running kernel's release.
 - topology: 12 hex digits of a SHA-256 over what must be identical across a type (topology_facts): two nodes of
   one type with different hashes differ in something `nodecheck inspect` shows.
+- nccl_conf: 12 hex digits of a SHA-256 over /etc/nccl.conf as NCCL reads it (probes/platform.py); empty when the
+  node has none. One node apart from its type runs every job with other NCCL settings (another NCCL_IB_GID_INDEX
+  on RoCE, and its connections to the others fail).
 
 Labels stay bounded: versions and a hash, never an address or a per-run value.
 """
@@ -24,7 +27,7 @@ from nodecheck.findings import Finding
 from nodecheck.model import Report
 
 MIG = " (MIG)"  # after a GPU's name in the sku, for a GPU in MIG mode
-FIELDS = ("sku", "driver", "cuda", "vbios", "nic_firmware", "kernel", "topology")
+FIELDS = ("sku", "driver", "cuda", "vbios", "nic_firmware", "kernel", "topology", "nccl_conf")
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class Fingerprint:
     nic_firmware: str
     kernel: str
     topology: str
+    nccl_conf: str = ""
 
     def labels(self) -> dict[str, str]:
         return asdict(self)
@@ -73,7 +77,16 @@ def topology_facts(report: Report) -> dict:
 
 
 def topology_hash(report: Report) -> str:
-    canonical = json.dumps(topology_facts(report), sort_keys=True, separators=(",", ":"), default=str)
+    return _digest(topology_facts(report))
+
+
+def nccl_conf_hash(report: Report) -> str:
+    conf = report.platform.nccl_conf if report.platform else None
+    return _digest(sorted(conf.items())) if conf else ""
+
+
+def _digest(facts) -> str:
+    canonical = json.dumps(facts, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
@@ -88,6 +101,7 @@ def fingerprint(report: Report) -> Fingerprint:
         nic_firmware=",".join(sorted({n.firmware for n in report.nics if n.firmware})),
         kernel=str(node.get("kernel") or ""),
         topology=topology_hash(report),
+        nccl_conf=nccl_conf_hash(report),
     )
 
 

@@ -67,3 +67,21 @@ def test_nic_firmware_from_sysfs(tmp_path):
     report = build_report(LiveHost(root))
     (nic,) = [n for n in report.nics if n.name == "ibp26s0"]
     assert nic.firmware == "28.41.1000" and fingerprint(report).nic_firmware == "28.41.1000"
+
+
+def test_the_nccl_conf_hash_is_the_file_as_nccl_reads_it(tmp_path):
+    """Empty without a file; the same settings in another order or with comments hash alike (NCCL sees the same
+    variables); another NCCL_IB_GID_INDEX does not (on RoCE, a node with it cannot connect to its peers)."""
+    from nodecheck.model import Platform
+    from nodecheck.probes.platform import parse_nccl_conf
+
+    base = hgx(tmp_path)
+    assert fingerprint(base).nccl_conf == ""
+
+    def with_conf(text: str):
+        return dataclasses.replace(base, platform=Platform(None, False, nccl_conf=parse_nccl_conf(text)))
+
+    one = fingerprint(with_conf("NCCL_IB_GID_INDEX=3\nNCCL_IB_HCA==mlx5_0,mlx5_1\n")).nccl_conf
+    assert len(one) == 12 and int(one, 16) >= 0
+    assert fingerprint(with_conf("# rails\nNCCL_IB_HCA==mlx5_0,mlx5_1\nNCCL_IB_GID_INDEX=3\n")).nccl_conf == one
+    assert fingerprint(with_conf("NCCL_IB_GID_INDEX=5\nNCCL_IB_HCA==mlx5_0,mlx5_1\n")).nccl_conf != one

@@ -61,6 +61,23 @@ def test_the_fleet_names_the_nodes_out_of_line_and_no_other(tmp_path, hgx_report
     assert "  gpu-olddriver: driver 550.54.15; 7 of 8 nodes run 580.159.04" in lines
 
 
+def test_a_node_with_another_nccl_conf_drifts(tmp_path, hgx_report):
+    """Seven nodes read one /etc/nccl.conf, one another NCCL_IB_GID_INDEX: named, with the majority's hash."""
+    from nodecheck.model import Platform
+    from nodecheck.probes.platform import parse_nccl_conf
+
+    def conf(report, text):
+        return dataclasses.replace(report, platform=Platform(None, False, nccl_conf=parse_nccl_conf(text)))
+
+    reports = [conf(node(hgx_report, f"gpu-{i:02d}"), "NCCL_IB_GID_INDEX=3\n") for i in range(7)]
+    reports.append(conf(node(hgx_report, "gpu-gid5"), "NCCL_IB_GID_INDEX=5\n"))
+    write(tmp_path / "fleet", reports)
+    document = json.loads(cli("fleet", str(tmp_path / "fleet"), "--json").stdout)
+    (drift,) = document["groups"][0]["drift"]
+    assert (drift["node"], drift["field"], drift["majority_nodes"]) == ("gpu-gid5", "nccl_conf", 7)
+    assert len(drift["value"]) == len(drift["majority"]) == 12 and drift["value"] != drift["majority"]
+
+
 def test_fewer_than_five_peers_judge_nothing(tmp_path, hgx_report):
     write(tmp_path / "small", [node(hgx_report, "a"), node(hgx_report, "b"), node(hgx_report, "c", ratio=0.5)])
     result = cli("fleet", str(tmp_path / "small"), "--json")

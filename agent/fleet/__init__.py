@@ -23,7 +23,7 @@ from nodecheck.model import Report, measured_on
 MIN_PEERS = 5
 DEFAULT_FRACTION = 0.9
 Z_OUT = -3.5  # Iglewicz and Hoaglin's cut for a modified z-score
-DRIFT_FIELDS = ("driver", "cuda", "vbios", "nic_firmware", "kernel", "topology")
+DRIFT_FIELDS = ("driver", "cuda", "vbios", "nic_firmware", "kernel", "topology", "nccl_conf")
 
 
 @dataclass
