@@ -221,25 +221,31 @@ def netdev_findings(report: Report, config: Config) -> list[Finding]:
     down: a job across nodes loses its connections either way); frames failing their checksum faster than the limit
     an error (a bad cable or optic, as InfiniBand's symbol errors), a warning where the path measured fine
     (agent/signal_join.py). InfiniBand netdevs are left to their ports' own counters."""
-    findings = []
-    for nic in report.nics:
-        if nic.kind != "ethernet" or nic.virtual or not nic.counters:
-            continue
-        name = "carrier_down_count" if nic.counters.get("carrier_down_count") is not None else "carrier_changes"
-        flaps = change(report, config, f"net/{nic.name}/{name}", nic.counters[name]) if nic.counters.get(name) is not None else None
-        if flaps is not None and flaps.delta:
-            times = f"{flaps.delta} time(s)" if name == "carrier_down_count" else f"{flaps.delta} carrier change(s) (a down and an up each)"
-            findings.append(Finding("nic_link_errors", "warning", nic.name, f"{name} +{flaps.delta}", "no increase",
-                                    f"{nic.name}: its link went down {times} in {flaps.seconds:.0f} s (now {nic.state or 'unknown'}): "
-                                    "a cable, optic or switch port flapping, or the link set down by hand; a job across "
-                                    "nodes loses its connections. Check `ip -s link show`, the switch port and the optic"))
-        crc = nic.counters.get("rx_crc_errors")
-        rise = change(report, config, f"net/{nic.name}/rx_crc_errors", crc) if crc is not None else None
-        if rise is not None and rise.delta:
-            limit, source = config.errors.limit("nic_rx_crc_errors_per_s")
-            if rise.per(1) > limit:
-                findings.append(Finding("nic_link_errors", "error", nic.name, f"rx_crc_errors {rise.per(1):.1f}/s", f"<= {limit:g}/s",
-                                        f"{nic.name}: rx_crc_errors +{rise.delta} in {rise.seconds:.0f} s ({rise.per(1):.1f}/s, "
-                                        f"limit {limit:g}/s: {source}): frames arrive damaged; check the cable, the optic "
-                                        "and the switch port"))
-    return findings
+    return [f for nic in report.nics if nic.kind == "ethernet" and not nic.virtual and nic.counters
+            for f in (*_carrier_drops(report, config, nic), *_crc_errors(report, config, nic))]
+
+
+def _carrier_drops(report: Report, config: Config, nic) -> list[Finding]:
+    name = "carrier_down_count" if nic.counters.get("carrier_down_count") is not None else "carrier_changes"
+    if nic.counters.get(name) is None:
+        return []
+    drops = change(report, config, f"net/{nic.name}/{name}", nic.counters[name])
+    if not drops.delta:
+        return []
+    times = f"{drops.delta} time(s)" if name == "carrier_down_count" else f"{drops.delta} carrier change(s) (a down and an up each)"
+    return [Finding("nic_link_errors", "warning", nic.name, f"{name} +{drops.delta}", "no increase",
+                    f"{nic.name}: its link went down {times} in {drops.seconds:.0f} s (now {nic.state or 'unknown'}): a "
+                    "cable, optic or switch port flapping, or the link set down by hand; a job across nodes loses its "
+                    "connections. Check `ip -s link show`, the switch port and the optic")]
+
+
+def _crc_errors(report: Report, config: Config, nic) -> list[Finding]:
+    if nic.counters.get("rx_crc_errors") is None:
+        return []
+    rise = change(report, config, f"net/{nic.name}/rx_crc_errors", nic.counters["rx_crc_errors"])
+    limit, source = config.errors.limit("nic_rx_crc_errors_per_s")
+    if not rise.delta or rise.per(1) <= limit:
+        return []
+    return [Finding("nic_link_errors", "error", nic.name, f"rx_crc_errors {rise.per(1):.1f}/s", f"<= {limit:g}/s",
+                    f"{nic.name}: rx_crc_errors +{rise.delta} in {rise.seconds:.0f} s ({rise.per(1):.1f}/s, limit "
+                    f"{limit:g}/s: {source}): frames arrive damaged; check the cable, the optic and the switch port")]

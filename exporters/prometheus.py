@@ -27,10 +27,15 @@ TEXTFILE_NAME = "nodecheck.prom"
 
 
 def _gauge(name: str, doc: str, labels: list[str], rows) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, doc, labels=labels)
+    """One family; a label set given twice is published once, the first time (two findings of one kind on one
+    subject, two rates of one InfiniBand port: a second series with the same labels makes node_exporter's textfile
+    collector refuse it and Prometheus drop the sample)."""
+    family, seen = GaugeMetricFamily(name, doc, labels=labels), set()
     for values, value in rows:
-        if value is not None:
-            family.add_metric([str(v) if v is not None else "" for v in values], float(value))
+        key = tuple(str(v) if v is not None else "" for v in values)
+        if value is not None and key not in seen:
+            seen.add(key)
+            family.add_metric(list(key), float(value))
     return family
 
 

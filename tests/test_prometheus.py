@@ -8,6 +8,8 @@ from helpers import (
     hgx_nvml,
     live_gpu_count,
     make_measurement,
+    make_nic,
+    make_report,
     make_snapshot,
     nodecheck,
     promtool_check,
@@ -151,3 +153,26 @@ def test_a_check_never_made_is_unknown_never_healthy(tmp_path):
     assert textfile[("nodecheck_check_unknown", (("check", "pcie_downtrained"),))] == 1  # NVML failed: not known
     assert ("nodecheck_check_healthy", (("check", "pcie_downtrained"),)) not in textfile
     assert textfile[("nodecheck_check_healthy", (("check", "probe_failed"),))] == 0
+
+
+def test_two_findings_of_one_kind_on_one_subject_are_one_series(tmp_path):
+    """Two rates of one InfiniBand port above their limits (symbol errors and receive errors on mlx5_0/1) are two
+    findings of one kind, severity and subject: one series, as Prometheus and node_exporter's textfile collector
+    require (a second with the same labels is dropped, or the whole file refused)."""
+    from nodecheck.events import CounterSample, History
+    from nodecheck.model import IbPort
+    from nodecheck.rules import evaluate
+
+    port = IbPort("mlx5_0", 1, "ACTIVE", "LinkUp", "400 Gb/sec (4X NDR)", "InfiniBand",
+                  {"symbol_error": 1200, "port_rcv_errors": 1200})
+    before = CounterSample(940.0, {"ib/mlx5_0/1/symbol_error": 0, "ib/mlx5_0/1/port_rcv_errors": 0})
+    report = make_report(nics=[make_nic("ibp12s0", kind="infiniband", rdma_device="mlx5_0", ib_ports=[port])],
+                         history=History("boot", [], [before], 1000.0))
+    report.findings = evaluate(report, Config())
+    assert [f.measured for f in report.findings if f.kind == "ib_port_errors"] == ["port_rcv_errors 20.0/s",
+                                                                                   "symbol_error 20.0/s"]
+    text = metrics_of(report, tmp_path)
+    series = [line.split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")]
+    assert len(series) == len(set(series)), [s for s in series if series.count(s) > 1]
+    assert series.count('nodecheck_finding{kind="ib_port_errors",severity="error",subject="mlx5_0/1"}') == 1
+    assert promtool_check(text).returncode == 0
