@@ -212,6 +212,26 @@ def _example_node():
     return build_report(SnapshotHost(REPO / "examples/hgx-h100-8gpu"))
 
 
+def _nccl_conf_seeds() -> list[str]:
+    """NCCL's documented example of the file, and one an HGX image ships (rails by name, a GID index, a topology
+    file), with a comment and a line of shell syntax NCCL does not read."""
+    return ["NCCL_DEBUG=WARN\nNCCL_SOCKET_IFNAME==ens1f0\n",
+            "# rails\nNCCL_IB_HCA==mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1\nNCCL_IB_GID_INDEX=3\r\n"
+            "NCCL_TOPO_FILE=/etc/nccl/topo.xml\nexport NCCL_P2P_DISABLE=1\n"]
+
+
+def _judged_nccl_conf(text: str) -> list:
+    """What the platform probe and the rules do with the file on the example HGX node."""
+    import dataclasses
+
+    from nodecheck.model import Platform
+    from nodecheck.nccl_conf_rules import nccl_conf_findings
+    from nodecheck.probes.platform import parse_nccl_conf
+
+    report = dataclasses.replace(_example_node(), platform=Platform(None, False, nccl_conf=parse_nccl_conf(text)))
+    return nccl_conf_findings(report)
+
+
 def _served_measurements(document) -> bytes:
     """What `serve --measurements FILE` does with the file a bench run wrote: read, judged against the node's
     Report, published."""
@@ -322,6 +342,7 @@ def targets() -> list[Target]:
         Target("aer", lambda: _texts("captures/public/health/aer/**/aer_dev_*"), parse_aer_file, ()),
         Target("ib_counter", lambda: _texts("captures/public/health/ib/**/counters/*", "captures/public/health/ib/**/hw_counters/*"),
                parse_counter, ()),
+        Target("nccl_conf", _nccl_conf_seeds, _judged_nccl_conf, ()),
         Target("config", _config_seeds, lambda text: loads(text, "fuzz.toml"), (ConfigError,)),
         Target("web_config", _web_config_seeds, lambda text: parse_web_config(text, "fuzz.yml"), (ConfigError,)),
         Target("cpulist", _affinity_seeds, units.parse_cpulist, (ValueError,)),
