@@ -106,3 +106,10 @@ def test_a_garbled_counter_file_reads_as_unknown(tmp_path, text):
     (tree / "fs/sys/class/net/ens10f0/carrier_down_count").write_text(text + "\n")
     nic = next(n for n in collect(SnapshotHost(tree)).nics if n.name == "ens10f0")
     assert nic.counters["carrier_down_count"] is None and nic.counters["carrier_changes"] == 2
+
+
+def test_inspect_says_the_nic_links_are_counted():
+    """`inspect`'s error-counter line names the NIC links among what it covers (it once read "Error counters: ;")."""
+    from nodecheck.render.kernel_log import counter_lines
+
+    assert counter_lines(report_with(captured(), captured())) == ["Error counters: 1 NIC links; rates over the last 60 s"]

@@ -95,7 +95,7 @@ def counter_lines(report: Report) -> list[str]:
     sample = counter_sample(report)
     if not sample:
         return []
-    families = {"aer/": "PCIe devices with AER", "ib/": "InfiniBand ports", "gpu/": "GPUs (NVML)"}
+    families = {"aer/": "PCIe devices with AER", "ib/": "InfiniBand ports", "net/": "NIC links", "gpu/": "GPUs (NVML)"}
     counts = {label: len({k.rsplit("/", 1)[0] for k in sample if k.startswith(prefix)}) for prefix, label in families.items()}
     covered = ", ".join(f"{n} {label}" for label, n in counts.items() if n)
     found = [previous_sample(report, Config(), key) for key in sample]
