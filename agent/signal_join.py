@@ -49,10 +49,28 @@ def signal_devices(report: Report, finding: Finding, hops: dict) -> list[str]:
     return []
 
 
-def on_path(measurement, devices: list[str]) -> bool:
+def nics_used(report: Report, measurement) -> set[str] | None:
+    """The NICs (netdev names) of this node a collective across nodes ran over, as its ranks reported them
+    (details["nodes"]: the traffic NIC and the rails of each rank on this host); None where the measurement does
+    not say, and any NIC may have carried it."""
+    members = (measurement.details or {}).get("nodes")
+    host = (report.node or {}).get("hostname")
+    if not isinstance(members, list) or not host:
+        return None
+    names = set()
+    for member in members:
+        if isinstance(member, dict) and member.get("node") == host:
+            names.update(n for n in [member.get("nic"), *[r.get("name") for r in member.get("rails") or [] if isinstance(r, dict)]]
+                         if isinstance(n, str) and n)
+    used = {n.name for n in report.nics if n.name in names or n.rdma_device in names}
+    return used or None
+
+
+def on_path(measurement, devices: list[str], used: set[str] | None = None) -> bool:
     """Whether the measurement's traffic crossed one of these devices: a GPU's host link or pair for its GPU,
-    an all-reduce inside the node for any GPU, one across nodes (or a NIC's own test) for a NIC. Another node's
-    measurement (a job's Report holds them as "node5/gpu0:host") crosses none of this node's devices."""
+    an all-reduce inside the node for any GPU, one across nodes for a NIC it ran over (`used`: nics_used; any
+    NIC where unknown), a NIC's own test for that NIC. Another node's measurement (a job's Report holds them as
+    "node5/gpu0:host") crosses none of this node's devices."""
     if measured_on(measurement.path) is not None:
         return False
     scope, endpoints, _ = path_identity(measurement.path)
@@ -68,7 +86,7 @@ def on_path(measurement, devices: list[str]) -> bool:
     if scope == "node":
         return bool(gpus)
     if scope == "cluster":
-        return bool(nics)
+        return bool(nics) if used is None else any(n in used for n in nics)
     if scope == "nic":
         return bool(endpoints) and endpoints[0] in nics
     return False
@@ -86,10 +104,10 @@ def joined(report: Report, measurements: list, findings: list[Finding]) -> list[
     out = []
     for finding in findings:
         if finding.kind == "bandwidth_below_spec":
-            finding = _naming_signals(finding, measurements, signals)
+            finding = _naming_signals(report, finding, measurements, signals)
         elif finding.kind in TEMPERED and finding.severity == "error" and finding.expected != DRAIN_NOW_XID:
             devices = dict((id(f), d) for f, d in signals).get(id(finding), [])
-            crossing = [m for m in measurements if devices and on_path(m, devices)]
+            crossing = [m for m in measurements if devices and on_path(m, devices, nics_used(report, m))]
             if crossing and all(passed(m) for m in crossing):
                 figures = ", ".join(f"{m.test} on {m.path} {m.ratio:.2f} of spec" for m in crossing[:3])
                 finding = dataclasses.replace(finding, severity="warning", message=(
@@ -99,9 +117,12 @@ def joined(report: Report, measurements: list, findings: list[Finding]) -> list[
     return out
 
 
-def _naming_signals(finding: Finding, measurements: list, signals: list) -> Finding:
+def _naming_signals(report: Report, finding: Finding, measurements: list, signals: list) -> Finding:
     measurement = next((m for m in measurements if finding.message.startswith(f"{m.path} {m.test} ")), None)
-    named = [f"{s.subject} {s.measured}" for s, devices in signals if measurement is not None and on_path(measurement, devices)]
+    if measurement is None:
+        return finding
+    used = nics_used(report, measurement)
+    named = [f"{s.subject} {s.measured}" for s, devices in signals if on_path(measurement, devices, used)]
     if not named:
         return finding
     return dataclasses.replace(finding, message=f"{finding.message}; error signals on this path: {'; '.join(named)}")

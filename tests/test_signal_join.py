@@ -108,3 +108,28 @@ def test_a_gpus_fabric_health_is_named_on_its_nvlink_paths_only():
     for elsewhere in (others, h2d(0.41)):
         assert "error signals" not in judged(report, elsewhere)["bandwidth_below_spec"].message, elsewhere.path
     assert judged(report, pair)["gpu_fabric_unhealthy"].severity == "warning"
+
+
+def test_an_all_reduce_across_nodes_joins_only_the_nics_its_ranks_ran_over():
+    """bench records each rank's traffic NIC and rails (details["nodes"]). This node's ranks ran over mlx5_0: its
+    symbol errors are named on the slow all-reduce and tempered by a passing one; mlx5_5's are not its path, and
+    stay an error. Another host's ranks (node9) say nothing of this node's NICs."""
+    report = report_with(SYMBOLS, Finding("ib_port_errors", "error", "mlx5_5/1", "symbol_error 30.0/s", "<= 10/s",
+                                          "mlx5_5/1 (ibp86s0): ..."))
+    report.node = {"hostname": "node0"}
+    port = IbPort("mlx5_5", 1, "ACTIVE", "LinkUp", "400 Gb/sec (4X NDR)", "InfiniBand")
+    report.nics.append(make_nic("ibp86s0", kind="infiniband", rdma_device="mlx5_5", ib_ports=[port]))
+    ranks = [{"rank": 0, "node": "node0", "nic": "eth0", "rails": [{"name": "mlx5_0", "rate": 50e9}]},
+             {"rank": 1, "node": "node9", "nic": "eth0", "rails": [{"name": "mlx5_5", "rate": 50e9}]}]
+
+    def across(ratio: float):
+        return make_measurement("allreduce:2-ranks", "allreduce", rate=ratio * 50e9, spec=50e9,
+                                details={"path_kind": "infiniband", "nodes": ranks})
+
+    slow = [f for f in with_measurements(report, [across(0.3)], 0.0, Config()).findings if f.kind == "bandwidth_below_spec"]
+    assert slow[0].message.endswith("; error signals on this path: mlx5_0/1 symbol_error 20.0/s")
+    fine = {f.subject: f.severity for f in with_measurements(report, [across(0.95)], 0.0, Config()).findings
+            if f.kind == "ib_port_errors"}
+    assert fine == {"mlx5_0/1": "warning", "mlx5_5/1": "error"}
+    unsaid = {f.subject: f.severity for f in judged(report_with(SYMBOLS), across(0.95)).values() if f.kind == "ib_port_errors"}
+    assert unsaid == {"mlx5_0/1": "warning"}  # no hostname: any NIC may have carried it, as before
