@@ -76,6 +76,9 @@ def test_a_node_with_another_nccl_conf_drifts(tmp_path, hgx_report):
     (drift,) = document["groups"][0]["drift"]
     assert (drift["node"], drift["field"], drift["majority_nodes"]) == ("gpu-gid5", "nccl_conf", 7)
     assert len(drift["value"]) == len(drift["majority"]) == 12 and drift["value"] != drift["majority"]
+    assert drift["differs"] == ["NCCL_IB_GID_INDEX=5, most: 3"]
+    lines = cli("fleet", str(tmp_path / "fleet")).stdout.splitlines()
+    assert "    NCCL_IB_GID_INDEX=5, most: 3" in lines and all(len(line) <= 80 for line in lines)
 
 
 def test_fewer_than_five_peers_judge_nothing(tmp_path, hgx_report):
@@ -324,3 +327,19 @@ def test_a_smaller_type_with_peers_of_its_own_is_no_node_short_of_gpus(tmp_path,
     write(tmp_path / "fleet", reports + halves)
     document = json.loads(cli("fleet", str(tmp_path / "fleet"), "--json").stdout)
     assert document["out_of_line"] == [] and all(g["judged"] for g in document["groups"])
+
+
+def test_a_node_without_the_conf_file_is_told_what_it_lacks():
+    """Six nodes whose Reports hold one file, one node without it: its drift lists the settings it lacks; a fleet
+    read from Prometheus (hashes only) has nothing to list."""
+    from nodecheck.fleet import NodeView, compare
+
+    def view(name, conf, digest):
+        return NodeView(name, "8x H100", {"sku": "8x H100", "nccl_conf": digest}, {}, conf)
+
+    views = [view(f"n{i}", {"NCCL_IB_HCA": "=mlx5_0,mlx5_1", "NCCL_IB_GID_INDEX": "3"}, "aaaaaaaaaaaa") for i in range(6)]
+    (group,) = compare(views + [view("bare", None, "")])
+    (drift,) = group.drift
+    assert drift.differs == ["NCCL_IB_GID_INDEX=(unset), most: 3", "NCCL_IB_HCA=(unset), most: =mlx5_0,mlx5_1"]
+    (group,) = compare([view(v.name, None, v.fingerprint["nccl_conf"]) for v in views] + [view("bare", None, "")])
+    assert group.drift[0].differs == []

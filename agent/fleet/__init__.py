@@ -32,6 +32,7 @@ class NodeView:
     sku: str
     fingerprint: dict[str, str]
     values: dict[str, float]  # "measured:allreduce/allreduce:node-8-gpus" -> ratio to spec; "fact:gpus" -> a number
+    nccl_conf: dict[str, str] | None = None  # its /etc/nccl.conf where its Report holds it (not from Prometheus)
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Drift:
     majority: str
     majority_nodes: int
     nodes: int
+    differs: list[str] = field(default_factory=list)  # what differs, where the Reports say (nccl_conf: NAME=value)
 
 
 @dataclass
@@ -74,7 +76,7 @@ def node_view(report: Report, fallback_name: str) -> NodeView:
     values.update(_facts(report))
     name = str((report.node or {}).get("hostname") or fallback_name)
     labels = fingerprint(report).labels()
-    return NodeView(name, labels["sku"], labels, values)
+    return NodeView(name, labels["sku"], labels, values, report.platform.nccl_conf if report.platform else None)
 
 
 def _facts(report: Report) -> dict[str, float]:
@@ -156,6 +158,7 @@ def compare(views: list[NodeView], fraction: float = DEFAULT_FRACTION) -> list[G
             _judge_key(group, key, [(v.name, v.values[key]) for v in members if key in v.values], fraction)
         for name in DRIFT_FIELDS:
             _drift(group, name, [(v.name, v.fingerprint.get(name, "")) for v in members])
+        _conf_differences(group, members)
         groups.append(group)
     return groups
 
@@ -183,6 +186,21 @@ def _drift(group: Group, name: str, values: list[tuple[str, str]]) -> None:
     for node, value in values:
         if value != majority:
             group.drift.append(Drift(node, name, value, majority, majority_nodes, len(values)))
+
+
+def _conf_differences(group: Group, members: list[NodeView]) -> None:
+    """Each nccl_conf drift with the settings that differ from a node of the majority's file ("NCCL_IB_GID_INDEX=5,
+    most: 3"), where both Reports hold the file."""
+    confs = {v.name: v.nccl_conf for v in members}
+    hashes = {v.name: v.fingerprint.get("nccl_conf", "") for v in members}
+    for drift in (d for d in group.drift if d.field == "nccl_conf"):
+        usual = next((confs[n] for n, h in hashes.items() if h == drift.majority and confs[n] is not None), None)
+        mine = confs.get(drift.node)
+        if usual is None and mine is None:
+            continue
+        usual, mine = usual or {}, mine or {}
+        drift.differs = [f"{key.strip()[:40]}={mine.get(key, '(unset)')[:40]}, most: {usual.get(key, '(unset)')[:40]}"
+                         for key in sorted(set(usual) | set(mine)) if usual.get(key) != mine.get(key)][:8]
 
 
 def out_of_line(groups: list[Group]) -> list[str]:

@@ -29,6 +29,8 @@ def render_fleet(groups: list, skipped: list[dict], fraction: float) -> None:
                 _line(f"  {o.node}: {what} {o.value:g}, peers' median {o.median:g}")
         for d in group.drift:
             _line(f"  {d.node}: {d.field} {d.value or '(none)'}; {d.majority_nodes} of {d.nodes} nodes run {d.majority or '(none)'}")
+            for difference in d.differs:
+                _line(f"    {difference}")
         if not group.outliers and not group.drift:
             _line(f"  every node in line with its peers (measurements within {fraction:g} of the median, same fingerprint)")
     for entry in skipped:
