@@ -13,6 +13,7 @@ import re
 from nodecheck.findings import Finding
 from nodecheck.ifnames import nccl_selection
 from nodecheck.model import Report
+from nodecheck.rails import near_gpus
 
 NCCL_CONF = "/etc/nccl.conf"
 _NAME = re.compile(r"NCCL_[A-Z0-9_]{1,64}")
@@ -52,7 +53,8 @@ def _unread_lines(conf: dict[str, str]) -> list[Finding]:
 
 
 def _hca(report: Report, conf: dict[str, str]) -> list[Finding]:
-    active = list(dict.fromkeys(n.rdma_device for n in report.rdma_nics_up()))
+    up = report.rdma_nics_up()
+    active = list(dict.fromkeys(n.rdma_device for n in up))
     if not active:
         return []
     if conf.get("NCCL_IB_DISABLE", "").strip() == "1":
@@ -66,7 +68,7 @@ def _hca(report: Report, conf: dict[str, str]) -> list[Finding]:
         return [_finding("NCCL_IB_HCA", value[:64], f"one of {','.join(active[:8])}",
                          f"NCCL_IB_HCA={value[:64]} selects none of the node's active RDMA devices ({', '.join(active[:8])}): "
                          "NCCL finds no HCA and moves every job's inter-node data over sockets")]
-    rails = {name for gpu in report.gpus for name in gpu.nearest_nics}
+    rails = {n.rdma_device for n in near_gpus(up, report.gpus)}
     left_out = sorted(d for d in active if d not in chosen and d in rails)
     if left_out:
         return [_finding("NCCL_IB_HCA", value[:64], f"every rail ({len(left_out) + len(chosen & rails)})",

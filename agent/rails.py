@@ -37,9 +37,14 @@ def fabric_nics(report: Report, environ: dict[str, str]) -> list:
     if hca and hca.strip():
         chosen = set(nccl_selection(hca, [n.rdma_device for n in active]))
         active = [n for n in active if n.rdma_device in chosen]
-    nearest = {name for gpu in report.gpus for name in gpu.nearest_nics}
-    rails = [n for n in active if n.rdma_device in nearest or n.name in nearest]
-    return rails or active
+    return near_gpus(active, report.gpus) or active
+
+
+def near_gpus(nics: list, gpus: list) -> list:
+    """Those of these NICs one of `gpus` is nearest to in the topology, by whichever name it gave them (the
+    netdev's or the RDMA device's)."""
+    nearest = {name for gpu in gpus for name in gpu.nearest_nics}
+    return [n for n in nics if n.rdma_device in nearest or n.name in nearest]
 
 
 def ring_bound(report: Report, nics: list, config) -> tuple[float | None, str]:
@@ -82,5 +87,4 @@ def rail_rates(report: Report, nics: list, config) -> list[dict]:
 def rank_rails(report: Report, gpu, fabric: list) -> list:
     """The rails a rank's traffic leaves by: those nearest its GPU (a one-rank-per-node job drives one GPU
     and its NIC, not the node's eight), or every rail when the topology names none near it."""
-    nearest = set(gpu.nearest_nics) if gpu is not None else set()
-    return [n for n in fabric if n.rdma_device in nearest or n.name in nearest] or fabric
+    return near_gpus(fabric, [gpu] if gpu is not None else []) or fabric

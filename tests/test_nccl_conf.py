@@ -130,3 +130,22 @@ def test_read_live_recorded_and_replayed(tmp_path):
     live = collect(recording, 5.0)
     assert live.nccl_conf == {"NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "=ens1f0", "NCCL_IB_HCA ": " mlx5"}
     assert collect(SnapshotHost(recording.write(tmp_path / "snap")), 5.0).nccl_conf == live.nccl_conf
+
+
+def test_a_rail_the_topology_names_by_its_netdev_is_still_a_rail():
+    """lstopo names a GPU's nearest NIC by its netdev (ibp26s0), nvidia-smi by its RDMA device (mlx5_0): either
+    way mlx5_0 is gpu0's rail, and a selection leaving it out is named, as bench's rails (rails.near_gpus) see it."""
+    from helpers import make_gpu, make_nic, make_report
+
+    from nodecheck.model import IbPort, Platform
+    from nodecheck.nccl_conf_rules import nccl_conf_findings
+
+    def hca(name, device):
+        port = IbPort(device, 1, "ACTIVE", "LinkUp", "400 Gb/sec (4X NDR)", "InfiniBand")
+        return make_nic(name, kind="infiniband", rdma_device=device, ib_ports=[port])
+
+    report = make_report(gpus=[make_gpu(0, nearest_nics=["ibp26s0"]), make_gpu(1, nearest_nics=["mlx5_1"])],
+                         nics=[hca("ibp26s0", "mlx5_0"), hca("ibp27s0", "mlx5_1")],
+                         platform=Platform(None, False, nccl_conf={"NCCL_IB_HCA": "=mlx5_1"}))
+    (finding,) = nccl_conf_findings(report)
+    assert "leaves out mlx5_0" in finding.message and finding.expected == "every rail (2)"
