@@ -61,7 +61,6 @@ def counter_sample(report: Report) -> dict[str, int]:
     for nic in report.nics:
         for port in nic.ib_ports:
             sample.update({f"ib/{port.device}/{port.port}/{name}": v for name, v in port.counters.items() if v is not None})
-    for nic in report.nics:
         sample.update({f"net/{nic.name}/{name}": v for name, v in nic.counters.items() if v is not None})
     for gpu in report.gpus:
         signals, key = gpu.signals, f"gpu/{normal_pci(gpu.pci_bus_id)}"

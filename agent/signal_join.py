@@ -101,13 +101,14 @@ def joined(report: Report, measurements: list, findings: list[Finding]) -> list[
     """The findings with each signal joined to its path's verdict (see the module's text)."""
     hops = device_hops(report)
     signals = [(f, signal_devices(report, f, hops)) for f in findings if f.kind in SIGNALS]
+    used = {id(m): nics_used(report, m) for m in measurements}
     out = []
     for finding in findings:
         if finding.kind == "bandwidth_below_spec":
-            finding = _naming_signals(report, finding, measurements, signals)
+            finding = _naming_signals(finding, measurements, signals, used)
         elif finding.kind in TEMPERED and finding.severity == "error" and finding.expected != DRAIN_NOW_XID:
             devices = dict((id(f), d) for f, d in signals).get(id(finding), [])
-            crossing = [m for m in measurements if devices and on_path(m, devices, nics_used(report, m))]
+            crossing = [m for m in measurements if devices and on_path(m, devices, used[id(m)])]
             if crossing and all(passed(m) for m in crossing):
                 figures = ", ".join(f"{m.test} on {m.path} {m.ratio:.2f} of spec" for m in crossing[:3])
                 finding = dataclasses.replace(finding, severity="warning", message=(
@@ -117,12 +118,11 @@ def joined(report: Report, measurements: list, findings: list[Finding]) -> list[
     return out
 
 
-def _naming_signals(report: Report, finding: Finding, measurements: list, signals: list) -> Finding:
+def _naming_signals(finding: Finding, measurements: list, signals: list, used: dict) -> Finding:
     measurement = next((m for m in measurements if finding.message.startswith(f"{m.path} {m.test} ")), None)
     if measurement is None:
         return finding
-    used = nics_used(report, measurement)
-    named = [f"{s.subject} {s.measured}" for s, devices in signals if on_path(measurement, devices, used)]
+    named = [f"{s.subject} {s.measured}" for s, devices in signals if on_path(measurement, devices, used[id(measurement)])]
     if not named:
         return finding
     return dataclasses.replace(finding, message=f"{finding.message}; error signals on this path: {'; '.join(named)}")
