@@ -144,7 +144,9 @@ def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | No
             gpu.name, gpu.uuid, gpu.pci_bus_id, gpu.architecture = n.name, n.uuid, n.pci_bus_id, n.architecture
             gpu.pcie = {k: getattr(n, f"pcie_{k}") for k in ("gen_current", "gen_max", "gen_gpu_max", "width_current", "width_max")}
             gpu.utilization_percent, gpu.memory_bytes = n.utilization_gpu, n.memory_total_bytes
-            gpu.nvlinks = [{"link": link, "active": active, "version": version} for link, active, version in n.nvlinks]
+            gpu.nvlinks = [{"link": link, "active": active, "version": version}
+                           | ({} if active is not None else {"error": n.errors.get("nvlink", "state unknown")})
+                           for link, active, version in n.nvlinks]
             gpu.ecc_enabled, gpu.remapped_rows_pending, gpu.remapped_rows_failed = n.ecc_enabled, n.remapped_rows_pending, n.remapped_rows_failed
             gpu.vbios = n.vbios
             gpu.fabric = GpuFabric(**n.fabric) if n.fabric else None

@@ -67,7 +67,7 @@ class Gpu:
     pcie: dict | None = None  # gen_current, gen_max, gen_gpu_max, width_current, width_max
     utilization_percent: int | None = None
     memory_bytes: int | None = None  # the GPU's memory (NVML), which bounds the largest payload a test may use
-    nvlinks: list[dict] = field(default_factory=list)  # {link, active, version}
+    nvlinks: list[dict] = field(default_factory=list)  # {link, active, version}; active None: NVML's error
     ecc_enabled: bool | None = None
     remapped_rows_pending: bool | None = None
     remapped_rows_failed: bool | None = None

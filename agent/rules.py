@@ -147,13 +147,19 @@ def _nvlinks(gpu, config: Config) -> list[Finding]:
     subject = f"gpu{gpu.index}"
     if gpu.mig_enabled:
         return []  # no NVLink under MIG (_mig says so)
-    inactive = [l["link"] for l in gpu.nvlinks if not l["active"]]
-    active = len(gpu.nvlinks) - len(inactive)
+    inactive = [l["link"] for l in gpu.nvlinks if l["active"] is False]
+    unread = [l for l in gpu.nvlinks if l["active"] is None]
+    active = len(gpu.nvlinks) - len(inactive) - len(unread)
     findings = []
     if inactive:
         findings.append(Finding("nvlink_inactive", "error", subject, active, len(gpu.nvlinks),
                                 f"{subject} NVLink link(s) {', '.join(map(str, inactive))} inactive: "
                                 "check `nvidia-smi nvlink -s`, fabric manager, and the NVSwitch tray"))
+    elif unread:  # NVML failed to say (Unknown Error): not known down, never counted up
+        findings.append(Finding("nvlink_inactive", "warning", subject, active, len(gpu.nvlinks),
+                                f"{subject} NVLink link(s) {', '.join(str(l['link']) for l in unread)}: NVML could "
+                                f"not read their state ({unread[0].get('error', 'state unknown')}); check "
+                                "`nvidia-smi nvlink -s` and the kernel log for an Xid"))
     if config.nvlinks_per_gpu and gpu.pcie is not None and active < config.nvlinks_per_gpu:
         findings.append(Finding("nvlink_count_low", "error", subject, active, config.nvlinks_per_gpu,
                                 f"{subject} has {active} active NVLinks, {config.nvlinks_per_gpu} expected"))

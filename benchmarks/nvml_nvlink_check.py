@@ -5,7 +5,8 @@ beside it, in one table. The first run on an A100 or H100 HGX settles issue 20 (
     python benchmarks/nvml_nvlink_check.py            # needs nvidia-ml-py and the NVIDIA driver
 
 Columns: gpu, name, NVML architecture (number and name), the version enums of its active links, links
-active/reported, nodecheck's per-link rate (GB/s, one direction) and its basis, and nvidia-smi's rate
+active/reported and NVML's own count of the GPU's links (NVML_FI_DEV_NVLINK_LINK_COUNT; "-" where it refuses:
+whether it agrees with the links enumerated decides whether nodecheck may judge against it), nodecheck's per-link rate (GB/s, one direction) and its basis, and nvidia-smi's rate
 for link 0 (nvidia-smi prints the per-link rate per direction: "Link 0: 25 GB/s" on an A100), and the GPU's
 NVLink fabric registration (NVML's fabric state/status: completed/Success on a healthy NVSwitch node). A row
 whose two rates differ says MISMATCH, and the exit status is 1.
@@ -42,7 +43,7 @@ def main() -> int:
         print(f"nvml_nvlink_check: {error}", file=sys.stderr)
         return 2
     mismatches = 0
-    print(f"{'gpu':>3}  {'name':<26} {'arch':<14} {'enums':<8} {'links':<6} {'nodecheck':>9}  {'nvidia-smi':>10}  "
+    print(f"{'gpu':>3}  {'name':<26} {'arch':<14} {'enums':<8} {'links':<6} {'count':>5} {'nodecheck':>9}  {'nvidia-smi':>10}  "
           f"{'fabric':<20} basis")
     for gpu in facts.gpus:
         active = [version for _, on, version in gpu.nvlinks if on]
@@ -55,9 +56,13 @@ def main() -> int:
         if ours is not None and theirs and abs(theirs[0] - ours) > 0.5:
             verdict, mismatches = "  MISMATCH", mismatches + 1
         print(f"{gpu.index:>3}  {(gpu.name or '?')[:26]:<26} {arch[:14]:<14} {','.join(map(str, enums)) or '-':<8} "
-              f"{len(active)}/{len(gpu.nvlinks):<4} {ours if ours is not None else '-':>9}  "
+              f"{len(active)}/{len(gpu.nvlinks):<4} {_or_dash(gpu.nvlink_count):>5} {ours if ours is not None else '-':>9}  "
               f"{theirs[0] if theirs else '-':>10}  {_fabric(gpu.fabric):<20} {spec.basis if spec else why}{verdict}")
     return 1 if mismatches else 0
+
+
+def _or_dash(value) -> str:
+    return "-" if value is None else str(value)
 
 
 def _fabric(fabric: dict | None) -> str:

@@ -117,6 +117,9 @@ def _dump_gpu(pynvml, index: int, handle) -> dict:
         "remapped_rows": _ask(pynvml, pynvml.nvmlDeviceGetRemappedRows, handle),
         "cpu_affinity_words": _ask(pynvml, pynvml.nvmlDeviceGetCpuAffinity, handle, words),
         "nvlinks": _dump_nvlinks(pynvml, handle),
+        # how many NVLinks the GPU says it has: recorded, not yet judged (benchmarks/nvml_nvlink_check.py prints it
+        # beside the links enumerated, for the first multi-GPU node to say whether the two agree)
+        "nvlink_count": _field_value(pynvml, handle, "NVML_FI_DEV_NVLINK_LINK_COUNT"),
         "fabric": dump_fabric(pynvml, handle, lambda code: _error_text(pynvml, code)),
         # error signals (agent/error_rules.py): counters since the driver loaded, and what slows the clocks now
         "pcie_replays": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetPcieReplayCounter", None), handle),
@@ -162,14 +165,28 @@ def _error_text(pynvml, code: int) -> str:
     return said if isinstance(said, str) else f"NVML error {code}"
 
 
+# NVML's answers for a link number the GPU does not have: the enumeration ends there
+NO_SUCH_LINK = ("Not Supported", "Invalid Argument", "not in this nvidia-ml-py")
+
+
+def no_such_link(error: object) -> bool:
+    return isinstance(error, str) and any(words.lower() in error.lower() for words in NO_SUCH_LINK)
+
+
 def _dump_nvlinks(pynvml, handle) -> list[dict]:
+    """Each NVLink's state, version and error counters, link 0 up to the first the GPU does not have. A link NVML
+    answers with another error (Unknown Error, GPU is lost) is recorded as such and the next asked: stopping there
+    left an HGX GPU's later links out, and a GPU with five readable links of eighteen passed."""
     links = []
     for link in range(min(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18), MAX_NVLINKS)):
         state = _ask(pynvml, pynvml.nvmlDeviceGetNvLinkState, handle, link)
-        if isinstance(state, dict):  # NotSupported / InvalidArgument: no such link on this GPU
-            if link == 0:
-                links.append({"link": 0, "state": state})
-            break
+        if isinstance(state, dict):
+            if no_such_link(state.get("error")):
+                if link == 0:
+                    links.append({"link": 0, "state": state})
+                break
+            links.append({"link": link, "state": state})
+            continue
         version = _ask(pynvml, pynvml.nvmlDeviceGetNvLinkVersion, handle, link)
         errors = [_ask(pynvml, getattr(pynvml, "nvmlDeviceGetNvLinkErrorCounter", None), handle, link, counter)
                   for counter in range(len(NVLINK_ERROR_COUNTERS))]
@@ -204,7 +221,9 @@ class NvmlGpu:
     remapped_rows_pending: bool | None = None
     remapped_rows_failed: bool | None = None
     cpu_affinity: str = ""
-    nvlinks: list[tuple[int, bool, int | None]] = field(default_factory=list)  # (link, active, version)
+    nvlinks: list[tuple[int, bool | None, int | None]] = field(default_factory=list)  # (link, active, version)
+    # active None: NVML failed to say the link's state (errors["nvlink"] has its words)
+    nvlink_count: int | None = None  # NVML_FI_DEV_NVLINK_LINK_COUNT: the links the GPU says it has
     pcie_replays: int | None = None  # nvmlDeviceGetPcieReplayCounter, since the driver loaded
     clock_event_reasons: int | None = None  # nvmlDeviceGetCurrentClocksEventReasons: a bitmask of nvmlClocksEventReason*
     ecc_uncorrected_volatile: int | None = None  # uncorrectable ECC errors since the last driver load or GPU reset
@@ -260,7 +279,7 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
     for name in ("pcie_gen_current", "pcie_gen_max", "pcie_gen_gpu_max", "pcie_width_current",
                  "pcie_width_max", "utilization_gpu", "memory_total_bytes", "architecture", "pcie_replays",
                  "clock_event_reasons", "ecc_uncorrected_volatile", "power_limit_mw", "power_limit_default_mw",
-                 "recovery_action"):
+                 "recovery_action", "nvlink_count"):
         value = _field(gpu, raw, name, int)
         setattr(gpu, name, value if value is None or value >= 0 else None)
     numa = _field(gpu, raw, "numa_node", int)
@@ -308,7 +327,7 @@ def _field(gpu: NvmlGpu, raw: dict, name: str, kind: type):
     return value
 
 
-def _parse_nvlinks(gpu: NvmlGpu, raw) -> list[tuple[int, bool, int | None]]:
+def _parse_nvlinks(gpu: NvmlGpu, raw) -> list[tuple[int, bool | None, int | None]]:
     if raw is None:
         return []
     if not isinstance(raw, list) or len(raw) > MAX_NVLINKS:
@@ -319,7 +338,9 @@ def _parse_nvlinks(gpu: NvmlGpu, raw) -> list[tuple[int, bool, int | None]]:
             raise ParseError(f"NVML dump: gpu {gpu.index} has a malformed nvlink entry {entry!r:.60}")
         state = entry.get("state")
         if isinstance(state, dict):
-            gpu.errors["nvlink"] = str(state.get("error"))
+            gpu.errors["nvlink"] = str(state.get("error"))[:200]
+            if not no_such_link(state.get("error")):  # NVML failed to say: the link is there, its state unknown
+                links.append((entry["link"], None, None))
             continue
         if not is_int(state):
             raise ParseError(f"NVML dump: gpu {gpu.index} link {entry['link']} state is {state!r}")

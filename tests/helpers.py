@@ -161,7 +161,7 @@ def hgx_nvml(links_per_gpu: int = 18, version: int = 6, inactive: dict | None = 
     gpus = []
     for i in range(8):
         down = set((inactive or {}).get(i, []))
-        gpus.append(dict(base, uuid=f"GPU-hgx-{i}", pci=f"00000000:{0x18 + i * 0x10:02x}:00.0",
+        gpus.append(dict(base, uuid=f"GPU-hgx-{i}", pci=f"00000000:{0x18 + i * 0x10:02x}:00.0", nvlink_count=links_per_gpu,
                          nvlink=[[link, 0 if link in down else 1, version] for link in range(links_per_gpu)]))
     return gpus
 

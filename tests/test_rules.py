@@ -4,9 +4,11 @@ import json
 
 import pytest
 from helpers import h100_nvml_records, hgx_nvml, make_snapshot, nodecheck, without_gpus
+from rich.console import Console
 
 from nodecheck.build import build_report
 from nodecheck.config import Config, NicExpectation
+from nodecheck.render.report import render
 from nodecheck.snapshot import SnapshotHost
 
 
@@ -90,6 +92,38 @@ def test_a_link_asleep_in_its_low_power_state_is_not_down(tmp_path):
     (finding,) = [f for f in report.findings if f.kind == "nvlink_inactive"]
     assert (finding.subject, finding.measured) == ("gpu3", 17)  # link 6 down; link 5 asleep counts as up
     assert [(l["link"], l["active"]) for l in report.gpus[3].nvlinks if l["link"] in (5, 6)] == [(5, True), (6, False)]
+
+
+def test_a_link_nvml_cannot_read_is_listed_and_never_counted_up(tmp_path):
+    """NVML answers a link's state with Unknown Error (a GPU in trouble): the enumeration used to stop there, so
+    gpu3 listed links 0-4, all up, and passed. Every link is now asked; the unread one is a warning without a
+    config and missing against `nvlinks_per_gpu`, and the links after it are still read (link 9 down: an error)."""
+    gpus = hgx_nvml()
+    gpus[3] = dict(gpus[3], nvlink=[[5, "ERR Unknown Error"] if l[0] == 5 else l for l in gpus[3]["nvlink"]])
+    report = report_of(tmp_path, topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=gpus)
+    links = report.gpus[3].nvlinks
+    assert len(links) == 18 and links[5] == {"link": 5, "active": None, "version": None, "error": "Unknown Error"}
+    (finding,) = [f for f in report.findings if f.kind.startswith("nvlink")]
+    assert (finding.severity, finding.subject, finding.measured, finding.expected) == ("warning", "gpu3", 17, 18)
+    assert "link(s) 5: NVML could not read their state (Unknown Error)" in finding.message
+    console = Console(record=True, width=250)
+    render(report, console=console)
+    assert "17/18 up, 1 unreadable" in console.export_text()
+    counted = report_of(tmp_path / "c", config=Config(nvlinks_per_gpu=18), topo="hgx-h100-8gpu-8nic-sglang30401.txt",
+                        nvml_gpus=gpus)
+    assert ("nvlink_count_low", "gpu3", "error") in kinds(counted)
+    gpus[3]["nvlink"][9] = [9, 0, 6]
+    down = report_of(tmp_path / "d", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=gpus)
+    assert {(f.kind, f.severity, f.measured) for f in down.findings if f.subject == "gpu3"} == {("nvlink_inactive", "error", 16)}
+
+
+def test_a_lost_gpu_lists_every_link_unread(tmp_path):
+    """GPU is lost on every link from link 0: eighteen links of unknown state, not a GPU without NVLink."""
+    gpus = hgx_nvml()
+    gpus[2] = dict(gpus[2], nvlink=[[link, "ERR GPU is lost"] for link in range(18)])
+    report = report_of(tmp_path, topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=gpus)
+    assert [l["active"] for l in report.gpus[2].nvlinks] == [None] * 18
+    assert ("nvlink_inactive", "gpu2", "warning") in kinds(report)
 
 
 def test_nvlink_spec_unknown_without_nvml(tmp_path):

@@ -67,8 +67,9 @@ def _nvlinks(gpu, report: Report) -> str:
     if gpu.mig_enabled:  # the driver enables no NVLink under MIG: "0/18 up" would read as a fault
         return ", ".join(filter(None, ["off (MIG mode)", _fabric(gpu.fabric)]))
     if gpu.nvlinks:
+        unread = sum(1 for l in gpu.nvlinks if l["active"] is None)
         return ", ".join(filter(None, [f"{sum(1 for l in gpu.nvlinks if l['active'])}/{len(gpu.nvlinks)} up",
-                                       _fabric(gpu.fabric)]))
+                                       f"{unread} unreadable" if unread else "", _fabric(gpu.fabric)]))
     types = sorted({l.type for l in report.links if gpu.index in (l.a, l.b) and isinstance(l.a, int) and isinstance(l.b, int)
                     and l.type.startswith("NV")}, key=natural_key)
     return f"{', '.join(types)} (topo)" if types else "-"

@@ -37,7 +37,12 @@ class NVMLError_LibraryNotFound(NVMLError):
 
 
 def _value(raw):
+    """raw, or the NVMLError a capture's "ERR ..." names: Not Supported unless it says Unknown Error or GPU is lost."""
     if isinstance(raw, str) and raw.startswith("ERR"):
+        if "Unknown Error" in raw:
+            raise NVMLError("Unknown Error")
+        if "GPU is lost" in raw:
+            raise NVMLError_GpuIsLost("GPU is lost")
         raise NVMLError_NotSupported("Not Supported")
     return raw
 
@@ -191,11 +196,12 @@ def _field_values(m) -> None:
     unless a test gives a GPU's "recovery": another value, or "ERR" for a driver that does not know the field (NVML
     then sets that field's nvmlReturn to Not Supported, and the call succeeds); and for a link's state
     (NVML_FI_DEV_NVLINK_GET_STATE, scoped to the link) from a GPU's "nvlink_field_state" {link: value}, else Not
-    Supported. nvidia-ml-py's own structure."""
+    Supported; the GPU's NVLink count from its "nvlink_count", else Not Supported (no capture says it). nvidia-ml-py's
+    own structure."""
     import pynvml as real
 
-    for name in ("NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", "NVML_FI_DEV_NVLINK_GET_STATE", "NVML_VALUE_TYPE_UNSIGNED_INT",
-                 "c_nvmlFieldValue_t"):
+    for name in ("NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", "NVML_FI_DEV_NVLINK_GET_STATE", "NVML_FI_DEV_NVLINK_LINK_COUNT",
+                 "NVML_VALUE_TYPE_UNSIGNED_INT", "c_nvmlFieldValue_t"):
         setattr(m, name, getattr(real, name))  # `real` may be an earlier stand-in, which copied them too
 
     def answer_for(h, field_id, scope):
@@ -203,6 +209,8 @@ def _field_values(m) -> None:
             return h.get("recovery", 0)
         if field_id == m.NVML_FI_DEV_NVLINK_GET_STATE:
             return h.get("nvlink_field_state", {}).get(scope, "ERR")
+        if field_id == m.NVML_FI_DEV_NVLINK_LINK_COUNT:
+            return h.get("nvlink_count", "ERR")
         return "ERR"
 
     def ask(h, field_ids):
