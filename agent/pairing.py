@@ -99,10 +99,37 @@ def rails_capacity(rails: list[dict]) -> float:
                for members in groups.values())
 
 
+def nvlink_domain(member: dict) -> str | None:
+    """The multi-node NVLink domain (cluster UUID/clique) a rank's GPU is registered in; None outside one."""
+    said = member.get("nvlink")
+    domain = said.get("domain") if isinstance(said, dict) else None
+    return domain if isinstance(domain, str) and domain else None
+
+
+def _nvlink_rate(member: dict) -> float | None:
+    rate = member["nvlink"].get("rate")
+    return rate if _positive(rate) else None
+
+
+def one_nvlink_domain(members: list[dict]) -> str | None:
+    """The one multi-node NVLink domain every rank's GPU shares (NCCL then carries the whole job over NVLink),
+    else None."""
+    domains = {nvlink_domain(m) for m in members}
+    return domains.pop() if len(domains) == 1 and None not in domains else None
+
+
 def job_bound(members: list[dict]) -> float | None:
     """The busbw bound of the job: per node, what the distinct rails its ranks use move together (NCCL runs a
     ring over each, crossing between nodes once per node; rails_capacity); the slowest node's. None when any
-    rank's rail rate is unknown. members: every rank's {"node", "address", "rails": [{"name", "rate", ...}]}."""
+    rank's rail rate is unknown. members: every rank's {"node", "address", "rails": [{"name", "rate", ...}],
+    "nvlink"?: {"domain", "rate"}}. In one multi-node NVLink domain (GB200 NVL72) the slowest GPU's NVLink
+    rate; None for a job across several domains, or partly outside one: it takes NVLink inside each and the
+    network between them, and neither bounds it alone."""
+    if any(nvlink_domain(m) for m in members):
+        if one_nvlink_domain(members) is None:
+            return None
+        rates = [_nvlink_rate(m) for m in members]
+        return None if None in rates else min(rates)
     per_node: dict[tuple, list[dict]] = {}
     for member in members:
         rails = known_rails(member)
@@ -115,9 +142,14 @@ def job_bound(members: list[dict]) -> float | None:
 def exchange_spec(members: list[dict], pairs: list[tuple[int, int]], a: int, b: int) -> float | None:
     """What the exchange of a and b can reach in a round of `pairs`: at each end, what its rails move (the rails
     of the node's ranks in this round on the same rails or PCIe links as its own, together) shared by those
-    ranks; the lower end's. None when unknown."""
+    ranks; the lower end's. Two GPUs of one multi-node NVLink domain: the slower one's NVLink rate (each GPU
+    has links of its own to the switches). None when unknown."""
     by_rank = {m["rank"]: m for m in members}
     in_round = {rank for pair in pairs for rank in pair}
+    first, second = by_rank.get(a, {}), by_rank.get(b, {})
+    if nvlink_domain(first) and nvlink_domain(first) == nvlink_domain(second):  # each GPU over its own links
+        rates = [_nvlink_rate(first), _nvlink_rate(second)]
+        return None if None in rates else min(rates)
 
     def end(rank: int) -> float | None:
         me = by_rank.get(rank, {})

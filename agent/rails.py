@@ -4,6 +4,7 @@ bounds a job by them (agent/bench/distributed.py); `scale` predicts with them wh
 
 from __future__ import annotations
 
+from nodecheck import specs
 from nodecheck.build import gpu_hops, nic_pcie_bound
 from nodecheck.ifnames import nccl_selection
 from nodecheck.model import Report
@@ -28,8 +29,7 @@ def fabric_nics(report: Report, environ: dict[str, str]) -> list:
     as NCCL_IB_HCA selects them (NCCL's syntax; the environment's, else /etc/nccl.conf's), and of those the rails: the ones nearest to the node's
     GPUs (every one of them when the topology names none). [] with NCCL_IB_DISABLE=1 or no RDMA device:
     NCCL then falls back to sockets over the traffic NIC."""
-    conf = report.platform.nccl_conf if report.platform else None
-    environ = {**(conf or {}), **environ}  # NCCL reads /etc/nccl.conf for what the environment leaves unset
+    environ = nccl_environ(report, environ)
     if environ.get("NCCL_IB_DISABLE", "").strip() == "1":
         return []
     active = report.rdma_nics_up()
@@ -38,6 +38,13 @@ def fabric_nics(report: Report, environ: dict[str, str]) -> list:
         chosen = set(nccl_selection(hca, [n.rdma_device for n in active]))
         active = [n for n in active if n.rdma_device in chosen]
     return near_gpus(active, report.gpus) or active
+
+
+def nccl_environ(report: Report, environ: dict[str, str]) -> dict[str, str]:
+    """The NCCL variables a job sees: the environment's, and /etc/nccl.conf's for what it leaves unset (as NCCL
+    reads them)."""
+    conf = report.platform.nccl_conf if report.platform else None
+    return {**(conf or {}), **environ}
 
 
 def near_gpus(nics: list, gpus: list) -> list:
@@ -88,3 +95,21 @@ def rank_rails(report: Report, gpu, fabric: list) -> list:
     """The rails a rank's traffic leaves by: those nearest its GPU (a one-rank-per-node job drives one GPU
     and its NIC, not the node's eight), or every rail when the topology names none near it."""
     return near_gpus(fabric, [gpu] if gpu is not None else []) or fabric
+
+
+def rank_nvlink(report: Report, gpu, environ: dict[str, str]) -> dict | None:
+    """{"domain", "rate", "basis"} for a rank whose GPU is registered in a multi-node NVLink domain (GB200 NVL72:
+    NVML's fabric names a cluster, and registration completed): NCCL carries the job over NVLink to every GPU of
+    the same cluster and clique, at the GPU's NVLink rate (its active links, by its architecture; rate None where
+    unknown). None outside such a domain, or with NCCL_MNNVL_ENABLE=0 (the environment's, else /etc/nccl.conf's):
+    the job's data leaves by the rails."""
+    fabric = gpu.fabric if gpu is not None else None
+    if fabric is None or not fabric.cluster_uuid or not fabric.registered:
+        return None
+    if nccl_environ(report, environ).get("NCCL_MNNVL_ENABLE", "").strip() == "0":
+        return None
+    active = [link for link in gpu.nvlinks if link.get("active")]
+    versions = [link["version"] for link in active if isinstance(link.get("version"), int)]
+    spec, why = specs.nvlink_for_gpu(gpu.architecture, gpu.name, min(versions) if versions else None, len(active))
+    return {"domain": f"{fabric.cluster_uuid}/{fabric.clique_id}", "rate": spec.bytes_per_second if spec else None,
+            "basis": spec.basis if spec else why}

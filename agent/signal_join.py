@@ -69,21 +69,23 @@ def nics_used(report: Report, measurement) -> set[str] | None:
 def on_path(measurement, devices: list[str], used: set[str] | None = None) -> bool:
     """Whether the measurement's traffic crossed one of these devices: a GPU's host link or pair for its GPU,
     an all-reduce inside the node for any GPU, one across nodes for a NIC it ran over (`used`: nics_used; any
-    NIC where unknown), a NIC's own test for that NIC. Another node's measurement (a job's Report holds them as
+    NIC where unknown) or, run in one multi-node NVLink domain, for any GPU, a NIC's own test for that NIC. Another node's measurement (a job's Report holds them as
     "node5/gpu0:host") crosses none of this node's devices."""
     if measured_on(measurement.path) is not None:
         return False
     scope, endpoints, _ = path_identity(measurement.path)
+    # a job in one multi-node NVLink domain (GB200 NVL72) crosses the GPUs' NVLinks, not the rails
+    over_nvlink = scope == "cluster" and (measurement.details or {}).get("path_kind") == "nvlink"
     if NVSWITCH_FABRIC in devices:
-        return scope in ("gpu-pair", "node")
+        return scope in ("gpu-pair", "node") or over_nvlink
     registered = [d[len(FABRIC_OF):] for d in devices if d.startswith(FABRIC_OF)]
     if registered:
-        return scope == "node" or scope == "gpu-pair" and any(e in registered for e in endpoints)
+        return scope == "node" or over_nvlink or scope == "gpu-pair" and any(e in registered for e in endpoints)
     gpus = [d for d in devices if d.startswith("gpu")]
     nics = [d for d in devices if not d.startswith("gpu")]
     if scope in ("host-link", "gpu-pair"):
         return any(e in gpus for e in endpoints)
-    if scope == "node":
+    if scope == "node" or over_nvlink:
         return bool(gpus)
     if scope == "cluster":
         return bool(nics) if used is None else any(n in used for n in nics)

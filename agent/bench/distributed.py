@@ -24,7 +24,8 @@ from nodecheck.bench.results import run_worker
 from nodecheck.errors import NodecheckError
 from nodecheck.ifnames import gloo_selection, nccl_selection
 from nodecheck.model import Measurement, Report, from_json
-from nodecheck.rails import fabric_nics, rail_rates, rank_rails
+from nodecheck.pairing import one_nvlink_domain
+from nodecheck.rails import fabric_nics, rail_rates, rank_nvlink, rank_rails
 from nodecheck.units import to_int
 
 MiB = 1 << 20
@@ -135,6 +136,9 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
     unknown = [r["name"] for r in rails if not r["rate"]]
     if unknown:  # no spec for the job: a bound without this rail would judge against too little
         rails, fabric_basis = [], f"no spec: the rate of {unknown[0]} is unknown (set [nics.{unknown[0]}] speed_mbps)"
+    nvlink = rank_nvlink(report, gpu, environ) if backend == "nccl" else None
+    if nvlink:  # GB200 NVL72: NCCL takes NVLink to the GPUs of its domain (the worker bounds the job: pairing.job_bound)
+        kind = "nvlink"
     address = next((a["address"] for a in (nic.addresses if nic else []) if a["family"] == "inet"), None)
     child_env = dict(environ, MASTER_ADDR=env.master_addr, MASTER_PORT=str(env.master_port),
                      RANK=str(env.rank), WORLD_SIZE=str(env.world_size),
@@ -155,6 +159,8 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
                 "--node", report.node.get("hostname") or "?", "--nic", nic.name if nic else "",
                 "--address", address or "", "--rails", json.dumps(rails), "--node-results", str(mine),
                 "--init-timeout", str(min(timeout, INIT_TIMEOUT))]
+        if nvlink:
+            argv += ["--nvlink", json.dumps({"domain": nvlink["domain"], "rate": nvlink["rate"]})]
         if gpu is not None and gpu.uuid:
             argv += ["--gpu-uuid", gpu.uuid]
         if ordinal is not None:
@@ -178,11 +184,25 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
     if one_node:  # over SHM between GPUs that NVLink links, a staged path, as in the node's own all-reduce
         measurement.details["note"] = one_node[2]
         measurement = staged_if_shm(measurement)
-    if fabric:
+    if nvlink and not one_node:
+        measurement.details["fabric"] = measurement.details["note"] = _nvlink_domain_basis(result, nvlink)
+    elif fabric:
         measurement.details["fabric"] = fabric_basis
         if measurement.ratio and measurement.ratio > 1:
             measurement.details["note"] = ABOVE_RING_BOUND
     return measurement
+
+
+def _nvlink_domain_basis(result: dict, nvlink: dict) -> str:
+    """What bounds a job of a rank in a multi-node NVLink domain, said: the NVLink rate where every rank shares
+    the domain, else why nothing does."""
+    domain = one_nvlink_domain(result.get("nodes") or [])
+    if domain is None:
+        return ("no spec: the job's ranks sit in several multi-node NVLink domains, or partly outside one (this "
+                f"rank's: {nvlink['domain']}): it takes NVLink inside each and the network between them, and neither "
+                "bounds it alone")
+    return (f"NVLink bound: every rank's GPU is in one multi-node NVLink domain ({domain}), where NCCL carries the "
+            f"job over NVLink, not the rails: the slowest GPU's NVLink rate (this rank's: {nvlink['basis']})")
 
 
 def _on_one_node(result: dict, report: Report) -> tuple[float | None, str | None, str] | None:

@@ -45,6 +45,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--nic", default=None)
     parser.add_argument("--address", default=None)
     parser.add_argument("--rails", default="[]", help='JSON [{"name", "rate", "link", "link_rate"}]: the NICs this rank\'s traffic leaves by, bytes/s (agent/rails.py)')
+    parser.add_argument("--nvlink", default="null", help='JSON {"domain", "rate"}: the multi-node NVLink domain this rank\'s GPU is in (agent/rails.py rank_nvlink)')
     parser.add_argument("--gpu-uuid", default=None, help="this rank's GPU (NVML UUID), matched among the CUDA devices it sees")
     parser.add_argument("--gpu-ordinal", type=int, default=None, help="this rank's CUDA ordinal when the UUID cannot be matched")
     parser.add_argument("--init-timeout", type=float, default=None, help="seconds for the ranks to meet (default: --timeout)")
@@ -334,6 +335,8 @@ def _measure(args, dist, torch, device) -> dict:
     me = {"rank": rank, "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0), "node": args.node, "nic": args.nic,
           "address": args.address, "rails": json.loads(args.rails), "pid": os.getpid(), "boot_id": _boot_id(),
           "results": _node_results(args.node_results)}
+    if json.loads(args.nvlink):
+        me["nvlink"] = json.loads(args.nvlink)
     nodes: list = [None] * world
     step("gathering every rank's description")
     dist.all_gather_object(nodes, me)
