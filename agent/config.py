@@ -25,8 +25,6 @@ _NIC_STATES = ("up", "down", "any")
 # nothing a GPU node runs (README, "Default port").
 DEFAULT_PORT = 10042
 DEFAULT_VIRTUAL_NICS = ("bond*", "team*")  # link aggregates: virtual, but their speed is their real NICs' sum
-
-
 SLURMD_PORT = 6818
 
 
@@ -38,6 +36,7 @@ class ProximityPolicy:
     rtt_factor: float = 3.0  # slower than this many times the peers' median ...
     rtt_floor_ms: float = 0.5  # ... and by at least this much: "far slower than the rest"
     severity: str = "warning"  # a far peer is the allocation's doing, not this node's: no drain by default
+    max_peers: int = 16  # examined per node: those after it in the node list (proximity.chosen_peers); 0: all
 
 
 @dataclass
@@ -264,10 +263,11 @@ def _slurm(table: dict, slurm: SlurmSettings, source: str) -> None:
 
 
 def _proximity(table: dict, policy: ProximityPolicy, source: str) -> None:
-    check_known_keys(table, ("interface", "port", "connect_timeout_s", "rtt_factor", "rtt_floor_ms", "severity"),
-                     "proximity.", source)
+    check_known_keys(table, ("interface", "port", "connect_timeout_s", "rtt_factor", "rtt_floor_ms", "severity",
+                             "max_peers"), "proximity.", source)
     policy.interface = _string(table, "interface", source, "proximity.", policy.interface)
     policy.port = _int(table, "port", source, "proximity.", 1, 65535) or policy.port
+    policy.max_peers = _int(table, "max_peers", source, "proximity.", 0, 65536) if "max_peers" in table else policy.max_peers
     policy.connect_timeout_s = _number(table, "connect_timeout_s", source, "proximity.", 0.01, 60, policy.connect_timeout_s)
     policy.rtt_factor = _number(table, "rtt_factor", source, "proximity.", 1, 1000, policy.rtt_factor)
     policy.rtt_floor_ms = _number(table, "rtt_floor_ms", source, "proximity.", 0, 10000, policy.rtt_floor_ms)

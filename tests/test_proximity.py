@@ -14,7 +14,16 @@ import pytest
 from helpers import requires_root
 
 from nodecheck.errors import ParseError
-from nodecheck.proximity import Peer, ProximityPolicy, expand_nodelist, in_subnet, judge_peers, nodelist_size
+from nodecheck.proximity import (
+    Peer,
+    ProximityPolicy,
+    chosen_peers,
+    collect_peers,
+    expand_nodelist,
+    in_subnet,
+    judge_peers,
+    nodelist_size,
+)
 
 
 def test_expand_slurm_node_lists():
@@ -89,6 +98,65 @@ def test_prolog_reports_peers_in_and_out_of_the_subnet(cluster, tmp_path):
     kinds = {(f["kind"], f["subject"]) for f in outcome["failing"]}
     assert kinds == {("peer_outside_subnet", "peer:nodec"), ("peer_unreachable", "peer:nodeghost")}
     assert outcome["action"] == "drain" and outcome["detail"].startswith("nodecheck: peer:")
+
+
+def test_each_node_examines_the_peers_after_it_and_is_examined_by_as_many():
+    names = expand_nodelist("gpu[001-100]")
+    chosen = {name: chosen_peers(names, {name}, 16) for name in names}
+    assert chosen["gpu010"] == [f"gpu{i:03d}" for i in range(11, 27)]
+    assert chosen["gpu095"][-11:] == [f"gpu{i:03d}" for i in range(1, 12)]  # round the end of the list
+    examined_by = {name: sum(name in peers for peers in chosen.values()) for name in names}
+    assert set(examined_by.values()) == {16}
+    assert chosen_peers(names, {"gpu010"}, 0) == names[10:] + names[:9]  # 0: every peer
+    assert chosen_peers(["a", "b", "c"], {"b"}, 16) == ["c", "a"]  # a small job: all of it
+    assert chosen_peers(["a", "b", "c"], {"elsewhere"}, 2) == ["a", "b"]  # this node not in the list
+    from nodecheck.config import parse
+
+    assert parse({"proximity": {"max_peers": 0}}, "t.toml").proximity.max_peers == 0
+    assert parse({}, "t.toml").proximity.max_peers == 16
+
+
+def test_a_jobs_prologs_open_a_bounded_number_of_connections_on_each_peer():
+    """Every node of a 40-node job examines its peers, as the prolog does at the job's start, against a real
+    listener that counts the connects each address receives (the nodes are loopback addresses, 127.0.0.2-41).
+    Each connect costs two error lines in a real slurmd's log ("Zero Bytes were transmitted or received"):
+    examining every peer made 39 x 3 connects on each node, 117 x (N-1) lines on a 512-node job; now 16 x 3
+    whatever the job's size."""
+    import socket
+    import threading
+    from collections import Counter
+
+    from nodecheck.host import CONNECT_ATTEMPTS, LiveHost
+
+    received: Counter = Counter()
+    with socket.create_server(("0.0.0.0", 0), backlog=1024) as server:
+        server.settimeout(0.2)
+        done = threading.Event()
+
+        def count() -> None:
+            while not done.is_set():
+                try:
+                    conn, _ = server.accept()
+                except (TimeoutError, socket.timeout):
+                    continue
+                received[conn.getsockname()[0]] += 1
+                conn.close()
+
+        counter = threading.Thread(target=count, daemon=True)
+        counter.start()
+        policy = ProximityPolicy(port=server.getsockname()[1], connect_timeout_s=5)
+        names = expand_nodelist("127.0.0.[2-41]")
+        try:
+            for name in names:
+                peers = collect_peers(LiveHost(), names, {name}, policy, 60)
+                assert len(peers) == 16 and all(p.rtt_ms is not None and p.same_subnet for p in peers), peers
+            deadline = time.monotonic() + 30
+            while sum(received.values()) < 40 * 16 * CONNECT_ATTEMPTS and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            done.set()
+            counter.join(timeout=5)
+    assert received == Counter({name: 16 * CONNECT_ATTEMPTS for name in names})
 
 
 def test_huge_node_lists_are_refused_without_expanding():
