@@ -10,6 +10,7 @@ from nodecheck.error_rules import change, previous_sample
 from nodecheck.findings import Finding
 from nodecheck.model import Report
 from nodecheck.pci import normal_pci
+from nodecheck.probes.nvml_nvlink5 import NVLINK5_COUNTERS
 from nodecheck.specs import pcie_errors_per_minute
 
 # nvmlClocksEventReason* bits (nvml.h): the hardware's own brakes, and the driver's
@@ -74,6 +75,11 @@ def _nvlink(report: Report, config: Config, gpu, subject: str, key: str) -> list
         limit, source = config.errors.limit(f"nvlink_{name}_per_interval")
         if name in known and known[name].delta > limit:
             found.append((f"NVLink {name} +{known[name].delta}", f"<= {limit:g} per sample", source))
+    limit, source = config.errors.limit("nvlink5_errors_per_interval")
+    rising = [f"{name.replace('_', ' ')} +{rise.delta}" for name, rise in known.items()
+              if name in NVLINK5_COUNTERS and rise.delta > limit]
+    if rising:
+        found.append((f"NVLink {', '.join(rising)}", f"<= {limit:g} per sample", source))
     return [Finding("nvlink_errors", "error", subject, measured, expected,
                     f"{subject} {measured} in {next(iter(known.values())).seconds:.0f} s (limit {expected}: {source}): check "
                     "`nvidia-smi nvlink -e`, the fabric manager and the NVSwitch tray") for measured, expected, source in found]

@@ -24,7 +24,7 @@ class GpuSignals:
     pcie_replays: int | None = None  # PCIe replay counter, since the driver loaded
     clock_event_reasons: int | None = None  # what slows its clocks now: a bitmask of nvmlClocksEventReason*
     ecc_uncorrected_volatile: int | None = None  # uncorrectable ECC errors since the driver loaded or the GPU reset
-    nvlink_errors: dict[str, int] | None = None  # replay, recovery, crc_flit, crc_data summed over its links
+    nvlink_errors: dict[str, int] | None = None  # replay, recovery, crc_flit, crc_data over its links; Blackwell: NVLink 5 counters
     recovery_action: int | None = None  # what the driver asks before reuse (NVML_GPU_RECOVERY_ACTION_*; 0 none)
     sram_threshold_exceeded: bool | None = None  # SRAM uncorrectable errors past the field diagnostic's RMA threshold
     retired_pages: int | None = None  # pages retired for single- and double-bit errors (GPUs before Ampere)

@@ -1,6 +1,6 @@
 """NVML (nvidia-ml-py, imported as pynvml): per GPU identity, PCIe link state, NVLink state,
 NUMA node, ECC and remapped rows, NVLink fabric registration (probes/nvml_fabric.py), driver version; and the error signals: the PCIe
-replay counter, NVLink error counters, clock event reasons, volatile uncorrectable ECC errors, the recovery action
+replay counter, NVLink error counters (Blackwell's NVLink 5 counters: probes/nvml_nvlink5.py), clock event reasons, volatile uncorrectable ECC errors, the recovery action
 the driver asks for.
 
 dump_nvml() is the thin reader: it asks NVML and returns plain JSON-able values, each either the
@@ -18,6 +18,7 @@ from nodecheck.limits import MAX_GPUS, MAX_NVLINKS
 from nodecheck.probes.base import Probe
 from nodecheck.probes.nvml_fabric import dump_fabric, parse_fabric
 from nodecheck.probes.nvml_memory import dump_memory, parse_memory
+from nodecheck.probes.nvml_nvlink5 import dump_nvlink5, parse_nvlink5
 from nodecheck.units import format_cpulist, is_int, mask_words_to_cpus
 
 SOURCE = "nvml.json"
@@ -25,6 +26,7 @@ MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC = 1, 0  # nvmlMemoryErrorType_t, nvmlEccC
 # nvmlNvLinkErrorCounter_t 0..3, in this order
 NVLINK_ERROR_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
 NVLINK_STATE_SLEEP = 2  # NVML_FI_DEV_NVLINK_GET_STATE's NVML_NVLINK_STATE_SLEEP
+BLACKWELL = 10  # NVML_DEVICE_ARCH_BLACKWELL
 
 
 def collect(host, timeout: float) -> "NvmlFacts":
@@ -117,6 +119,7 @@ def _dump_gpu(pynvml, index: int, handle) -> dict:
         "remapped_rows": _ask(pynvml, pynvml.nvmlDeviceGetRemappedRows, handle),
         "cpu_affinity_words": _ask(pynvml, pynvml.nvmlDeviceGetCpuAffinity, handle, words),
         "nvlinks": _dump_nvlinks(pynvml, handle),
+        "nvlink5_errors": dump_nvlink5(pynvml, handle, lambda code: _error_text(pynvml, code)),
         # how many NVLinks the GPU says it has: recorded, not yet judged (benchmarks/nvml_nvlink_check.py prints it
         # beside the links enumerated, for the first multi-GPU node to say whether the two agree)
         "nvlink_count": _field_value(pynvml, handle, "NVML_FI_DEV_NVLINK_LINK_COUNT"),
@@ -227,7 +230,8 @@ class NvmlGpu:
     pcie_replays: int | None = None  # nvmlDeviceGetPcieReplayCounter, since the driver loaded
     clock_event_reasons: int | None = None  # nvmlDeviceGetCurrentClocksEventReasons: a bitmask of nvmlClocksEventReason*
     ecc_uncorrected_volatile: int | None = None  # uncorrectable ECC errors since the last driver load or GPU reset
-    nvlink_errors: dict[str, int] | None = None  # replay, recovery, crc_flit, crc_data summed over the GPU's links
+    # replay, recovery, crc_flit, crc_data summed over the GPU's links; on Blackwell its NVLink 5 counters
+    nvlink_errors: dict[str, int] | None = None
     power_limit_mw: int | None = None  # nvmlDeviceGetEnforcedPowerLimit
     power_limit_default_mw: int | None = None  # nvmlDeviceGetPowerManagementDefaultLimit
     mig_enabled: bool | None = None  # nvmlDeviceGetMigMode's current mode; None: no MIG on this GPU, or not asked
@@ -296,7 +300,9 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
     if words and all(is_int(w) and 0 <= w < 1 << 64 for w in words):
         gpu.cpu_affinity = format_cpulist(mask_words_to_cpus(words))
     gpu.nvlinks = _parse_nvlinks(gpu, raw.get("nvlinks"))
-    gpu.nvlink_errors = _nvlink_errors(raw.get("nvlinks"))
+    # Blackwell keeps its NVLink errors in NVLink 5 counters of its own; judged there only, as DCGM does
+    fifth = parse_nvlink5(raw.get("nvlink5_errors"), gpu.errors) if (gpu.architecture or 0) >= BLACKWELL else {}
+    gpu.nvlink_errors = {**(_nvlink_errors(raw.get("nvlinks")) or {}), **fifth} or None
     fabric = _field(gpu, raw, "fabric", dict)  # records NVML's refusal in gpu.errors, read next
     gpu.fabric = parse_fabric(gpu.index, gpu.errors.get("fabric"), fabric)
     gpu.memory = parse_memory(raw, gpu.errors)

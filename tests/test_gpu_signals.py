@@ -121,6 +121,54 @@ def test_an_nvlink_node_whose_error_counters_nvml_refuses_is_unknown_not_healthy
     assert "nvlink_errors" not in unmade_checks(report)
 
 
+def hgx_b200(**counters):
+    """Eight Blackwell GPUs (NVML architecture 10) with 18 active NVLink 5 links each, whose per-link error counters
+    NVML answers Not Supported (Blackwell's driver keeps none of them: knvlinkGetSupportedCounters_GB100) and whose
+    NVLink 5 counters, summed over the links, are `counters` (none given: Not Supported, as before Blackwell)."""
+    from helpers import hgx_nvml
+
+    return hgx_nvml(18, version=7, arch=10, name="NVIDIA B200", **({"nvlink5": counters} if counters else {}))
+
+
+def hgx_report(tmp_path, monkeypatch, gpus, samples=()):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.replaying(gpus))
+    snap = tmp_path / f"hgx-{len(list(tmp_path.iterdir()))}"
+    snap.mkdir()
+    (snap / "nvml.json").write_text(json.dumps(dump_nvml()))
+    report = build_report(SnapshotHost(snap))
+    report.history = History("boot", [], list(samples), 1000.0)
+    return report
+
+
+def test_blackwell_nvlink5_counters_are_read_and_any_rise_is_an_error(tmp_path, monkeypatch):
+    """An HGX B200 had no readable NVLink error counter: the check was unknown on every Blackwell node. Its NVLink 5
+    counters (scope UINT_MAX: summed over the links, as DCGM asks) are read, and any rise of one between two
+    samples is an error, as DCGM 4.6's NVLink health watch fails on Blackwell."""
+    quiet = {"symbol_errors": 0, "malformed_packets": 0, "buffer_overruns": 0, "rx_errors": 0, "rx_remote_errors": 0,
+             "rx_general_errors": 0, "integrity_errors": 0, "recovery_events": 2}
+    first = hgx_report(tmp_path, monkeypatch, hgx_b200(**quiet))
+    assert first.gpus[3].signals.nvlink_errors == quiet
+    assert "nvlink_errors" not in unmade_checks(hgx_report(tmp_path, monkeypatch, hgx_b200(**quiet),
+                                                           [CounterSample(940.0, counter_sample(first))]))
+    unread = hgx_report(tmp_path, monkeypatch, hgx_b200(), [CounterSample(940.0, counter_sample(first))])
+    assert unmade_checks(unread)["nvlink_errors"] == "gpu0: NVML did not report the error counters of its active NVLinks"
+
+    rising = hgx_report(tmp_path, monkeypatch, hgx_b200(**quiet | {"symbol_errors": 40, "recovery_events": 3}),
+                        [CounterSample(940.0, counter_sample(first))])
+    findings = [f for f in gpu_findings(rising, Config()) if f.subject == "gpu0"]
+    assert [(f.kind, f.severity, f.measured, f.expected) for f in findings] == [
+        ("nvlink_errors", "error", "NVLink symbol errors +40, recovery events +1", "<= 0 per sample")]
+    assert "DCGM 4.6" in findings[0].message
+
+
+def test_nvlink5_counters_of_a_gpu_before_blackwell_are_not_judged(tmp_path, monkeypatch):
+    """DCGM judges the NVLink 5 counters on Blackwell only; an H100 that answered them is judged on its own counters."""
+    from helpers import hgx_nvml
+
+    report = hgx_report(tmp_path, monkeypatch, hgx_nvml(nvlink5={"symbol_errors": 7}))
+    assert report.gpus[0].signals is None or report.gpus[0].signals.nvlink_errors is None
+
+
 def test_a_gpu_without_nvlink_has_no_nvlink_counters_to_read(tmp_path, monkeypatch):
     report = report_of(tmp_path, captured(), monkeypatch, [CounterSample(940.0, {"gpu/0000:00:06.0/pcie_replays": 0})])
     assert "nvlink_errors" not in unmade_checks(report)  # the PCIe H100: no NVLink, nothing unread

@@ -196,13 +196,18 @@ def _field_values(m) -> None:
     unless a test gives a GPU's "recovery": another value, or "ERR" for a driver that does not know the field (NVML
     then sets that field's nvmlReturn to Not Supported, and the call succeeds); and for a link's state
     (NVML_FI_DEV_NVLINK_GET_STATE, scoped to the link) from a GPU's "nvlink_field_state" {link: value}, else Not
-    Supported; the GPU's NVLink count from its "nvlink_count", else Not Supported (no capture says it). nvidia-ml-py's
-    own structure."""
+    Supported; the GPU's NVLink count from its "nvlink_count", else Not Supported (no capture says it); Blackwell's
+    NVLink 5 counters summed over its links (scope UINT_MAX) from its "nvlink5" {name: count}, else Not Supported,
+    as a GPU before Blackwell answers. nvidia-ml-py's own structure."""
     import pynvml as real
 
+    from nodecheck.probes.nvml_nvlink5 import ALL_LINKS, NVLINK5_COUNTERS
+
     for name in ("NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", "NVML_FI_DEV_NVLINK_GET_STATE", "NVML_FI_DEV_NVLINK_LINK_COUNT",
-                 "NVML_VALUE_TYPE_UNSIGNED_INT", "c_nvmlFieldValue_t"):
+                 "NVML_VALUE_TYPE_UNSIGNED_INT", "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", "c_nvmlFieldValue_t",
+                 *NVLINK5_COUNTERS.values()):
         setattr(m, name, getattr(real, name))  # `real` may be an earlier stand-in, which copied them too
+    nvlink5 = {getattr(m, field): name for name, field in NVLINK5_COUNTERS.items()}
 
     def answer_for(h, field_id, scope):
         if field_id == m.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
@@ -211,6 +216,8 @@ def _field_values(m) -> None:
             return h.get("nvlink_field_state", {}).get(scope, "ERR")
         if field_id == m.NVML_FI_DEV_NVLINK_LINK_COUNT:
             return h.get("nvlink_count", "ERR")
+        if field_id in nvlink5 and scope == ALL_LINKS:
+            return h.get("nvlink5", {}).get(nvlink5[field_id], "ERR")
         return "ERR"
 
     def ask(h, field_ids):
@@ -221,6 +228,8 @@ def _field_values(m) -> None:
             answer = answer_for(h, field_id, scope)
             if answer == "ERR":
                 value.nvmlReturn = NVMLError_NotSupported.value
+            elif field_id in nvlink5:  # NVLink 5 counters come as unsigned long longs
+                value.valueType, value.value.ullVal = m.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, answer
             else:
                 value.valueType, value.value.uiVal = m.NVML_VALUE_TYPE_UNSIGNED_INT, answer
         return values

@@ -67,6 +67,9 @@ def _nvml_seeds() -> list:
         gpus[3] = dict(gpus[3], sram={"bThresholdExceeded": 1, "aggregateUncParity": 5}, inforom="corrupted")
         gpus[4] = dict(gpus[4], name="Tesla V100-SXM2-16GB", arch=5, sram="ERR", retired_pages={"sbe": 40, "dbe": 23},
                        retired_pending=1)
+        # ... one a B200 whose NVLink 5 counters say, and one link NVML cannot read
+        gpus[6] = dict(gpus[6], name="NVIDIA B200", arch=10, nvlink=[[0, 1, 7], [1, "ERR Unknown Error"], [2, 1, 7]],
+                       nvlink5={"symbol_errors": 12, "recovery_events": 1, "rx_errors": "ERR"})
         sys.modules["pynvml"] = fake_pynvml.replaying(gpus)
         eight = dump_nvml()
     finally:
