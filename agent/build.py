@@ -150,6 +150,7 @@ def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | No
             gpu.ecc_enabled, gpu.remapped_rows_pending, gpu.remapped_rows_failed = n.ecc_enabled, n.remapped_rows_pending, n.remapped_rows_failed
             gpu.vbios = n.vbios
             gpu.fabric = GpuFabric(**n.fabric) if n.fabric else None
+            gpu.c2c = n.c2c
             signals = GpuSignals(n.pcie_replays, n.clock_event_reasons, n.ecc_uncorrected_volatile, n.nvlink_errors,
                                  n.recovery_action, **n.memory)
             gpu.signals = signals if signals != GpuSignals() else None  # None: NVML said nothing of them (an older dump)
@@ -205,7 +206,14 @@ def _nearest_nics(gpu: int, links: list[Link]) -> list[str]:
 
 def host_link_spec(gpu: Gpu, hops: list | None = None) -> PathSpec:
     """The GPU's own PCIe link (NVML), or a slower hop above it on its way to the root port (sysfs):
-    a GPU at gen5 x16 behind a gen4 switch moves no more than gen4 x16 to the host."""
+    a GPU at gen5 x16 behind a gen4 switch moves no more than gen4 x16 to the host. A GPU with active NVLink-C2C
+    links to a Grace CPU reaches the host over them: their count times the slowest one's rate (NVML, as NCCL
+    reads them)."""
+    c2c = gpu.c2c or {}
+    if c2c.get("links") and c2c.get("link_mbps"):
+        return PathSpec(f"gpu{gpu.index}:host", "c2c", c2c["links"] * c2c["link_mbps"] * 1e6,
+                        f"NVLink-C2C {c2c['links']} links x {c2c['link_mbps']} MB/s (NVML)",
+                        "NVML NVML_FI_DEV_C2C_LINK_COUNT/_GET_STATUS/_GET_MAX_BW per link, as NCCL's topology reads them")
     own = _own_link_spec(gpu)
     slowest = _slowest_hop((hops or [])[1:], lambda hop: hop.speed_max)
     if own.bytes_per_second is None or slowest is None or slowest[0].bytes_per_second >= own.bytes_per_second:
@@ -250,6 +258,9 @@ def pair_spec(a: Gpu, b: Gpu, link_type: str, host_specs: dict[int, PathSpec]) -
     if links is not None:
         return _nvlink_spec(path, link_type, links, a, b)
     slower = min((host_specs[a.index], host_specs[b.index]), key=lambda s: s.bytes_per_second or 0)
+    if "c2c" in (host_specs[a.index].kind, host_specs[b.index].kind):
+        return PathSpec(path, "pcie", None, f"{link_type} ({link_class(link_type)}): the GPUs reach each other through "
+                                            "their Grace CPUs (NVLink-C2C and the CPUs' own link), which has no spec here")
     if slower.bytes_per_second is None:
         return PathSpec(path, "pcie", None, f"{link_type} ({link_class(link_type)}): PCIe link of the GPUs unknown")
     return PathSpec(path, "pcie", slower.bytes_per_second,

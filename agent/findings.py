@@ -26,6 +26,7 @@ FINDING_KINDS = {
     "pcie_downtrained": "{subject} PCIe {measured} < {expected}",
     "nvlink_inactive": "{subject} NVLinks active {measured} < {expected}",
     "nvlink_count_low": "{subject} NVLinks {measured} < {expected}",
+    "c2c_link_down": "{subject} C2C links {measured} < {expected}",
     "ecc_disabled": "{subject} ECC off",
     "row_remap_failed": "{subject} row remapping failed",
     "row_remap_pending": "{subject} row remapping pending",

@@ -72,6 +72,7 @@ class Gpu:
     remapped_rows_pending: bool | None = None
     remapped_rows_failed: bool | None = None
     fabric: GpuFabric | None = None  # None: NVML did not say (no fabric API in this driver, or NVML not read)
+    c2c: dict | None = None  # {links, link_mbps}: active NVLink-C2C links to a Grace CPU, the host's path (NVML)
     power_limit_w: float | None = None  # the power limit in force (NVML's enforced limit)
     power_limit_default_w: float | None = None  # the board's default limit
     mig_enabled: bool | None = None  # in MIG mode (NVML); None: no MIG on this GPU, or not read

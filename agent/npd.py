@@ -18,7 +18,7 @@ from nodecheck.model import Report
 NPD_OK, NPD_PROBLEM, NPD_UNKNOWN = 0, 1, 2
 MAX_LINE = 80
 AREAS = {
-    "gpu": ("gpu_count_low", "gpu_inaccessible", "pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "ecc_disabled",
+    "gpu": ("gpu_count_low", "gpu_inaccessible", "pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "c2c_link_down", "ecc_disabled",
             "row_remap_failed", "row_remap_pending", "gpu_link_changed", "gpu_xid", "nvswitch_sxid", "pcie_replays", "nvlink_errors",
             "ecc_uncorrected", "gpu_clock_slowdown", "gpu_vbios_mismatch", "gpu_fabric_not_ready", "gpu_fabric_unhealthy",
             "gpu_recovery_action", "sram_threshold_exceeded", "retired_pages_limit",

@@ -58,7 +58,7 @@ def _each_gpu(report: Report, config: Config) -> list[Finding]:
     """The checks of one GPU's own facts (NVML), GPU by GPU."""
     modes = [g.mig_enabled for g in report.gpus]
     mig = partial(_mig, most_whole=modes.count(False) > modes.count(True))
-    return [f for gpu in report.gpus for check in (_pcie, mig, _nvlinks, _memory, _power_limit) for f in check(gpu, config)]
+    return [f for gpu in report.gpus for check in (_pcie, mig, _nvlinks, _c2c, _memory, _power_limit) for f in check(gpu, config)]
 
 
 def _pcie(gpu, config: Config) -> list[Finding]:
@@ -75,7 +75,7 @@ def _pcie(gpu, config: Config) -> list[Finding]:
                                 f"{subject} PCIe link can reach gen {gen_max} only, gen {config.pcie_gen} expected: "
                                 "check BIOS PCIe speed settings and the riser"))
     busy = (gpu.utilization_percent or 0) >= BUSY_UTILIZATION
-    if busy and gen and gen_max and gen < gen_max:
+    if busy and gen and gen_max and gen < gen_max and not gpu.c2c:  # over NVLink-C2C the PCIe link carries no host copy
         findings.append(Finding("pcie_downtrained", "warning", subject, f"gen{gen}", f"gen{gen_max}",
                                 f"{subject} PCIe gen {gen} < gen {gen_max} while {gpu.utilization_percent}% busy: "
                                 "confirm with `nodecheck bench --tests h2d`"))
@@ -164,6 +164,18 @@ def _nvlinks(gpu, config: Config) -> list[Finding]:
         findings.append(Finding("nvlink_count_low", "error", subject, active, config.nvlinks_per_gpu,
                                 f"{subject} has {active} active NVLinks, {config.nvlinks_per_gpu} expected"))
     return findings
+
+
+def _c2c(gpu, config: Config) -> list[Finding]:
+    """An NVLink-C2C link NVML says is not active: the GPU reaches its Grace CPU's memory over the others only
+    (Azure's GB200 health checks fail a node on it: `nvidia-smi c2c -s` naming a link without its speed)."""
+    down = (gpu.c2c or {}).get("inactive") or []
+    if not down:
+        return []
+    subject, active = f"gpu{gpu.index}", gpu.c2c.get("links") or 0
+    return [Finding("c2c_link_down", "error", subject, active, active + len(down),
+                    f"{subject} NVLink-C2C link(s) {', '.join(map(str, down))} inactive: host copies run over {active} of "
+                    f"{active + len(down)} links; check `nvidia-smi c2c -s -i {gpu.index}` and the kernel log for an Xid")]
 
 
 def _links(report: Report, config: Config) -> list[Finding]:
@@ -294,7 +306,7 @@ RULES = [
     Rule(_probe_failures, ("probe_failed",)),
     Rule(gpu_count, ("gpu_count_low",)),
     Rule(inaccessible_gpus, ("gpu_inaccessible",), needs="nvml"),
-    Rule(_each_gpu, ("pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "ecc_disabled", "row_remap_failed",
+    Rule(_each_gpu, ("pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "c2c_link_down", "ecc_disabled", "row_remap_failed",
                      "row_remap_pending", "gpu_power_limit_lowered", "gpu_mig_mode"), needs="nvml"),
     Rule(_links, ("gpu_link_changed",), needs="nvidia_smi_topo"),
     Rule(_nics, ("nic_missing", "nic_down", "nic_slow", "nic_speed_unknown"), needs="nics"),

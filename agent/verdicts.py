@@ -19,6 +19,9 @@ def _what_to_check(m) -> str:
     """Advice for the kind of path that was slow: a GPU's host link is not a network cable, a PCIe box has
     no NVLink to check."""
     kind = m.details.get("path_kind")
+    if m.scope == "host-link" and kind == "c2c":
+        return ("check the GPU's NVLink-C2C links to its Grace CPU (`nvidia-smi c2c -s`: every link at its speed), that "
+                "nothing else was copying over them, and the host memory's NUMA node")
     if m.scope == "host-link":
         return ("check the GPU's PCIe link (`nvidia-smi -q -d PCI`: generation and width now vs max), that nothing else "
                 "was copying over it, and the host memory's NUMA node")

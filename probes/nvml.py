@@ -1,5 +1,5 @@
 """NVML (nvidia-ml-py, imported as pynvml): per GPU identity, PCIe link state, NVLink state,
-NUMA node, ECC and remapped rows, NVLink fabric registration (probes/nvml_fabric.py), driver version; and the error signals: the PCIe
+NUMA node, ECC and remapped rows, NVLink fabric registration (probes/nvml_fabric.py), NVLink-C2C (probes/nvml_c2c.py), driver version; and the error signals: the PCIe
 replay counter, NVLink error counters (Blackwell's NVLink 5 counters: probes/nvml_nvlink5.py), clock event reasons, volatile uncorrectable ECC errors, the recovery action
 the driver asks for.
 
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from nodecheck.errors import NO_DRIVER, NoData, ParseError, ProbeFailed
 from nodecheck.limits import MAX_GPUS, MAX_NVLINKS
 from nodecheck.probes.base import Probe
+from nodecheck.probes.nvml_c2c import dump_c2c, parse_c2c
 from nodecheck.probes.nvml_fabric import dump_fabric, parse_fabric
 from nodecheck.probes.nvml_memory import dump_memory, parse_memory
 from nodecheck.probes.nvml_nvlink5 import dump_nvlink5, parse_nvlink5
@@ -120,6 +121,7 @@ def _dump_gpu(pynvml, index: int, handle) -> dict:
         "cpu_affinity_words": _ask(pynvml, pynvml.nvmlDeviceGetCpuAffinity, handle, words),
         "nvlinks": _dump_nvlinks(pynvml, handle),
         "nvlink5_errors": dump_nvlink5(pynvml, handle, lambda code: _error_text(pynvml, code)),
+        "c2c": dump_c2c(pynvml, handle, lambda code: _error_text(pynvml, code)),
         # how many NVLinks the GPU says it has: recorded, not yet judged (benchmarks/nvml_nvlink_check.py prints it
         # beside the links enumerated, for the first multi-GPU node to say whether the two agree)
         "nvlink_count": _field_value(pynvml, handle, "NVML_FI_DEV_NVLINK_LINK_COUNT"),
@@ -238,6 +240,7 @@ class NvmlGpu:
     mig_pending: bool | None = None  # the mode the GPU takes at its next reset
     recovery_action: int | None = None  # NVML_GPU_RECOVERY_ACTION_*: 0 none, else what the driver asks before reuse
     fabric: dict | None = None  # NVLink fabric registration (parse_fabric); None where NVML did not say
+    c2c: dict | None = None  # {links, link_mbps}: its active NVLink-C2C links to a Grace CPU (parse_c2c)
     memory: dict = field(default_factory=dict)  # SRAM status, retired pages, InfoROM (parse_memory)
     errors: dict[str, str] = field(default_factory=dict)  # field -> NVML's reason
 
@@ -303,6 +306,7 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
     # Blackwell keeps its NVLink errors in NVLink 5 counters of its own; judged there only, as DCGM does
     fifth = parse_nvlink5(raw.get("nvlink5_errors"), gpu.errors) if (gpu.architecture or 0) >= BLACKWELL else {}
     gpu.nvlink_errors = {**(_nvlink_errors(raw.get("nvlinks")) or {}), **fifth} or None
+    gpu.c2c = parse_c2c(raw.get("c2c"), gpu.errors)
     fabric = _field(gpu, raw, "fabric", dict)  # records NVML's refusal in gpu.errors, read next
     gpu.fabric = parse_fabric(gpu.index, gpu.errors.get("fabric"), fabric)
     gpu.memory = parse_memory(raw, gpu.errors)
