@@ -78,6 +78,7 @@ FINDING_KINDS = {
     "gpu_vbios_mismatch": "{subject} VBIOS {measured} != {expected}",
     "gpu_fabric_not_ready": "{subject} {measured}",
     "gpu_fabric_unhealthy": "{subject} {measured}",
+    "imex_unhealthy": "{subject} {measured}",
     # raised by `nodecheck prolog` / `healthcheck` only
     "check_timed_out": "{subject} timed out after {expected}",
     "check_failed": "{head}",

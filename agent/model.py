@@ -277,6 +277,17 @@ class Platform:
 
 
 @dataclass
+class Imex:
+    """The IMEX service of a multi-node NVLink domain (GB200 NVL72), from `nvidia-imex-ctl -q` and `-N -j`
+    (probes/imex.py): without it no GPU shares memory with another node's over NVLink."""
+
+    daemon: str | None  # this node's daemon: READY, INITIALIZING, WAITING_FOR_PEERS ...; None when unread (why)
+    domain: str | None  # UP, DOWN, DEGRADED; None when unread (why)
+    nodes: list[dict] = field(default_factory=list)  # {index, host, status, unconnected: [hosts it cannot reach]}
+    why: str | None = None  # what could not be read, or "not configured"
+
+
+@dataclass
 class PcieAcs:
     """ACS of the PCIe bridges, from `lspci -D -vvv` ACSCtl lines (probes/acs.py)."""
 
@@ -304,6 +315,7 @@ class Report:
     platform: Platform | None = None
     pcie_paths: dict[str, list[Hop]] | None = None  # GPU and NIC PCI address -> its hops, the device first (probes/pcie.py)
     pcie_acs: PcieAcs | None = None
+    imex: Imex | None = None  # only where nvidia-imex-ctl is installed
     kernel_log: KernelLog | None = None  # NVIDIA Xid/SXid events since boot (probes/kernel_log.py)
     gpus_inaccessible: list[InaccessibleGpu] = field(default_factory=list)  # counted by NVML, not opened
     driver_gpus: list[str] | None = None  # the PCI addresses the NVIDIA kernel driver manages (/proc/driver/nvidia/gpus)
@@ -364,7 +376,7 @@ class Report:
 # What a source read, dropped when malformed (a hostile snapshot's value is as good as none); a malformed
 # list of GPUs, NICs or measurements refuses the whole document instead.
 _LENIENT = {(Report, "platform"), (Report, "pcie_paths"), (Report, "pcie_acs"), (Report, "kernel_log"), (Report, "cpu"),
-            (Report, "history")}
+            (Report, "history"), (Report, "imex")}
 
 
 def from_json(kind, raw):

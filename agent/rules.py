@@ -18,6 +18,7 @@ from nodecheck.findings import Finding
 from nodecheck.fingerprint import vbios_mismatch
 from nodecheck.gpu_error_rules import gpu_findings
 from nodecheck.gpu_presence import gpu_count, inaccessible_gpus
+from nodecheck.imex_rules import imex_findings
 from nodecheck.link_types import link_family
 from nodecheck.model import Report
 from nodecheck.nccl_conf_rules import nccl_conf_findings
@@ -329,4 +330,5 @@ RULES = [
          needs="nvml"),
     Rule(vbios_mismatch, ("gpu_vbios_mismatch",), needs="nvml"),
     Rule(fabric_findings, ("gpu_fabric_not_ready", "gpu_fabric_unhealthy"), needs="nvml"),
+    Rule(imex_findings, ("imex_unhealthy",), needs="imex"),
 ]

@@ -11,7 +11,7 @@ import time
 
 from nodecheck.errors import NoData, NodecheckError, TimedOut
 from nodecheck.host import probe_deadline, run_until
-from nodecheck.probes import acs, history, kernel_log, lstopo, nics, nvml, pcie, platform, topo
+from nodecheck.probes import acs, history, imex, kernel_log, lstopo, nics, nvml, pcie, platform, topo
 from nodecheck.probes.base import Probe, ProbeResult
 
 __all__ = ["PROBES", "Probe", "ProbeResult", "run_probe", "run_probes"]
@@ -21,7 +21,7 @@ __all__ = ["PROBES", "Probe", "ProbeResult", "run_probe", "run_probes"]
 # (PROBE: its name, its collect(host, timeout), its default timeout, and how it fills the Report when
 # no other source's facts are fused with its own); adding a source is its module, its tests and a row here.
 PROBES: list[Probe] = [topo.PROBE, nvml.PROBE, lstopo.PROBE, nics.PROBE, platform.PROBE, pcie.PROBE, acs.PROBE,
-                       kernel_log.PROBE, history.PROBE]
+                       imex.PROBE, kernel_log.PROBE, history.PROBE]
 
 
 def run_probe(probe: Probe, host) -> ProbeResult:

@@ -41,7 +41,8 @@ def test_json_schema_documented_keys(tmp_path):
     assert [n["name"] for n in report["nics"]] == [f"mlx5_{i}" for i in range(8)]
     assert {p["name"]: (p["ok"], p["no_data"]) for p in report["probes"]} == {
         "nvidia_smi_topo": (True, False), "nvml": (True, False), "lstopo": (False, True), "nics": (False, True),
-        "platform": (False, True), "pcie_paths": (False, True), "pcie_acs": (False, True), "kernel_log": (False, True), "history": (False, True)}
+        "platform": (False, True), "pcie_paths": (False, True), "pcie_acs": (False, True), "imex": (False, True), "kernel_log": (False, True),
+        "history": (False, True)}
     assert report["cpu"] is None  # lstopo did not run on that snapshot
     assert report["advice"][4]["lines"][1:] == ["NCCL_IB_HCA=mlx5_4", "numactl --cpunodebind=1 --membind=1 <command>"]  # VAR=value first
     doc = (REPO / "docs" / "report-schema.md").read_text()
@@ -57,7 +58,7 @@ def test_topo_only_directory_gives_gpus_links_nics_affinity(tmp_path):
     assert [(g["index"], g["cpu_affinity"], g["numa_node"]) for g in report["gpus"]] == [(0, "0-15", 0)]
     assert {p["name"]: p["no_data"] for p in report["probes"] if not p["ok"]} == {"nvml": True, "lstopo": True, "nics": True,
                                                                                    "platform": True, "pcie_paths": True,
-                                                                                   "pcie_acs": True, "kernel_log": True,
+                                                                                   "pcie_acs": True, "imex": True, "kernel_log": True,
                                                                                    "history": True}
     assert report["findings"] == []
 

@@ -14,7 +14,7 @@ CPU_VM = REPO / "tests" / "fixtures" / "cpu-vm-2core"
 def test_h100_node_end_to_end(tmp_path):
     report = build_report(SnapshotHost(h100_node_snapshot(tmp_path / "h100")))
     # every source the capture holds reads (no /sys/module, /proc/cmdline or PCI tree in it: those give no data)
-    assert all(p.ok or (p.name in ("platform", "pcie_paths", "pcie_acs", "kernel_log", "history") and p.no_data) for p in report.probes), [
+    assert all(p.ok or (p.name in ("platform", "pcie_paths", "pcie_acs", "imex", "kernel_log", "history") and p.no_data) for p in report.probes), [
         (p.name, p.error) for p in report.probes]
     (gpu,) = report.gpus
     assert (gpu.name, gpu.cpu_affinity, gpu.numa_node, gpu.pcie["gen_max"], gpu.pcie["width_current"]) == (
@@ -49,4 +49,4 @@ def test_self_captured_cpu_node_fixture():
     assert {p["name"]: (p["ok"], p["no_data"]) for p in report["probes"]} == {
         "nvidia_smi_topo": (False, True), "nvml": (False, True), "lstopo": (True, False), "nics": (True, False),
         "platform": (False, True), "pcie_paths": (True, False),  # captured before nodecheck read /sys/module and /proc/cmdline
-        "pcie_acs": (False, True), "kernel_log": (False, True), "history": (False, True)}  # ... and ran lspci and dmesg
+        "pcie_acs": (False, True), "imex": (False, True), "kernel_log": (False, True), "history": (False, True)}  # ... lspci, dmesg

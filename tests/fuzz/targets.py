@@ -215,6 +215,21 @@ def _example_node():
     return build_report(SnapshotHost(REPO / "examples/hgx-h100-8gpu"))
 
 
+def _judged_imex(text: str) -> list:
+    """`nvidia-imex-ctl -N -j` parsed and judged on the example node, its GPUs in a multi-node NVLink domain."""
+    import dataclasses
+
+    from nodecheck.imex_rules import imex_findings
+    from nodecheck.model import GpuFabric, Imex
+    from nodecheck.probes.imex import parse_domain
+
+    domain, nodes = parse_domain(text)
+    node = _example_node()
+    in_domain = [dataclasses.replace(g, fabric=GpuFabric("completed", "Success", 4026, "9c6f5af3-53bf-49b5-a436-b66766c413c3"))
+                 for g in node.gpus]
+    return imex_findings(dataclasses.replace(node, gpus=in_domain, imex=Imex("READY", domain, nodes)), None)
+
+
 def _nccl_conf_seeds() -> list[str]:
     """NCCL's documented example of the file, and one an HGX image ships (rails by name, a GID index, a topology
     file), with a comment and a line of shell syntax NCCL does not read."""
@@ -346,6 +361,8 @@ def targets() -> list[Target]:
         Target("ib_counter", lambda: _texts("captures/public/health/ib/**/counters/*", "captures/public/health/ib/**/hw_counters/*"),
                parse_counter, ()),
         Target("nccl_conf", _nccl_conf_seeds, _judged_nccl_conf, ()),
+        Target("imex", lambda: [(TESTS / "fixtures/imex/nvidia-imex-ctl-N-degraded.json").read_text()], _judged_imex,
+               (ParseError,)),
         Target("config", _config_seeds, lambda text: loads(text, "fuzz.toml"), (ConfigError,)),
         Target("web_config", _web_config_seeds, lambda text: parse_web_config(text, "fuzz.yml"), (ConfigError,)),
         Target("cpulist", _affinity_seeds, units.parse_cpulist, (ValueError,)),

@@ -1,0 +1,76 @@
+"""IMEX judged on a node of a multi-node NVLink domain (its GPUs' fabric names a cluster: GB200 NVL72). IMEX lets a
+GPU share its memory with other nodes' GPUs over NVLink; without it a job across the domain's nodes goes over the
+network at a fraction of NVLink's rate, or fails. DCGM 4.6 fails its NVLink health on a domain DOWN or DEGRADED
+and on a daemon not READY; nodecheck says whose fault it is, so that one tray's fault does not drain the rack:
+
+- imex_unhealthy (error): this node's daemon is not READY (INITIALIZING, WAITING_FOR_PEERS ...), or does not answer
+  nvidia-imex-ctl; the domain is DOWN; the domain is DEGRADED and this node's own entry is not READY.
+- imex_unhealthy (warning): the domain is DEGRADED (or UP with connections missing) while this node is READY, named
+  with the nodes that are not; IMEX not installed or not configured on a node in a domain (a site may run the
+  domain's trays as separate nodes); a daemon state this nodecheck does not judge (UNAVAILABLE).
+
+A node outside a multi-node NVLink domain is not judged: IMEX has nothing to do there."""
+
+from __future__ import annotations
+
+from nodecheck.config import Config
+from nodecheck.findings import Finding
+from nodecheck.model import Report
+
+WHERE_TO_LOOK = "`nvidia-imex-ctl -N`, `systemctl status nvidia-imex` and `journalctl -u nvidia-imex`"
+
+
+def imex_findings(report: Report, config: Config) -> list[Finding]:
+    if not any(g.fabric is not None and g.fabric.cluster_uuid for g in report.gpus):
+        return []
+    imex = report.imex
+    if imex is None:
+        outcome = next((p for p in report.probes if p.name == "imex"), None)
+        if outcome is not None and outcome.no_data and "not installed" in (outcome.error or ""):
+            return [_finding("warning", "not installed", "installed", "this node is in a multi-node NVLink domain and "
+                             "IMEX is not installed (nvidia-imex): its GPUs share no memory with other nodes' over NVLink, "
+                             "so jobs across the domain's nodes take the network")]
+        return []
+    if imex.daemon is None:
+        severity = "warning" if imex.why and imex.why.startswith("not configured") else "error"
+        return [_finding(severity, imex.why or "unknown", "READY", f"IMEX on this node: {imex.why}; jobs across the "
+                         f"domain's nodes take the network; check {WHERE_TO_LOOK}")]
+    if imex.daemon != "READY":
+        severity = "warning" if imex.daemon == "UNAVAILABLE" else "error"
+        return [_finding(severity, f"daemon {imex.daemon}", "READY", f"this node's IMEX daemon is {imex.daemon}, not READY: "
+                         f"its GPUs cannot share memory across the domain; check {WHERE_TO_LOOK}")]
+    return _domain(report, imex)
+
+
+def _domain(report: Report, imex) -> list[Finding]:
+    if imex.domain is None:
+        return [_finding("warning", "domain unknown", "UP", f"IMEX's domain status could not be read: {imex.why}")]
+    mine = _own_entry(report, imex.nodes)
+    others = [n for n in imex.nodes if n is not mine and n.get("status") != "READY"]
+    unconnected = sorted({h for n in imex.nodes for h in n.get("unconnected") or []})
+    named = "; ".join(filter(None, [f"not READY: {', '.join(_name(n) for n in others[:8])}" if others else "",
+                                    f"unconnected: {', '.join(unconnected[:8])}" if unconnected else ""]))
+    if imex.domain == "DOWN":
+        return [_finding("error", "domain DOWN", "UP", f"the IMEX domain is DOWN ({named or 'no node READY'}): no GPU of "
+                         f"it shares memory across nodes; check {WHERE_TO_LOOK}")]
+    if mine is not None and mine.get("status") != "READY":
+        return [_finding("error", f"this node {mine.get('status')}", "READY", f"IMEX lists this node ({mine.get('host')}) "
+                         f"as {mine.get('status')}, not READY; check {WHERE_TO_LOOK}")]
+    if imex.domain == "DEGRADED" or unconnected:
+        who = "this node is READY" if mine is not None else "this node is not among its nodes by address"
+        return [_finding("warning", f"domain {imex.domain}", "UP", f"the IMEX domain is {imex.domain} ({named or 'nodes missing'}); "
+                         f"{who}: jobs across the domain avoid the nodes named; check {WHERE_TO_LOOK} on them")]
+    return []
+
+
+def _own_entry(report: Report, nodes: list[dict]) -> dict | None:
+    addresses = {a.get("address") for nic in report.nics for a in nic.addresses if isinstance(a, dict)}
+    return next((n for n in nodes if n.get("host") in addresses), None)
+
+
+def _name(node: dict) -> str:
+    return f"{node.get('host') or 'node ' + str(node.get('index'))} {node.get('status')}"
+
+
+def _finding(severity: str, measured: str, expected: str, message: str) -> Finding:
+    return Finding("imex_unhealthy", severity, "imex", measured, expected, message)

@@ -1,0 +1,91 @@
+"""IMEX on a node of a multi-node NVLink domain (GB200 NVL72): nvidia-imex-ctl's answers as DCGM reads them (its
+tests' sample of `-N -j`, tests/fixtures/imex), judged so that the node at fault is the one drained."""
+
+import json
+
+import pytest
+from gpu_fabric_cases import published
+from helpers import REPO, h100_node_snapshot, h100_nvml_records, make_snapshot
+
+from nodecheck.build import build_report
+from nodecheck.errors import NoData, ParseError
+from nodecheck.host import LiveHost
+from nodecheck.probes import imex
+from nodecheck.snapshot import SnapshotHost
+
+DEGRADED = (REPO / "tests/fixtures/imex/nvidia-imex-ctl-N-degraded.json").read_text()
+NODE_3 = "10.76.186.255"  # node 3 of the sample
+
+
+def tray(tmp_path, daemon: str | None = "READY\n", domain: str | None = DEGRADED, address: str = NODE_3,
+         fabric: dict | None = None, failed: dict | None = None):
+    """The real H100 node's sources with a GB200's fabric registration (a cluster and clique, gpud's GB200), this
+    node's eth0 at `address`, and nvidia-imex-ctl's outputs (None: not in the snapshot; `failed`: sources.json
+    entries replayed as the failures they record)."""
+    snap = h100_node_snapshot(tmp_path / "tray")
+    make_snapshot(snap, nvml_gpus=[dict(h100_nvml_records()[0], fabric=fabric or published()["gb200-healthy"])])
+    (snap / "addresses.json").write_text(json.dumps({"eth0": [{"family": "inet", "address": address, "prefixlen": 18}]}))
+    for source, text in ((imex.DAEMON_SOURCE, daemon), (imex.DOMAIN_SOURCE, domain)):
+        if text is not None:
+            (snap / source).write_text(text)
+    if failed:
+        (snap / "sources.json").write_text(json.dumps(failed))
+    return build_report(SnapshotHost(snap))
+
+
+def imex_findings(report):
+    return [(f.severity, f.measured) for f in report.findings if f.kind == "imex_unhealthy"]
+
+
+def test_the_dcgm_sample_parses_as_a_degraded_domain_of_two_ready_nodes():
+    status, nodes = imex.parse_domain(DEGRADED)
+    assert status == "DEGRADED"
+    assert [(n["index"], n["host"], n["status"], n["unconnected"]) for n in nodes] == [
+        ("3", NODE_3, "READY", []), ("1", "10.76.183.30", "READY", [])]
+    assert imex.parse_daemon("READY\n") == "READY"
+    for garbage in ("", "{", '{"status": "SIDEWAYS"}', "[]", '{"status": 5}'):
+        with pytest.raises(ParseError):
+            imex.parse_domain(garbage)
+    with pytest.raises(ParseError):
+        imex.parse_daemon("Connection refused")
+
+
+def test_a_degraded_domain_is_a_warning_on_a_ready_node_and_an_error_on_the_node_at_fault(tmp_path):
+    report = tray(tmp_path)
+    assert report.imex.daemon == "READY" and report.imex.domain == "DEGRADED"
+    (finding,) = [f for f in report.findings if f.kind == "imex_unhealthy"]
+    assert (finding.severity, finding.measured) == ("warning", "domain DEGRADED") and "this node is READY" in finding.message
+    at_fault = DEGRADED.replace('"3": {"status":"READY"', '"3": {"status":"UNAVAILABLE"')
+    assert imex_findings(tray(tmp_path / "f", domain=at_fault)) == [("error", "this node UNAVAILABLE")]
+    elsewhere = tray(tmp_path / "e", address="10.76.190.99")  # not among the domain's nodes by address
+    assert imex_findings(elsewhere) == [("warning", "domain DEGRADED")]
+    down = DEGRADED.replace('"status":"DEGRADED"', '"status":"DOWN"')
+    assert imex_findings(tray(tmp_path / "d", domain=down)) == [("error", "domain DOWN")]
+    unconnected = DEGRADED.replace('"status":"DEGRADED"', '"status":"UP"').replace(
+        '"host":"10.76.190.23","status":"CONNECTED"', '"host":"10.76.190.23","status":"DISCONNECTED"')
+    (finding,) = [f for f in tray(tmp_path / "u", domain=unconnected).findings if f.kind == "imex_unhealthy"]
+    assert finding.severity == "warning" and "unconnected: 10.76.190.23" in finding.message
+    healthy = DEGRADED.replace('"status":"DEGRADED"', '"status":"UP"')
+    assert imex_findings(tray(tmp_path / "h", domain=healthy)) == []
+
+
+def test_a_daemon_not_ready_or_not_answering_is_an_error(tmp_path):
+    assert imex_findings(tray(tmp_path / "w", daemon="WAITING_FOR_PEERS\n")) == [("error", "daemon WAITING_FOR_PEERS")]
+    failed = {imex.DAEMON_SOURCE: {"argv": imex.DAEMON_ARGV, "outcome": "failed",
+                                   "error": "nvidia-imex-ctl -q exited with 1: connect: Connection refused"}}
+    report = tray(tmp_path / "r", daemon=None, domain=None, failed=failed)
+    ((severity, measured),) = imex_findings(report)
+    assert severity == "error" and "Connection refused" in measured
+    unconfigured = tray(tmp_path / "c", daemon="Failed to read node configuration file /etc/nvidia-imex/nodes_config.cfg\n",
+                        domain=None)
+    assert imex_findings(unconfigured) == [("warning", "not configured (no /etc/nvidia-imex/nodes_config.cfg)")]
+
+
+def test_outside_a_domain_imex_is_not_judged_and_without_it_no_data(tmp_path):
+    hgx = {**published()["gb200-healthy"], "clusterUuid": bytes(16)}  # an HGX board's NVSwitch: no cluster
+    assert imex_findings(tray(tmp_path / "x", domain=DEGRADED.replace("DEGRADED", "DOWN"), fabric=hgx)) == []
+    with pytest.raises(NoData, match="not installed"):
+        imex.collect(LiveHost(), 5.0)  # this machine has no nvidia-imex-ctl: the real subprocess says so
+    absent = {imex.DAEMON_SOURCE: {"argv": imex.DAEMON_ARGV, "outcome": "no_data", "error": "nvidia-imex-ctl not found on PATH"}}
+    report = tray(tmp_path / "n", daemon=None, domain=None, failed=absent)
+    assert report.imex is None and imex_findings(report) == [("warning", "not installed")]
