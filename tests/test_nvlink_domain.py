@@ -74,7 +74,7 @@ def coreweave_1gib_busbw() -> float:
     return next(r for r in log.rows if r.size_bytes == 1 << 30).out_of_place.busbw_gbytes * 1e9
 
 
-def run_on(report, monkeypatch, busbw: float, peer_domain: str | None = DOMAIN):
+def run_on(report, monkeypatch, busbw: float, peer_domain: str | None = DOMAIN, peer_rate: float | None = NVLINK5):
     """bench's all-reduce on local rank 5 of this tray in a two-node job, the worker answering as the real one does
     from each rank's description (job_bound over what the ranks gathered)."""
     seen = {}
@@ -85,7 +85,7 @@ def run_on(report, monkeypatch, busbw: float, peer_domain: str | None = DOMAIN):
                 "rails": json.loads(argv[argv.index("--rails") + 1])}
         if "--nvlink" in argv:
             mine["nvlink"] = json.loads(argv[argv.index("--nvlink") + 1])
-        members = [mine, member(1, "tray-b", domain=peer_domain)]
+        members = [mine, member(1, "tray-b", domain=peer_domain, rate=peer_rate)]
         return {"world_size": 2, "backend": "nccl", "nodes": members, "spec_bytes_per_second": job_bound(members),
                 "rows": [{"size_bytes": 1 << 30, "seconds": 1.0, "algbw": busbw, "busbw": busbw}], "pair_exchanges": []}
 
@@ -119,6 +119,11 @@ def test_a_job_across_domains_has_no_spec_and_says_why(tmp_path, monkeypatch):
     m, _ = run_on(gb200_tray(tmp_path), monkeypatch, coreweave_1gib_busbw(), peer_domain="another-rack/7")
     assert m.spec_bytes_per_second is None and m.ratio is None and measurement_findings([m], Config()) == []
     assert "several multi-node NVLink domains" in m.details["note"]
+
+
+def test_a_job_in_one_domain_whose_nvlink_rate_is_unknown_says_so(tmp_path, monkeypatch):
+    m, _ = run_on(gb200_tray(tmp_path), monkeypatch, coreweave_1gib_busbw(), peer_rate=None)
+    assert m.spec_bytes_per_second is None and "a rank's NVLink rate is unknown" in m.details["note"]
 
 
 def test_an_hgx_node_outside_any_domain_is_still_bound_by_its_rails(tmp_path, monkeypatch):

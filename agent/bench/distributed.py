@@ -201,6 +201,9 @@ def _nvlink_domain_basis(result: dict, nvlink: dict) -> str:
         return ("no spec: the job's ranks sit in several multi-node NVLink domains, or partly outside one (this "
                 f"rank's: {nvlink['domain']}): it takes NVLink inside each and the network between them, and neither "
                 "bounds it alone")
+    if not result.get("spec_bytes_per_second"):
+        return (f"no spec: every rank's GPU is in one multi-node NVLink domain ({domain}), and a rank's NVLink rate is "
+                f"unknown (this rank's: {nvlink['basis']})")
     return (f"NVLink bound: every rank's GPU is in one multi-node NVLink domain ({domain}), where NCCL carries the "
             f"job over NVLink, not the rails: the slowest GPU's NVLink rate (this rank's: {nvlink['basis']})")
 
