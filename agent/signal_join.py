@@ -69,8 +69,9 @@ def nics_used(report: Report, measurement) -> set[str] | None:
 def on_path(measurement, devices: list[str], used: set[str] | None = None) -> bool:
     """Whether the measurement's traffic crossed one of these devices: a GPU's host link or pair for its GPU,
     an all-reduce inside the node for any GPU, one across nodes for a NIC it ran over (`used`: nics_used; any
-    NIC where unknown) or, run in one multi-node NVLink domain, for any GPU, a NIC's own test for that NIC. Another node's measurement (a job's Report holds them as
-    "node5/gpu0:host") crosses none of this node's devices."""
+    NIC where unknown) or, run in one multi-node NVLink domain, for any GPU, a NIC's own test for that NIC.
+    Another node's measurement (a job's Report holds them as "node5/gpu0:host") crosses none of this node's
+    devices."""
     if measured_on(measurement.path) is not None:
         return False
     scope, endpoints, _ = path_identity(measurement.path)

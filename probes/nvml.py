@@ -1,7 +1,8 @@
-"""NVML (nvidia-ml-py, imported as pynvml): per GPU identity, PCIe link state, NVLink state,
-NUMA node, ECC and remapped rows, NVLink fabric registration (probes/nvml_fabric.py), NVLink-C2C (probes/nvml_c2c.py), driver version; and the error signals: the PCIe
-replay counter, NVLink error counters (Blackwell's NVLink 5 counters: probes/nvml_nvlink5.py), clock event reasons, volatile uncorrectable ECC errors, the recovery action
-the driver asks for.
+"""NVML (nvidia-ml-py, imported as pynvml): per GPU identity, PCIe link state, NVLink state, NUMA node, ECC and
+remapped rows, NVLink fabric registration (probes/nvml_fabric.py), NVLink-C2C (probes/nvml_c2c.py), driver version;
+and the error signals: the PCIe replay counter, NVLink error counters (Blackwell's NVLink 5 counters:
+probes/nvml_nvlink5.py), clock event reasons, volatile uncorrectable ECC errors, the recovery action the driver
+asks for.
 
 dump_nvml() is the thin reader: it asks NVML and returns plain JSON-able values, each either the
 value or {"error": "..."}; a snapshot stores exactly this. parse_nvml() turns it into facts. A GPU NVML counts but
