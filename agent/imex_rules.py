@@ -6,10 +6,11 @@ and on a daemon not READY; nodecheck says whose fault it is, so that one tray's 
 - imex_unhealthy (error): this node's daemon is not READY (INITIALIZING, WAITING_FOR_PEERS ...), or does not answer
   nvidia-imex-ctl; the domain is DOWN; the domain is DEGRADED and this node's own entry is not READY.
 - imex_unhealthy (warning): the domain is DEGRADED (or UP with connections missing) while this node is READY, named
-  with the nodes that are not; IMEX not installed or not configured on a node in a domain (a site may run the
-  domain's trays as separate nodes); a daemon state this nodecheck does not judge (UNAVAILABLE).
+  with the nodes that are not; IMEX not configured on a node in a domain (a site may run the domain's trays as
+  separate nodes); a daemon state this nodecheck does not judge (UNAVAILABLE).
 
-A node outside a multi-node NVLink domain is not judged: IMEX has nothing to do there."""
+A node outside a multi-node NVLink domain is not judged: IMEX has nothing to do there. On a node in one without
+nvidia-imex-ctl (not installed, or not in a Kubernetes DaemonSet's image) the check is unknown, never a warning."""
 
 from __future__ import annotations
 
@@ -24,12 +25,7 @@ def imex_findings(report: Report, config: Config) -> list[Finding]:
     if not any(g.fabric is not None and g.fabric.cluster_uuid for g in report.gpus):
         return []
     imex = report.imex
-    if imex is None:
-        outcome = next((p for p in report.probes if p.name == "imex"), None)
-        if outcome is not None and outcome.no_data and "not installed" in (outcome.error or ""):
-            return [_finding("warning", "not installed", "installed", "this node is in a multi-node NVLink domain and "
-                             "IMEX is not installed (nvidia-imex): its GPUs share no memory with other nodes' over NVLink, "
-                             "so jobs across the domain's nodes take the network")]
+    if imex is None:  # no nvidia-imex-ctl here, or not in this container's image: unknown (agent/coverage.py)
         return []
     if imex.daemon is None:
         severity = "warning" if imex.why and imex.why.startswith("not configured") else "error"

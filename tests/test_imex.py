@@ -8,6 +8,7 @@ from gpu_fabric_cases import published
 from helpers import REPO, h100_node_snapshot, h100_nvml_records, make_snapshot
 
 from nodecheck.build import build_report
+from nodecheck.coverage import unmade_checks
 from nodecheck.errors import NoData, ParseError
 from nodecheck.host import LiveHost
 from nodecheck.probes import imex
@@ -81,11 +82,13 @@ def test_a_daemon_not_ready_or_not_answering_is_an_error(tmp_path):
     assert imex_findings(unconfigured) == [("warning", "not configured (no /etc/nvidia-imex/nodes_config.cfg)")]
 
 
-def test_outside_a_domain_imex_is_not_judged_and_without_it_no_data(tmp_path):
+def test_outside_a_domain_imex_is_not_judged_and_without_it_unknown(tmp_path):
     hgx = {**published()["gb200-healthy"], "clusterUuid": bytes(16)}  # an HGX board's NVSwitch: no cluster
     assert imex_findings(tray(tmp_path / "x", domain=DEGRADED.replace("DEGRADED", "DOWN"), fabric=hgx)) == []
     with pytest.raises(NoData, match="not installed"):
         imex.collect(LiveHost(), 5.0)  # this machine has no nvidia-imex-ctl: the real subprocess says so
     absent = {imex.DAEMON_SOURCE: {"argv": imex.DAEMON_ARGV, "outcome": "no_data", "error": "nvidia-imex-ctl not found on PATH"}}
     report = tray(tmp_path / "n", daemon=None, domain=None, failed=absent)
-    assert report.imex is None and imex_findings(report) == [("warning", "not installed")]
+    assert report.imex is None and imex_findings(report) == []  # a container's image lacks it as often as a node
+    assert "not installed" in unmade_checks(report)["imex_unhealthy"]
+    assert "imex_unhealthy" not in unmade_checks(tray(tmp_path / "o", daemon=None, domain=None, failed=absent, fabric=hgx))
