@@ -102,6 +102,7 @@ def merge(results: dict[str, ProbeResult], identity: dict, source: str, started:
     node = {k: identity.get(k) for k in ("hostname", "kernel", "machine", "nodecheck_version")}
     node["driver_version"] = (nvml.driver_version if nvml else None) or identity.get("kernel_module_version")
     node["cuda_driver_version"] = nvml.cuda_driver_version if nvml else None  # NVML's: 12040 is CUDA 12.4
+    node["nvlink_bw_mode"] = nvml.nvlink_bw_mode if nvml else None  # FULL, OFF, MIN, HALF, 3QUARTER
     gpus = _gpus(topo, nvml, hw)
     nics = _nics(topo, net, hw)
     links = [Link(l.a, l.b, l.type, link_class(l.type)) for l in topo.links] if topo else []

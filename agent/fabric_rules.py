@@ -11,6 +11,7 @@ fabric (PCIe boards, a single GPU) says not_supported and is not judged.
 - gpu_fabric_unhealthy: the health NVML reports on newer drivers: an error for an unhealthy summary, an
   unhealthy route, an incorrect configuration or a lost global fabric manager; a warning for degraded bandwidth,
   limited capacity, a recovery in progress, or a state this nodecheck does not know.
+- nvlink_bw_reduced (warning): the node's NVLink bandwidth mode below FULL (bw_mode_findings).
 """
 
 from __future__ import annotations
@@ -27,6 +28,25 @@ WHERE_TO_LOOK = ("`systemctl status nvidia-fabricmanager` and /var/log/fabricman
 
 def fabric_findings(report: Report, config: Config) -> list[Finding]:
     return [f for gpu in report.gpus if gpu.fabric is not None for f in _judge(f"gpu{gpu.index}", gpu.fabric)]
+
+
+# the share of a GPU's NVLinks peer traffic uses in each reduced bandwidth mode (open-gpu-kernel-modules
+# knvlinkGetNumLinksToBeReducedPerIoctrl_GH100: MIN leaves one link per IOCTRL, HALF half, 3QUARTER three quarters)
+BW_MODE_SHARE = {"OFF": "none of its NVLinks (peer traffic over PCIe)", "MIN": "one NVLink per IOCTRL",
+                 "HALF": "half its NVLinks", "3QUARTER": "three quarters of its NVLinks"}
+
+
+def bw_mode_findings(report: Report, config: Config) -> list[Finding]:
+    """nvlink_bw_reduced (warning): the node's NVLink bandwidth mode (NVML, `nvidia-smi nvlink -sBwMode`) below
+    FULL on a node with active NVLinks. Every link still reads active and the topology still says NV18, so a slow
+    p2p or all-reduce pointed at the links; the mode explains it (agent/signal_join.py names it in that verdict)."""
+    mode = (report.node or {}).get("nvlink_bw_mode")
+    if mode not in BW_MODE_SHARE or not any(link.get("active") for g in report.gpus for link in g.nvlinks):
+        return []
+    return [Finding("nvlink_bw_reduced", "warning", "nvlink", f"mode {mode}", "FULL",
+                    f"the node's NVLink bandwidth mode is {mode}: peer-to-peer traffic uses {BW_MODE_SHARE[mode]}, and "
+                    "NVLink bandwidth tests read low while every link is active; `nvidia-smi nvlink -sBwMode FULL` "
+                    "(with the GPUs idle) if that was not meant")]
 
 
 def _judge(subject: str, fabric) -> list[Finding]:

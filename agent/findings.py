@@ -79,6 +79,7 @@ FINDING_KINDS = {
     "gpu_fabric_not_ready": "{subject} {measured}",
     "gpu_fabric_unhealthy": "{subject} {measured}",
     "imex_unhealthy": "{subject} {measured}",
+    "nvlink_bw_reduced": "NVLink bandwidth {measured}",
     # raised by `nodecheck prolog` / `healthcheck` only
     "check_timed_out": "{subject} timed out after {expected}",
     "check_failed": "{head}",

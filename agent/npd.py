@@ -21,7 +21,7 @@ AREAS = {
     "gpu": ("gpu_count_low", "gpu_inaccessible", "pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "c2c_link_down", "ecc_disabled",
             "row_remap_failed", "row_remap_pending", "gpu_link_changed", "gpu_xid", "nvswitch_sxid", "pcie_replays", "nvlink_errors",
             "ecc_uncorrected", "gpu_clock_slowdown", "gpu_vbios_mismatch", "gpu_fabric_not_ready", "gpu_fabric_unhealthy",
-            "imex_unhealthy", "gpu_recovery_action", "sram_threshold_exceeded", "retired_pages_limit",
+            "imex_unhealthy", "nvlink_bw_reduced", "gpu_recovery_action", "sram_threshold_exceeded", "retired_pages_limit",
             "retired_pages_pending", "inforom_corrupted", "gpu_power_limit_lowered", "gpu_mig_mode", "probe_failed"),
     "fabric": ("nic_missing", "nic_down", "nic_slow", "nic_speed_unknown", "nic_far_from_gpu", "nic_mtu_mismatch", "nic_rate_mismatch", "nic_rail_down",
                "gpudirect_rdma_unavailable", "iommu_translated", "pcie_hop_narrow", "pcie_hop_slow", "pcie_acs_redirect", "pcie_aer_fatal",

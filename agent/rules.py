@@ -13,7 +13,7 @@ from typing import Callable
 
 from nodecheck.config import Config
 from nodecheck.error_rules import aer_findings, ib_findings, netdev_findings
-from nodecheck.fabric_rules import fabric_findings
+from nodecheck.fabric_rules import bw_mode_findings, fabric_findings
 from nodecheck.findings import Finding
 from nodecheck.fingerprint import vbios_mismatch
 from nodecheck.gpu_error_rules import gpu_findings
@@ -330,5 +330,6 @@ RULES = [
          needs="nvml"),
     Rule(vbios_mismatch, ("gpu_vbios_mismatch",), needs="nvml"),
     Rule(fabric_findings, ("gpu_fabric_not_ready", "gpu_fabric_unhealthy"), needs="nvml"),
+    Rule(bw_mode_findings, ("nvlink_bw_reduced",), needs="nvml"),
     Rule(imex_findings, ("imex_unhealthy",), needs="imex"),
 ]

@@ -18,7 +18,7 @@ from nodecheck.pci import normal_pci
 
 SIGNALS = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal", "pcie_link_errors", "ib_link_downed", "ib_port_errors", "rdma_retransmits", "nic_link_errors",
            "pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown", "gpu_fabric_not_ready",
-           "gpu_fabric_unhealthy", "gpu_recovery_action")
+           "gpu_fabric_unhealthy", "gpu_recovery_action", "nvlink_bw_reduced")
 # gpu_xid only when repeated, not of a drain-now Xid
 TEMPERED = ("pcie_link_errors", "pcie_replays", "ib_port_errors", "nvlink_errors", "gpu_xid", "nic_link_errors")
 DRAIN_NOW_XID = "no Xid"  # the expected figure of a drain-now Xid's finding
@@ -35,7 +35,7 @@ def signal_devices(report: Report, finding: Finding, hops: dict) -> list[str]:
     if finding.kind in ("pcie_link_errors", "pcie_aer_fatal") and finding.subject.startswith("pci:"):
         entry = hops.get(normal_pci(finding.subject[4:]) or finding.subject[4:])
         return list(entry[1]) if entry else []
-    if finding.kind == "nvswitch_sxid":
+    if finding.kind in ("nvswitch_sxid", "nvlink_bw_reduced"):  # every NVLink path of the node
         return [NVSWITCH_FABRIC]
     if finding.kind in ("gpu_fabric_not_ready", "gpu_fabric_unhealthy"):
         return [FABRIC_OF + finding.subject]

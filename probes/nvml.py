@@ -29,6 +29,7 @@ MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC = 1, 0  # nvmlMemoryErrorType_t, nvmlEccC
 NVLINK_ERROR_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
 NVLINK_STATE_SLEEP = 2  # NVML_FI_DEV_NVLINK_GET_STATE's NVML_NVLINK_STATE_SLEEP
 BLACKWELL = 10  # NVML_DEVICE_ARCH_BLACKWELL
+NVLINK_BW_MODES = ("FULL", "OFF", "MIN", "HALF", "3QUARTER")  # NVML_GPU_NVLINK_BW_MODE_* 0..4
 
 
 def collect(host, timeout: float) -> "NvmlFacts":
@@ -59,6 +60,9 @@ def dump_nvml() -> dict:
         return {
             "driver_version": _ask(pynvml, pynvml.nvmlSystemGetDriverVersion),
             "cuda_driver_version": _ask(pynvml, pynvml.nvmlSystemGetCudaDriverVersion),
+            # the node's NVLink bandwidth mode (Hopper: FULL, OFF, MIN, HALF, 3QUARTER; `nvidia-smi nvlink -sBwMode`):
+            # below FULL, peer-to-peer over NVLink uses fewer links while every link reads active
+            "nvlink_bw_mode": _ask(pynvml, getattr(pynvml, "nvmlSystemGetNvlinkBwMode", None)),
             "gpus": [_dump_gpu_or_why(pynvml, index) for index in range(count)],
         }
     except pynvml.NVMLError as error:
@@ -252,6 +256,7 @@ class NvmlFacts:
     cuda_driver_version: int | None
     gpus: list[NvmlGpu]
     unopened: list[dict] = field(default_factory=list)  # {index, error, code}: GPUs NVML counts but cannot open
+    nvlink_bw_mode: str | None = None  # NVLINK_BW_MODES; None where NVML does not say (before Hopper, older drivers)
 
 
 def parse_nvml(dump: object) -> NvmlFacts:
@@ -270,7 +275,9 @@ def parse_nvml(dump: object) -> NvmlFacts:
             gpus.append(_parse_gpu(position, raw))
     driver = dump.get("driver_version")
     cuda = dump.get("cuda_driver_version")
-    return NvmlFacts(driver if isinstance(driver, str) else None, cuda if is_int(cuda) else None, gpus, unopened)
+    mode = dump.get("nvlink_bw_mode")
+    return NvmlFacts(driver if isinstance(driver, str) else None, cuda if is_int(cuda) else None, gpus, unopened,
+                     NVLINK_BW_MODES[mode] if is_int(mode) and 0 <= mode < len(NVLINK_BW_MODES) else None)
 
 
 def _parse_unopened(position: int, raw: dict) -> dict:

@@ -8,6 +8,7 @@ from rich.console import Console
 
 from nodecheck.build import build_report
 from nodecheck.config import Config, NicExpectation
+from nodecheck.model import Measurement
 from nodecheck.render.report import render
 from nodecheck.snapshot import SnapshotHost
 
@@ -124,6 +125,33 @@ def test_a_lost_gpu_lists_every_link_unread(tmp_path):
     report = report_of(tmp_path, topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=gpus)
     assert [l["active"] for l in report.gpus[2].nvlinks] == [None] * 18
     assert ("nvlink_inactive", "gpu2", "warning") in kinds(report)
+
+
+def test_a_reduced_nvlink_bandwidth_mode_is_said_and_named_in_a_slow_p2p_verdict(tmp_path, monkeypatch):
+    """`nvidia-smi nvlink -sBwMode HALF`: every link still reads active and the topology still says NV18, so a p2p at
+    half its rate was an error pointing at the links; the node's mode (nvmlSystemGetNvlinkBwMode, 3 = HALF) is now
+    a warning of its own and named in that verdict. FULL, or a driver that does not say: nothing."""
+    import sys
+
+    from fakes import fake_pynvml
+
+    from nodecheck.probes.nvml import dump_nvml
+    from nodecheck.verdicts import with_measurements
+
+    snap = make_snapshot(tmp_path / "snap", topo="hgx-h100-8gpu-8nic-sglang30401.txt")
+    for mode, expected in ((3, [("warning", "mode HALF")]), (0, []), ("ERR", [])):
+        monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.replaying(hgx_nvml(), nvlink_bw_mode=mode))
+        (snap / "nvml.json").write_text(json.dumps(dump_nvml()))
+        report = build_report(SnapshotHost(snap))
+        assert [(f.severity, f.measured) for f in report.findings if f.kind == "nvlink_bw_reduced"] == expected, mode
+    pair = report.path_spec("gpu0:gpu1")
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.replaying(hgx_nvml(), nvlink_bw_mode=3))
+    (snap / "nvml.json").write_text(json.dumps(dump_nvml()))
+    report = build_report(SnapshotHost(snap))
+    slow = Measurement.measured("gpu0:gpu1", "p2p", 0.42 * pair.bytes_per_second, pair.bytes_per_second, 1 << 30,
+                                "copy", "unidirectional", {"path_kind": "nvlink"})
+    (verdict,) = [f for f in with_measurements(report, [slow], 0.0, None).findings if f.kind == "bandwidth_below_spec"]
+    assert verdict.message.endswith("error signals on this path: nvlink mode HALF")
 
 
 def test_nvlink_spec_unknown_without_nvml(tmp_path):

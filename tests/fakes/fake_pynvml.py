@@ -58,8 +58,10 @@ def _handle(gpus: dict):
     return handle
 
 
-def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Exception | None = None):
-    """A module object with the pynvml functions dump_nvml() calls, answering from `captured`."""
+def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Exception | None = None,
+              nvlink_bw_mode: int | str = "ERR"):
+    """A module object with the pynvml functions dump_nvml() calls, answering from `captured`; the node's NVLink
+    bandwidth mode as nvmlSystemGetNvlinkBwMode returns it (NVML_GPU_NVLINK_BW_MODE_*), else Not Supported."""
     m = types.SimpleNamespace(NVMLError=NVMLError, NVML_NVLINK_MAX_LINKS=18)
     gpus = {i: g for i, g in enumerate(captured)}
 
@@ -70,6 +72,7 @@ def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Excep
     m.nvmlInit, m.nvmlShutdown = init, lambda: None
     m.nvmlSystemGetDriverVersion = lambda: driver
     m.nvmlSystemGetCudaDriverVersion = lambda: 13000
+    m.nvmlSystemGetNvlinkBwMode = lambda: _value(nvlink_bw_mode)
     m.nvmlDeviceGetCount = lambda: len(gpus)
     m.nvmlDeviceGetHandleByIndex = _handle(gpus)
     m.nvmlDeviceGetName = lambda h: h["name"]
