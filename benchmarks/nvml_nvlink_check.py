@@ -9,7 +9,9 @@ active/reported and NVML's own count of the GPU's links (NVML_FI_DEV_NVLINK_LINK
 whether it agrees with the links enumerated decides whether nodecheck may judge against it), nodecheck's per-link rate (GB/s, one direction) and its basis, and nvidia-smi's rate
 for link 0 (nvidia-smi prints the per-link rate per direction: "Link 0: 25 GB/s" on an A100), and the GPU's
 NVLink fabric registration (NVML's fabric state/status: completed/Success on a healthy NVSwitch node). A row
-whose two rates differ says MISMATCH, and the exit status is 1.
+whose two rates differ says MISMATCH, and the exit status is 1. Above the table, the node's NVLink bandwidth mode;
+below it, per GPU, the NVLink error counters NVML answers (Blackwell's NVLink 5 counters among them) and its
+NVLink-C2C links (GH200/GB200), so the first node of a kind confirms what nodecheck reads there.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def main() -> int:
         print(f"nvml_nvlink_check: {error}", file=sys.stderr)
         return 2
     mismatches = 0
+    print(f"NVLink bandwidth mode (nvmlSystemGetNvlinkBwMode): {facts.nvlink_bw_mode or '- (NVML does not say)'}")
     print(f"{'gpu':>3}  {'name':<26} {'arch':<14} {'enums':<8} {'links':<6} {'count':>5} {'nodecheck':>9}  {'nvidia-smi':>10}  "
           f"{'fabric':<20} basis")
     for gpu in facts.gpus:
@@ -58,6 +61,13 @@ def main() -> int:
         print(f"{gpu.index:>3}  {(gpu.name or '?')[:26]:<26} {arch[:14]:<14} {','.join(map(str, enums)) or '-':<8} "
               f"{len(active)}/{len(gpu.nvlinks):<4} {_or_dash(gpu.nvlink_count):>5} {ours if ours is not None else '-':>9}  "
               f"{theirs[0] if theirs else '-':>10}  {_fabric(gpu.fabric):<20} {spec.basis if spec else why}{verdict}")
+    for gpu in facts.gpus:  # what nodecheck reads beyond the links, for the first node of a kind to confirm
+        c2c = gpu.c2c or {}
+        fifth = sorted(k for k in (gpu.nvlink_errors or {}) if k not in ("replay", "recovery", "crc_flit", "crc_data"))
+        print(f"gpu{gpu.index}: error counters {', '.join(sorted(gpu.nvlink_errors or {})) or '-'}"
+              f"{' (NVLink 5: ' + str(len(fifth)) + ')' if fifth else ''}; C2C "
+              f"{str(c2c.get('links')) + ' x ' + str(c2c.get('link_mbps')) + ' MB/s' if c2c.get('links') else '-'}"
+              f"{', inactive ' + ','.join(map(str, c2c['inactive'])) if c2c.get('inactive') else ''}")
     return 1 if mismatches else 0
 
 
