@@ -3,11 +3,12 @@ GPU share its memory with other nodes' GPUs over NVLink; without it a job across
 network at a fraction of NVLink's rate, or fails. DCGM 4.6 fails its NVLink health on a domain DOWN or DEGRADED
 and on a daemon not READY; nodecheck says whose fault it is, so that one tray's fault does not drain the rack:
 
-- imex_unhealthy (error): this node's daemon is not READY (INITIALIZING, WAITING_FOR_PEERS ...), or does not answer
+- imex_unhealthy (error): this node's daemon is not READY (INITIALIZING, INIT_GPU ...), or does not answer
   nvidia-imex-ctl; the domain is DOWN; the domain is DEGRADED and this node's own entry is not READY.
 - imex_unhealthy (warning): the domain is DEGRADED (or UP with connections missing) while this node is READY, named
   with the nodes that are not; IMEX not configured on a node in a domain (a site may run the domain's trays as
-  separate nodes); a daemon state this nodecheck does not judge (UNAVAILABLE).
+  separate nodes); a daemon WAITING_FOR_PEERS or WAITING_FOR_RECOVERY (it waits on the other nodes, named); a
+  daemon state this nodecheck does not judge (UNAVAILABLE).
 
 A node outside a multi-node NVLink domain is not judged: IMEX has nothing to do there. On a node in one without
 nvidia-imex-ctl (not installed, or not in a Kubernetes DaemonSet's image) the check is unknown, never a warning."""
@@ -19,6 +20,7 @@ from nodecheck.findings import Finding
 from nodecheck.model import Report
 
 WHERE_TO_LOOK = "`nvidia-imex-ctl -N`, `systemctl status nvidia-imex` and `journalctl -u nvidia-imex`"
+WAITING = ("WAITING_FOR_PEERS", "WAITING_FOR_RECOVERY")  # the daemon waits on the domain's other nodes
 
 
 def imex_findings(report: Report, config: Config) -> list[Finding]:
@@ -31,6 +33,10 @@ def imex_findings(report: Report, config: Config) -> list[Finding]:
         severity = "warning" if imex.why and imex.why.startswith("not configured") else "error"
         return [_finding(severity, imex.why or "unknown", "READY", f"IMEX on this node: {imex.why}; jobs across the "
                          f"domain's nodes take the network; check {WHERE_TO_LOOK}")]
+    if imex.daemon in WAITING:  # for the domain's other nodes: their fault as much as this one's
+        return [_finding("warning", f"daemon {imex.daemon}", "READY", f"this node's IMEX daemon is {imex.daemon}: it waits "
+                         f"for the domain's other nodes ({_not_ready(report, imex) or 'none listed'}); jobs across the "
+                         f"domain wait with it; check {WHERE_TO_LOOK} on those nodes")]
     if imex.daemon != "READY":
         severity = "warning" if imex.daemon == "UNAVAILABLE" else "error"
         return [_finding(severity, f"daemon {imex.daemon}", "READY", f"this node's IMEX daemon is {imex.daemon}, not READY: "
@@ -38,14 +44,21 @@ def imex_findings(report: Report, config: Config) -> list[Finding]:
     return _domain(report, imex)
 
 
+def _not_ready(report: Report, imex) -> str:
+    """The domain's nodes other than this one that are not READY, and the hosts a node cannot reach, in words."""
+    mine = _own_entry(report, imex.nodes)
+    others = [n for n in imex.nodes if n is not mine and n.get("status") != "READY"]
+    unconnected = sorted({h for n in imex.nodes for h in n.get("unconnected") or []})
+    return "; ".join(filter(None, [f"not READY: {', '.join(_name(n) for n in others[:8])}" if others else "",
+                                   f"unconnected: {', '.join(unconnected[:8])}" if unconnected else ""]))
+
+
 def _domain(report: Report, imex) -> list[Finding]:
     if imex.domain is None:
         return [_finding("warning", "domain unknown", "UP", f"IMEX's domain status could not be read: {imex.why}")]
     mine = _own_entry(report, imex.nodes)
-    others = [n for n in imex.nodes if n is not mine and n.get("status") != "READY"]
-    unconnected = sorted({h for n in imex.nodes for h in n.get("unconnected") or []})
-    named = "; ".join(filter(None, [f"not READY: {', '.join(_name(n) for n in others[:8])}" if others else "",
-                                    f"unconnected: {', '.join(unconnected[:8])}" if unconnected else ""]))
+    named = _not_ready(report, imex)
+    unconnected = any(n.get("unconnected") for n in imex.nodes)
     if imex.domain == "DOWN":
         return [_finding("error", "domain DOWN", "UP", f"the IMEX domain is DOWN ({named or 'no node READY'}): no GPU of "
                          f"it shares memory across nodes; check {WHERE_TO_LOOK}")]

@@ -70,8 +70,13 @@ def test_a_degraded_domain_is_a_warning_on_a_ready_node_and_an_error_on_the_node
     assert imex_findings(tray(tmp_path / "h", domain=healthy)) == []
 
 
-def test_a_daemon_not_ready_or_not_answering_is_an_error(tmp_path):
-    assert imex_findings(tray(tmp_path / "w", daemon="WAITING_FOR_PEERS\n")) == [("error", "daemon WAITING_FOR_PEERS")]
+def test_a_daemon_not_ready_or_not_answering_is_an_error_and_one_waiting_for_peers_a_warning(tmp_path):
+    assert imex_findings(tray(tmp_path / "i", daemon="INITIALIZING\n")) == [("error", "daemon INITIALIZING")]
+    peer_down = DEGRADED.replace('"1":{"status":"READY"', '"1":{"status":"UNAVAILABLE"')
+    (waiting,) = [f for f in tray(tmp_path / "w", daemon="WAITING_FOR_PEERS\n", domain=peer_down).findings
+                  if f.kind == "imex_unhealthy"]
+    assert (waiting.severity, waiting.measured) == ("warning", "daemon WAITING_FOR_PEERS")
+    assert "not READY: 10.76.183.30 UNAVAILABLE" in waiting.message  # the node it waits on, not this one
     failed = {imex.DAEMON_SOURCE: {"argv": imex.DAEMON_ARGV, "outcome": "failed",
                                    "error": "nvidia-imex-ctl -q exited with 1: connect: Connection refused"}}
     report = tray(tmp_path / "r", daemon=None, domain=None, failed=failed)
