@@ -70,7 +70,9 @@ def _nvml_seeds() -> list:
         # ... one a B200 whose NVLink 5 counters say, and one link NVML cannot read
         gpus[6] = dict(gpus[6], name="NVIDIA B200", arch=10, nvlink=[[0, 1, 7], [1, "ERR Unknown Error"], [2, 1, 7]],
                        nvlink5={"symbol_errors": 12, "recovery_events": 1, "rx_errors": "ERR"})
-        sys.modules["pynvml"] = fake_pynvml.replaying(gpus)
+        # ... and one a Grace GPU with a C2C link down, on a node in NVLink bandwidth mode HALF
+        gpus[7] = dict(gpus[7], name="NVIDIA GB200", arch=10, c2c=[(1, 44712)] * 4 + [(0, 44712)])
+        sys.modules["pynvml"] = fake_pynvml.replaying(gpus, nvlink_bw_mode=3)
         eight = dump_nvml()
     finally:
         sys.modules.pop("pynvml", None) if saved is None else sys.modules.__setitem__("pynvml", saved)
