@@ -34,9 +34,10 @@ def imex_findings(report: Report, config: Config) -> list[Finding]:
         return [_finding(severity, imex.why or "unknown", "READY", f"IMEX on this node: {imex.why}; jobs across the "
                          f"domain's nodes take the network; check {WHERE_TO_LOOK}")]
     if imex.daemon in WAITING:  # for the domain's other nodes: their fault as much as this one's
+        whom = _not_ready(report, imex) or "every node it lists is READY: those it waits on are missing from its list"
         return [_finding("warning", f"daemon {imex.daemon}", "READY", f"this node's IMEX daemon is {imex.daemon}: it waits "
-                         f"for the domain's other nodes ({_not_ready(report, imex) or 'none listed'}); jobs across the "
-                         f"domain wait with it; check {WHERE_TO_LOOK} on those nodes")]
+                         f"for the domain's other nodes ({whom}); jobs across the domain wait with it; check "
+                         f"{WHERE_TO_LOOK} on those nodes")]
     if imex.daemon != "READY":
         severity = "warning" if imex.daemon == "UNAVAILABLE" else "error"
         return [_finding(severity, f"daemon {imex.daemon}", "READY", f"this node's IMEX daemon is {imex.daemon}, not READY: "

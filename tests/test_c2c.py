@@ -52,6 +52,13 @@ def test_a_gh200s_host_path_is_its_c2c_links(tmp_path, monkeypatch):
     assert (finding.kind, finding.severity, finding.measured) == ("bandwidth_below_spec", "error", "0.25")
     assert "nvidia-smi c2c -s" in finding.message
     assert not [f for f in report.findings if f.kind == "c2c_link_down"]
+    from rich.console import Console
+
+    from nodecheck.render.report import render
+
+    console = Console(record=True, width=200)
+    render(report, console=console)
+    assert "447.1 GB/s (C2C)" in console.export_text()
 
 
 def test_an_inactive_c2c_link_is_an_error_and_leaves_the_spec_of_the_others(tmp_path, monkeypatch):

@@ -53,7 +53,8 @@ def _gpus(console: Console, report: Report) -> None:
                 f"gen{unknown_cell(p.get('gen_max'))} x{unknown_cell(p.get('width_max'))}") if g.pcie else "unknown"
         host = specs.get(f"gpu{g.index}:host")
         model = cell(f"NVML: {refused[g.index]}") if g.name is None and g.index in refused else unknown_cell(g.name)
-        rows.append([cell(g.index), model, cell(pcie), format_rate(host.bytes_per_second if host else None),
+        over = " (C2C)" if host and host.kind == "c2c" else ""  # a Grace GPU's host path: NVLink-C2C, not its PCIe
+        rows.append([cell(g.index), model, cell(pcie), format_rate(host.bytes_per_second if host else None) + over,
                      cell(_nvlinks(g, report)), unknown_cell(g.numa_node), unknown_cell(g.cpu_affinity),
                      cell(", ".join(g.nearest_nics) or "-")])
     headers = [("GPU", IDENTITY), ("model", 5), ("PCIe now / max", 2), ("host link spec", 3), ("NVLinks", 4), ("NUMA", IDENTITY),
