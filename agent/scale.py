@@ -48,6 +48,10 @@ class Fabric:
     source: str  # where the figures come from (measured path, spec, by hand)
     nics: int = 1  # the inter-node busbw scales with NICs used (seed 001's second port)
     rails: int | None = None  # NICs per node the inter-node figure already runs over (None: not known)
+    # a multi-node NVLink domain (GB200 NVL72): a job of up to domain_gpus GPUs crosses nodes over NVLink, at
+    # domain_busbw (None: the in-node figure, NVLink too), and only a larger one over the network
+    domain_gpus: int | None = None
+    domain_busbw: float | None = None
 
     def __post_init__(self) -> None:
         # a busbw of 0 (a failed run written as 0) or NaN would read as "communication is free"
@@ -87,13 +91,19 @@ def needed_busbw(gpus: int, grad_bytes: float, step_s: float, target: float, ove
 
 def row(work: Workload, fabric: Fabric, gpus: int, target: float) -> Row:
     nodes = max(1, -(-gpus // fabric.gpus_per_node))
-    busbw = None if gpus <= 1 else fabric.intra_busbw if nodes == 1 else fabric.inter_busbw * fabric.nics
+    busbw = None if gpus <= 1 else fabric.intra_busbw if nodes == 1 else \
+        (fabric.domain_busbw or fabric.intra_busbw) if in_domain(fabric, gpus) else fabric.inter_busbw * fabric.nics
     comm = comm_time(gpus, work.grad_bytes, busbw) if busbw else 0.0
     eff = work.step_s / (work.step_s + comm)
     eff_overlap = work.step_s / max(work.step_s, comm)
     return Row(gpus, nodes, busbw, comm, work.step_s, eff, eff_overlap, gpus * eff,
                needed_busbw(gpus, work.grad_bytes, work.step_s, target, False),
                needed_busbw(gpus, work.grad_bytes, work.step_s, target, True))
+
+
+def in_domain(fabric: Fabric, gpus: int) -> bool:
+    """Whether a job of `gpus` GPUs fits one multi-node NVLink domain (NCCL then crosses its nodes over NVLink)."""
+    return bool(fabric.domain_gpus) and gpus <= fabric.domain_gpus
 
 
 def gpu_counts(gpus_per_node: int, max_nodes: int) -> list[int]:
@@ -120,7 +130,7 @@ def levers(work: Workload, fabric: Fabric, gpus: int, target: float) -> list[tup
         steps.append(("+ bf16 gradients (half the bytes)", work, fabric))
     work = replace(work, accum=work.accum * 2)
     steps.append((f"+ {work.accum} accumulation steps (communicate half as often)", work, fabric))
-    if gpus > fabric.gpus_per_node:
+    if gpus > fabric.gpus_per_node and not in_domain(fabric, gpus):  # inside the domain no NIC carries it
         fabric = replace(fabric, nics=fabric.nics * 2)
         steps.append((f"+ {_more_nics(fabric)} (twice the inter-node busbw)", work, fabric))
     return [(label, row(w, f, gpus, target)) for label, w, f in steps]
@@ -143,22 +153,29 @@ def pick_row(rows: list[dict], grad_bytes: float) -> dict | None:
     return min(larger, key=lambda r: r["size_bytes"]) if larger else max(rows, key=lambda r: r["size_bytes"])
 
 
-def fabric_from_report(report, gpus_per_node: int | None, grad_bytes: float) -> Fabric:
+def fabric_from_report(report, gpus_per_node: int | None, grad_bytes: float, domain_gpus: int | None = None) -> Fabric:
     """Intra- and inter-node all-reduce busbw from a Report (`nodecheck bench --json`), at the payload
     the gradients give (pick_row over the measured sweep); without measurements, the specs of the
-    slowest GPU pair and NIC, said so."""
-    from nodecheck.errors import NodecheckError
-    from nodecheck.units import format_bytes
-
+    slowest GPU pair and NIC, said so. On a node of a multi-node NVLink domain, the domain's size (domain_gpus,
+    else IMEX's node list) and busbw (bench's all-reduce across its nodes, else the in-node figure)."""
     # a world of one rank carries no figure (bytes_per_second null): it says nothing of any link
     measured = [m for m in report.measurements
                 if m.ok and m.bytes_per_second is not None and m.test in ("allreduce", "nccl_tests")]
+    over_nvlink = [m for m in measured if m.scope == "cluster" and m.details.get("path_kind") == "nvlink"]
     intra = [m for m in measured if m.scope == "node"]
-    inter = [m for m in measured if m.scope == "cluster"]
-    if inter:
-        nodes = {n.get("node") for n in inter[0].details.get("nodes", [])} or {None}
-        gpus_per_node = gpus_per_node or max(1, (inter[0].ranks or 1) // len(nodes))
+    inter = [m for m in measured if m.scope == "cluster" and m not in over_nvlink]
+    if inter or over_nvlink:
+        run = (inter or over_nvlink)[0]
+        nodes = {n.get("node") for n in run.details.get("nodes", [])} or {None}
+        gpus_per_node = gpus_per_node or max(1, (run.ranks or 1) // len(nodes))
     gpus_per_node = gpus_per_node or len(report.gpus) or 1
+    return _with_domain(report, _levels(report, gpus_per_node, grad_bytes, intra, inter), over_nvlink, domain_gpus, grad_bytes)
+
+
+def _levels(report, gpus_per_node: int, grad_bytes: float, intra: list, inter: list) -> Fabric:
+    from nodecheck.errors import NodecheckError
+    from nodecheck.units import format_bytes
+
     if intra or inter:
         across, inside = (inter or intra)[0], (intra or inter)[0]  # one measured level stands for both
         (across_bw, across_at), (inside_bw, inside_at) = _busbw_at(across, grad_bytes), _busbw_at(inside, grad_bytes)
@@ -175,6 +192,27 @@ def fabric_from_report(report, gpus_per_node: int | None, grad_bytes: float) -> 
     return Fabric(gpus_per_node, across, min(pair_specs) if pair_specs else across,
                   f"spec, not measured ({basis or 'slowest NIC'}; slowest GPU pair): applications reach ~80% of it",
                   rails=count if rails else 1)
+
+
+def _with_domain(report, fabric: Fabric, over_nvlink: list, domain_gpus: int | None, grad_bytes: float) -> Fabric:
+    """The fabric with its multi-node NVLink domain, where the node is in one (its GPUs' fabric names a cluster)
+    or the caller says one's size."""
+    from nodecheck.units import format_bytes
+
+    in_one = any(g.fabric is not None and g.fabric.cluster_uuid for g in report.gpus)
+    if not (in_one or domain_gpus or over_nvlink):
+        return fabric
+    listed = len(report.imex.nodes) * fabric.gpus_per_node if report.imex and report.imex.nodes else None
+    size, said = (domain_gpus, "--nvlink-domain-gpus") if domain_gpus else (listed, "IMEX's node list")
+    if not size:
+        return replace(fabric, source=f"{fabric.source}; this node is in a multi-node NVLink domain of unknown size: "
+                                      "rows across nodes assume the network (say it: --nvlink-domain-gpus N)")
+    busbw, how = None, "the in-node figure (NVLink too)"
+    if over_nvlink:
+        busbw, at = _busbw_at(over_nvlink[0], grad_bytes)
+        how = f"measured: {over_nvlink[0].path} at {format_bytes(at)}"
+    return replace(fabric, domain_gpus=size, domain_busbw=busbw,
+                   source=f"{fabric.source}; inside its multi-node NVLink domain of {size} GPUs ({said}): {how}")
 
 
 def rail_spec(report, gpus_per_node: int) -> tuple[float | None, str, int]:

@@ -221,3 +221,35 @@ def test_json_output_is_strict_json():
     out = scale("--params", "25M", "--step-time", "0.234", "--busbw", "10Gbit/s", "--nodes", "4", "--json")
     document = json.loads(out.stdout, parse_constant=lambda name: pytest.fail(f"{name} in --json output"))
     assert document["rows"][0]["needed_busbw"] is None and document["rows"][-1]["efficiency"] < 1
+
+
+def test_a_multi_node_nvlink_domain_crosses_nodes_at_nvlink_until_it_is_full(tmp_path):
+    """GB200 NVL72: a job of up to 72 GPUs crosses its nodes over NVLink, not the rails. scale predicted every
+    job past one node at the rails' ring bound (8 x 400 Gbit/s = 400 GB/s here), 2.25 x too little for NVLink 5
+    (900 GB/s a GPU); now rows up to the domain's size use the NVLink figure and larger ones the rails."""
+    from gpu_fabric_cases import published
+    from test_fabric import gpu_node_with_rdma
+
+    from nodecheck.model import Imex
+    from nodecheck.scale import fabric_from_report
+
+    gpus = hgx_nvml(18, version=7, arch=10, name="NVIDIA GB200", fabric=published()["gb200-healthy"])
+    rails = [(f"mlx5_{i}", "400 Gb/sec (4X NDR)", "InfiniBand") for i in range(8)]
+    report = gpu_node_with_rdma(tmp_path / "tray", "hgx-h100-8gpu-8nic-sglang30401.txt", gpus, rails)
+    work = Workload(7e9, "bf16", 1.5)
+    unsized = fabric_from_report(report, None, work.grad_bytes)
+    assert unsized.domain_gpus is None and "--nvlink-domain-gpus N" in unsized.source
+    fabric = fabric_from_report(report, None, work.grad_bytes, domain_gpus=72)
+    assert (fabric.inter_busbw, fabric.intra_busbw, fabric.domain_gpus) == (400e9, 900e9, 72)
+    by_gpus = {r.gpus: r.busbw for r in table(work, fabric, 16, 0.9)}
+    assert by_gpus[16] == by_gpus[64] == 900e9 and by_gpus[128] == 400e9
+    assert {r.gpus: r.busbw for r in table(work, unsized, 16, 0.9)}[16] == 400e9  # as before: the rails
+    assert not [label for label, _ in levers(work, fabric, 64, 0.9) if "NIC" in label]  # no NIC carries it
+    report.imex = Imex("READY", "UP", [{"index": str(i), "host": f"10.0.0.{i}", "status": "READY", "unconnected": []}
+                                       for i in range(18)])
+    listed = fabric_from_report(report, None, work.grad_bytes)
+    assert listed.domain_gpus == 18 * 8 and "IMEX's node list" in listed.source
+    out = scale("--params", "7B", "--step-time", "1.5", "--busbw", "400GB/s", "--intra-busbw", "800GB/s",
+                "--gpus-per-node", "4", "--nvlink-domain-gpus", "72", "--nodes", "32", "--json")
+    rows = {r["gpus"]: r["busbw"] for r in json.loads(out.stdout)["rows"]}
+    assert rows[64] == 800e9 and rows[128] == 400e9, out.stderr

@@ -33,6 +33,7 @@ def scale(
     busbw: Optional[str] = typer.Option(None, "--busbw", help="All-reduce busbw across nodes by hand: 1.25GB/s, 100Gbit/s."),
     intra_busbw: Optional[str] = typer.Option(None, "--intra-busbw", help="All-reduce busbw inside a node (default: --busbw)."),
     source: Optional[Path] = typer.Option(None, "--from", help="A Report (`nodecheck bench --json` output) or a snapshot."),
+    domain_gpus: Optional[int] = typer.Option(None, "--nvlink-domain-gpus", help="GPUs in one multi-node NVLink domain (GB200 NVL72: 72): jobs up to it cross nodes over NVLink. Default: from --from's IMEX node list."),
     target: float = typer.Option(0.9, "--target", help="Target efficiency for the bandwidth-needed columns."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw efficiency vs GPUs to this PNG (needs the plot extra: sh deploy/install.sh plot)."),
     as_json: bool = typer.Option(False, "--json", help="Print the table and the levers as JSON."),
@@ -47,13 +48,14 @@ def scale(
         if grad_dtype not in model.GRAD_BYTES:
             raise ValueError(f"--grad-dtype {grad_dtype!r}: expected one of {', '.join(model.GRAD_BYTES)}")
         if not (1 <= accum <= SCALE_MAX_ACCUM and 1 <= nodes <= SCALE_MAX_NODES and 0 < target < 1
-                and (gpus_per_node is None or 1 <= gpus_per_node <= MAX_GPUS)):
+                and (gpus_per_node is None or 1 <= gpus_per_node <= MAX_GPUS)
+                and (domain_gpus is None or 1 <= domain_gpus <= SCALE_MAX_NODES * MAX_GPUS)):
             raise ValueError(f"--accum must be 1..{SCALE_MAX_ACCUM:,}, --nodes 1..{SCALE_MAX_NODES:,}, --gpus-per-node "
-                             f"1..{MAX_GPUS}, and --target between 0 and 1")
+                             f"1..{MAX_GPUS}, --nvlink-domain-gpus 1..{SCALE_MAX_NODES * MAX_GPUS:,}, and --target between 0 and 1")
         if not (0 < work.step_s < math.inf and 0 < work.grad_bytes < math.inf):  # else inf/inf prints "nan%"
             raise ValueError(f"a step of {work.step_s:g} s with {work.grad_bytes:g} gradient bytes: not a usable workload "
                              "(each must be finite and above 0)")
-        fabric = _fabric(source, busbw, intra_busbw, gpus_per_node, work.grad_bytes)
+        fabric = _fabric(source, busbw, intra_busbw, gpus_per_node, work.grad_bytes, domain_gpus)
     except (ValueError, NodecheckError) as error:
         fail(str(error))
     rows = model.table(work, fabric, nodes, target)
@@ -77,7 +79,7 @@ def scale(
         typer.echo("\n".join(scale_lines(work, fabric, rows, levers, target)))
 
 
-def _fabric(source, busbw, intra_busbw, gpus_per_node, grad_bytes):
+def _fabric(source, busbw, intra_busbw, gpus_per_node, grad_bytes, domain_gpus=None):
     from nodecheck import scale as model
     from nodecheck.units import parse_rate
 
@@ -85,7 +87,9 @@ def _fabric(source, busbw, intra_busbw, gpus_per_node, grad_bytes):
         inter = parse_rate(busbw)
         intra = parse_rate(intra_busbw) if intra_busbw else inter
         return model.Fabric(gpus_per_node or 8, inter, intra, f"by hand: --busbw {_clean_arg(busbw)}"
-                            + (f", --intra-busbw {_clean_arg(intra_busbw)}" if intra_busbw else ""))
+                            + (f", --intra-busbw {_clean_arg(intra_busbw)}" if intra_busbw else "")
+                            + (f", a multi-node NVLink domain of {domain_gpus} GPUs at the in-node busbw" if domain_gpus else ""),
+                            domain_gpus=domain_gpus)
     if source is None:
         raise ValueError("give --busbw RATE, or --from a Report (nodecheck bench --json) or a snapshot")
     try:
@@ -99,7 +103,7 @@ def _fabric(source, busbw, intra_busbw, gpus_per_node, grad_bytes):
     except (OSError, ValueError, TypeError, RecursionError, ConfigError) as error:
         raise NodecheckError(f"{source}: cannot read a Report ({str(error)[:300]})") from None
     try:
-        return model.fabric_from_report(report, gpus_per_node, grad_bytes)
+        return model.fabric_from_report(report, gpus_per_node, grad_bytes, domain_gpus)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as error:
         raise NodecheckError(f"{source}: not a nodecheck Report ({type(error).__name__}: {error})") from None
     except NodecheckError as error:

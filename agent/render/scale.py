@@ -22,8 +22,10 @@ def scale_lines(work, fabric, rows, levers, target) -> list[str]:
 
     lines.append(f"gradients: {format_params(work.params)} params x {work.grad_dtype} = {format_bytes(work.grad_bytes)} per step; "
                f"compute {work.step_s * 1000:.4g} ms per step ({work.accum} x {work.micro_step_s * 1000:.4g} ms)")
+    domain = (f", inside the multi-node NVLink domain (up to {fabric.domain_gpus} GPUs) "
+              f"{rate(fabric.domain_busbw or fabric.intra_busbw)}" if fabric.domain_gpus else "")
     lines.append(f"busbw: across nodes {rate(fabric.inter_busbw)} = {format_bits(fabric.inter_busbw)}, inside a node "
-               f"{rate(fabric.intra_busbw)} = {format_bits(fabric.intra_busbw)} ({fabric.source}); "
+               f"{rate(fabric.intra_busbw)} = {format_bits(fabric.intra_busbw)}{domain} ({fabric.source}); "
                f"{plural(fabric.gpus_per_node, 'GPU')} per node")
     header = (f"{'GPUs':>5} {'nodes':>5} {'comm/step':>10} {'eff':>6} {'eff(ovl)':>8} {'speed-up':>8} "
               f"{'busbw for ' + format(target, '.0%'):>14} {'(overlap)':>11}")
