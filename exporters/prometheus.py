@@ -55,6 +55,7 @@ class ReportCollector:
         yield from _probes(report)
         yield from _fingerprint(report)
         yield from _gpus(report)
+        yield from _nvlink_domain(report)
         yield from _links_and_nics(report, self.virtual_nics)
         yield from _measurements(report)
         yield from _kernel_log(report)
@@ -108,10 +109,18 @@ def _gpus(report: Report) -> Iterator[Metric]:
                  [([g.index], None if g.fabric is None or g.fabric.registered is None else int(g.fabric.registered))
                   for g in gpus])
     with_nvlinks = [g for g in gpus if g.nvlinks]
-    yield _gauge("nodecheck_gpu_nvlink_links", "NVLinks NVML reports for the GPU.", ["gpu"],
-                 [([g.index], len(g.nvlinks)) for g in with_nvlinks])
+    yield _gauge("nodecheck_gpu_nvlink_links", "NVLinks whose state NVML reports for the GPU (active or not).", ["gpu"],
+                 [([g.index], sum(1 for l in g.nvlinks if l["active"] is not None)) for g in with_nvlinks])
     yield _gauge("nodecheck_gpu_nvlink_active_links", "NVLinks that are active.", ["gpu"],
                  [([g.index], sum(1 for l in g.nvlinks if l["active"])) for g in with_nvlinks])
+    yield _gauge("nodecheck_gpu_nvlink_unreadable_links", "NVLinks whose state NVML failed to say (Unknown Error, GPU is "
+                 "lost); absent where it said every link's.", ["gpu"],
+                 [([g.index], sum(1 for l in g.nvlinks if l["active"] is None) or None) for g in with_nvlinks])
+    with_c2c = [g for g in gpus if g.c2c]
+    yield _gauge("nodecheck_gpu_c2c_links", "NVLink-C2C links between the GPU and its Grace CPU whose state NVML reports.",
+                 ["gpu"], [([g.index], g.c2c["links"] + len(g.c2c.get("inactive") or [])) for g in with_c2c])
+    yield _gauge("nodecheck_gpu_c2c_active_links", "NVLink-C2C links that are active (the GPU's host path).", ["gpu"],
+                 [([g.index], g.c2c["links"]) for g in with_c2c])
     yield _gauge("nodecheck_gpu_power_limit_watts", "The power limit in force (NVML's enforced limit).", ["gpu"],
                  [([g.index], g.power_limit_w) for g in gpus])
     yield _gauge("nodecheck_gpu_power_limit_default_watts", "The board's default power limit.", ["gpu"],
@@ -119,6 +128,19 @@ def _gpus(report: Report) -> Iterator[Metric]:
     yield _gauge("nodecheck_gpu_mig_enabled", "1 when the GPU is in MIG mode (no NVLink, no peer-to-peer), 0 when not; "
                  "absent on GPUs without MIG.", ["gpu"],
                  [([g.index], None if g.mig_enabled is None else int(g.mig_enabled)) for g in gpus])
+
+
+def _nvlink_domain(report: Report) -> Iterator[Metric]:
+    """The node's NVLink bandwidth mode and, where nvidia-imex-ctl answers, its IMEX daemon and domain."""
+    mode = (report.node or {}).get("nvlink_bw_mode")
+    yield _gauge("nodecheck_nvlink_bw_mode_info", "The node's NVLink bandwidth mode (NVML; FULL, or a reduced one: OFF, MIN, "
+                 "HALF, 3QUARTER); absent where NVML does not say.", ["mode"], [([mode], 1)] if mode else [])
+    imex = report.imex
+    yield _gauge("nodecheck_imex_daemon_ready", "1 when this node's IMEX daemon is READY, 0 when not or not answering; "
+                 "absent without nvidia-imex-ctl.", [],
+                 [([], int(imex.daemon == "READY") if imex.daemon or imex.why else None)] if imex else [])
+    yield _gauge("nodecheck_imex_domain_up", "1 when the IMEX domain is UP, 0 when DEGRADED or DOWN; absent when unread.",
+                 [], [([], int(imex.domain == "UP"))] if imex and imex.domain else [])
 
 
 def exported_nics(report: Report, virtual_nics) -> list:

@@ -64,7 +64,11 @@ def test_a_gh200s_host_path_is_its_c2c_links(tmp_path, monkeypatch):
 def test_an_inactive_c2c_link_is_an_error_and_leaves_the_spec_of_the_others(tmp_path, monkeypatch):
     """A GB300 tray's GPU, as NCCL's topology dump shows one (`<c2c bw="44712" count="5"/>`), with one more link
     that NVML says is inactive."""
+    from nodecheck.exporters.prometheus import exposition
+
     report = grace_gpu(tmp_path, monkeypatch, [(1, GH200_LINK_MBPS)] * 5 + [(0, GH200_LINK_MBPS)], arch=10)
+    metrics = exposition(report).decode()
+    assert 'nodecheck_gpu_c2c_links{gpu="0"} 6.0' in metrics and 'nodecheck_gpu_c2c_active_links{gpu="0"} 5.0' in metrics
     (finding,) = [f for f in report.findings if f.kind == "c2c_link_down"]
     assert (finding.severity, finding.subject, finding.measured, finding.expected) == ("error", "gpu0", 5, 6)
     assert "link(s) 5 inactive" in finding.message

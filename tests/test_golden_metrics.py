@@ -76,5 +76,5 @@ def test_docs_metrics_lists_exactly_the_exposed_series(tmp_path):
     publisher.record_round(True)
     exposed = set(re.findall(r"^# TYPE (\S+) ", exposition(tmp_path) + publisher.exposition().decode(), re.M))
     rows = [line.split("|")[1] for line in (REPO / "docs" / "metrics.md").read_text().splitlines() if line.startswith("| `")]
-    documented = {name for cell in rows for name in re.findall(r"`([a-z_]+)`", cell)}
+    documented = {name for cell in rows for name in re.findall(r"`([a-z0-9_]+)`", cell)}
     assert documented == exposed

@@ -54,6 +54,10 @@ def test_the_dcgm_sample_parses_as_a_degraded_domain_of_two_ready_nodes():
 def test_a_degraded_domain_is_a_warning_on_a_ready_node_and_an_error_on_the_node_at_fault(tmp_path):
     report = tray(tmp_path)
     assert report.imex.daemon == "READY" and report.imex.domain == "DEGRADED"
+    from nodecheck.exporters.prometheus import exposition
+
+    metrics = exposition(report).decode()
+    assert "nodecheck_imex_daemon_ready 1.0" in metrics and "nodecheck_imex_domain_up 0.0" in metrics
     (finding,) = [f for f in report.findings if f.kind == "imex_unhealthy"]
     assert (finding.severity, finding.measured) == ("warning", "domain DEGRADED") and "this node is READY" in finding.message
     at_fault = DEGRADED.replace('"3": {"status":"READY"', '"3": {"status":"UNAVAILABLE"')

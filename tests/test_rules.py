@@ -110,6 +110,11 @@ def test_a_link_nvml_cannot_read_is_listed_and_never_counted_up(tmp_path):
     console = Console(record=True, width=250)
     render(report, console=console)
     assert "17/18 up, 1 unreadable" in console.export_text()
+    from nodecheck.exporters.prometheus import exposition
+
+    metrics = exposition(report).decode()  # NodecheckNvlinkDown compares active with links NVML read: no alert
+    assert 'nodecheck_gpu_nvlink_links{gpu="3"} 17.0' in metrics and 'nodecheck_gpu_nvlink_active_links{gpu="3"} 17.0' in metrics
+    assert 'nodecheck_gpu_nvlink_unreadable_links{gpu="3"} 1.0' in metrics and 'unreadable_links{gpu="2"}' not in metrics
     counted = report_of(tmp_path / "c", config=Config(nvlinks_per_gpu=18), topo="hgx-h100-8gpu-8nic-sglang30401.txt",
                         nvml_gpus=gpus)
     assert ("nvlink_count_low", "gpu3", "error") in kinds(counted)
@@ -152,6 +157,9 @@ def test_a_reduced_nvlink_bandwidth_mode_is_said_and_named_in_a_slow_p2p_verdict
                                 "copy", "unidirectional", {"path_kind": "nvlink"})
     (verdict,) = [f for f in with_measurements(report, [slow], 0.0, None).findings if f.kind == "bandwidth_below_spec"]
     assert verdict.message.endswith("error signals on this path: nvlink mode HALF")
+    from nodecheck.exporters.prometheus import exposition
+
+    assert 'nodecheck_nvlink_bw_mode_info{mode="HALF"} 1.0' in exposition(report).decode()
 
 
 def test_nvlink_spec_unknown_without_nvml(tmp_path):
