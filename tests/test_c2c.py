@@ -75,6 +75,18 @@ def test_an_inactive_c2c_link_is_an_error_and_leaves_the_spec_of_the_others(tmp_
     assert report.path_spec("gpu0:host").bytes_per_second == pytest.approx(5 * 44.712e9)
 
 
+def test_a_c2c_link_idling_in_low_power_is_not_down(tmp_path, monkeypatch):
+    """NVML's per-link power state (NVML_FI_DEV_C2C_LINK_POWER_STATE): a link idling in low power that NVML reports
+    not active wakes with traffic, as an NVLink asleep does; it counts in the spec and raises nothing. One reported
+    not active at full power is down."""
+    asleep = grace_gpu(tmp_path, monkeypatch, [(1, GH200_LINK_MBPS, 0)] * 9 + [(0, GH200_LINK_MBPS, 1)])
+    assert asleep.gpus[0].c2c == {"links": 10, "link_mbps": GH200_LINK_MBPS, "inactive": []}
+    assert not [f for f in asleep.findings if f.kind == "c2c_link_down"]
+    assert asleep.path_spec("gpu0:host").bytes_per_second == pytest.approx(447.12e9)
+    down = grace_gpu(tmp_path, monkeypatch, [(1, GH200_LINK_MBPS, 0)] * 9 + [(0, GH200_LINK_MBPS, 0)])
+    assert [f.measured for f in down.findings if f.kind == "c2c_link_down"] == [9]
+
+
 def test_a_busy_grace_gpus_idle_pcie_link_is_no_finding(tmp_path, monkeypatch):
     """Its PCIe link carries no host copy: a busy GPU at gen1 there is not downtrained; a PCIe GPU so is warned."""
     busy = grace_gpu(tmp_path, monkeypatch, [(1, GH200_LINK_MBPS)] * 10, gen=1, util=95)

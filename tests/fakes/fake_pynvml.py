@@ -201,8 +201,8 @@ def _field_values(m) -> None:
     (NVML_FI_DEV_NVLINK_GET_STATE, scoped to the link) from a GPU's "nvlink_field_state" {link: value}, else Not
     Supported; the GPU's NVLink count from its "nvlink_count", else Not Supported (no capture says it); Blackwell's
     NVLink 5 counters summed over its links (scope UINT_MAX) from its "nvlink5" {name: count}, else Not Supported,
-    as a GPU before Blackwell answers; its NVLink-C2C links from its "c2c" [(status, MB/s) per link], else Not
-    Supported, as a PCIe GPU answers. nvidia-ml-py's own structure."""
+    as a GPU before Blackwell answers; its NVLink-C2C links from its "c2c" [(status, MB/s[, power state]) per
+    link], else Not Supported, as a PCIe GPU answers (and a power state not given). nvidia-ml-py's own structure."""
     import pynvml as real
 
     from nodecheck.probes.nvml_nvlink5 import ALL_LINKS, NVLINK5_COUNTERS
@@ -210,6 +210,7 @@ def _field_values(m) -> None:
     for name in ("NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", "NVML_FI_DEV_NVLINK_GET_STATE", "NVML_FI_DEV_NVLINK_LINK_COUNT",
                  "NVML_VALUE_TYPE_UNSIGNED_INT", "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", "c_nvmlFieldValue_t",
                  "NVML_FI_DEV_C2C_LINK_COUNT", "NVML_FI_DEV_C2C_LINK_GET_STATUS", "NVML_FI_DEV_C2C_LINK_GET_MAX_BW",
+                 "NVML_FI_DEV_C2C_LINK_POWER_STATE",
                  *NVLINK5_COUNTERS.values()):
         setattr(m, name, getattr(real, name))  # `real` may be an earlier stand-in, which copied them too
     nvlink5 = {getattr(m, field): name for name, field in NVLINK5_COUNTERS.items()}
@@ -223,12 +224,13 @@ def _field_values(m) -> None:
             return h.get("nvlink_count", "ERR")
         if field_id in nvlink5 and scope == ALL_LINKS:
             return h.get("nvlink5", {}).get(nvlink5[field_id], "ERR")
-        c2c = h.get("c2c")  # [(status, MB/s) per link]
+        c2c = h.get("c2c")  # [(status, MB/s) or (status, MB/s, power state) per link]
         if c2c is not None and field_id == m.NVML_FI_DEV_C2C_LINK_COUNT:
             return len(c2c)
-        if c2c is not None and field_id in (m.NVML_FI_DEV_C2C_LINK_GET_STATUS, m.NVML_FI_DEV_C2C_LINK_GET_MAX_BW) \
-                and scope < len(c2c):
-            return c2c[scope][0 if field_id == m.NVML_FI_DEV_C2C_LINK_GET_STATUS else 1]
+        fields = (m.NVML_FI_DEV_C2C_LINK_GET_STATUS, m.NVML_FI_DEV_C2C_LINK_GET_MAX_BW, m.NVML_FI_DEV_C2C_LINK_POWER_STATE)
+        if c2c is not None and field_id in fields and scope < len(c2c):
+            said = c2c[scope]
+            return said[fields.index(field_id)] if fields.index(field_id) < len(said) else "ERR"
         return "ERR"
 
     def ask(h, field_ids):
