@@ -58,6 +58,9 @@ def test_a_degraded_domain_is_a_warning_on_a_ready_node_and_an_error_on_the_node
 
     metrics = exposition(report).decode()
     assert "nodecheck_imex_daemon_ready 1.0" in metrics and "nodecheck_imex_domain_up 0.0" in metrics
+    from nodecheck.render.report import platform_lines
+
+    assert "IMEX: daemon READY, domain DEGRADED (2 of 2 listed nodes READY)" in platform_lines(report)
     (finding,) = [f for f in report.findings if f.kind == "imex_unhealthy"]
     assert (finding.severity, finding.measured) == ("warning", "domain DEGRADED") and "this node is READY" in finding.message
     at_fault = DEGRADED.replace('"3": {"status":"READY"', '"3": {"status":"UNAVAILABLE"')

@@ -160,6 +160,9 @@ def test_a_reduced_nvlink_bandwidth_mode_is_said_and_named_in_a_slow_p2p_verdict
     from nodecheck.exporters.prometheus import exposition
 
     assert 'nodecheck_nvlink_bw_mode_info{mode="HALF"} 1.0' in exposition(report).decode()
+    from nodecheck.render.report import platform_lines
+
+    assert "NVLink bandwidth mode: HALF" in platform_lines(report)
 
 
 def test_nvlink_spec_unknown_without_nvml(tmp_path):

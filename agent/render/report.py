@@ -173,6 +173,15 @@ def platform_lines(report: Report) -> list[str]:
         lines.append("ACS: " + (str(acs.why) if not acs.known else
                                 f"P2P redirect on {', '.join(on)}" if on else
                                 f"no P2P redirect ({len(redirect)} ACS-capable bridge(s) read)"))
+    mode = (report.node or {}).get("nvlink_bw_mode")
+    if mode and any(link.get("active") for g in report.gpus for link in g.nvlinks):
+        lines.append(f"NVLink bandwidth mode: {mode}")
+    imex = report.imex
+    if imex is not None:  # a multi-node NVLink domain's service (GB200 NVL72)
+        ready = sum(1 for n in imex.nodes if n.get("status") == "READY")
+        lines.append("IMEX: " + (f"unread ({imex.why})" if imex.daemon is None else
+                                 f"daemon {imex.daemon}, domain {imex.domain or 'unread'}"
+                                 + (f" ({ready} of {len(imex.nodes)} listed nodes READY)" if imex.nodes else "")))
     return lines
 
 
