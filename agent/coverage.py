@@ -53,7 +53,7 @@ def unmade_checks(report: Report) -> dict[str, str]:
     if unread:  # one active port's counters unreadable while the others read: that port is unknown, not healthy
         for kind in ("ib_link_downed", "ib_port_errors"):
             unmade.setdefault(kind, unread)
-    if report.imex is None and any(g.fabric is not None and g.fabric.cluster_uuid for g in report.gpus):
+    if report.imex is None and report.in_nvlink_domain():
         outcome = outcomes.get("imex")
         unmade.setdefault("imex_unhealthy", (outcome.error if outcome and outcome.error else "IMEX not read")
                           + " (this node is in a multi-node NVLink domain)")

@@ -24,7 +24,7 @@ WAITING = ("WAITING_FOR_PEERS", "WAITING_FOR_RECOVERY")  # the daemon waits on t
 
 
 def imex_findings(report: Report, config: Config) -> list[Finding]:
-    if not any(g.fabric is not None and g.fabric.cluster_uuid for g in report.gpus):
+    if not report.in_nvlink_domain():
         return []
     imex = report.imex
     if imex is None:  # no nvidia-imex-ctl here, or not in this container's image: unknown (agent/coverage.py)

@@ -345,6 +345,10 @@ class Report:
         """A finding at or above `fail_severity` (the CLI's exit code 1)."""
         return bool(at_or_above(self.findings, fail_severity))
 
+    def in_nvlink_domain(self) -> bool:
+        """Whether the node is in a multi-node NVLink domain (GB200 NVL72): a GPU's fabric names a cluster."""
+        return any(g.fabric is not None and g.fabric.cluster_uuid for g in self.gpus)
+
     def rdma_nics_up(self) -> list[Nic]:
         """The NICs of an RDMA device with an ACTIVE port (InfiniBand, RoCE, EFA)."""
         return [n for n in self.nics if n.rdma_device and any(p.state == "ACTIVE" for p in n.ib_ports)]

@@ -199,8 +199,7 @@ def _with_domain(report, fabric: Fabric, over_nvlink: list, domain_gpus: int | N
     or the caller says one's size."""
     from nodecheck.units import format_bytes
 
-    in_one = any(g.fabric is not None and g.fabric.cluster_uuid for g in report.gpus)
-    if not (in_one or domain_gpus or over_nvlink):
+    if not (report.in_nvlink_domain() or domain_gpus or over_nvlink):
         return fabric
     listed = len(report.imex.nodes) * fabric.gpus_per_node if report.imex and report.imex.nodes else None
     size, said = (domain_gpus, "--nvlink-domain-gpus") if domain_gpus else (listed, "IMEX's node list")

@@ -145,7 +145,7 @@ def _network_bound(report: Report, config, per_node: int | None) -> tuple[float 
     `bench` bounds its own all-reduce across nodes (with fewer ranks per node than rails, as many rails as ranks, a
     rank's traffic leaving by its GPU's rail: the slowest of them); none in a multi-node NVLink domain, whose jobs
     take NVLink inside the domain and the network between domains."""
-    if any(g.fabric is not None and g.fabric.cluster_uuid for g in report.gpus):
+    if report.in_nvlink_domain():
         return None, "nvlink", ("no spec: this node is in a multi-node NVLink domain (its GPUs' fabric names a cluster), "
                                 "where a job across nodes takes NVLink inside the domain and the network between domains")
     rails = fabric_nics(report, {})
