@@ -268,13 +268,16 @@ def pair_spec(a: Gpu, b: Gpu, link_type: str, host_specs: dict[int, PathSpec]) -
                     f"{link_type} ({link_class(link_type)}), slower GPU's link: {slower.basis}", slower.source)
 
 
+def gpu_nvlink_spec(gpu: Gpu, links: int) -> tuple[specs.Spec | None, str]:
+    """`links` NVLinks of this GPU, at its per-link rate from its architecture (NVML's version enum of its active
+    links is a cross-check only: specs.nvlink_for_gpu); (None, why) when unknown."""
+    versions = [l["version"] for l in gpu.nvlinks if l.get("active") and isinstance(l.get("version"), int)]
+    return specs.nvlink_for_gpu(gpu.architecture, gpu.name, min(versions) if versions else None, links)
+
+
 def _nvlink_spec(path: str, link_type: str, links: int, a: Gpu, b: Gpu) -> PathSpec:
-    """`links` NVLinks at the slower GPU's per-link rate, from its architecture (NVML's link version enum
-    is a cross-check only: specs.nvlink_for_gpu)."""
-    judged = []
-    for gpu in (a, b):
-        versions = [l["version"] for l in gpu.nvlinks if l.get("active") and isinstance(l.get("version"), int)]
-        judged.append(specs.nvlink_for_gpu(gpu.architecture, gpu.name, min(versions) if versions else None, links))
+    """`links` NVLinks at the slower GPU's per-link rate (gpu_nvlink_spec)."""
+    judged = [gpu_nvlink_spec(gpu, links) for gpu in (a, b)]
     if any(spec is None for spec, _ in judged):
         return PathSpec(path, "nvlink", None, f"{link_type}: " + next(why for spec, why in judged if spec is None))
     spec = min((spec for spec, _ in judged), key=lambda s: s.bytes_per_second)

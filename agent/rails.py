@@ -4,8 +4,7 @@ bounds a job by them (agent/bench/distributed.py); `scale` predicts with them wh
 
 from __future__ import annotations
 
-from nodecheck import specs
-from nodecheck.build import gpu_hops, nic_pcie_bound
+from nodecheck.build import gpu_hops, gpu_nvlink_spec, nic_pcie_bound
 from nodecheck.ifnames import nccl_selection
 from nodecheck.model import Report
 from nodecheck.pairing import rails_capacity
@@ -108,8 +107,6 @@ def rank_nvlink(report: Report, gpu, environ: dict[str, str]) -> dict | None:
         return None
     if nccl_environ(report, environ).get("NCCL_MNNVL_ENABLE", "").strip() == "0":
         return None
-    active = [link for link in gpu.nvlinks if link.get("active")]
-    versions = [link["version"] for link in active if isinstance(link.get("version"), int)]
-    spec, why = specs.nvlink_for_gpu(gpu.architecture, gpu.name, min(versions) if versions else None, len(active))
+    spec, why = gpu_nvlink_spec(gpu, sum(1 for link in gpu.nvlinks if link.get("active")))
     return {"domain": f"{fabric.cluster_uuid}/{fabric.clique_id}", "rate": spec.bytes_per_second if spec else None,
             "basis": spec.basis if spec else why}
