@@ -33,8 +33,9 @@ def imex_findings(report: Report, config: Config) -> list[Finding]:
         severity = "warning" if imex.why and imex.why.startswith("not configured") else "error"
         return [_finding(severity, imex.why or "unknown", "READY", f"IMEX on this node: {imex.why}; jobs across the "
                          f"domain's nodes take the network; check {WHERE_TO_LOOK}")]
+    mine = _own_entry(report, imex.nodes)
     if imex.daemon in WAITING:  # for the domain's other nodes: their fault as much as this one's
-        whom = _not_ready(report, imex) or "every node it lists is READY: those it waits on are missing from its list"
+        whom = _not_ready(imex, mine) or "every node it lists is READY: those it waits on are missing from its list"
         return [_finding("warning", f"daemon {imex.daemon}", "READY", f"this node's IMEX daemon is {imex.daemon}: it waits "
                          f"for the domain's other nodes ({whom}); jobs across the domain wait with it; check "
                          f"{WHERE_TO_LOOK} on those nodes")]
@@ -42,23 +43,22 @@ def imex_findings(report: Report, config: Config) -> list[Finding]:
         severity = "warning" if imex.daemon == "UNAVAILABLE" else "error"
         return [_finding(severity, f"daemon {imex.daemon}", "READY", f"this node's IMEX daemon is {imex.daemon}, not READY: "
                          f"its GPUs cannot share memory across the domain; check {WHERE_TO_LOOK}")]
-    return _domain(report, imex)
+    return _domain(imex, mine)
 
 
-def _not_ready(report: Report, imex) -> str:
-    """The domain's nodes other than this one that are not READY, and the hosts a node cannot reach, in words."""
-    mine = _own_entry(report, imex.nodes)
+def _not_ready(imex, mine: dict | None) -> str:
+    """The domain's nodes other than this one (`mine`) that are not READY, and the hosts a node cannot reach, in
+    words."""
     others = [n for n in imex.nodes if n is not mine and n.get("status") != "READY"]
     unconnected = sorted({h for n in imex.nodes for h in n.get("unconnected") or []})
     return "; ".join(filter(None, [f"not READY: {', '.join(_name(n) for n in others[:8])}" if others else "",
                                    f"unconnected: {', '.join(unconnected[:8])}" if unconnected else ""]))
 
 
-def _domain(report: Report, imex) -> list[Finding]:
+def _domain(imex, mine: dict | None) -> list[Finding]:
     if imex.domain is None:
         return [_finding("warning", "domain unknown", "UP", f"IMEX's domain status could not be read: {imex.why}")]
-    mine = _own_entry(report, imex.nodes)
-    named = _not_ready(report, imex)
+    named = _not_ready(imex, mine)
     unconnected = any(n.get("unconnected") for n in imex.nodes)
     if imex.domain == "DOWN":
         return [_finding("error", "domain DOWN", "UP", f"the IMEX domain is DOWN ({named or 'no node READY'}): no GPU of "
