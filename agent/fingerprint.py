@@ -81,7 +81,7 @@ def topology_hash(report: Report) -> str:
 
 
 def nccl_conf_hash(report: Report) -> str:
-    conf = report.platform.nccl_conf if report.platform else None
+    conf = report.nccl_conf()
     return _digest(sorted(conf.items())) if conf else ""
 
 

@@ -360,6 +360,10 @@ class Report:
             return None
         return {normal_pci(bdf) or bdf: on for bdf, on in self.pcie_acs.redirect.items()}
 
+    def nccl_conf(self) -> dict[str, str] | None:
+        """/etc/nccl.conf as NCCL reads it (name -> value); None when absent or the platform was not read."""
+        return self.platform.nccl_conf if self.platform else None
+
     def iommu_modes(self) -> dict[str | None, str]:
         """Normalized PCI address -> its IOMMU group's type; {} when the platform was not read."""
         return self.platform.iommu_modes() if self.platform else {}

@@ -13,9 +13,9 @@ import re
 from nodecheck.findings import Finding
 from nodecheck.ifnames import nccl_selection
 from nodecheck.model import Report
+from nodecheck.probes.platform import NCCL_CONF
 from nodecheck.rails import near_gpus
 
-NCCL_CONF = "/etc/nccl.conf"
 _NAME = re.compile(r"NCCL_[A-Z0-9_]{1,64}")
 # what each debugging variable does when left set, with the values that disable something
 DISABLING = {
@@ -29,7 +29,7 @@ DISABLING = {
 
 
 def nccl_conf_findings(report: Report, config=None) -> list[Finding]:
-    conf = report.platform.nccl_conf if report.platform else None
+    conf = report.nccl_conf()
     if not conf:
         return []
     return _unread_lines(conf) + _hca(report, conf) + _socket(report, conf) + _debugging(report, conf)

@@ -42,8 +42,7 @@ def fabric_nics(report: Report, environ: dict[str, str]) -> list:
 def nccl_environ(report: Report, environ: dict[str, str]) -> dict[str, str]:
     """The NCCL variables a job sees: the environment's, and /etc/nccl.conf's for what it leaves unset (as NCCL
     reads them)."""
-    conf = report.platform.nccl_conf if report.platform else None
-    return {**(conf or {}), **environ}
+    return {**(report.nccl_conf() or {}), **environ}
 
 
 def near_gpus(nics: list, gpus: list) -> list:

@@ -76,7 +76,7 @@ def node_view(report: Report, fallback_name: str) -> NodeView:
     values.update(_facts(report))
     name = str((report.node or {}).get("hostname") or fallback_name)
     labels = fingerprint(report).labels()
-    return NodeView(name, labels["sku"], labels, values, report.platform.nccl_conf if report.platform else None)
+    return NodeView(name, labels["sku"], labels, values, report.nccl_conf())
 
 
 def _facts(report: Report) -> dict[str, float]:
