@@ -335,8 +335,9 @@ def _measure(args, dist, torch, device) -> dict:
     me = {"rank": rank, "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0), "node": args.node, "nic": args.nic,
           "address": args.address, "rails": json.loads(args.rails), "pid": os.getpid(), "boot_id": _boot_id(),
           "results": _node_results(args.node_results)}
-    if json.loads(args.nvlink):
-        me["nvlink"] = json.loads(args.nvlink)
+    nvlink = json.loads(args.nvlink)
+    if nvlink:
+        me["nvlink"] = nvlink
     nodes: list = [None] * world
     step("gathering every rank's description")
     dist.all_gather_object(nodes, me)
