@@ -30,8 +30,11 @@ def main() -> None:
     args = parser.parse_args()
     entry = str(Path(sys.executable).parent / "nodecheck")
     name = socket.gethostname().split(".")[0]
-    env = {"SLURMD_NODENAME": name, "SLURM_NODELIST": name, "SLURM_JOB_ID": "1", "SLURM_JOB_PARTITION": "debug"}
     with tempfile.TemporaryDirectory() as tmp:
+        # the state file goes to a folder of the run's own: on a node the prolog keeps it in /var/lib/nodecheck, but
+        # a benchmark run on a workstation must not leave that folder behind
+        env = {"SLURMD_NODENAME": name, "SLURM_NODELIST": name, "SLURM_JOB_ID": "1", "SLURM_JOB_PARTITION": "debug",
+               "STATE_DIRECTORY": str(Path(tmp) / "state")}
         passing, failing = Path(tmp) / "passing.toml", Path(tmp) / "failing.toml"
         passing.write_text("[prolog]\ntimeout_s = 30\n")
         failing.write_text("[prolog]\ntimeout_s = 30\n[gpus]\ncount = 8\n")
