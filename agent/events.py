@@ -4,10 +4,18 @@
 from __future__ import annotations
 
 import bisect
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
 from nodecheck.typed_json import ESSENTIAL
+
+# the rest of a Blackwell NVLink 5 Xid line (144-150) after "Xid (PCI:...): 149,": the unit, the driver's severity,
+# the containment, injection and link ("NETIR_LINK_EVT/NETIR_LINK_DOWN Fatal XC0 i0 Link 08 (0x...)"), as gpud
+# reads it (components/accelerator/nvidia/xid/kmsg.go RegexNVRMXidExtended); anchored: a process name (at most 15
+# characters in the kernel) cannot pass for the severity
+NVLINK5_XID = re.compile(r"\s{0,4}(?:pid=\d{1,10}, name=[^,]{0,80}, )?[A-Z0-9_]{1,40}(?:/[A-Z0-9_]{1,40})? (Fatal|Nonfatal) "
+                         r"XC[01] i\d{1,3} Link (-?\d{1,4})\b")
 
 
 @dataclass
@@ -24,12 +32,16 @@ class XidEvent:
     switch: int | None = None  # nvidia-nvswitchN
     implied: bool = False  # "fallen off the bus" without an Xid line: counted as Xid 79
     printed: str | None = None  # the address as the line prints it ("0000:9b:00", "00000000:3B:00.0")
-    link: int | None = None  # the NVSwitch port an SXid's first line names ("Fatal, Link 30 LTSSM Fault Up")
+    link: int | None = None  # the port an SXid's first line names ("Fatal, Link 30 LTSSM Fault Up"), an NVLink 5 Xid's link
     remembered: bool = False  # read by an earlier run of this boot: the log no longer holds it (agent/log_memory.py)
 
     @property
     def driver_word(self) -> str | None:
-        """How the driver called an SXid event: "fatal", "non-fatal", or None where its line does not say."""
+        """How the driver called the event: "fatal", "non-fatal", or None where its line does not say. An SXid says
+        it first ("Fatal, Link 30 ..."), an NVLink 5 Xid after its unit ("NETIR_LINK_EVT Nonfatal XC0 ...")."""
+        if self.kind == "xid":
+            said = NVLINK5_XID.match(self.message)
+            return {"Fatal": "fatal", "Nonfatal": "non-fatal"}[said[1]] if said else None
         word = self.message.split(",", 1)[0].strip().lower()
         return word if word in ("fatal", "non-fatal") else None
 

@@ -10,11 +10,13 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from nodecheck.error_rules import device_hops
 from nodecheck.findings import Finding
 from nodecheck.model import Report, measured_on, path_identity
 from nodecheck.pci import normal_pci
+from nodecheck.xid_catalog import xid_entry
 
 SIGNALS = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal", "pcie_link_errors", "ib_link_downed", "ib_port_errors", "rdma_retransmits", "nic_link_errors",
            "pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown", "gpu_fabric_not_ready",
@@ -26,12 +28,14 @@ DRAIN_NOW_XID = "no Xid"  # the expected figure of a drain-now Xid's finding
 # all-reduce cross each of them, and no host link does
 NVSWITCH_FABRIC = "nvswitch-fabric"
 FABRIC_OF = "nvlink-fabric:"  # + gpu3: that GPU's registration with the NVLink fabric, which only its NVLink traffic uses
+C2C_OF = "c2c:"  # + gpu0: that GPU's NVLink-C2C link to its Grace CPU, which only its host copies use
+_XID_CODE = re.compile(r"Xid (\d{1,6})\b")  # a gpu_xid finding's measured figure: "Xid 74 NVLink error"
 
 
 def signal_devices(report: Report, finding: Finding, hops: dict) -> list[str]:
     """The GPUs and NICs (gpu3, ibp26s0) whose traffic a signal's device carries (hops: device_hops(report)); for an
     NVSwitch, the NVLink fabric between the GPUs (NVSWITCH_FABRIC); for a GPU's fabric registration, its NVLink
-    traffic only (FABRIC_OF + the GPU)."""
+    traffic only (FABRIC_OF + the GPU), as for an NVLink Xid; for a C2C Xid, the GPU's host copies (C2C_OF + the GPU)."""
     if finding.kind in ("pcie_link_errors", "pcie_aer_fatal") and finding.subject.startswith("pci:"):
         entry = hops.get(normal_pci(finding.subject[4:]) or finding.subject[4:])
         return list(entry[1]) if entry else []
@@ -39,6 +43,10 @@ def signal_devices(report: Report, finding: Finding, hops: dict) -> list[str]:
         return [NVSWITCH_FABRIC]
     if finding.kind in ("gpu_fabric_not_ready", "gpu_fabric_unhealthy"):
         return [FABRIC_OF + finding.subject]
+    if finding.kind == "gpu_xid" and finding.subject.startswith("gpu") and (code := _XID_CODE.match(finding.measured)):
+        path = xid_entry(int(code[1])).path  # an NVLink Xid sits on the GPU's NVLink traffic, a C2C one on its host copies
+        if path:
+            return [(FABRIC_OF if path == "nvlink" else C2C_OF) + finding.subject]
     if finding.kind in ("ib_port_errors", "ib_link_downed", "rdma_retransmits"):
         device = finding.subject.split("/", 1)[0]
         return [n.name for n in report.nics if n.rdma_device == device]
@@ -79,6 +87,9 @@ def on_path(measurement, devices: list[str], used: set[str] | None = None) -> bo
     over_nvlink = scope == "cluster" and (measurement.details or {}).get("path_kind") == "nvlink"
     if NVSWITCH_FABRIC in devices:
         return scope in ("gpu-pair", "node") or over_nvlink
+    over_c2c = [d[len(C2C_OF):] for d in devices if d.startswith(C2C_OF)]
+    if over_c2c:
+        return scope == "host-link" and any(e in over_c2c for e in endpoints)
     registered = [d[len(FABRIC_OF):] for d in devices if d.startswith(FABRIC_OF)]
     if registered:
         return scope == "node" or over_nvlink or scope == "gpu-pair" and any(e in registered for e in endpoints)

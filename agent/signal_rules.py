@@ -139,24 +139,37 @@ def _sympathetic(event: XidEvent, causes_logged: bool) -> bool:
 def _xid_finding(report: Report, config: Config, subject: str, code: int, events: list[XidEvent],
                  sympathetic: list[XidEvent]) -> Finding:
     entry = xid_entry(code)
+    now = entry.drains_now([e.driver_word for e in events])
     recent = _within_window(report, config, events)
     repeated = len(recent) >= config.errors.xid_repeat_count
-    drains = (entry.action == "drain" and not entry.sustained) or repeated
     pci = events[0].pci
     where = f" ({pci})" if not subject.startswith("pci:") else ""
-    timed = all(e.usec is not None for e in events) and not (entry.action == "drain" and not entry.sustained)
+    timed = all(e.usec is not None for e in events) and not now
     window = _since_boot(events) + (f" ({len(recent)} within {config.errors.xid_repeat_window_s:g} s)" if timed else "")
     followed = f"; followed by {len(sympathetic)} sympathetic Xid(s) {_codes(sympathetic)}" if sympathetic else ""
-    if drains:
-        why = "repeated" if repeated and not entry.action == "drain" else "drain now"
-        message = (f"{subject}{where} logged Xid {code} ({entry.name}) {window}{followed}: {why}; "
+    said = _in_line(entry, events)
+    if now or repeated:
+        why = "drain now" if now else "repeated"
+        message = (f"{subject}{where} logged Xid {code} ({entry.name}) {window}{said}{followed}: {why}; "
                    f"{entry.advice(subject)}, then `nodecheck clear gpu_xid --gpu {_gpu_argument(subject)}` once it is dealt with")
     else:
-        message = (f"{subject}{where} logged Xid {code} ({entry.name}) {window}{followed}: watched, an error at "
+        message = (f"{subject}{where} logged Xid {code} ({entry.name}) {window}{said}{followed}: watched, an error at "
                    f"{config.errors.xid_repeat_count} within {config.errors.xid_repeat_window_s:g} s ([errors]); {entry.advice(subject)}")
-    return Finding("gpu_xid", "error" if drains else "warning", subject, f"Xid {code} {entry.label}",
-                   "no Xid" if entry.action == "drain" and not entry.sustained else
-                   f"< {config.errors.xid_repeat_count} in {config.errors.xid_repeat_window_s:g} s", message)
+    return Finding("gpu_xid", "error" if now or repeated else "warning", subject, f"Xid {code} {entry.label}",
+                   "no Xid" if now else f"< {config.errors.xid_repeat_count} in {config.errors.xid_repeat_window_s:g} s", message)
+
+
+def _in_line(entry, events: list[XidEvent]) -> str:
+    """What the driver's own line says of a row whose severity it carries (NVLink 5): how many events it called
+    fatal, on which links, and the last one's unit ("; the driver: 1 of 3 Fatal, links 8, 9; last NETIR_LINK_EVT ...")."""
+    if not entry.severity_in_line:
+        return ""
+    words = [e.driver_word for e in events]
+    fatal = sum(word != "non-fatal" for word in words)
+    links = sorted({e.link for e in events if e.link is not None})
+    unsaid = f" ({words.count(None)} without it)" if None in words else ""
+    named = f", link{'s' if len(links) > 1 else ''} {', '.join(map(str, links[:8]))}" if links else ""
+    return f"; the driver's line: {fatal} of {len(events)} fatal{unsaid}{named}, last: {events[-1].message[:80]}"
 
 
 def _gpu_argument(subject: str) -> str:

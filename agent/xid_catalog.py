@@ -21,6 +21,19 @@ class XidEntry:
     resolution: str = "UNKNOWN"  # the catalog's immediate resolution (RESET_GPU, RESTART_BM, WORKFLOW_...)
     short: str = ""  # what a drain reason calls it ("fallen off the bus"); the name when not given
     sustained: bool = False  # drains only when it repeats (92: a high single-bit ECC rate that goes on)
+    severity_in_line: bool = False  # the driver's Fatal/Nonfatal in each line decides (NVLink 5: 144-150)
+    path: str = ""  # the GPU traffic it sits on: "nvlink", "c2c"; "" all of it
+
+    def action_of(self, driver_word: str | None) -> str:
+        """The row's action for one event (driver_word: its XidEvent.driver_word): where the driver writes the
+        severity into the line (NVLink 5), a Nonfatal event is corrected or contained: watched, an error when it
+        repeats; a Fatal one, or one whose line does not say, takes the row's action."""
+        return "watch" if self.severity_in_line and driver_word == "non-fatal" else self.action
+
+    def drains_now(self, driver_words: list[str | None]) -> bool:
+        """Whether these events drain the node now, repeats aside: one of them does by its action, and the row is
+        not one that drains only when sustained."""
+        return not self.sustained and any(self.action_of(word) == "drain" for word in driver_words)
 
     @property
     def label(self) -> str:
@@ -99,7 +112,7 @@ def xid_entry(code: int) -> XidEntry:
     if row is None:
         return XidEntry(code, f"Xid {code} (not in nodecheck's catalog)", "watch", listed=False, short="not in nodecheck's catalog")
     return XidEntry(code, row["name"], row["action"], bool(row.get("sympathetic")), True, row["resolution"],
-                    row.get("short", ""), row.get("when") == "sustained")
+                    row.get("short", ""), row.get("when") == "sustained", row.get("severity") == "in-line", row.get("path", ""))
 
 
 def listed_codes() -> list[int]:

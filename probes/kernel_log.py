@@ -17,7 +17,7 @@ import re
 from collections import deque
 
 from nodecheck.errors import NoData, NotRecorded, ParseError, ProbeFailed, TimedOut
-from nodecheck.events import KernelLog, XidEvent
+from nodecheck.events import NVLINK5_XID, KernelLog, XidEvent
 from nodecheck.limits import MAX_COMMAND_OUTPUT
 from nodecheck.pci import normal_pci
 from nodecheck.probes.base import Probe
@@ -59,7 +59,9 @@ def parse_kernel_log(text: str) -> list[XidEvent]:
         if "NVRM" not in raw and "SXid" not in raw:
             continue
         if xid := _XID.search(raw):
-            events.append(_event("xid", xid[1], xid[2], raw, xid.end(), number, usec))
+            nvlink5 = NVLINK5_XID.match(raw, xid.end())
+            link = int(nvlink5[2]) if nvlink5 and int(nvlink5[2]) >= 0 else None  # -1: an error of no one link
+            events.append(_event("xid", xid[1], xid[2], raw, xid.end(), number, usec, link=link))
         elif sxid := _SXID.search(raw):
             if _SXID_MORE.match(raw, sxid.end()) and _continues(events, int(sxid[1]), int(sxid[3]), number):
                 continue

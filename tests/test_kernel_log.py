@@ -67,7 +67,7 @@ def test_nvswitch_sxid_and_a_sympathetic_xid():
 
 def test_the_catalog_drains_what_the_issue_lists_and_watches_the_rest():
     drain = [48, 62, 64, 74, 79, 92, 95, 119, 120, 140, 143, *range(144, 151)]
-    watch = [13, 31, 43, 45, 63, 94]
+    watch = [13, 31, 43, 45, 63, 94, 121]
     assert [xid_entry(code).action for code in drain] == ["drain"] * len(drain)
     assert [xid_entry(code).action for code in watch] == ["watch"] * len(watch)
     assert sorted(drain + watch) == listed_codes()

@@ -18,7 +18,8 @@ SYMPATHETIC = "info"  # an event that is another's fault ("caused by previous Xi
 def event_record(event: XidEvent) -> dict:
     """One event of `kernel-log --json`, one per line of the log in its order: `kind` is xid (an `NVRM: Xid`
     line), fallen_off_bus (the driver's message without an Xid line: counted as Xid 79) or sxid (NVSwitch);
-    `severity` is what the event alone calls for (the catalog's drain: error, watch: warning; sympathetic: info;
+    `severity` is what the event alone calls for (the catalog's drain: error, watch: warning, an NVLink 5 Xid
+    the driver's line calls Nonfatal: warning; sympathetic: info;
     an Xid 154: error when the recovery action it changes to is not none, else info;
     an SXid: error when fatal by the Fabric Manager guide and the driver's word, signal_rules.switch_xids);
     `pci_bus_id` as the line prints it (the driver: domain:bus:device), `device` normalized (0000:9b:00.0)."""
@@ -30,7 +31,7 @@ def event_record(event: XidEvent) -> dict:
     elif (asked := recovery_asked(event)) is not None:  # Xid 154: the action it changes to, none or one to carry out
         severity = "error" if asked[0] else "info"
     else:
-        severity = "error" if xid_entry(event.code).action == "drain" else "warning"
+        severity = "error" if xid_entry(event.code).action_of(event.driver_word) == "drain" else "warning"
     return {"kind": kind, "xid": event.code if event.kind == "xid" else None,
             "sxid": event.code if event.kind == "sxid" else None,
             "pci_bus_id": event.printed or (event.pci.rsplit(".", 1)[0] if event.pci else None), "device": event.pci, "count": 1,
@@ -64,6 +65,7 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
         return [f"Kernel log ({log.source}): no NVIDIA Xid or SXid {since}"] + lost
     names = {normal_pci(g.pci_bus_id): f"gpu{g.index}" for g in report.gpus}
     counts = Counter((e.kind, e.pci, e.code) for e in log.events)
+    drains = {(e.kind, e.pci, e.code) for e in log.events if e.kind == "xid" and xid_entry(e.code).action_of(e.driver_word) == "drain"}
     remembered = sum(e.remembered for e in log.events)
     held = (f", {remembered} of them remembered from earlier runs (the ring buffer no longer holds them: dmesg does not "
             "show them)") if remembered else ""
@@ -75,7 +77,7 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
             lines.append(f"  {device}: NVSwitch SXid {code} {switch.name or '(not in the catalog)'} x{n} ({switch.klass})")
             continue
         entry = xid_entry(code)
-        lines.append(f"  {device}: Xid {code} {entry.name} x{n} ({entry.action})")
+        lines.append(f"  {device}: Xid {code} {entry.name} x{n} ({'drain' if (kind, pci, code) in drains else 'watch'})")
     return lines
 
 
