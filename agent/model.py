@@ -229,6 +229,8 @@ class IbPort:
     # the error counters rules judge (probes/ib_counters.py): name -> count, None where the port says
     # "N/A (no PMA)" or garbage (unknown, never 0); {} when not read
     counters: dict[str, int | None] = field(default_factory=dict)
+    gids: dict[str, str] | None = None  # RoCE: GID table index -> the set GID (probes/roce_gids.py); None: not read
+    gid_versions: dict[str, int] = field(default_factory=dict)  # GID table index -> its RoCE version (1, 2)
 
 
 @dataclass

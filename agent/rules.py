@@ -25,6 +25,7 @@ from nodecheck.nccl_conf_rules import nccl_conf_findings
 from nodecheck.pci import normal_pci
 from nodecheck.pcie_rules import narrow_links, slow_nic_links
 from nodecheck.rail_rules import rail_mtus, rail_rates, rails_down
+from nodecheck.roce_rules import roce_gid_findings
 from nodecheck.signal_rules import gpu_xids, switch_xids
 from nodecheck.specs import BUSY_UTILIZATION
 from nodecheck.units import format_bits
@@ -325,6 +326,7 @@ RULES = [
     Rule(ib_findings, ("ib_link_downed", "ib_port_errors", "ib_counter_saturated", "rdma_retransmits"), needs="nics"),
     Rule(netdev_findings, ("nic_link_errors",), needs="nics"),
     Rule(nccl_conf_findings, ("nccl_config",), needs="platform"),
+    Rule(roce_gid_findings, ("roce_gid_unroutable",), needs="nics"),
     Rule(gpu_findings, ("pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown", "gpu_recovery_action",
                         "sram_threshold_exceeded", "retired_pages_limit", "retired_pages_pending", "inforom_corrupted"),
          needs="nvml"),

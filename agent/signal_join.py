@@ -20,7 +20,7 @@ from nodecheck.xid_catalog import xid_entry
 
 SIGNALS = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal", "pcie_link_errors", "ib_link_downed", "ib_port_errors", "rdma_retransmits", "nic_link_errors",
            "pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown", "gpu_fabric_not_ready",
-           "gpu_fabric_unhealthy", "gpu_recovery_action", "nvlink_bw_reduced")
+           "gpu_fabric_unhealthy", "gpu_recovery_action", "nvlink_bw_reduced", "roce_gid_unroutable")
 # gpu_xid only when repeated, not of a drain-now Xid
 TEMPERED = ("pcie_link_errors", "pcie_replays", "ib_port_errors", "nvlink_errors", "gpu_xid", "nic_link_errors")
 DRAIN_NOW_XID = "no Xid"  # the expected figure of a drain-now Xid's finding
@@ -47,7 +47,7 @@ def signal_devices(report: Report, finding: Finding, hops: dict) -> list[str]:
         path = xid_entry(int(code[1])).path  # an NVLink Xid sits on the GPU's NVLink traffic, a C2C one on its host copies
         if path:
             return [(FABRIC_OF if path == "nvlink" else C2C_OF) + finding.subject]
-    if finding.kind in ("ib_port_errors", "ib_link_downed", "rdma_retransmits"):
+    if finding.kind in ("ib_port_errors", "ib_link_downed", "rdma_retransmits", "roce_gid_unroutable"):
         device = finding.subject.split("/", 1)[0]
         return [n.name for n in report.nics if n.rdma_device == device]
     if finding.kind == "nic_link_errors":

@@ -18,11 +18,13 @@ from nodecheck.limits import MAX_NICS
 from nodecheck.model import IbPort, Nic
 from nodecheck.probes.base import Probe
 from nodecheck.probes.ib_counters import JUDGED, parse_counter, read_port_counters
+from nodecheck.probes.roce_gids import parse_gid_table, read_gid_table
 from nodecheck.units import to_int
 
 _PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _NET_FILES = ("operstate", "speed", "mtu", "duplex", "address", "carrier", "type")
 _IB_PORT_FILES = ("rate", "state", "phys_state", "link_layer")
+_TEXT_TABLES = ("counters", "gids", "gid_types")  # a port's values that are {name: text}
 # a netdev's link counters the rules judge (agent/error_rules.py): times the carrier went down (Linux 5.8+; before it,
 # carrier_changes counts downs and ups together), and frames received with a bad checksum (the Ethernet FCS)
 NETDEV_COUNTERS = ("carrier_down_count", "carrier_changes", "statistics/rx_crc_errors")
@@ -88,6 +90,9 @@ def read_rdma_device(host, name: str) -> dict:
              for port in host.list_dir(f"{base}/ports")}
     for port, raw in ports.items():
         raw["counters"] = read_port_counters(host, f"{base}/ports/{port}")
+        table = read_gid_table(host, f"{base}/ports/{port}") if _clean(raw["link_layer"]) == "Ethernet" else None
+        if table is not None:  # RoCE: the addresses NCCL picks its GID from
+            raw["gids"], raw["gid_types"] = table
     return {"device": host.read_link(f"{base}/device"), "ports": ports, "netdevs": host.list_dir(f"{base}/device/net"),
             "fw_ver": host.read_text(f"{base}/fw_ver")}
 
@@ -132,7 +137,7 @@ def _check_shapes(netdevs, rdma, addresses) -> None:
         if (not isinstance(raw, dict) or not text_or_none(raw.get("device")) or not names(raw.get("netdevs"))
                 or not text_or_none(raw.get("fw_ver"))
                 or not (ports is None or isinstance(ports, dict) and all(
-                    isinstance(p, dict) and all(v is None or _texts(v) if k == "counters" else text_or_none(v)
+                    isinstance(p, dict) and all(v is None or _texts(v) if k in _TEXT_TABLES else text_or_none(v)
                                                 for k, v in p.items())
                     for p in ports.values()))):
             raise ParseError(f"RDMA device {name!r:.40}: unexpected values")
@@ -177,8 +182,9 @@ def _ib_ports(device: str, ports: dict[str, dict]) -> list[IbPort]:
     out = []
     for number, raw in sorted((to_int(port), raw) for port, raw in ports.items() if to_int(port) is not None):
         counters = {name: parse_counter(text) for name, text in (raw.get("counters") or {}).items() if name in JUDGED}
+        gids, versions = parse_gid_table(raw.get("gids"), raw.get("gid_types")) or (None, {})
         out.append(IbPort(device, number, _after_colon(raw.get("state")), _after_colon(raw.get("phys_state")),
-                          _clean(raw.get("rate")), _clean(raw.get("link_layer")), counters))
+                          _clean(raw.get("rate")), _clean(raw.get("link_layer")), counters, gids, versions))
     return out
 
 

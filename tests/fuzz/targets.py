@@ -92,7 +92,13 @@ def _nic_seeds() -> list:
         addresses = {"eth0": [{"family": "inet", "address": "198.18.0.2", "prefixlen": 24}]}
         route = (REPO / "tests/fixtures/cpu-vm-2core/fs/proc/net/route").read_text()
         seeds.append({"netdevs": netdevs, "rdma": rdma, "addresses": addresses, "route": route})
-    return seeds
+    roce = json.loads(json.dumps(seeds[-1])) if seeds else None
+    for raw in (roce or {}).get("rdma", {}).values():  # a RoCE port with NVIDIA/nccl#769's real GID table
+        for port in (raw.get("ports") or {}).values():
+            link_local, ipv4 = "fe80:0000:0000:0000:0ac0:ebff:feda:1cfb", "0000:0000:0000:0000:0000:ffff:c800:d106"
+            port.update(link_layer="Ethernet", state="4: ACTIVE", gids={"0": link_local, "1": link_local, "2": ipv4, "3": ipv4},
+                        gid_types={"0": "IB/RoCE v1", "1": "RoCE v2", "2": "IB/RoCE v1", "3": "RoCE v2"})
+    return seeds + ([roce] if roce else [])
 
 
 def _parse_nics(value):

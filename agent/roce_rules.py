@@ -1,0 +1,81 @@
+"""Which GID NCCL puts on each active RoCE rail's packets, and whether that GID routes (roce_gid_unroutable).
+
+NCCL takes NCCL_IB_GID_INDEX where it is set; otherwise it walks the port's GID table for an address of
+NCCL_IB_ADDR_FAMILY (IPv4 unless set) of RoCE version NCCL_IB_ROCE_VERSION_NUM (2 unless set), starting from index 0,
+the link-local fe80:: GID every RoCE port has (src/transport/net_ib: ncclIbGetGidIndex, ncclUpdateGidIndex). A rail
+without its IPv4 address leaves NCCL on that link-local GID (Broadcom NICs whose GIDs were all IPv6: uccl#803, "an
+unroutable link-local address ... IBV_WC_RETRY_EXC_ERR on all RDMA operations"), and an index pinned to a link-local
+or unset entry does the same: "Call to ibv_modify_qp failed with error Connection timed out" (NVIDIA/nccl#769, with
+GID 1 = fe80::... RoCE v2). The node's links all pass; every job across nodes over that rail hangs or fails.
+
+Warnings: /etc/nccl.conf is what is judged (a job's own environment may set otherwise), and a fabric of one switch
+can run on link-local GIDs. NCCL_IB_ADDR_RANGE is not applied. Pure: reads the Report."""
+
+from __future__ import annotations
+
+from nodecheck.findings import Finding
+from nodecheck.ifnames import nccl_selection
+from nodecheck.model import IbPort, Report
+from nodecheck.probes.roce_gids import MAX_GIDS, ZERO_GID
+
+_V4_MAPPED = "0000:0000:0000:0000:0000:ffff:"  # ::ffff:a.b.c.d, an IPv4 address as a GID
+_LINK_LOCAL = "fe80:0000:0000:0000:"
+
+
+def _family(gid: str) -> str:
+    return "AF_INET" if gid.startswith(_V4_MAPPED) else "AF_INET6"
+
+
+def routable(gid: str) -> bool:
+    """NCCL's validGid: set (not zeros, not fe80:: with nothing after it) and not link-local."""
+    return gid != ZERO_GID and not gid.startswith(_LINK_LOCAL)
+
+
+def nccl_gid_index(port: IbPort, family: str, version: int) -> int:
+    """The index ncclIbGetGidIndex takes on this RoCE port with NCCL_IB_GID_INDEX unset (ncclUpdateGidIndex's walk)."""
+    gids, versions = port.gids or {}, port.gid_versions
+    chosen = 0
+    for candidate in range(1, MAX_GIDS):
+        gid, other = gids.get(str(chosen), ZERO_GID), gids.get(str(candidate), ZERO_GID)
+        if _family(other) != _family(gid) and _family(other) == family:
+            chosen = candidate
+        elif _family(other) == family and routable(other) and versions.get(str(candidate)) == version and (
+                versions.get(str(chosen)) != version or not routable(gid)):
+            chosen = candidate
+    return chosen
+
+
+def roce_gid_findings(report: Report, config=None) -> list[Finding]:
+    conf = report.nccl_conf() or {}
+    family = "AF_INET6" if conf.get("NCCL_IB_ADDR_FAMILY", "").strip() == "AF_INET6" else "AF_INET"  # as envIbAddrFamily
+    version = _number(conf.get("NCCL_IB_ROCE_VERSION_NUM"), 2)
+    pinned = _number(conf.get("NCCL_IB_GID_INDEX"), -1)
+    up = report.rdma_nics_up()
+    chosen = set(nccl_selection(conf.get("NCCL_IB_HCA"), list(dict.fromkeys(n.rdma_device for n in up))))
+    findings = []
+    for port in {(p.device, p.port): p for nic in up for p in nic.ib_ports}.values():
+        if port.state != "ACTIVE" or port.link_layer != "Ethernet" or port.gids is None or port.device not in chosen:
+            continue
+        index = pinned if pinned >= 0 else nccl_gid_index(port, family, version)
+        gid = (port.gids or {}).get(str(index), ZERO_GID)
+        if routable(gid) and (pinned >= 0 or port.gid_versions.get(str(index)) == version):
+            continue
+        netdevs = ", ".join(n.name for n in up if n.rdma_device == port.device) or "its netdev"
+        how = (f"NCCL_IB_GID_INDEX={pinned} (/etc/nccl.conf) names" if pinned >= 0 else
+               f"with NCCL_IB_GID_INDEX unset, NCCL ({family}, RoCE v{version}) falls back to")
+        short = ("unset" if gid == ZERO_GID else "link-local" if not routable(gid) else
+                 f"RoCE v{port.gid_versions.get(str(index), '?')}")
+        what = "an unset entry" if gid == ZERO_GID else f"{gid}, {short}"
+        findings.append(Finding(
+            "roce_gid_unroutable", "warning", f"{port.device}/{port.port}", f"GID {index} {short}",
+            f"a routable RoCE v{version} GID",
+            f"{port.device}/{port.port} ({netdevs}): {how} GID {index}: {what}; packets from it do not route across "
+            f"subnets, and every NCCL connection across nodes over this port times out (\"ibv_modify_qp failed with "
+            f"error Connection timed out\"); give {netdevs} its {'IPv4' if family == 'AF_INET' else 'IPv6'} address, "
+            "or set NCCL_IB_GID_INDEX to the entry `show_gids` lists for it (the same on every node)"))
+    return findings
+
+
+def _number(text: str | None, default: int) -> int:
+    text = (text or "").strip()
+    return int(text) if text.lstrip("-").isdigit() and len(text) < 6 else default

@@ -1,0 +1,137 @@
+"""The GID NCCL takes on each active RoCE rail, and whether it routes (probes/roce_gids.py, agent/roce_rules.py).
+
+The GID table is a real one, published in NVIDIA/nccl#769 (`ibv_devinfo -d mlx5_bond_0 -v` on an A100 node):
+GID 0 fe80::...:1cfb RoCE v1, 1 the same link-local address as RoCE v2, 2 ::ffff:200.0.209.6 RoCE v1, 3 the same
+IPv4 address as RoCE v2. There NCCL_IB_GID_INDEX=1 failed ("Call to ibv_modify_qp failed with error Connection
+timed out") and 3 worked. It is written as sysfs holds it (`gids/N`, `gid_attrs/types/N`; an unset entry reads as
+zeros and has no readable type) under a RoCE port, and the real sysfs reader runs on it."""
+
+import json
+
+import pytest
+import sysfs_trees
+from helpers import make_report
+
+from nodecheck.host import LiveHost
+from nodecheck.model import Platform
+from nodecheck.probes.nics import collect
+from nodecheck.probes.roce_gids import MAX_GIDS, ZERO_GID, parse_gid_table
+from nodecheck.roce_rules import nccl_gid_index, roce_gid_findings
+from nodecheck.snapshot import RecordingHost, SnapshotHost
+
+LINK_LOCAL = "fe80:0000:0000:0000:0ac0:ebff:feda:1cfb"
+IPV4 = "0000:0000:0000:0000:0000:ffff:c800:d106"  # ::ffff:200.0.209.6
+NCCL_769 = {0: (LINK_LOCAL, "IB/RoCE v1"), 1: (LINK_LOCAL, "RoCE v2"), 2: (IPV4, "IB/RoCE v1"), 3: (IPV4, "RoCE v2")}
+
+
+class TreeHost(LiveHost):
+    def addresses(self):
+        return {}
+
+
+def roce_node(root, table: dict, link_layer: str = "Ethernet"):
+    """One RoCE HCA, mlx5_bond_0 (its netdev bond0, up), port 1 ACTIVE at 200 Gb/s, with this GID table."""
+    sys_ = root / "sys"
+    hca = "pci0000:00/0000:1a:00.0"
+    for name, value in (("type", "1"), ("operstate", "up"), ("mtu", "4200"), ("speed", "200000")):
+        sysfs_trees.write(sys_ / "devices" / hca / "net/bond0" / name, value)
+    sysfs_trees.link(sys_ / "class/net/bond0", f"../../devices/{hca}/net/bond0")
+    sysfs_trees.link(sys_ / "class/infiniband/mlx5_bond_0/device", f"../../../devices/{hca}")
+    port = sys_ / "class/infiniband/mlx5_bond_0/ports/1"
+    for name, value in (("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"), ("rate", "200 Gb/sec (4X HDR)"),
+                        ("link_layer", link_layer)):
+        sysfs_trees.write(port / name, value)
+    for index in range(255):  # the kernel lists every entry of the table, set or not
+        gid, kind = table.get(index, (ZERO_GID, None))
+        sysfs_trees.write(port / "gids" / str(index), gid)
+        if kind is not None:
+            sysfs_trees.write(port / "gid_attrs/types" / str(index), kind)
+    return TreeHost(root)
+
+
+def judged(root, table: dict, conf: dict | None = None, link_layer: str = "Ethernet"):
+    facts = collect(roce_node(root, table, link_layer))
+    report = make_report(nics=facts.nics, platform=Platform(None, True, nccl_conf=conf))
+    return facts.nics[0].ib_ports[0], {f.subject: f for f in roce_gid_findings(report)}
+
+
+def test_the_published_table_is_read_and_nccl_takes_its_ipv4_roce_v2_gid(tmp_path):
+    port, found = judged(tmp_path, NCCL_769)
+    assert port.gids == {str(i): gid for i, (gid, _) in NCCL_769.items()}
+    assert port.gid_versions == {"0": 1, "1": 2, "2": 1, "3": 2}
+    assert nccl_gid_index(port, "AF_INET", 2) == 3 and found == {}  # what worked in #769, chosen by NCCL itself
+
+
+def test_the_index_that_failed_in_the_issue_is_named(tmp_path):
+    _, found = judged(tmp_path, NCCL_769, {"NCCL_IB_GID_INDEX": "1"})
+    finding = found["mlx5_bond_0/1"]
+    assert (finding.kind, finding.severity, finding.measured) == ("roce_gid_unroutable", "warning", "GID 1 link-local")
+    assert "NCCL_IB_GID_INDEX=1 (/etc/nccl.conf) names GID 1: fe80:0000:0000:0000:0ac0:ebff:feda:1cfb" in finding.message
+    assert "bond0" in finding.message
+    assert judged(tmp_path / "3", NCCL_769, {"NCCL_IB_GID_INDEX": "3"})[1] == {}
+    unset = judged(tmp_path / "9", NCCL_769, {"NCCL_IB_GID_INDEX": "9"})[1]["mlx5_bond_0/1"]
+    assert unset.measured == "GID 9 unset" and "an unset entry" in unset.message
+
+
+def test_a_rail_that_lost_its_ipv4_address_leaves_nccl_on_the_link_local_gid(tmp_path):
+    """The same port with its IPv4 address gone (the kernel removes its two GIDs): NCCL's walk stays at GID 0."""
+    _, found = judged(tmp_path, {0: NCCL_769[0], 1: NCCL_769[1]})
+    finding = found["mlx5_bond_0/1"]
+    assert finding.measured == "GID 0 link-local"
+    assert "NCCL (AF_INET, RoCE v2) falls back to GID 0" in finding.message and "give bond0 its IPv4 address" in finding.message
+
+
+def test_nccl_picks_by_the_family_and_version_the_conf_file_asks_for(tmp_path):
+    assert nccl_gid_index(judged(tmp_path, NCCL_769)[0], "AF_INET", 1) == 2  # NCCL_IB_ROCE_VERSION_NUM=1
+    _, found = judged(tmp_path / "v1", NCCL_769, {"NCCL_IB_ROCE_VERSION_NUM": "1"})
+    assert found == {}
+    _, found = judged(tmp_path / "v6", NCCL_769, {"NCCL_IB_ADDR_FAMILY": "AF_INET6"})  # only link-local IPv6 here
+    assert found["mlx5_bond_0/1"].measured == "GID 0 link-local"
+
+
+def test_ports_nccl_does_not_use_are_not_judged(tmp_path):
+    assert judged(tmp_path, {0: NCCL_769[0]}, {"NCCL_IB_HCA": "mlx5_9"})[1] == {}  # not selected
+    port, found = judged(tmp_path / "ib", {0: NCCL_769[0]}, link_layer="InfiniBand")  # the subnet manager's GIDs
+    assert port.gids is None and found == {}
+
+
+def test_the_table_is_recorded_and_replayed(tmp_path):
+    host = roce_node(tmp_path / "root", NCCL_769)
+    recording = RecordingHost(host)
+    live = collect(recording).nics[0].ib_ports[0]
+    replayed = collect(SnapshotHost(recording.write(tmp_path / "snap"))).nics[0].ib_ports[0]
+    assert (replayed.gids, replayed.gid_versions) == (live.gids, live.gid_versions) and replayed.gids
+
+
+@pytest.mark.parametrize("gids, types", [
+    ({"0": "not a gid", "1": LINK_LOCAL.upper(), "99": IPV4, "x": IPV4}, {"1": "RoCE v2", "0": "RoCE v9"}),
+    ({str(i): IPV4 for i in range(500)}, {str(i): "RoCE v2" for i in range(500)}),
+    ({"2": IPV4}, ["not", "a", "dict"]),
+])
+def test_a_hostile_table_is_bounded_and_keeps_only_gids(gids, types):
+    table, versions = parse_gid_table(gids, types)
+    assert len(table) <= MAX_GIDS and all(int(i) < MAX_GIDS for i in table)
+    assert all(len(g) == 39 and g == g.lower() for g in table.values())
+    assert set(versions) <= set(table) and set(versions.values()) <= {1, 2}
+    json.dumps(table)
+    assert parse_gid_table("not a dict", {}) is None
+
+
+def test_a_slow_all_reduce_across_nodes_names_the_port_nccl_could_not_route(tmp_path):
+    """Joined to its path (agent/signal_join.py): a slow all-reduce across nodes over bond0 names the port; a slow
+    host copy does not."""
+    from helpers import make_measurement
+
+    from nodecheck.config import Config
+    from nodecheck.verdicts import with_measurements
+
+    facts = collect(roce_node(tmp_path, {0: NCCL_769[0], 1: NCCL_769[1]}))
+    report = make_report(nics=facts.nics, platform=Platform(None, True, nccl_conf={}))
+    report.findings = roce_gid_findings(report)
+    across = make_measurement("allreduce:16-ranks", "allreduce", rate=0.1 * 25e9, spec=25e9, details={"path_kind": "roce"})
+    host = make_measurement("gpu0:host", "h2d", rate=0.3 * 50e9, spec=50e9, direction="unidirectional",
+                            details={"path_kind": "pcie"})
+    slow = {f.message.split(" ")[0]: f for f in with_measurements(report, [across, host], 0.0, Config()).findings
+            if f.kind == "bandwidth_below_spec"}
+    assert slow["allreduce:16-ranks"].message.endswith("; error signals on this path: mlx5_bond_0/1 GID 0 link-local")
+    assert "error signals" not in slow["gpu0:host"].message
