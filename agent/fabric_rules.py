@@ -11,7 +11,8 @@ fabric (PCIe boards, a single GPU) says not_supported and is not judged.
 - gpu_fabric_unhealthy: the health NVML reports on newer drivers: an error for an unhealthy summary, an
   unhealthy route, an incorrect configuration or a lost global fabric manager; a warning for degraded bandwidth,
   limited capacity, a recovery in progress, or a state this nodecheck does not know.
-- nvlink_bw_reduced (warning): the node's NVLink bandwidth mode below FULL (bw_mode_findings).
+- nvlink_bw_reduced (warning): the node's NVLink bandwidth mode below FULL (Hopper), or a GPU's below its best
+  (Blackwell sets it per GPU) (bw_mode_findings).
 """
 
 from __future__ import annotations
@@ -41,12 +42,19 @@ def bw_mode_findings(report: Report, config: Config) -> list[Finding]:
     FULL on a node with active NVLinks. Every link still reads active and the topology still says NV18, so a slow
     p2p or all-reduce pointed at the links; the mode explains it (agent/signal_join.py names it in that verdict)."""
     mode = (report.node or {}).get("nvlink_bw_mode")
+    findings = [Finding("nvlink_bw_reduced", "warning", f"gpu{g.index}", f"mode {g.fabric.reduced_bw_mode}", "best",
+                        f"gpu{g.index}'s NVLinks run in a reduced bandwidth mode (NVML's mode {g.fabric.reduced_bw_mode}, not "
+                        "its best): its peer-to-peer traffic uses fewer links, and NVLink bandwidth tests with it read low "
+                        "while every link is active; NVML's nvmlDeviceSetNvlinkBwMode with bSetBest (the GPU idle) "
+                        "restores its best mode if that was not meant")
+                for g in report.gpus if g.fabric is not None and g.fabric.reduced_bw_mode is not None
+                and any(link.get("active") for link in g.nvlinks)]  # Blackwell: set per GPU
     if mode not in BW_MODE_SHARE or not any(link.get("active") for g in report.gpus for link in g.nvlinks):
-        return []
-    return [Finding("nvlink_bw_reduced", "warning", "nvlink", f"mode {mode}", "FULL",
-                    f"the node's NVLink bandwidth mode is {mode}: peer-to-peer traffic uses {BW_MODE_SHARE[mode]}, and "
-                    "NVLink bandwidth tests read low while every link is active; `nvidia-smi nvlink -sBwMode FULL` "
-                    "(with the GPUs idle) if that was not meant")]
+        return findings
+    return findings + [Finding("nvlink_bw_reduced", "warning", "nvlink", f"mode {mode}", "FULL",
+                               f"the node's NVLink bandwidth mode is {mode}: peer-to-peer traffic uses {BW_MODE_SHARE[mode]}, "
+                               "and NVLink bandwidth tests read low while every link is active; `nvidia-smi nvlink -sBwMode "
+                               "FULL` (with the GPUs idle) if that was not meant")]
 
 
 def _judge(subject: str, fabric) -> list[Finding]:

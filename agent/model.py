@@ -43,6 +43,7 @@ class GpuFabric:
     cluster_uuid: str | None = None  # None when all zero: an NVSwitch node outside a multi-node NVLink domain
     health_summary: str | None = None  # healthy, unhealthy, limited_capacity; None where the driver does not say
     health: list[str] = field(default_factory=list)  # the conditions NVML's health mask raises ("route unhealthy")
+    reduced_bw_mode: int | None = None  # Blackwell: the NVLink bandwidth mode it runs below its best in (NVML's number)
 
     @property
     def registered(self) -> bool | None:

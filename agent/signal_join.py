@@ -39,9 +39,9 @@ def signal_devices(report: Report, finding: Finding, hops: dict) -> list[str]:
     if finding.kind in ("pcie_link_errors", "pcie_aer_fatal") and finding.subject.startswith("pci:"):
         entry = hops.get(normal_pci(finding.subject[4:]) or finding.subject[4:])
         return list(entry[1]) if entry else []
-    if finding.kind in ("nvswitch_sxid", "nvlink_bw_reduced"):  # every NVLink path of the node
-        return [NVSWITCH_FABRIC]
-    if finding.kind in ("gpu_fabric_not_ready", "gpu_fabric_unhealthy"):
+    if finding.kind in ("nvswitch_sxid", "nvlink_bw_reduced") and not finding.subject.startswith("gpu"):
+        return [NVSWITCH_FABRIC]  # every NVLink path of the node
+    if finding.kind in ("gpu_fabric_not_ready", "gpu_fabric_unhealthy", "nvlink_bw_reduced"):
         return [FABRIC_OF + finding.subject]
     if finding.kind == "gpu_xid" and finding.subject.startswith("gpu") and (code := _XID_CODE.match(finding.measured)):
         path = xid_entry(int(code[1])).path  # an NVLink Xid sits on the GPU's NVLink traffic, a C2C one on its host copies

@@ -18,7 +18,7 @@ from nodecheck.errors import NO_DRIVER, NoData, ParseError, ProbeFailed
 from nodecheck.limits import MAX_GPUS, MAX_NVLINKS
 from nodecheck.probes.base import Probe
 from nodecheck.probes.nvml_c2c import dump_c2c, parse_c2c
-from nodecheck.probes.nvml_fabric import dump_fabric, parse_fabric
+from nodecheck.probes.nvml_fabric import dump_bw_mode, dump_fabric, parse_fabric, reduced_bw_mode
 from nodecheck.probes.nvml_memory import dump_memory, parse_memory
 from nodecheck.probes.nvml_nvlink5 import dump_nvlink5, parse_nvlink5
 from nodecheck.units import format_cpulist, is_int, mask_words_to_cpus
@@ -131,6 +131,7 @@ def _dump_gpu(pynvml, index: int, handle) -> dict:
         # beside the links enumerated, for the first multi-GPU node to say whether the two agree)
         "nvlink_count": _field_value(pynvml, handle, "NVML_FI_DEV_NVLINK_LINK_COUNT"),
         "fabric": dump_fabric(pynvml, handle, lambda code: _error_text(pynvml, code)),
+        "nvlink_bw_mode": dump_bw_mode(pynvml, handle),  # Blackwell's, per GPU (Hopper's is the node's, below)
         # error signals (agent/error_rules.py): counters since the driver loaded, and what slows the clocks now
         "pcie_replays": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetPcieReplayCounter", None), handle),
         "clock_event_reasons": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
@@ -317,6 +318,8 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
     gpu.c2c = parse_c2c(raw.get("c2c"), gpu.errors)
     fabric = _field(gpu, raw, "fabric", dict)  # records NVML's refusal in gpu.errors, read next
     gpu.fabric = parse_fabric(gpu.index, gpu.errors.get("fabric"), fabric)
+    if gpu.fabric is not None and (mode := reduced_bw_mode(raw.get("nvlink_bw_mode"))) is not None:
+        gpu.fabric["reduced_bw_mode"] = mode
     gpu.memory = parse_memory(raw, gpu.errors)
     return gpu
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 
 from nodecheck.errors import ParseError
+from nodecheck.probes.nvml_calls import ask_struct
 from nodecheck.units import is_int
 
 # NVML_GPU_FABRIC_STATE_* 0..3, in this order
@@ -47,6 +48,21 @@ def dump_fabric(pynvml, handle, error_string) -> dict:
             "health_summary": int(info.healthSummary) if hasattr(info, "healthSummary") else None,
         }
     return answer
+
+
+def dump_bw_mode(pynvml, handle) -> dict:
+    """The NVLink bandwidth mode a Blackwell GPU runs in (nvmlDeviceGetNvlinkBwMode: Blackwell sets the reduced
+    bandwidth mode per GPU, where Hopper sets one for the node): {"best": 1 when it is the GPU's best mode, "mode":
+    the mode's number}, or {"error": ...} (Not Supported before Blackwell)."""
+    mode = ask_struct(pynvml, "nvmlDeviceGetNvlinkBwMode", "c_nvmlNvlinkGetBwMode_v1_t", handle)
+    return mode if isinstance(mode, dict) else {"best": int(mode.bIsBest), "mode": int(mode.bwMode)}
+
+
+def reduced_bw_mode(raw) -> int | None:
+    """The mode number of a GPU NVML says runs below its best NVLink bandwidth mode; None at its best, or unsaid."""
+    if isinstance(raw, dict) and raw.get("best") == 0 and is_int(raw.get("mode")) and 0 <= raw["mode"] < 256:
+        return raw["mode"]
+    return None
 
 
 # NVML's answers that mean the GPU has no fabric to register with, and those that mean nodecheck cannot ask

@@ -12,8 +12,7 @@ dump_memory(): NVML's answers for one GPU, {"error": ...} where it refused; pars
 
 from __future__ import annotations
 
-import ctypes
-
+from nodecheck.probes.nvml_calls import ask_struct
 from nodecheck.units import is_int
 
 NVML_ERROR_CORRUPTED_INFOROM = 14
@@ -34,14 +33,9 @@ def dump_memory(pynvml, handle, ask) -> dict:
 
 
 def _sram(pynvml, handle) -> dict:
-    ask, struct = getattr(pynvml, "nvmlDeviceGetSramEccErrorStatus", None), getattr(pynvml, "c_nvmlEccSramErrorStatus_v1_t", None)
-    if ask is None or struct is None:
-        return {"error": "not in this nvidia-ml-py"}
-    status = struct()
-    try:
-        ask(handle, ctypes.byref(status))  # pynvml passes it on as it is: by reference, as NVML writes into it
-    except pynvml.NVMLError as error:
-        return {"error": str(error)}
+    status = ask_struct(pynvml, "nvmlDeviceGetSramEccErrorStatus", "c_nvmlEccSramErrorStatus_v1_t", handle)
+    if isinstance(status, dict):
+        return status
     return {"threshold_exceeded": int(status.bThresholdExceeded), "uncorrected_parity": int(status.aggregateUncParity),
             "uncorrected_secded": int(status.aggregateUncSecDed)}
 

@@ -165,6 +165,40 @@ def test_a_reduced_nvlink_bandwidth_mode_is_said_and_named_in_a_slow_p2p_verdict
     assert "NVLink bandwidth mode: HALF" in platform_lines(report)
 
 
+def test_a_blackwell_gpu_below_its_best_nvlink_mode_is_said_on_its_own_paths(tmp_path, monkeypatch):
+    """Blackwell sets the reduced bandwidth mode per GPU (nvmlDeviceGetNvlinkBwMode, nvidia-ml-py's own structure
+    filled as NVML fills it): gpu5 not at its best is a warning of its own, named in its slow pair's verdict and
+    not in the verdict of a pair without it; at its best, or NVML refusing (before Blackwell), nothing."""
+    import sys
+
+    from fakes import fake_pynvml
+
+    from nodecheck.probes.nvml import dump_nvml
+    from nodecheck.verdicts import with_measurements
+
+    snap = make_snapshot(tmp_path / "snap", topo="hgx-h100-8gpu-8nic-sglang30401.txt")
+    for mode, expected in (({"bIsBest": 0, "bwMode": 2}, [("gpu5", "mode 2")]), ({"bIsBest": 1, "bwMode": 0}, []), (None, [])):
+        gpus = hgx_nvml()
+        gpus[5] = dict(gpus[5], bw_mode=mode)
+        monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.replaying(gpus))
+        (snap / "nvml.json").write_text(json.dumps(dump_nvml()))
+        report = build_report(SnapshotHost(snap))
+        assert [(f.subject, f.measured) for f in report.findings if f.kind == "nvlink_bw_reduced"] == expected, mode
+    gpus[5] = dict(gpus[5], bw_mode={"bIsBest": 0, "bwMode": 2})
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.replaying(gpus))
+    (snap / "nvml.json").write_text(json.dumps(dump_nvml()))
+    report = build_report(SnapshotHost(snap))
+    assert report.gpus[5].fabric.reduced_bw_mode == 2 and report.gpus[4].fabric.reduced_bw_mode is None
+    spec = report.path_spec("gpu0:gpu5").bytes_per_second
+
+    def verdict(path: str) -> str:
+        slow = Measurement.measured(path, "p2p", 0.42 * spec, spec, 1 << 30, "copy", "unidirectional", {"path_kind": "nvlink"})
+        return next(f.message for f in with_measurements(report, [slow], 0.0, None).findings if f.kind == "bandwidth_below_spec")
+
+    assert verdict("gpu0:gpu5").endswith("error signals on this path: gpu5 mode 2")
+    assert "error signals" not in verdict("gpu0:gpu1")
+
+
 def test_nvlink_spec_unknown_without_nvml(tmp_path):
     report = report_of(tmp_path, topo="hgx-h100-8gpu-8nic-sglang30401.txt")
     pair = next(p for p in report.paths if p.path == "gpu0:gpu1")

@@ -191,6 +191,17 @@ def _fabric_calls(m) -> None:
 
     m.nvmlDeviceGetGpuFabricInfoV = lambda h, info: fill(h, info, True)
     m.nvmlDeviceGetGpuFabricInfo = lambda h, info: fill(h, info, False)
+    # Blackwell's per-GPU NVLink bandwidth mode: a GPU's "bw_mode" {"bIsBest": 0 or 1, "bwMode": n}; without one,
+    # Not Supported, as NVML answers before Blackwell
+    m.c_nvmlNvlinkGetBwMode_v1_t = real.c_nvmlNvlinkGetBwMode_v1_t
+
+    def bw_mode(h, pointer):
+        if h.get("bw_mode") is None:
+            raise NVMLError_NotSupported("Not Supported")
+        for key, value in h["bw_mode"].items():
+            setattr(pointer._obj, key, value)
+
+    m.nvmlDeviceGetNvlinkBwMode = bw_mode
     m.nvmlErrorString = lambda code: {3: b"Not Supported", 23: b"Insufficient Resources"}.get(code, b"Unknown Error")
 
 
