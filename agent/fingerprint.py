@@ -12,6 +12,9 @@
 - nccl_conf: 12 hex digits of a SHA-256 over /etc/nccl.conf as NCCL reads it (probes/platform.py); empty when the
   node has none. One node apart from its type runs every job with other NCCL settings (another NCCL_IB_GID_INDEX
   on RoCE, and its connections to the others fail).
+- roce_gid: the GID index NCCL takes by itself on each active RoCE rail (agent/roce_rules.py), each once, sorted,
+  comma-separated; empty without RoCE. Jobs that pin NCCL_IB_GID_INDEX (as RoCE guides say to) use the same index
+  on every node: one whose routable GID sits at another (an extra address on the rail) fails their connections.
 
 Labels stay bounded: versions and a hash, never an address or a per-run value.
 """
@@ -25,9 +28,10 @@ from dataclasses import asdict, dataclass
 
 from nodecheck.findings import Finding
 from nodecheck.model import Report
+from nodecheck.roce_rules import nccl_roce_ports
 
 MIG = " (MIG)"  # after a GPU's name in the sku, for a GPU in MIG mode
-FIELDS = ("sku", "driver", "cuda", "vbios", "nic_firmware", "kernel", "topology", "nccl_conf")
+FIELDS = ("sku", "driver", "cuda", "vbios", "nic_firmware", "kernel", "topology", "nccl_conf", "roce_gid")
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class Fingerprint:
     kernel: str
     topology: str
     nccl_conf: str = ""
+    roce_gid: str = ""
 
     def labels(self) -> dict[str, str]:
         return asdict(self)
@@ -102,6 +107,7 @@ def fingerprint(report: Report) -> Fingerprint:
         kernel=str(node.get("kernel") or ""),
         topology=topology_hash(report),
         nccl_conf=nccl_conf_hash(report),
+        roce_gid=",".join(str(i) for i in sorted({index for _, index, _ in nccl_roce_ports(report)})),
     )
 
 

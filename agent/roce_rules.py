@@ -45,22 +45,26 @@ def nccl_gid_index(port: IbPort, family: str, version: int) -> int:
     return chosen
 
 
-def roce_gid_findings(report: Report, config=None) -> list[Finding]:
+def nccl_roce_ports(report: Report) -> list[tuple[IbPort, int, str]]:
+    """Each ACTIVE RoCE port NCCL would use (/etc/nccl.conf's NCCL_IB_HCA) whose GID table was read, with the index
+    NCCL takes by itself there (NCCL_IB_GID_INDEX unset; the conf file's family and RoCE version) and its netdevs."""
     conf = report.nccl_conf() or {}
-    family = "AF_INET6" if conf.get("NCCL_IB_ADDR_FAMILY", "").strip() == "AF_INET6" else "AF_INET"  # as envIbAddrFamily
-    version = _number(conf.get("NCCL_IB_ROCE_VERSION_NUM"), 2)
-    pinned = _number(conf.get("NCCL_IB_GID_INDEX"), -1)
+    family, version, _ = _asked(conf)
     up = report.rdma_nics_up()
     chosen = set(nccl_selection(conf.get("NCCL_IB_HCA"), list(dict.fromkeys(n.rdma_device for n in up))))
+    return [(port, nccl_gid_index(port, family, version), ", ".join(n.name for n in up if n.rdma_device == port.device))
+            for port in {(p.device, p.port): p for nic in up for p in nic.ib_ports}.values()
+            if port.state == "ACTIVE" and port.link_layer == "Ethernet" and port.gids is not None and port.device in chosen]
+
+
+def roce_gid_findings(report: Report, config=None) -> list[Finding]:
+    family, version, pinned = _asked(report.nccl_conf() or {})
     findings = []
-    for port in {(p.device, p.port): p for nic in up for p in nic.ib_ports}.values():
-        if port.state != "ACTIVE" or port.link_layer != "Ethernet" or port.gids is None or port.device not in chosen:
-            continue
-        index = pinned if pinned >= 0 else nccl_gid_index(port, family, version)
+    for port, auto, netdevs in nccl_roce_ports(report):
+        index = pinned if pinned >= 0 else auto
         gid = (port.gids or {}).get(str(index), ZERO_GID)
         if routable(gid) and (pinned >= 0 or port.gid_versions.get(str(index)) == version):
             continue
-        netdevs = ", ".join(n.name for n in up if n.rdma_device == port.device) or "its netdev"
         how = (f"NCCL_IB_GID_INDEX={pinned} (/etc/nccl.conf) names" if pinned >= 0 else
                f"with NCCL_IB_GID_INDEX unset, NCCL ({family}, RoCE v{version}) falls back to")
         short = ("unset" if gid == ZERO_GID else "link-local" if not routable(gid) else
@@ -74,6 +78,12 @@ def roce_gid_findings(report: Report, config=None) -> list[Finding]:
             f"error Connection timed out\"); give {netdevs} its {'IPv4' if family == 'AF_INET' else 'IPv6'} address, "
             "or set NCCL_IB_GID_INDEX to the entry `show_gids` lists for it (the same on every node)"))
     return findings
+
+
+def _asked(conf: dict[str, str]) -> tuple[str, int, int]:
+    """(address family, RoCE version, pinned index or -1) as NCCL reads them, from the conf file's values."""
+    family = "AF_INET6" if conf.get("NCCL_IB_ADDR_FAMILY", "").strip() == "AF_INET6" else "AF_INET"  # as envIbAddrFamily
+    return family, _number(conf.get("NCCL_IB_ROCE_VERSION_NUM"), 2), _number(conf.get("NCCL_IB_GID_INDEX"), -1)
 
 
 def _number(text: str | None, default: int) -> int:

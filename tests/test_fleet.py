@@ -81,6 +81,35 @@ def test_a_node_with_another_nccl_conf_drifts(tmp_path, hgx_report):
     assert "    NCCL_IB_GID_INDEX=5, most: 3" in lines and all(len(line) <= 80 for line in lines)
 
 
+def test_a_node_whose_roce_gid_sits_elsewhere_drifts(tmp_path, hgx_report):
+    """Seven nodes' RoCE rail holds NVIDIA/nccl#769's real GID table (NCCL takes GID 3, its IPv4 RoCE v2 entry); one
+    holds an IPv6 address before its IPv4 one, which moves that entry to 5. NCCL finds it by itself on each node,
+    but a job pinning NCCL_IB_GID_INDEX=3 fails there: named, with what it means."""
+    from helpers import make_nic
+
+    from nodecheck.model import IbPort
+
+    link_local, ipv4 = "fe80:0000:0000:0000:0ac0:ebff:feda:1cfb", "0000:0000:0000:0000:0000:ffff:c800:d106"
+    ipv6 = "2001:0db8:0000:0000:0ac0:ebff:feda:1cfb"
+
+    def roce(report, gids: list[str]):
+        port = IbPort("mlx5_bond_0", 1, "ACTIVE", "LinkUp", "200 Gb/sec (4X HDR)", "Ethernet", {},
+                      {str(i): gid for i, gid in enumerate(gids)}, {str(i): 1 + i % 2 for i in range(len(gids))})
+        nic = make_nic("bond0", kind="ethernet", rdma_device="mlx5_bond_0", ib_ports=[port])
+        return dataclasses.replace(report, nics=[nic])
+
+    reports = [roce(node(hgx_report, f"gpu-{i:02d}"), [link_local, link_local, ipv4, ipv4]) for i in range(7)]
+    reports.append(roce(node(hgx_report, "gpu-v6"), [link_local, link_local, ipv6, ipv6, ipv4, ipv4]))
+    write(tmp_path / "fleet", reports)
+    document = json.loads(cli("fleet", str(tmp_path / "fleet"), "--json").stdout)
+    (drift,) = document["groups"][0]["drift"]
+    assert (drift["node"], drift["field"], drift["value"], drift["majority"], drift["majority_nodes"]) == (
+        "gpu-v6", "roce_gid", "5", "3", 7)
+    assert drift["differs"] == ["jobs pinning NCCL_IB_GID_INDEX=3 fail their RoCE connections here (NCCL's GID: 5)"]
+    lines = cli("fleet", str(tmp_path / "fleet")).stdout.splitlines()
+    assert "  gpu-v6: roce_gid 5; 7 of 8 nodes run 3" in lines and all(len(line) <= 80 for line in lines)
+
+
 def test_fewer_than_five_peers_judge_nothing(tmp_path, hgx_report):
     write(tmp_path / "small", [node(hgx_report, "a"), node(hgx_report, "b"), node(hgx_report, "c", ratio=0.5)])
     result = cli("fleet", str(tmp_path / "small"), "--json")

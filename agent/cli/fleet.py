@@ -26,7 +26,8 @@ def fleet(
                                    help="A node below this fraction of its peers' median on a measurement is out of line."),
 ) -> None:
     """Compare each node with its peers of the same type: measurements and facts (median, robust z-score) and
-    fingerprint drift (driver, VBIOS, NIC firmware, kernel, topology, /etc/nccl.conf). Exit 1 when a node is out of line."""
+    fingerprint drift (driver, VBIOS, NIC firmware, kernel, topology, /etc/nccl.conf, RoCE GID index). Exit 1 when a node
+    is out of line."""
     from nodecheck.errors import NodecheckError
     from nodecheck.fleet import compare, out_of_line
 

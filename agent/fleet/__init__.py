@@ -23,7 +23,7 @@ from nodecheck.model import Report, measured_on
 MIN_PEERS = 5
 DEFAULT_FRACTION = 0.9
 Z_OUT = -3.5  # Iglewicz and Hoaglin's cut for a modified z-score
-DRIFT_FIELDS = ("driver", "cuda", "vbios", "nic_firmware", "kernel", "topology", "nccl_conf")
+DRIFT_FIELDS = ("driver", "cuda", "vbios", "nic_firmware", "kernel", "topology", "nccl_conf", "roce_gid")
 
 
 @dataclass
@@ -159,6 +159,9 @@ def compare(views: list[NodeView], fraction: float = DEFAULT_FRACTION) -> list[G
         for name in DRIFT_FIELDS:
             _drift(group, name, [(v.name, v.fingerprint.get(name, "")) for v in members])
         _conf_differences(group, members)
+        for drift in (d for d in group.drift if d.field == "roce_gid" and d.majority):
+            drift.differs = [f"jobs pinning NCCL_IB_GID_INDEX={drift.majority.split(',')[0]} fail their RoCE "
+                             f"connections here (NCCL's GID: {drift.value or 'no RoCE rail'})"]
         groups.append(group)
     return groups
 
