@@ -161,7 +161,7 @@ def _xid_finding(report: Report, config: Config, subject: str, code: int, events
 
 def _in_line(entry, events: list[XidEvent]) -> str:
     """What the driver's own line says of a row whose severity it carries (NVLink 5): how many events it called
-    fatal, on which links, and the last one's unit ("; the driver: 1 of 3 Fatal, links 8, 9; last NETIR_LINK_EVT ...")."""
+    fatal, on which links, and the last line ("; the driver's line: 1 of 3 fatal, links 5, 8, last: NETIR_LINK_EVT ...")."""
     if not entry.severity_in_line:
         return ""
     words = [e.driver_word for e in events]

@@ -10,8 +10,9 @@ whether it agrees with the links enumerated decides whether nodecheck may judge 
 for link 0 (nvidia-smi prints the per-link rate per direction: "Link 0: 25 GB/s" on an A100), and the GPU's
 NVLink fabric registration (NVML's fabric state/status: completed/Success on a healthy NVSwitch node). A row
 whose two rates differ says MISMATCH, and the exit status is 1. Above the table, the node's NVLink bandwidth mode;
-below it, per GPU, the NVLink error counters NVML answers (Blackwell's NVLink 5 counters among them) and its
-NVLink-C2C links (GH200/GB200), so the first node of a kind confirms what nodecheck reads there.
+below it, per GPU, the NVLink error counters NVML answers (Blackwell's NVLink 5 counters among them), its
+NVLink-C2C links (GH200/GB200) and its own NVLink bandwidth mode (Blackwell: nvmlDeviceGetNvlinkBwMode, "best" or
+"reduced"), so the first node of a kind confirms what nodecheck reads there.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def driver_link_rates(index: int) -> list[float]:
 
 def main() -> int:
     try:
-        facts = parse_nvml(dump_nvml())
+        dump = dump_nvml()
+        facts = parse_nvml(dump)
     except NodecheckError as error:
         print(f"nvml_nvlink_check: {error}", file=sys.stderr)
         return 2
@@ -61,14 +63,23 @@ def main() -> int:
         print(f"{gpu.index:>3}  {(gpu.name or '?')[:26]:<26} {arch[:14]:<14} {','.join(map(str, enums)) or '-':<8} "
               f"{len(active)}/{len(gpu.nvlinks):<4} {_or_dash(gpu.nvlink_count):>5} {ours if ours is not None else '-':>9}  "
               f"{theirs[0] if theirs else '-':>10}  {_fabric(gpu.fabric):<20} {spec.basis if spec else why}{verdict}")
+    modes = {raw.get("index"): raw.get("nvlink_bw_mode") for raw in dump.get("gpus", []) if isinstance(raw, dict)}
     for gpu in facts.gpus:  # what nodecheck reads beyond the links, for the first node of a kind to confirm
         c2c = gpu.c2c or {}
         fifth = sorted(k for k in (gpu.nvlink_errors or {}) if k not in ("replay", "recovery", "crc_flit", "crc_data"))
         print(f"gpu{gpu.index}: error counters {', '.join(sorted(gpu.nvlink_errors or {})) or '-'}"
               f"{' (NVLink 5: ' + str(len(fifth)) + ')' if fifth else ''}; C2C "
               f"{str(c2c.get('links')) + ' x ' + str(c2c.get('link_mbps')) + ' MB/s' if c2c.get('links') else '-'}"
-              f"{', inactive ' + ','.join(map(str, c2c['inactive'])) if c2c.get('inactive') else ''}")
+              f"{', inactive ' + ','.join(map(str, c2c['inactive'])) if c2c.get('inactive') else ''}; "
+              f"bw mode {_bw_mode(modes.get(gpu.index))}")
     return 1 if mismatches else 0
+
+
+def _bw_mode(raw) -> str:
+    """nvmlDeviceGetNvlinkBwMode's answer (Blackwell's per-GPU mode): best, reduced (mode N), or NVML's refusal."""
+    if not isinstance(raw, dict) or "error" in raw:
+        return f"- ({(raw or {}).get('error', 'not asked')})" if isinstance(raw, dict) or raw is None else "-"
+    return f"{'best' if raw.get('best') else 'reduced'} (mode {raw.get('mode')})"
 
 
 def _or_dash(value) -> str:

@@ -86,14 +86,17 @@ def test_the_multi_gpu_check_script_prints_nvmls_values_beside_nodechecks_rate(m
     assert done.value.code == 0 and lines[0].endswith("- (NVML does not say)") and len(lines) == 18
     assert all("7 = Ampere" in row and " 5 " in row and "12/12      12 " in row and " 25.0 " in row and " not_supported "
                in row for row in rows)  # NVML answers the fabric calls for Hopper and newer
-    assert lines[10] == "gpu0: error counters -; C2C -"
-    b200 = hgx_nvml(18, version=7, arch=10, name="NVIDIA B200", nvlink5={"symbol_errors": 0, "rx_errors": 0})
+    assert lines[10] == "gpu0: error counters -; C2C -; bw mode - (Not Supported)"
+    b200 = hgx_nvml(18, version=7, arch=10, name="NVIDIA B200", nvlink5={"symbol_errors": 0, "rx_errors": 0},
+                    bw_mode={"bIsBest": 1, "bwMode": 0})
+    b200[3] = dict(b200[3], bw_mode={"bIsBest": 0, "bwMode": 2})
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.replaying(b200, nvlink_bw_mode=3))
     with pytest.raises(SystemExit):
         runpy.run_path(str(REPO / "benchmarks" / "nvml_nvlink_check.py"), run_name="__main__")
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].endswith(": HALF") and all(" completed/Success " in row for row in lines[2:10])
-    assert lines[10] == "gpu0: error counters rx_errors, symbol_errors (NVLink 5: 2); C2C -"
+    assert lines[10] == "gpu0: error counters rx_errors, symbol_errors (NVLink 5: 2); C2C -; bw mode best (mode 0)"
+    assert lines[13].endswith("; bw mode reduced (mode 2)")
 
 
 def test_no_driver_is_no_data(replay):
