@@ -7,6 +7,7 @@ the GPU is busy (utilization >= BUSY_UTILIZATION); otherwise the bandwidth test 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable
@@ -60,7 +61,18 @@ def _each_gpu(report: Report, config: Config) -> list[Finding]:
     """The checks of one GPU's own facts (NVML), GPU by GPU."""
     modes = [g.mig_enabled for g in report.gpus]
     mig = partial(_mig, most_whole=modes.count(False) > modes.count(True))
-    return [f for gpu in report.gpus for check in (_pcie, mig, _nvlinks, _c2c, _memory, _power_limit) for f in check(gpu, config)]
+    nvlinks = partial(_nvlinks, usual=_usual_nvlinks(report))
+    return [f for gpu in report.gpus for check in (_pcie, mig, nvlinks, _c2c, _memory, _power_limit) for f in check(gpu, config)]
+
+
+def _usual_nvlinks(report: Report) -> dict[str, int]:
+    """GPU model -> the number of NVLinks NVML lists for most of the node's GPUs of that model (more than half of
+    them, MIG aside): what each of them should list."""
+    counts: dict[str, Counter] = {}
+    for gpu in report.gpus:
+        if gpu.name and not gpu.mig_enabled:
+            counts.setdefault(gpu.name, Counter())[len(gpu.nvlinks)] += 1
+    return {name: links for name, c in counts.items() for links, n in c.most_common(1) if n * 2 > sum(c.values())}
 
 
 def _pcie(gpu, config: Config) -> list[Finding]:
@@ -145,7 +157,7 @@ def _mig(gpu, config: Config, most_whole: bool = False) -> list[Finding]:
     return findings
 
 
-def _nvlinks(gpu, config: Config) -> list[Finding]:
+def _nvlinks(gpu, config: Config, usual: dict[str, int] | None = None) -> list[Finding]:
     subject = f"gpu{gpu.index}"
     if gpu.mig_enabled:
         return []  # no NVLink under MIG (_mig says so)
@@ -162,9 +174,16 @@ def _nvlinks(gpu, config: Config) -> list[Finding]:
                                 f"{subject} NVLink link(s) {', '.join(str(l['link']) for l in unread)}: NVML could "
                                 f"not read their state ({unread[0].get('error', 'state unknown')}); check "
                                 "`nvidia-smi nvlink -s` and the kernel log for an Xid"))
+    siblings = (usual or {}).get(gpu.name or "", 0)
     if config.nvlinks_per_gpu and gpu.pcie is not None and active < config.nvlinks_per_gpu:
         findings.append(Finding("nvlink_count_low", "error", subject, active, config.nvlinks_per_gpu,
                                 f"{subject} has {active} active NVLinks, {config.nvlinks_per_gpu} expected"))
+    elif not config.nvlinks_per_gpu and len(gpu.nvlinks) < siblings:  # a link NVML no longer lists is not "inactive"
+        findings.append(Finding("nvlink_count_low", "warning", subject, len(gpu.nvlinks), siblings,
+                                f"{subject} lists {len(gpu.nvlinks)} NVLinks, most of its siblings ({gpu.name}) {siblings}: "
+                                f"NVML no longer reports {siblings - len(gpu.nvlinks)} of its links, and its NVLink traffic "
+                                "runs on the rest; check `nvidia-smi nvlink -s` and the kernel log for an Xid, and set [gpus] "
+                                "nvlinks_per_gpu to make this an error"))
     return findings
 
 

@@ -123,6 +123,26 @@ def test_a_link_nvml_cannot_read_is_listed_and_never_counted_up(tmp_path):
     assert {(f.kind, f.severity, f.measured) for f in down.findings if f.subject == "gpu3"} == {("nvlink_inactive", "error", 16)}
 
 
+def test_a_gpu_listing_fewer_nvlinks_than_its_siblings(tmp_path):
+    """NVML stops listing gpu3's links after link 15 (Not Supported for 16 and 17) where its seven siblings list 18:
+    no link reads inactive, so nothing was said, and its NVLink traffic ran on 16. Without [gpus] nvlinks_per_gpu it
+    is a warning naming the siblings' count; with it, the error it always was. Two GPUs of a node that disagree,
+    with no majority, say nothing."""
+    gpus = hgx_nvml()
+    gpus[3] = dict(gpus[3], nvlink=gpus[3]["nvlink"][:16])
+    report = report_of(tmp_path, topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=gpus)
+    (finding,) = [f for f in report.findings if f.kind.startswith("nvlink")]
+    assert (finding.kind, finding.severity, finding.subject, finding.measured, finding.expected) == (
+        "nvlink_count_low", "warning", "gpu3", 16, 18)
+    assert "most of its siblings (NVIDIA H100 80GB HBM3) 18: NVML no longer reports 2 of its links" in finding.message
+    counted = report_of(tmp_path / "c", config=Config(nvlinks_per_gpu=18), topo="hgx-h100-8gpu-8nic-sglang30401.txt",
+                        nvml_gpus=gpus)
+    assert [(f.severity, f.subject) for f in counted.findings if f.kind == "nvlink_count_low"] == [("error", "gpu3")]
+    two = [dict(gpus[0]), dict(gpus[3])]
+    pair = report_of(tmp_path / "p", nvml_gpus=two)
+    assert not [f for f in pair.findings if f.kind == "nvlink_count_low"]
+
+
 def test_a_lost_gpu_lists_every_link_unread(tmp_path):
     """GPU is lost on every link from link 0: eighteen links of unknown state, not a GPU without NVLink."""
     gpus = hgx_nvml()
