@@ -169,6 +169,26 @@ def _kmsg_seeds() -> list[str]:
             for start, first in (("", 0), ("", 48211), ("6,0,0,-;Linux version 6.8.0\n", 1))]
 
 
+# real GB200 NVLink 5 Xid lines gpud's parser is tested on (leptonai/gpud @4a8de33a3f
+# components/accelerator/nvidia/xid/kmsg_extended_test.go), as dmesg prints them
+GB200_NVLINK5_LINES = (
+    "[ 8312.000001] NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0 "
+    "Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)\n"
+    "[ 8313.000002] NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 "
+    "0x00000000 0x00000000 0x00000000)\n")
+
+
+def _kernel_log_seeds() -> list[str]:
+    return _texts("captures/public/health/xid/*.log") + [GB200_NVLINK5_LINES]
+
+
+def _kernel_log_words(text: str):
+    """The events, and what each one's line says of itself (the NVLink 5 severity and link read from it)."""
+    from nodecheck.probes.kernel_log import parse_kernel_log
+
+    return [(event, event.driver_word, event.link) for event in parse_kernel_log(text)]
+
+
 def _kernel_log_source(text: str):
     from nodecheck.probes.kernel_log import KMSG, _lost_before, parse_kernel_log
 
@@ -342,7 +362,6 @@ def targets() -> list[Target]:
     from nodecheck.probes.acs import parse_lspci
     from nodecheck.probes.aer import parse_aer_file
     from nodecheck.probes.ib_counters import parse_counter
-    from nodecheck.probes.kernel_log import parse_kernel_log
     from nodecheck.probes.lstopo import parse_lstopo_xml
     from nodecheck.probes.nics import parse_proc_route
     from nodecheck.probes.nvml import parse_nvml
@@ -362,7 +381,7 @@ def targets() -> list[Target]:
         Target("nccl_tests", lambda: _texts("captures/public/nccl/*.txt"), parse_nccl_log, (ParseError,)),
         Target("nccl_debug", lambda: _texts("captures/public/nccl-debug/*.txt"), parse_nccl_debug, (ParseError,)),
         Target("lspci", lambda: _texts("captures/public/lspci/*.txt"), parse_lspci, (ParseError,)),
-        Target("kernel_log", lambda: _texts("captures/public/health/xid/*.log"), parse_kernel_log, (ParseError,)),
+        Target("kernel_log", _kernel_log_seeds, _kernel_log_words, (ParseError,)),
         Target("kernel_log_source", _kmsg_seeds, _kernel_log_source, (ParseError,)),
         Target("state", _state_seeds, _history, (), structured=True),
         Target("aer", lambda: _texts("captures/public/health/aer/**/aer_dev_*"), parse_aer_file, ()),
