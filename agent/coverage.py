@@ -49,6 +49,11 @@ def unmade_checks(report: Report) -> dict[str, str]:
     if report.pcie_paths and not any(hop.aer for hops in report.pcie_paths.values() for hop in hops):
         for kind in ("pcie_aer_fatal", "pcie_link_errors"):  # a VM's virtual bridges, or AER off (pci=noaer)
             unmade.setdefault(kind, "no device on the GPUs' and NICs' PCIe paths has AER counters (aer_dev_*) to read")
+    roce = next((f"{p.device}/{p.port}: its GID table was not read (a snapshot from before nodecheck read it?)"
+                 for nic in report.rdma_nics_up() for p in nic.ib_ports
+                 if p.state == "ACTIVE" and p.link_layer == "Ethernet" and p.gids is None), None)
+    if roce:  # a RoCE rail whose GIDs are unknown: NCCL's choice there is unknown, not routable
+        unmade.setdefault("roce_gid_unroutable", roce)
     unread = _unread_ib_ports(report)
     if unread:  # one active port's counters unreadable while the others read: that port is unknown, not healthy
         for kind in ("ib_link_downed", "ib_port_errors"):

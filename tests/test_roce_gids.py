@@ -135,3 +135,17 @@ def test_a_slow_all_reduce_across_nodes_names_the_port_nccl_could_not_route(tmp_
             if f.kind == "bandwidth_below_spec"}
     assert slow["allreduce:16-ranks"].message.endswith("; error signals on this path: mlx5_bond_0/1 GID 0 link-local")
     assert "error signals" not in slow["gpu0:host"].message
+
+
+def test_a_roce_rail_whose_table_was_not_read_is_unknown_not_healthy(tmp_path):
+    """A snapshot from before nodecheck read GID tables (or a port whose table is unreadable): the check is unknown
+    for the node (nodecheck_check_unknown), never healthy; an InfiniBand port needs no table."""
+    from nodecheck.coverage import unmade_checks
+
+    facts = collect(roce_node(tmp_path, NCCL_769))
+    report = make_report(nics=facts.nics, platform=Platform(None, True, nccl_conf={}))
+    assert "roce_gid_unroutable" not in unmade_checks(report)
+    facts.nics[0].ib_ports[0].gids = None
+    assert unmade_checks(report)["roce_gid_unroutable"].startswith("mlx5_bond_0/1: its GID table was not read")
+    facts.nics[0].ib_ports[0].link_layer = "InfiniBand"
+    assert "roce_gid_unroutable" not in unmade_checks(report)
