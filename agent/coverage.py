@@ -13,7 +13,7 @@ from nodecheck.probes import DISABLED
 from nodecheck.rules import RULES
 
 MEASURED = ("bandwidth_below_spec", "bandwidth_above_bound", "bench_failed", "bench_wrong_result")
-FROM_NCCL = ("nccl_socket_fallback", "nccl_no_gdr", "nccl_p2p_disabled", "nccl_rail_mismatch", "nccl_warning")
+FROM_NCCL = ("nccl_socket_fallback", "nccl_no_gdr", "nccl_p2p_disabled", "nccl_rail_mismatch", "nccl_warning", "nccl_setting")
 # judged on the change since a previous sample, by the counters' family
 RATE_KINDS = {"aer/": ("pcie_link_errors",), "ib/": ("ib_link_downed", "ib_port_errors", "rdma_retransmits"), "gpu/": ("pcie_replays", "nvlink_errors"),
               "net/": ("nic_link_errors",)}

@@ -61,6 +61,7 @@ FINDING_KINDS = {
     "nccl_rail_mismatch": "{subject} NCCL on {measured}, nearest {expected}",
     "nccl_warning": "{head}",
     "nccl_config": "{subject}={measured}",
+    "nccl_setting": "NCCL run took {measured}",
     "roce_gid_unroutable": "{subject} {measured}",
     "gpu_xid": "{subject} {measured}",
     "nvswitch_sxid": "{subject} {measured}",

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field, fields
 
 from nodecheck.findings import Finding
 from nodecheck.link_types import link_family
+from nodecheck.nccl_conf_rules import DISABLING
 
-MAX_HOSTS, MAX_NET_DEVICES = 1024, 64
+MAX_HOSTS, MAX_NET_DEVICES, MAX_SETTINGS = 1024, 64, 64
 
 
 @dataclass
@@ -29,6 +30,7 @@ class NcclRun:
     gpu_net_devices: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     net_device_names: dict[str, dict[str, str]] = field(default_factory=dict)  # per host: "N" -> HCA:port (NET/IB : Using)
     nccl_lines: int = 0  # lines that were NCCL's own (0: this is not an NCCL debug log)
+    settings: dict[str, str] = field(default_factory=dict)  # "NCCL_X set by environment to V": the job's or nccl.conf's
 
 
 MAX_QUOTED = 10  # NCCL warnings turned into findings, each quoted; the rest counted in the last
@@ -60,6 +62,13 @@ def nccl_findings(run: NcclRun, report) -> list:
                                 f"{near[0].type}: P2P is off (NCCL_P2P_DISABLE, ACS redirect, the IOMMU, or a container "
                                 "without IPC)"))
     findings += _rail_mismatches(run, report)
+    for name, value in run.settings.items():
+        values, effect = DISABLING.get(name, ((), ""))
+        if effect and value and (values is None or value.upper() in values):
+            findings.append(Finding("nccl_setting", "warning", "nccl", f"{name}={value[:40]}", "unset",
+                                    f"the NCCL run took {name}={value[:40]} from its environment (the job's, or "
+                                    f"/etc/nccl.conf's): a debugging variable (NCCL: \"should not be used in production\"); "
+                                    f"{effect}"))
     for text in run.warnings[:MAX_QUOTED]:
         findings.append(Finding("nccl_warning", "warning", "nccl", "NCCL WARN", "none", f"NCCL WARN {text}"[:500]))
     if run.warning_count > MAX_QUOTED:
@@ -121,6 +130,8 @@ _SHAPES = {
     "warning_count": lambda v: type(v) is int and v >= 0, "nccl_lines": lambda v: type(v) is int and v >= 0,
     "gpu_net_devices": _per_host(lambda v: isinstance(v, list) and all(type(i) is int for i in v)),
     "net_device_names": _per_host(lambda v: isinstance(v, str)),
+    "settings": lambda v: isinstance(v, dict) and len(v) <= MAX_SETTINGS and all(
+        isinstance(k, str) and isinstance(x, str) and len(k) <= 80 and len(x) <= 128 for k, x in v.items()),
 }
 
 

@@ -26,7 +26,7 @@ AREAS = {
     "fabric": ("nic_missing", "nic_down", "nic_slow", "nic_speed_unknown", "nic_far_from_gpu", "nic_mtu_mismatch", "nic_rate_mismatch", "nic_rail_down",
                "gpudirect_rdma_unavailable", "iommu_translated", "pcie_hop_narrow", "pcie_hop_slow", "pcie_acs_redirect", "pcie_aer_fatal",
                "pcie_link_errors", "ib_link_downed", "ib_port_errors", "ib_counter_saturated", "rdma_retransmits", "nic_link_errors", "nccl_socket_fallback",
-               "nccl_no_gdr", "nccl_p2p_disabled", "nccl_rail_mismatch", "nccl_warning", "nccl_config", "roce_gid_unroutable", "peer_unreachable",
+               "nccl_no_gdr", "nccl_p2p_disabled", "nccl_rail_mismatch", "nccl_warning", "nccl_setting", "nccl_config", "roce_gid_unroutable", "peer_unreachable",
                "peer_outside_subnet", "peer_slow"),
     "bandwidth": ("bandwidth_below_spec", "bandwidth_above_bound", "bench_failed", "bench_wrong_result", "check_timed_out",
                   "check_failed"),

@@ -225,3 +225,25 @@ def test_no_ib_device_then_sockets_is_a_fallback_across_nodes_not_on_one_node(tm
     two = parse_nccl_debug(text + "\n" + "\n".join(line.replace("ds-ml-01-0", "ds-ml-01-1") for line in lines))
     assert two.nodes == ["ds-ml-01-0", "ds-ml-01-1"] and two.inter_node_transports == []
     assert "nccl_socket_fallback" in [f.kind for f in nccl_findings(two, report)]
+
+
+def test_a_debugging_variable_the_run_took_is_said(tmp_path):
+    """AWS's two-node g5 run logged "NCCL_PROTO set by environment to simple" (and its socket interface): every
+    collective ran on one protocol whatever its size. `nodecheck nccl-log` lists what NCCL took from its
+    environment and names the debugging variable; a run without one names none."""
+    from helpers import REPO, cli
+
+    capture = need(DEBUG / "2node-g5-efa-aws-libfabric-gdr-disabled-nccl2234.txt")
+    run = parse_nccl_debug(capture.read_text())
+    assert run.settings == {"NCCL_SOCKET_IFNAME": "ens5", "NCCL_PROTO": "simple"}
+    example = str(REPO / "examples" / "hgx-h100-8gpu")
+    document = json.loads(cli("nccl-log", str(capture), "--from", example, "--json").stdout)
+    assert document["nccl"]["settings"] == run.settings
+    (setting,) = [f for f in document["findings"] if f["kind"] == "nccl_setting"]
+    assert (setting["severity"], setting["measured"]) == ("warning", "NCCL_PROTO=simple")
+    text = cli("nccl-log", str(capture), "--from", example).stdout
+    assert "set from its environment: NCCL_SOCKET_IFNAME=ens5, NCCL_PROTO=simple" in text
+    clean = capture.read_text().replace("NCCL_PROTO set by environment to simple", "NCCL_PROTO unset")
+    (tmp_path / "clean.txt").write_text(clean)
+    document = json.loads(cli("nccl-log", str(tmp_path / "clean.txt"), "--from", example, "--json").stdout)
+    assert not [f for f in document["findings"] if f["kind"] == "nccl_setting"]

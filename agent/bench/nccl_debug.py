@@ -1,7 +1,7 @@
 """What an NCCL_DEBUG=INFO log says NCCL really did: its version, the network it chose (IB, Socket, a
 plugin such as AWS Libfabric), the HCAs and socket interfaces, the transport of every channel inside a
-node (P2P/IPC, P2P/CUMEM, SHM, ...) and between nodes (NET/IB/0/GDRDMA, NET/Socket/1, ...), and every
-NCCL WARN. Lines may carry mpirun (`[1,0]<stdout>:`) or srun (`0: `) prefixes; nccl-tests tables,
+node (P2P/IPC, P2P/CUMEM, SHM, ...) and between nodes (NET/IB/0/GDRDMA, NET/Socket/1, ...), the
+parameters it took from its environment ("NCCL_PROTO set by environment to simple"), and every NCCL WARN. Lines may carry mpirun (`[1,0]<stdout>:`) or srun (`0: `) prefixes; nccl-tests tables,
 shell prompts and `...` cuts are skipped; a truncated log gives what it holds.
 
 A transport NCCL prints after "via" is between nodes when it goes over the network plugin (`NET/`),
@@ -18,7 +18,7 @@ from nodecheck.bench.nccl_tests import LAUNCHER_PREFIX
 from nodecheck.errors import ParseError, ProbeFailed
 from nodecheck.files import read_bounded
 from nodecheck.limits import MAX_COMMAND_OUTPUT
-from nodecheck.nccl_run import MAX_HOSTS, MAX_NET_DEVICES, NcclRun
+from nodecheck.nccl_run import MAX_HOSTS, MAX_NET_DEVICES, MAX_SETTINGS, NcclRun
 
 # Where an NCCL record starts, anywhere in a line: an optional host:pid:tid (the host may be empty), an optional
 # [dev], the level. Linear: a host starts only where no name character precedes it.
@@ -35,6 +35,8 @@ _IB = re.compile(r"^NET/(IB\S*) : Using (.*)$")
 _IB_DEVICE = re.compile(r"\[(\d+)\]([A-Za-z0-9_.-]+:\d+)")  # [index]HCA:port
 _CHANNEL = re.compile(r"^Channel \d+(?:/\d+)? : (?P<src>\d+)\[(?P<src_gpu>[0-9a-fA-F]+)\] -> (?P<dst>\d+)\[(?P<dst_gpu>[0-9a-fA-F]+)\]"
                       r"(?: \[(?P<side>send|receive)\])? via (?P<via>.+?)\s*$")
+# a parameter NCCL took from its environment, where /etc/nccl.conf's values land too (src/misc/param.cc)
+_SET_BY = re.compile(r"^(NCCL_[A-Z0-9_]{1,64}) set by environment to (.{0,128})$")
 _NVLS_CHANNELS = re.compile(r"\b(\d+) nvls channels\b")
 _NVLS_UNAVAILABLE = re.compile(r"NVLS (?:multicast support is not available|disabled)", re.I)
 _NVLS_IN_USE = re.compile(r"\bNVLS (?:comm|multicast support is available)", re.I)
@@ -124,6 +126,9 @@ def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_n
                 net_names.append(name)
         else:
             intra.add(via)
+    elif setting := _SET_BY.match(body):
+        if setting[1] in run.settings or len(run.settings) < MAX_SETTINGS:
+            run.settings.setdefault(setting[1], setting[2].strip())  # the first run's word, as NCCL keeps its first
     elif channels := _NVLS_CHANNELS.search(body):
         nvls_channels.append(int(channels[1]))
     elif _NVLS_UNAVAILABLE.search(body):
