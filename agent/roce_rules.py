@@ -8,14 +8,16 @@ unroutable link-local address ... IBV_WC_RETRY_EXC_ERR on all RDMA operations"),
 or unset entry does the same: "Call to ibv_modify_qp failed with error Connection timed out" (NVIDIA/nccl#769, with
 GID 1 = fe80::... RoCE v2). The node's links all pass; every job across nodes over that rail hangs or fails.
 
-Warnings: /etc/nccl.conf is what is judged (a job's own environment may set otherwise), and a fabric of one switch
-can run on link-local GIDs. NCCL_IB_ADDR_RANGE is not applied. Pure: reads the Report."""
+Warnings: /etc/nccl.conf is what is judged, under what an NCCL run on the node (bench's, in a job's environment)
+logged it took from its environment; a job's own environment may set otherwise, and a fabric of one switch can run
+on link-local GIDs. NCCL_IB_ADDR_RANGE is not applied. Pure: reads the Report."""
 
 from __future__ import annotations
 
 from nodecheck.findings import Finding
 from nodecheck.ifnames import nccl_selection
-from nodecheck.model import IbPort, Report
+from nodecheck.model import IbPort, Report, measured_on
+from nodecheck.nccl_run import nccl_run_from_details
 from nodecheck.probes.roce_gids import MAX_GIDS, ZERO_GID
 
 _V4_MAPPED = "0000:0000:0000:0000:0000:ffff:"  # ::ffff:a.b.c.d, an IPv4 address as a GID
@@ -45,10 +47,11 @@ def nccl_gid_index(port: IbPort, family: str, version: int) -> int:
     return chosen
 
 
-def nccl_roce_ports(report: Report) -> list[tuple[IbPort, int, str]]:
-    """Each ACTIVE RoCE port NCCL would use (/etc/nccl.conf's NCCL_IB_HCA) whose GID table was read, with the index
-    NCCL takes by itself there (NCCL_IB_GID_INDEX unset; the conf file's family and RoCE version) and its netdevs."""
-    conf = report.nccl_conf() or {}
+def nccl_roce_ports(report: Report, asked: dict[str, str] | None = None) -> list[tuple[IbPort, int, str]]:
+    """Each ACTIVE RoCE port NCCL would use (NCCL_IB_HCA) whose GID table was read, with the index NCCL takes by
+    itself there (NCCL_IB_GID_INDEX unset; the family and RoCE version asked) and its netdevs. `asked`: the NCCL
+    settings to read, /etc/nccl.conf's when not given."""
+    conf = (report.nccl_conf() or {}) if asked is None else asked
     family, version, _ = _asked(conf)
     up = report.rdma_nics_up()
     chosen = set(nccl_selection(conf.get("NCCL_IB_HCA"), list(dict.fromkeys(n.rdma_device for n in up))))
@@ -58,14 +61,15 @@ def nccl_roce_ports(report: Report) -> list[tuple[IbPort, int, str]]:
 
 
 def roce_gid_findings(report: Report, config=None) -> list[Finding]:
-    family, version, pinned = _asked(report.nccl_conf() or {})
+    asked, where = _nccl_settings(report)
+    family, version, pinned = _asked(asked)
     findings = []
-    for port, auto, netdevs in nccl_roce_ports(report):
+    for port, auto, netdevs in nccl_roce_ports(report, asked):
         index = pinned if pinned >= 0 else auto
         gid = (port.gids or {}).get(str(index), ZERO_GID)
         if routable(gid) and (pinned >= 0 or port.gid_versions.get(str(index)) == version):
             continue
-        how = (f"NCCL_IB_GID_INDEX={pinned} (/etc/nccl.conf) names" if pinned >= 0 else
+        how = (f"NCCL_IB_GID_INDEX={pinned} ({where}) names" if pinned >= 0 else
                f"with NCCL_IB_GID_INDEX unset, NCCL ({family}, RoCE v{version}) falls back to")
         short = ("unset" if gid == ZERO_GID else "link-local" if not routable(gid) else
                  f"RoCE v{port.gid_versions.get(str(index), '?')}")
@@ -78,6 +82,19 @@ def roce_gid_findings(report: Report, config=None) -> list[Finding]:
             f"error Connection timed out\"); give {netdevs} its {'IPv4' if family == 'AF_INET' else 'IPv6'} address, "
             "or set NCCL_IB_GID_INDEX to the entry `show_gids` lists for it (the same on every node)"))
     return findings
+
+
+def _nccl_settings(report: Report) -> tuple[dict[str, str], str]:
+    """The NCCL settings to judge by and where NCCL_IB_GID_INDEX came from: /etc/nccl.conf's, under what an NCCL run
+    on this node logged it took from its environment (bench's run in a job's environment: "NCCL_IB_GID_INDEX set
+    by environment to 3"), which NCCL reads first."""
+    conf = dict(report.nccl_conf() or {})
+    for measurement in report.measurements:
+        run = nccl_run_from_details((measurement.details or {}).get("nccl"))
+        if run is not None and run.settings and measured_on(measurement.path) is None:
+            where = ("the NCCL run's environment" if "NCCL_IB_GID_INDEX" in run.settings else "/etc/nccl.conf")
+            return {**conf, **run.settings}, where
+    return conf, "/etc/nccl.conf"
 
 
 def _asked(conf: dict[str, str]) -> tuple[str, int, int]:

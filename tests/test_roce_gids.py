@@ -149,3 +149,22 @@ def test_a_roce_rail_whose_table_was_not_read_is_unknown_not_healthy(tmp_path):
     assert unmade_checks(report)["roce_gid_unroutable"].startswith("mlx5_bond_0/1: its GID table was not read")
     facts.nics[0].ib_ports[0].link_layer = "InfiniBand"
     assert "roce_gid_unroutable" not in unmade_checks(report)
+
+
+def test_the_index_a_jobs_nccl_run_took_from_its_environment_is_judged(tmp_path):
+    """bench in a job whose environment pins NCCL_IB_GID_INDEX=1 (#769's failing setting): NCCL logs "NCCL_IB_GID_INDEX
+    set by environment to 1", bench keeps it with the run, and the port is judged by it, not by /etc/nccl.conf's
+    (unset here, where NCCL's own walk takes GID 3). Another node's run (node5/...) speaks for that node only."""
+    from helpers import make_measurement
+
+    facts = collect(roce_node(tmp_path, NCCL_769))
+    run = {"nccl_version": "2.21.5", "settings": {"NCCL_IB_GID_INDEX": "1", "NCCL_SOCKET_IFNAME": "bond0"}}
+    across = make_measurement("allreduce:16-ranks", "allreduce", rate=20e9, spec=25e9, details={"nccl": run})
+    report = make_report(nics=facts.nics, platform=Platform(None, True, nccl_conf={}), measurements=[across])
+    (finding,) = roce_gid_findings(report)
+    assert finding.measured == "GID 1 link-local"
+    assert "NCCL_IB_GID_INDEX=1 (the NCCL run's environment) names GID 1" in finding.message
+    elsewhere = make_measurement("node5/allreduce:16-ranks", "allreduce", rate=20e9, spec=25e9,
+                                 details={"nccl": run, "node": "node5"})
+    report.measurements = [elsewhere]
+    assert roce_gid_findings(report) == []
