@@ -236,6 +236,9 @@ def test_a_debugging_variable_the_run_took_is_said(tmp_path):
     capture = need(DEBUG / "2node-g5-efa-aws-libfabric-gdr-disabled-nccl2234.txt")
     run = parse_nccl_debug(capture.read_text())
     assert run.settings == {"NCCL_SOCKET_IFNAME": "ens5", "NCCL_PROTO": "simple"}
+    # ncclParam's own lines end in a full stop (NVIDIA/nccl#1814: "NCCL_IB_GID_INDEX set by environment to 3.")
+    line = "host-1:985:1263 [7] NCCL INFO NCCL_IB_GID_INDEX set by environment to 3."
+    assert parse_nccl_debug(line).settings == {"NCCL_IB_GID_INDEX": "3"}
     example = str(REPO / "examples" / "hgx-h100-8gpu")
     document = json.loads(cli("nccl-log", str(capture), "--from", example, "--json").stdout)
     assert document["nccl"]["settings"] == run.settings

@@ -128,7 +128,8 @@ def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_n
             intra.add(via)
     elif setting := _SET_BY.match(body):
         if setting[1] in run.settings or len(run.settings) < MAX_SETTINGS:
-            run.settings.setdefault(setting[1], setting[2].strip())  # the first run's word, as NCCL keeps its first
+            # the first word, as NCCL keeps its first; ncclParam's lines end in '.' ("... set by environment to 3.")
+            run.settings.setdefault(setting[1], setting[2].strip().removesuffix("."))
     elif channels := _NVLS_CHANNELS.search(body):
         nvls_channels.append(int(channels[1]))
     elif _NVLS_UNAVAILABLE.search(body):
@@ -151,9 +152,10 @@ def _note_rail(run: NcclRun, host: str, channel: re.Match) -> None:
         devices.sort()
 
 
-# What bench asks of NCCL: INFO level for the INIT and NET subsystems only (the version, the network and its
-# HCAs, every channel's transport, warnings), a few hundred lines per rank instead of thousands.
-DEBUG_SUBSYS = "INIT,NET"
+# What bench asks of NCCL: INFO level for the INIT, NET and ENV subsystems only (the version, the network and its
+# HCAs, every channel's transport, warnings, the parameters it took from its environment), a few hundred lines per
+# rank instead of thousands.
+DEBUG_SUBSYS = "INIT,NET,ENV"
 
 
 def debug_env(environ: dict[str, str], directory: str | None = None) -> dict[str, str]:
