@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from nodecheck.findings import Finding
 from nodecheck.link_types import link_family
 from nodecheck.nccl_conf_rules import DISABLING
+from nodecheck.roce_rules import roce_gid_findings
 
 MAX_HOSTS, MAX_NET_DEVICES, MAX_SETTINGS = 1024, 64, 64
 
@@ -34,6 +35,7 @@ class NcclRun:
 
 
 MAX_QUOTED = 10  # NCCL warnings turned into findings, each quoted; the rest counted in the last
+GID_SETTINGS = ("NCCL_IB_GID_INDEX", "NCCL_IB_ADDR_FAMILY", "NCCL_IB_ROCE_VERSION_NUM")
 
 
 def nccl_findings(run: NcclRun, report) -> list:
@@ -69,6 +71,10 @@ def nccl_findings(run: NcclRun, report) -> list:
                                     f"the NCCL run took {name}={value[:40]} from its environment (the job's, or "
                                     f"/etc/nccl.conf's): a debugging variable (NCCL: \"should not be used in production\"); "
                                     f"{effect}"))
+    if any(name in run.settings for name in GID_SETTINGS):  # the job pinned how NCCL picks its RoCE GID
+        named = {f.subject for f in report.findings if f.kind == "roce_gid_unroutable"}
+        findings += [f for f in roce_gid_findings(report, settings=run.settings, where="the NCCL run's environment")
+                     if f.subject not in named]
     for text in run.warnings[:MAX_QUOTED]:
         findings.append(Finding("nccl_warning", "warning", "nccl", "NCCL WARN", "none", f"NCCL WARN {text}"[:500]))
     if run.warning_count > MAX_QUOTED:

@@ -8,16 +8,15 @@ unroutable link-local address ... IBV_WC_RETRY_EXC_ERR on all RDMA operations"),
 or unset entry does the same: "Call to ibv_modify_qp failed with error Connection timed out" (NVIDIA/nccl#769, with
 GID 1 = fe80::... RoCE v2). The node's links all pass; every job across nodes over that rail hangs or fails.
 
-Warnings: /etc/nccl.conf is what is judged, under what an NCCL run on the node (bench's, in a job's environment)
-logged it took from its environment; a job's own environment may set otherwise, and a fabric of one switch can run
-on link-local GIDs. NCCL_IB_ADDR_RANGE is not applied. Pure: reads the Report."""
+Warnings: /etc/nccl.conf is what the rule judges; what an NCCL run (bench's, in a job's environment) logged it took
+from its environment is judged with the run (agent/nccl_run.py). A job's own environment may set otherwise, and a
+fabric of one switch can run on link-local GIDs. NCCL_IB_ADDR_RANGE is not applied. Pure: reads the Report."""
 
 from __future__ import annotations
 
 from nodecheck.findings import Finding
 from nodecheck.ifnames import nccl_selection
-from nodecheck.model import IbPort, Report, measured_on
-from nodecheck.nccl_run import nccl_run_from_details
+from nodecheck.model import IbPort, Report
 from nodecheck.probes.roce_gids import MAX_GIDS, ZERO_GID
 
 _V4_MAPPED = "0000:0000:0000:0000:0000:ffff:"  # ::ffff:a.b.c.d, an IPv4 address as a GID
@@ -60,8 +59,11 @@ def nccl_roce_ports(report: Report, asked: dict[str, str] | None = None) -> list
             if port.state == "ACTIVE" and port.link_layer == "Ethernet" and port.gids is not None and port.device in chosen]
 
 
-def roce_gid_findings(report: Report, config=None) -> list[Finding]:
-    asked, where = _nccl_settings(report)
+def roce_gid_findings(report: Report, config=None, settings: dict[str, str] | None = None,
+                      where: str = "/etc/nccl.conf") -> list[Finding]:
+    """`settings`: what an NCCL run took from its environment (nccl_run: "NCCL_IB_GID_INDEX set by environment to 3"),
+    read over /etc/nccl.conf's, as NCCL reads them; `where` names their source in the finding."""
+    asked = {**(report.nccl_conf() or {}), **(settings or {})}
     family, version, pinned = _asked(asked)
     findings = []
     for port, auto, netdevs in nccl_roce_ports(report, asked):
@@ -82,19 +84,6 @@ def roce_gid_findings(report: Report, config=None) -> list[Finding]:
             f"error Connection timed out\"); give {netdevs} its {'IPv4' if family == 'AF_INET' else 'IPv6'} address, "
             "or set NCCL_IB_GID_INDEX to the entry `show_gids` lists for it (the same on every node)"))
     return findings
-
-
-def _nccl_settings(report: Report) -> tuple[dict[str, str], str]:
-    """The NCCL settings to judge by and where NCCL_IB_GID_INDEX came from: /etc/nccl.conf's, under what an NCCL run
-    on this node logged it took from its environment (bench's run in a job's environment: "NCCL_IB_GID_INDEX set
-    by environment to 3"), which NCCL reads first."""
-    conf = dict(report.nccl_conf() or {})
-    for measurement in report.measurements:
-        run = nccl_run_from_details((measurement.details or {}).get("nccl"))
-        if run is not None and run.settings and measured_on(measurement.path) is None:
-            where = ("the NCCL run's environment" if "NCCL_IB_GID_INDEX" in run.settings else "/etc/nccl.conf")
-            return {**conf, **run.settings}, where
-    return conf, "/etc/nccl.conf"
 
 
 def _asked(conf: dict[str, str]) -> tuple[str, int, int]:

@@ -6,6 +6,7 @@ IPv4 address as RoCE v2. There NCCL_IB_GID_INDEX=1 failed ("Call to ibv_modify_q
 timed out") and 3 worked. It is written as sysfs holds it (`gids/N`, `gid_attrs/types/N`; an unset entry reads as
 zeros and has no readable type) under a RoCE port, and the real sysfs reader runs on it."""
 
+import dataclasses
 import json
 
 import pytest
@@ -153,18 +154,28 @@ def test_a_roce_rail_whose_table_was_not_read_is_unknown_not_healthy(tmp_path):
 
 def test_the_index_a_jobs_nccl_run_took_from_its_environment_is_judged(tmp_path):
     """bench in a job whose environment pins NCCL_IB_GID_INDEX=1 (#769's failing setting): NCCL logs "NCCL_IB_GID_INDEX
-    set by environment to 1", bench keeps it with the run, and the port is judged by it, not by /etc/nccl.conf's
-    (unset here, where NCCL's own walk takes GID 3). Another node's run (node5/...) speaks for that node only."""
+    set by environment to 1." (bench asks for its ENV lines), bench keeps it with the run, and with_measurements (how
+    bench and serve attach a run) judges the port by it, not by /etc/nccl.conf's (unset here, where NCCL's own walk
+    takes GID 3). A run that pins nothing adds nothing."""
     from helpers import make_measurement
 
+    from nodecheck.bench.nccl_debug import parse_nccl_debug
+    from nodecheck.config import Config
+    from nodecheck.rules import evaluate
+    from nodecheck.verdicts import with_measurements
+
     facts = collect(roce_node(tmp_path, NCCL_769))
-    run = {"nccl_version": "2.21.5", "settings": {"NCCL_IB_GID_INDEX": "1", "NCCL_SOCKET_IFNAME": "bond0"}}
+    report = make_report(nics=facts.nics, platform=Platform(None, True, nccl_conf={}))
+    report.findings = evaluate(report, Config())
+    assert not [f for f in report.findings if f.kind == "roce_gid_unroutable"]
+    log = ("node-1:985:1263 [0] NCCL INFO NCCL_IB_GID_INDEX set by environment to 1.\n"
+           "node-1:985:1263 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to bond0\n")
+    run = dataclasses.asdict(parse_nccl_debug(log))
     across = make_measurement("allreduce:16-ranks", "allreduce", rate=20e9, spec=25e9, details={"nccl": run})
-    report = make_report(nics=facts.nics, platform=Platform(None, True, nccl_conf={}), measurements=[across])
-    (finding,) = roce_gid_findings(report)
+    judged = with_measurements(report, [across], 0.0, Config())
+    (finding,) = [f for f in judged.findings if f.kind == "roce_gid_unroutable"]
     assert finding.measured == "GID 1 link-local"
     assert "NCCL_IB_GID_INDEX=1 (the NCCL run's environment) names GID 1" in finding.message
-    elsewhere = make_measurement("node5/allreduce:16-ranks", "allreduce", rate=20e9, spec=25e9,
-                                 details={"nccl": run, "node": "node5"})
-    report.measurements = [elsewhere]
-    assert roce_gid_findings(report) == []
+    quiet = dict(run, settings={"NCCL_SOCKET_IFNAME": "bond0"})
+    plain = make_measurement("allreduce:16-ranks", "allreduce", rate=20e9, spec=25e9, details={"nccl": quiet})
+    assert not [f for f in with_measurements(report, [plain], 0.0, Config()).findings if f.kind == "roce_gid_unroutable"]
