@@ -72,17 +72,21 @@ def roce_gid_findings(report: Report, config=None, settings: dict[str, str] | No
         if routable(gid) and (pinned >= 0 or port.gid_versions.get(str(index)) == version):
             continue
         how = (f"NCCL_IB_GID_INDEX={pinned} ({where}) names" if pinned >= 0 else
-               f"with NCCL_IB_GID_INDEX unset, NCCL ({family}, RoCE v{version}) falls back to")
+               f"with NCCL_IB_GID_INDEX unset, NCCL ({family}, RoCE v{version}) "
+               + ("takes" if routable(gid) else "falls back to"))
         short = ("unset" if gid == ZERO_GID else "link-local" if not routable(gid) else
                  f"RoCE v{port.gid_versions.get(str(index), '?')}")
         what = "an unset entry" if gid == ZERO_GID else f"{gid}, {short}"
+        fix = ("RoCE v1 does not cross a router, and the port lists no RoCE v2 GID for this address: enable RoCE v2 "
+               "on the NIC" if routable(gid) else
+               f"give {netdevs} its {'IPv4' if family == 'AF_INET' else 'IPv6'} address, or set NCCL_IB_GID_INDEX to "
+               "the entry `show_gids` lists for it (the same on every node)")
         findings.append(Finding(
             "roce_gid_unroutable", "warning", f"{port.device}/{port.port}", f"GID {index} {short}",
             f"a routable RoCE v{version} GID",
             f"{port.device}/{port.port} ({netdevs}): {how} GID {index}: {what}; packets from it do not route across "
             f"subnets, and every NCCL connection across nodes over this port times out (\"ibv_modify_qp failed with "
-            f"error Connection timed out\"); give {netdevs} its {'IPv4' if family == 'AF_INET' else 'IPv6'} address, "
-            "or set NCCL_IB_GID_INDEX to the entry `show_gids` lists for it (the same on every node)"))
+            f"error Connection timed out\"); {fix}"))
     return findings
 
 

@@ -82,6 +82,15 @@ def test_a_rail_that_lost_its_ipv4_address_leaves_nccl_on_the_link_local_gid(tmp
     assert "NCCL (AF_INET, RoCE v2) falls back to GID 0" in finding.message and "give bond0 its IPv4 address" in finding.message
 
 
+def test_a_rail_with_only_roce_v1_gids_is_named(tmp_path):
+    """RoCE v2 off on the port (only IB/RoCE v1 entries): NCCL's walk ends on the IPv4 RoCE v1 GID, which does not
+    cross a router: named with its version."""
+    v1_only = {0: NCCL_769[0], 2: NCCL_769[2]}
+    finding = judged(tmp_path, v1_only)[1]["mlx5_bond_0/1"]
+    assert finding.measured == "GID 2 RoCE v1" and f"NCCL (AF_INET, RoCE v2) takes GID 2: {IPV4}, RoCE v1" in finding.message
+    assert finding.message.endswith("enable RoCE v2 on the NIC")
+
+
 def test_nccl_picks_by_the_family_and_version_the_conf_file_asks_for(tmp_path):
     assert nccl_gid_index(judged(tmp_path, NCCL_769)[0], "AF_INET", 1) == 2  # NCCL_IB_ROCE_VERSION_NUM=1
     _, found = judged(tmp_path / "v1", NCCL_769, {"NCCL_IB_ROCE_VERSION_NUM": "1"})
