@@ -61,6 +61,10 @@ def test_the_published_table_is_read_and_nccl_takes_its_ipv4_roce_v2_gid(tmp_pat
     assert port.gids == {str(i): gid for i, (gid, _) in NCCL_769.items()}
     assert port.gid_versions == {"0": 1, "1": 2, "2": 1, "3": 2}
     assert nccl_gid_index(port, "AF_INET", 2) == 3 and found == {}  # what worked in #769, chosen by NCCL itself
+    from nodecheck.render.report import platform_lines
+
+    report = make_report(nics=collect(TreeHost(tmp_path)).nics, platform=Platform(None, True, nccl_conf={}))
+    assert f"RoCE GID NCCL takes: mlx5_bond_0/1 3 ({IPV4}, v2)" in platform_lines(report)  # what inspect says
 
 
 def test_the_index_that_failed_in_the_issue_is_named(tmp_path):

@@ -10,6 +10,7 @@ from nodecheck.model import Report
 from nodecheck.pci import normal_pci
 from nodecheck.render.kernel_log import counter_lines, kernel_log_lines
 from nodecheck.render.table import IDENTITY, LIST, SEVERITY_STYLE, TEXT, cell, clean, esc, fitted_table, new_console, unknown_cell
+from nodecheck.roce_rules import nccl_roce_ports
 from nodecheck.units import format_bits, format_rate, natural_key
 
 
@@ -148,7 +149,8 @@ def _nics(console: Console, report: Report) -> None:
 
 def platform_lines(report: Report) -> list[str]:
     """What peer-to-peer and GPUDirect traffic depend on: the peer-memory module, the IOMMU mode of the GPUs'
-    and NICs' groups, ACS on the PCIe bridges; each said as known, or why it is not."""
+    and NICs' groups, ACS on the PCIe bridges, the GID NCCL takes on each RoCE rail; each said as known, or why
+    it is not."""
     lines = []
     platform = report.platform
     if platform is not None:
@@ -176,6 +178,11 @@ def platform_lines(report: Report) -> list[str]:
     mode = (report.node or {}).get("nvlink_bw_mode")
     if mode and any(link.get("active") for g in report.gpus for link in g.nvlinks):
         lines.append(f"NVLink bandwidth mode: {mode}")
+    roce = nccl_roce_ports(report)
+    if roce:  # the GID NCCL takes by itself on each RoCE rail (agent/roce_rules.py)
+        lines.append("RoCE GID NCCL takes: " + "; ".join(
+            f"{port.device}/{port.port} {index} ({(port.gids or {}).get(str(index), 'unset')}, "
+            f"v{port.gid_versions.get(str(index), '?')})" for port, index, _ in roce[:8]) + (" ..." if len(roce) > 8 else ""))
     imex = report.imex
     if imex is not None:  # a multi-node NVLink domain's service (GB200 NVL72)
         ready = sum(1 for n in imex.nodes if n.get("status") == "READY")
