@@ -1,8 +1,9 @@
 """What an NCCL_DEBUG=INFO log says NCCL really did: its version, the network it chose (IB, Socket, a
 plugin such as AWS Libfabric), the HCAs and socket interfaces, the transport of every channel inside a
 node (P2P/IPC, P2P/CUMEM, SHM, ...) and between nodes (NET/IB/0/GDRDMA, NET/Socket/1, ...), the
-parameters it took from its environment ("NCCL_PROTO set by environment to simple"), and every NCCL WARN. Lines may carry mpirun (`[1,0]<stdout>:`) or srun (`0: `) prefixes; nccl-tests tables,
-shell prompts and `...` cuts are skipped; a truncated log gives what it holds.
+parameters it took from its environment ("NCCL_PROTO set by environment to simple"), and every NCCL WARN.
+Lines may carry mpirun (`[1,0]<stdout>:`) or srun (`0: `) prefixes; nccl-tests tables, shell prompts and
+`...` cuts are skipped; a truncated log gives what it holds.
 
 A transport NCCL prints after "via" is between nodes when it goes over the network plugin (`NET/`),
 inside a node otherwise; `/GDRDMA` at its end means GPUDirect RDMA.

@@ -65,7 +65,8 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
         return [f"Kernel log ({log.source}): no NVIDIA Xid or SXid {since}"] + lost
     names = {normal_pci(g.pci_bus_id): f"gpu{g.index}" for g in report.gpus}
     counts = Counter((e.kind, e.pci, e.code) for e in log.events)
-    drains = {(e.kind, e.pci, e.code) for e in log.events if e.kind == "xid" and xid_entry(e.code).action_of(e.driver_word) == "drain"}
+    drains = {(e.kind, e.pci, e.code) for e in log.events  # a code drains where one of its events does (NVLink 5)
+              if e.kind == "xid" and xid_entry(e.code).action_of(e.driver_word) == "drain"}
     remembered = sum(e.remembered for e in log.events)
     held = (f", {remembered} of them remembered from earlier runs (the ring buffer no longer holds them: dmesg does not "
             "show them)") if remembered else ""
