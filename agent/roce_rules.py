@@ -14,6 +14,8 @@ fabric of one switch can run on link-local GIDs. NCCL_IB_ADDR_RANGE is not appli
 
 from __future__ import annotations
 
+import re
+
 from nodecheck.findings import Finding
 from nodecheck.ifnames import nccl_selection
 from nodecheck.model import IbPort, Report
@@ -21,6 +23,7 @@ from nodecheck.probes.roce_gids import MAX_GIDS, ZERO_GID
 
 _V4_MAPPED = "0000:0000:0000:0000:0000:ffff:"  # ::ffff:a.b.c.d, an IPv4 address as a GID
 _LINK_LOCAL = "fe80:0000:0000:0000:"
+_INTEGER = re.compile(r"-?[0-9]{1,5}")
 
 
 def _family(gid: str) -> str:
@@ -97,5 +100,7 @@ def _asked(conf: dict[str, str]) -> tuple[str, int, int]:
 
 
 def _number(text: str | None, default: int) -> int:
+    """An integer of at most five ASCII digits, as NCCL's strtoll reads a setting; else the default ('²' and '--3'
+    pass str.isdigit but not int())."""
     text = (text or "").strip()
-    return int(text) if text.lstrip("-").isdigit() and len(text) < 6 else default
+    return int(text) if _INTEGER.fullmatch(text) else default

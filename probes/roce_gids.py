@@ -14,6 +14,7 @@ import re
 MAX_GIDS = 32  # entries read per port: two per IP address of the netdev (RoCE v1 and v2), set from index 0 upward
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 _GID = re.compile(r"[0-9a-f]{4}(?::[0-9a-f]{4}){7}")
+_INDEX = re.compile(r"[0-9]{1,3}")  # ASCII digits: '²' passes str.isdigit and fails int()
 ROCE_VERSIONS = {"IB/RoCE v1": 1, "RoCE v2": 2}  # gid_attrs/types, as NCCL's ncclIbRoceGetVersionNum reads them
 
 
@@ -44,7 +45,7 @@ def parse_gid_table(gids, types) -> tuple[dict[str, str], dict[str, int]] | None
     table, versions = {}, {}
     for key, text in list(gids.items())[:MAX_GIDS]:
         gid = text.strip().lower() if isinstance(text, str) else ""
-        if not (isinstance(key, str) and key.isdigit() and int(key) < MAX_GIDS and _GID.fullmatch(gid)):
+        if not (isinstance(key, str) and _INDEX.fullmatch(key) and int(key) < MAX_GIDS and _GID.fullmatch(gid)):
             continue
         table[str(int(key))] = gid
         kind = types.get(key)

@@ -95,6 +95,15 @@ def test_a_rail_with_only_roce_v1_gids_is_named(tmp_path):
     assert finding.message.endswith("enable RoCE v2 on the NIC")
 
 
+@pytest.mark.parametrize("value", ["²", "--3", "3" * 5000, "0x3", " 3 "])
+def test_a_hostile_gid_setting_is_read_as_nccl_reads_it_or_not_at_all(tmp_path, value):
+    """NCCL_IB_GID_INDEX from /etc/nccl.conf or a Report's NCCL run is untrusted: a value int() refuses is no index
+    (the finding, if any, comes from NCCL's own walk), never a traceback."""
+    _, found = judged(tmp_path, {0: NCCL_769[0], 1: NCCL_769[1]}, {"NCCL_IB_GID_INDEX": value})
+    expected = "GID 3 unset" if value.strip() == "3" else "GID 0 link-local"
+    assert found["mlx5_bond_0/1"].measured == expected
+
+
 def test_nccl_picks_by_the_family_and_version_the_conf_file_asks_for(tmp_path):
     assert nccl_gid_index(judged(tmp_path, NCCL_769)[0], "AF_INET", 1) == 2  # NCCL_IB_ROCE_VERSION_NUM=1
     _, found = judged(tmp_path / "v1", NCCL_769, {"NCCL_IB_ROCE_VERSION_NUM": "1"})
@@ -121,6 +130,7 @@ def test_the_table_is_recorded_and_replayed(tmp_path):
     ({"0": "not a gid", "1": LINK_LOCAL.upper(), "99": IPV4, "x": IPV4}, {"1": "RoCE v2", "0": "RoCE v9"}),
     ({str(i): IPV4 for i in range(500)}, {str(i): "RoCE v2" for i in range(500)}),
     ({"2": IPV4}, ["not", "a", "dict"]),
+    ({"²": IPV4, "٣": IPV4, "9" * 5000: IPV4, "-1": IPV4, "3": IPV4}, {"²": "RoCE v2", "3": "RoCE v2"}),
 ])
 def test_a_hostile_table_is_bounded_and_keeps_only_gids(gids, types):
     table, versions = parse_gid_table(gids, types)
