@@ -10,6 +10,7 @@ from nodecheck.error_rules import unknown_rates
 from nodecheck.findings import FINDING_KINDS
 from nodecheck.model import Report
 from nodecheck.probes import DISABLED
+from nodecheck.roce_rules import active_roce_ports
 from nodecheck.rules import RULES
 
 MEASURED = ("bandwidth_below_spec", "bandwidth_above_bound", "bench_failed", "bench_wrong_result")
@@ -50,8 +51,7 @@ def unmade_checks(report: Report) -> dict[str, str]:
         for kind in ("pcie_aer_fatal", "pcie_link_errors"):  # a VM's virtual bridges, or AER off (pci=noaer)
             unmade.setdefault(kind, "no device on the GPUs' and NICs' PCIe paths has AER counters (aer_dev_*) to read")
     roce = next((f"{p.device}/{p.port}: its GID table was not read (a snapshot from before nodecheck read it?)"
-                 for nic in report.rdma_nics_up() for p in nic.ib_ports
-                 if p.state == "ACTIVE" and p.link_layer == "Ethernet" and p.gids is None), None)
+                 for p in active_roce_ports(report) if p.gids is None), None)
     if roce:  # a RoCE rail whose GIDs are unknown: NCCL's choice there is unknown, not routable
         unmade.setdefault("roce_gid_unroutable", roce)
     unread = _unread_ib_ports(report)

@@ -58,8 +58,13 @@ def nccl_roce_ports(report: Report, asked: dict[str, str] | None = None) -> list
     up = report.rdma_nics_up()
     chosen = set(nccl_selection(conf.get("NCCL_IB_HCA"), list(dict.fromkeys(n.rdma_device for n in up))))
     return [(port, nccl_gid_index(port, family, version), ", ".join(n.name for n in up if n.rdma_device == port.device))
-            for port in {(p.device, p.port): p for nic in up for p in nic.ib_ports}.values()
-            if port.state == "ACTIVE" and port.link_layer == "Ethernet" and port.gids is not None and port.device in chosen]
+            for port in active_roce_ports(report) if port.gids is not None and port.device in chosen]
+
+
+def active_roce_ports(report: Report) -> list[IbPort]:
+    """The ACTIVE RoCE ports (link layer Ethernet) of the NICs that are up, each once (a bond's netdevs share one)."""
+    ports = {(p.device, p.port): p for nic in report.rdma_nics_up() for p in nic.ib_ports}
+    return [p for p in ports.values() if p.state == "ACTIVE" and p.link_layer == "Ethernet"]
 
 
 def roce_gid_findings(report: Report, config=None, settings: dict[str, str] | None = None,
