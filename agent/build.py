@@ -153,7 +153,7 @@ def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | No
             gpu.fabric = GpuFabric(**n.fabric) if n.fabric else None
             gpu.c2c = n.c2c
             signals = GpuSignals(n.pcie_replays, n.clock_event_reasons, n.ecc_uncorrected_volatile, n.nvlink_errors,
-                                 n.recovery_action, **n.memory)
+                                 n.recovery_action, **n.memory, clock_event_ns=n.clock_event_ns)
             gpu.signals = signals if signals != GpuSignals() else None  # None: NVML said nothing of them (an older dump)
             gpu.cpu_affinity = n.cpu_affinity
             gpu.gpu_numa_id = n.numa_node

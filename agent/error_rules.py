@@ -70,6 +70,7 @@ def counter_sample(report: Report) -> dict[str, int]:
             if getattr(signals, name) is not None:
                 sample[f"{key}/{name}"] = getattr(signals, name)
         sample.update({f"{key}/nvlink_{name}": value for name, value in (signals.nvlink_errors or {}).items()})
+        sample.update({f"{key}/clock_{name}_ns": value for name, value in (signals.clock_event_ns or {}).items()})
     return sample
 
 

@@ -10,6 +10,7 @@ from nodecheck.error_rules import change, previous_sample
 from nodecheck.findings import Finding
 from nodecheck.model import Report
 from nodecheck.pci import normal_pci
+from nodecheck.probes.nvml_clock_events import HARDWARE_BRAKES
 from nodecheck.probes.nvml_nvlink5 import NVLINK5_COUNTERS
 from nodecheck.specs import pcie_errors_per_minute
 
@@ -19,6 +20,9 @@ SW_REASONS = {0x4: "SW power cap", 0x20: "SW thermal slowdown"}
 # published (nodecheck_gpu_clock_event_active), never a finding: a busy GPU at its power limit runs so; the throttle
 # checks of Azure's HPC images and Nebius's NPD pass it too
 NOT_A_FAULT = 0x4
+# NVML's clock event counters (probes/nvml_clock_events.py) and the bit each times
+TIMED_BITS = {"hw_thermal_slowdown": 0x40, "hw_power_brake_slowdown": 0x80, "sw_thermal_slowdown": 0x20}
+_REASON_NAMES = {label: {**HW_REASONS, **SW_REASONS}[bit] for label, bit in TIMED_BITS.items()}
 # NVML_GPU_RECOVERY_ACTION_* (nvml.h) -> (what the driver asks, what the operator does), as NVIDIA's "Error Recovery
 # and Response Flags" says them; 0 is none. The driver sets one after an uncorrectable fault: until it is done the
 # GPU is not to be used, so each is an error (drain now) whatever the bandwidth tests measured
@@ -96,26 +100,50 @@ def _ecc(report: Report, config: Config, gpu, subject: str, key: str) -> list[Fi
 
 
 def _clocks(report: Report, config: Config, gpu, subject: str, key: str) -> list[Finding]:
-    """A hardware brake is an error when it held at the previous sample too (sustained), else a warning; the
-    driver's thermal slowdown a warning; its power cap alone nothing (the GPU is working at its power limit)."""
-    reasons = gpu.signals.clock_event_reasons
-    if not reasons:
-        return []
-    previous, _ = previous_sample(report, config, f"{key}/clock_event_reasons")
+    """What slowed the GPU's clocks. Where NVML's clock event counters rose since an earlier sample, how long each
+    reason held in between: a hardware brake for [errors.limits] clock_hw_brake_fraction of that time or more is an
+    error, for less a warning. The reasons bitmask says what slows them now, for the reasons the counters do not time
+    (or a driver without them): a hardware brake is an error when it held at the previous sample too (sustained),
+    else a warning. The driver's thermal slowdown is a warning; its power cap alone nothing (the GPU is working at
+    its power limit)."""
+    timed = _time_slowed(report, config, gpu.signals.clock_event_ns or {}, key)
+    reasons = gpu.signals.clock_event_reasons or 0
+    if timed is not None:  # the counters time these reasons; HW slowdown (0x8) goes with a timed brake
+        reasons &= ~(sum(TIMED_BITS.values()) | (0x8 if any(n in HARDWARE_BRAKES for n in timed) else 0))
+    previous, _ = previous_sample(report, config, f"{key}/clock_event_reasons") if reasons else (None, None)
     before = previous.counters[f"{key}/clock_event_reasons"] if previous else 0
     hardware = [name for bit, name in HW_REASONS.items() if reasons & bit]
     sustained = [name for bit, name in HW_REASONS.items() if reasons & bit and before & bit]
     software = [name for bit, name in SW_REASONS.items() if reasons & bit and bit != NOT_A_FAULT]
-    if not hardware and not software:
+    if not timed and not hardware and not software:
         return []
-    named = ", ".join(hardware + software)
-    severity = "error" if sustained else "warning"
-    held = f"held since the previous sample ({', '.join(sustained)})" if sustained else "seen now"
-    return [Finding("gpu_clock_slowdown", severity, subject, named, "none",
-                    f"{subject} clocks slowed by {named}, {held}: " + (
-                        "the GPU's hardware brakes (overheating, a power supply or board fault); check cooling, "
-                        "`nvidia-smi -q -d PERFORMANCE` and the BMC's sensors" if hardware else
+    limit, _ = config.errors.limit("clock_hw_brake_fraction")
+    braked = any(name in HARDWARE_BRAKES and fraction >= limit for name, (_, _, fraction) in (timed or {}).items())
+    said = [f"{_REASON_NAMES[name]} {held:.1f} s of the last {seconds:.0f} s ({fraction:.0%})"
+            for name, (held, seconds, fraction) in (timed or {}).items()]
+    if hardware or software:
+        said.append(", ".join(hardware + software) + (f" now, held since the previous sample ({', '.join(sustained)})"
+                                                        if sustained else " now"))
+    on_hardware = hardware or any(name in HARDWARE_BRAKES for name in timed or {})
+    return [Finding("gpu_clock_slowdown", "error" if sustained or braked else "warning", subject,
+                    ", ".join([_REASON_NAMES[n] for n in timed or {}] + hardware + software), "none",
+                    f"{subject} clocks slowed by " + "; ".join(said) + ": " + (
+                        f"the GPU's hardware brakes (overheating, a power supply or board fault; an error from "
+                        f"{limit:.0%} of the time); check cooling, `nvidia-smi -q -d PERFORMANCE` and the BMC's sensors"
+                        if on_hardware else
                         "the driver slows the GPU for its temperature; under load this costs speed, check the cooling"))]
+
+
+def _time_slowed(report: Report, config: Config, counters: dict[str, int], key: str):
+    """{reason: (seconds it held, seconds since the previous sample, the fraction)} of the counters that rose; {}
+    when none did; None when the counters cannot say (none read, no earlier sample, or a rise longer than the
+    interval: a reset or a unit this nodecheck misreads)."""
+    rises = {name: change(report, config, f"{key}/clock_{name}_ns", value) for name, value in counters.items()}
+    if not rises or any(rise.delta is None for rise in rises.values()):
+        return None
+    timed = {name: (rise.delta / 1e9, rise.seconds, rise.delta / 1e9 / rise.seconds)
+             for name, rise in rises.items() if rise.delta and rise.seconds}
+    return None if any(fraction > 1.05 for _, _, fraction in timed.values()) else timed
 
 
 def _recovery(report: Report, config: Config, gpu, subject: str, key: str) -> list[Finding]:

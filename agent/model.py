@@ -30,6 +30,7 @@ class GpuSignals:
     retired_pages: int | None = None  # pages retired for single- and double-bit errors (GPUs before Ampere)
     retired_pages_pending: bool | None = None  # a retirement waits for the GPU's reset
     inforom_valid: bool | None = None  # False: NVML says the InfoROM is corrupted
+    clock_event_ns: dict[str, int] | None = None  # ns each reason has slowed its clocks, since the driver loaded
 
 
 @dataclass

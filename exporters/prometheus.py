@@ -253,6 +253,9 @@ def _gpu_signals(report: Report) -> Iterator[Metric]:
     yield _gauge("nodecheck_gpu_clock_event_active", "1 while this reason slows the GPU's clocks (NVML clock event reasons).",
                  ["gpu", "reason"], [([g.index, reason_label(name)], int(bool(g.signals.clock_event_reasons & bit)))
                                      for g in gpus if g.signals.clock_event_reasons is not None for bit, name in reasons.items()])
+    yield _gauge("nodecheck_gpu_clock_event_seconds", "Seconds this reason has slowed the GPU's clocks since the driver "
+                 "loaded (NVML's clock event counters; rate() is the share of the time it held).", ["gpu", "reason"],
+                 [([g.index, name], ns / 1e9) for g in gpus for name, ns in sorted((g.signals.clock_event_ns or {}).items())])
     yield _gauge("nodecheck_gpu_recovery_action", "The recovery action the driver asks for before the GPU is used again "
                  "(NVML_GPU_RECOVERY_ACTION_*): 0 none, 1 GPU reset, 2 node reboot, 3 peer-to-peer drain, 4 drain and "
                  "reset, 5 IMEX domain recovery, 6 PCIe bus reset, 7 system reboot; absent where the driver does not say.",

@@ -18,6 +18,7 @@ from nodecheck.errors import NO_DRIVER, NoData, ParseError, ProbeFailed
 from nodecheck.limits import MAX_GPUS, MAX_NVLINKS
 from nodecheck.probes.base import Probe
 from nodecheck.probes.nvml_c2c import dump_c2c, parse_c2c
+from nodecheck.probes.nvml_clock_events import dump_clock_events, parse_clock_events
 from nodecheck.probes.nvml_fabric import dump_bw_mode, dump_fabric, parse_fabric, reduced_bw_mode
 from nodecheck.probes.nvml_memory import dump_memory, parse_memory
 from nodecheck.probes.nvml_nvlink5 import dump_nvlink5, parse_nvlink5
@@ -136,6 +137,7 @@ def _dump_gpu(pynvml, index: int, handle) -> dict:
         "pcie_replays": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetPcieReplayCounter", None), handle),
         "clock_event_reasons": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
                                     or getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None), handle),
+        "clock_event_ns": dump_clock_events(pynvml, handle, lambda code: _error_text(pynvml, code)),
         "ecc_uncorrected_volatile": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetTotalEccErrors", None), handle,
                                          MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC),
         # the power limit in force and the board's default, in milliwatts: one lowered (`nvidia-smi -pl`) keeps a
@@ -237,6 +239,7 @@ class NvmlGpu:
     nvlink_count: int | None = None  # NVML_FI_DEV_NVLINK_LINK_COUNT: the links the GPU says it has
     pcie_replays: int | None = None  # nvmlDeviceGetPcieReplayCounter, since the driver loaded
     clock_event_reasons: int | None = None  # nvmlDeviceGetCurrentClocksEventReasons: a bitmask of nvmlClocksEventReason*
+    clock_event_ns: dict[str, int] | None = None  # how long each reason has slowed its clocks (parse_clock_events)
     ecc_uncorrected_volatile: int | None = None  # uncorrectable ECC errors since the last driver load or GPU reset
     # replay, recovery, crc_flit, crc_data summed over the GPU's links; on Blackwell its NVLink 5 counters
     nvlink_errors: dict[str, int] | None = None
@@ -316,6 +319,7 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
     fifth = parse_nvlink5(raw.get("nvlink5_errors"), gpu.errors) if (gpu.architecture or 0) >= BLACKWELL else {}
     gpu.nvlink_errors = {**(_nvlink_errors(raw.get("nvlinks")) or {}), **fifth} or None
     gpu.c2c = parse_c2c(raw.get("c2c"), gpu.errors)
+    gpu.clock_event_ns = parse_clock_events(raw.get("clock_event_ns"), gpu.errors)
     fabric = _field(gpu, raw, "fabric", dict)  # records NVML's refusal in gpu.errors, read next
     gpu.fabric = parse_fabric(gpu.index, gpu.errors.get("fabric"), fabric)
     if gpu.fabric is not None and (mode := reduced_bw_mode(raw.get("nvlink_bw_mode"))) is not None:

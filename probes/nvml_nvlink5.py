@@ -10,7 +10,7 @@ does); parse_nvlink5(): {name: count} of the counters it gave."""
 
 from __future__ import annotations
 
-from nodecheck.units import is_int
+from nodecheck.probes.nvml_calls import ask_counters, counters_of
 
 # the name nodecheck gives each counter -> its NVML field (nvml.h's words in the comment)
 NVLINK5_COUNTERS = {
@@ -24,37 +24,14 @@ NVLINK5_COUNTERS = {
     "recovery_events": "NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS",  # a link went from up to recovery
 }
 ALL_LINKS = 0xFFFFFFFF  # scopeId UINT_MAX: the sum over the GPU's links
-# nvmlValueType_t -> the member of nvmlValue_t that holds it
-_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
 def dump_nvlink5(pynvml, handle, error_text) -> dict:
     """{name: count or {"error": ...}} in one nvmlDeviceGetFieldValues call; error_text(code): NVML's words."""
-    ask = getattr(pynvml, "nvmlDeviceGetFieldValues", None)
-    ids = {name: getattr(pynvml, field, None) for name, field in NVLINK5_COUNTERS.items()}
-    if ask is None or None in ids.values():
-        return {"error": "not in this nvidia-ml-py"}
-    try:
-        values = ask(handle, [(field_id, ALL_LINKS) for field_id in ids.values()])
-    except pynvml.NVMLError as error:
-        return {"error": str(error)}
-    said: dict = {}
-    for name, value in zip(ids, values, strict=False):
-        if value.nvmlReturn != 0:
-            said[name] = {"error": error_text(value.nvmlReturn)}
-        else:
-            member = _VALUE_MEMBERS.get(int(value.valueType))
-            said[name] = int(getattr(value.value, member)) if member else {"error": f"value type {value.valueType}"}
-    return said
+    return ask_counters(pynvml, handle, NVLINK5_COUNTERS, error_text, ALL_LINKS)
 
 
 def parse_nvlink5(raw, errors: dict[str, str]) -> dict[str, int]:
     """The counters NVML gave as counts (0 <= n < 2^64); its first refusal into `errors` ("nvlink5"). Lenient: a
     malformed answer is no answer."""
-    if not isinstance(raw, dict):
-        return {}
-    refused = raw.get("error") or next((v["error"] for v in raw.values() if isinstance(v, dict) and "error" in v), None)
-    if refused is not None:
-        errors["nvlink5"] = str(refused)[:200]
-    return {name: value for name, value in raw.items()
-            if name in NVLINK5_COUNTERS and is_int(value) and 0 <= value < 1 << 64}
+    return counters_of(raw, NVLINK5_COUNTERS, errors, "nvlink5")

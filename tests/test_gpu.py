@@ -54,6 +54,23 @@ def test_real_nvml_says_the_memory_health(nvml_facts):
         assert gpu.memory["inforom_valid"] in (True, None) and gpu.memory["retired_pages"] is None
 
 
+def test_real_nvml_times_the_clock_events(nvml_facts):
+    """The clock event counters (ns since the driver loaded, per DCGM's *_SLOWDOWN_NS fields): read on the lent H100's
+    driver (its `nvidia-smi -q` lists "Clocks Event Reasons Counters"), none longer than the time since boot. Printed
+    beside nvidia-smi's microseconds, so a GPU that did brake shows whether the unit is the one nodecheck assumes."""
+    from nodecheck.probes.history import uptime_seconds
+
+    uptime_ns = uptime_seconds(LiveHost()) * 1e9
+    for gpu in nvml_facts.gpus:
+        print(f"gpu{gpu.index} clock event ns {gpu.clock_event_ns}, refused {gpu.errors.get('clock_events')}")
+        assert gpu.clock_event_ns is not None and set(gpu.clock_event_ns) == {
+            "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown"}
+        assert all(0 <= ns <= uptime_ns for ns in gpu.clock_event_ns.values())
+    if shutil.which("nvidia-smi"):
+        said = LiveHost().command("nvidia-smi-q-performance.txt", ["nvidia-smi", "-q", "-d", "PERFORMANCE"], timeout=30)
+        print(said[said.find("Clocks Event Reasons Counters"):][:600])
+
+
 def test_real_topo_matches_nvml(nvml_facts):
     if shutil.which("nvidia-smi") is None:
         pytest.skip("nvidia-smi is not installed")

@@ -213,18 +213,22 @@ def _field_values(m) -> None:
     Supported; the GPU's NVLink count from its "nvlink_count", else Not Supported (no capture says it); Blackwell's
     NVLink 5 counters summed over its links (scope UINT_MAX) from its "nvlink5" {name: count}, else Not Supported,
     as a GPU before Blackwell answers; its NVLink-C2C links from its "c2c" [(status, MB/s[, power state]) per
-    link], else Not Supported, as a PCIe GPU answers (and a power state not given). nvidia-ml-py's own structure."""
+    link], else Not Supported, as a PCIe GPU answers (and a power state not given); its clock event counters (ns) from
+    its "clock_event_ns" {reason: ns}, else 0 each, as the H100's `nvidia-smi -q` says them ("Clocks Event Reasons
+    Counters": 0 us each on driver 580; "ERR": a driver without the fields). nvidia-ml-py's own structure."""
     import pynvml as real
 
+    from nodecheck.probes.nvml_clock_events import CLOCK_EVENT_COUNTERS
     from nodecheck.probes.nvml_nvlink5 import ALL_LINKS, NVLINK5_COUNTERS
 
     for name in ("NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", "NVML_FI_DEV_NVLINK_GET_STATE", "NVML_FI_DEV_NVLINK_LINK_COUNT",
                  "NVML_VALUE_TYPE_UNSIGNED_INT", "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", "c_nvmlFieldValue_t",
                  "NVML_FI_DEV_C2C_LINK_COUNT", "NVML_FI_DEV_C2C_LINK_GET_STATUS", "NVML_FI_DEV_C2C_LINK_GET_MAX_BW",
                  "NVML_FI_DEV_C2C_LINK_POWER_STATE",
-                 *NVLINK5_COUNTERS.values()):
+                 *NVLINK5_COUNTERS.values(), *CLOCK_EVENT_COUNTERS.values()):
         setattr(m, name, getattr(real, name))  # `real` may be an earlier stand-in, which copied them too
     nvlink5 = {getattr(m, field): name for name, field in NVLINK5_COUNTERS.items()}
+    clocks = {getattr(m, field): name for name, field in CLOCK_EVENT_COUNTERS.items()}
 
     def answer_for(h, field_id, scope):
         if field_id == m.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
@@ -235,6 +239,9 @@ def _field_values(m) -> None:
             return h.get("nvlink_count", "ERR")
         if field_id in nvlink5 and scope == ALL_LINKS:
             return h.get("nvlink5", {}).get(nvlink5[field_id], "ERR")
+        if field_id in clocks:
+            said = h.get("clock_event_ns", {})
+            return said if said == "ERR" else said.get(clocks[field_id], 0)
         c2c = h.get("c2c")  # [(status, MB/s) or (status, MB/s, power state) per link]
         if c2c is not None and field_id == m.NVML_FI_DEV_C2C_LINK_COUNT:
             return len(c2c)
@@ -252,7 +259,7 @@ def _field_values(m) -> None:
             answer = answer_for(h, field_id, scope)
             if answer == "ERR":
                 value.nvmlReturn = NVMLError_NotSupported.value
-            elif field_id in nvlink5:  # NVLink 5 counters come as unsigned long longs
+            elif field_id in nvlink5 or field_id in clocks:  # these counters come as unsigned long longs
                 value.valueType, value.value.ullVal = m.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, answer
             else:
                 value.valueType, value.value.uiVal = m.NVML_VALUE_TYPE_UNSIGNED_INT, answer
