@@ -67,6 +67,9 @@ class ReportCollector:
 def _probes(report: Report) -> Iterator[Metric]:
     yield _gauge("nodecheck_report_timestamp_seconds", "When the probes of the latest report started.", [],
                  [([], report.generated_at)])
+    yield _gauge("nodecheck_node_uptime_seconds", "Seconds since the node booted (/proc/uptime), as the report read it: "
+                 "the time the counters kept since boot (and since the driver loaded) cover.", [],
+                 [([], report.history.uptime_s if report.history else None)])
     yield _gauge("nodecheck_probe_success", "1 when the probe read its source or the source is absent, 0 when it failed.",
                  ["probe"], [([p.name], int(p.ok or p.no_data)) for p in report.probes])
     yield _gauge("nodecheck_probe_data", "1 when the probe found its source (0: no driver, binary not installed).",

@@ -196,6 +196,54 @@ def test_the_peer_alert_uses_the_fleet_commands_bars():
     assert int(re.search(r"fleet_nodes >= (\d+)", expr)[1]) == MIN_PEERS + 1
 
 
+def braked(report, name: str, ns: dict[int, dict] | None = None, uptime: float = 864000.0):
+    """A node of `report` up `uptime` seconds whose GPUs' clock event counters (ns) are `ns` per GPU, else 0 each, as
+    the H100 capture reads them."""
+    from nodecheck.events import History
+    from nodecheck.model import GpuSignals
+
+    quiet = {"hw_thermal_slowdown": 0, "hw_power_brake_slowdown": 0, "sw_thermal_slowdown": 0}
+    gpus = [dataclasses.replace(g, signals=dataclasses.replace(g.signals or GpuSignals(),
+                                                               clock_event_ns=quiet | (ns or {}).get(g.index, {})))
+            for g in report.gpus]
+    return dataclasses.replace(node(report, name), gpus=gpus, history=History("boot", [], [], uptime))
+
+
+def test_a_node_whose_gpu_brakes_more_than_its_peers_is_out_of_line(tmp_path, hgx_report):
+    """Ten days up: gpu-hot's gpu3 spent two of them on its HW thermal brake (20%), gpu-04's gpu1 0.9% on its power
+    brake (within a point of the peers' median, 0: each brake of its own, below the per-sample error, passes); the
+    SW thermal slowdown is the driver's and does not count. The Prometheus alert judges by the same margin."""
+    import re
+
+    import yaml
+    from helpers import REPO
+
+    from nodecheck.fleet import HIGHER_IS_WORSE
+
+    day = 86400 * 10**9
+    reports = [braked(hgx_report, f"gpu-{i:02d}", {2: {"sw_thermal_slowdown": 3 * day}}) for i in range(4)]
+    reports += [braked(hgx_report, "gpu-04", {1: {"hw_power_brake_slowdown": int(0.009 * 10 * day)}}),
+                braked(hgx_report, "gpu-hot", {3: {"hw_thermal_slowdown": 2 * day}})]
+    write(tmp_path / "fleet", reports)
+    result = json.loads(cli("fleet", str(tmp_path / "fleet"), "--json").stdout)
+    (group,) = result["groups"]
+    assert result["out_of_line"] == ["gpu-hot"]
+    assert [(o["key"], o["value"], o["median"]) for o in group["outliers"]] == [("fact:gpu_hw_braked_pct_max", 20.0, 0.0)]
+    assert "gpu-hot: gpu_hw_braked_pct_max 20, peers' median 0" in cli("fleet", str(tmp_path / "fleet")).stdout
+
+    groups = yaml.safe_load((REPO / "deploy/prometheus/nodecheck-rules.yml").read_text())["groups"]
+    (expr,) = [r["expr"] for g in groups for r in g["rules"] if r.get("alert") == "NodecheckClockBrakesAbovePeers"]
+    assert float(re.search(r"fleet_median \+ ([0-9.]+)\)", expr)[1]) == HIGHER_IS_WORSE["fact:gpu_hw_braked_pct_max"]
+
+
+def test_a_node_without_uptime_or_counters_says_no_brake_share(hgx_report):
+    from nodecheck.fleet import node_view
+
+    assert "fact:gpu_hw_braked_pct_max" not in node_view(node(hgx_report, "no-history"), "x").values
+    assert node_view(braked(hgx_report, "fresh", uptime=0.0), "x").values.get("fact:gpu_hw_braked_pct_max") is None
+    assert node_view(braked(hgx_report, "quiet"), "x").values["fact:gpu_hw_braked_pct_max"] == 0.0
+
+
 def test_a_report_whose_gpus_links_or_paths_lack_their_names_is_skipped_saying_which(tmp_path, hgx_report):
     """What the fleet fuzz target found (tests/fuzz/targets.py fleet_report): a node's file whose GPU has no index,
     whose link has no type, whose measurement has no path crashed `nodecheck fleet` with a TypeError while it

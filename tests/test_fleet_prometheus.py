@@ -1,9 +1,10 @@
 """The fleet view for real: a real Prometheus with the shipped rules scrapes eight `nodecheck serve --from`
 processes on loopback (the HGX H100 example snapshot: the published topology, the H100 capture's NVML values,
-eight NDR HCAs; each publishing an in-node all-reduce result with --measurements): five alike, one at 0.81 of
-spec where the others measure 0.95, one on another driver, one with a GPU trained at x8, one with an HCA up at
-2X (200 Gbit/s). The fleet alerts fire for those four and no other node; `nodecheck fleet --prometheus` and
-`nodecheck fleet DIR` over the same nodes' Reports name the same four."""
+eight NDR HCAs; each publishing an in-node all-reduce result with --measurements; each up ten days): five alike,
+one at 0.81 of spec where the others measure 0.95, one on another driver, one with a GPU trained at x8, one with an
+HCA up at 2X (200 Gbit/s), one whose gpu3 spent two of its ten days on its HW thermal brake. The fleet alerts fire
+for those five and no other node; `nodecheck fleet --prometheus` and `nodecheck fleet DIR` over the same nodes'
+Reports name the same five."""
 
 import json
 import re
@@ -21,18 +22,28 @@ from nodecheck.snapshot import SnapshotHost
 from nodecheck.verdicts import with_measurements
 
 DEADLINE = 120
-FLEET_ALERTS = ("NodecheckBelowPeers", "NodecheckFingerprintDrift", "NodecheckNarrowerThanPeers", "NodecheckNicsSlowerThanPeers")
+FLEET_ALERTS = ("NodecheckBelowPeers", "NodecheckFingerprintDrift", "NodecheckNarrowerThanPeers", "NodecheckNicsSlowerThanPeers",
+                "NodecheckClockBrakesAbovePeers")
 NODES = {"node-1": {}, "node-2": {}, "node-3": {}, "node-4": {}, "node-5": {},
          "node-slow": {"ratio": 0.81}, "node-olddriver": {"driver": "550.54.15"}, "node-x8": {"x8": 3},
-         "node-2x": {"two_x": 5}}
+         "node-2x": {"two_x": 5}, "node-hot": {"hot": 3}}
+UPTIME_S = 864000  # ten days
 
 
-def node_snapshot(root, ratio: float = 0.95, driver: str | None = None, x8: int | None = None, two_x: int | None = None):
+def node_snapshot(root, ratio: float = 0.95, driver: str | None = None, x8: int | None = None, two_x: int | None = None,
+                  hot: int | None = None):
     from examples_builder import build_node
 
     snap = build_node(root)
     identity = json.loads((snap / "identity.json").read_text())
     (snap / "identity.json").write_text(json.dumps(dict(identity, hostname=root.name)))
+    (snap / "state.json").write_text(json.dumps({"boot_id": "boot", "state": None}))  # no state kept yet, but uptime
+    (snap / "fs/proc").mkdir(parents=True, exist_ok=True)
+    (snap / "fs/proc/uptime").write_text(f"{UPTIME_S}.00 1000.00\n")
+    if hot is not None:  # two of its ten days on the HW thermal brake
+        dump = json.loads((snap / "nvml.json").read_text())
+        dump["gpus"][hot]["clock_event_ns"]["hw_thermal_slowdown"] = 2 * 86400 * 10**9
+        (snap / "nvml.json").write_text(json.dumps(dump))
     if x8 is not None:
         gpus = hgx_nvml()
         gpus[x8] = dict(gpus[x8], width=8)
@@ -79,17 +90,18 @@ def test_the_fleet_alerts_and_both_fleet_commands_name_the_same_nodes(tmp_path, 
     wait_for(lambda: len(query("nodecheck_bandwidth_ratio")) == len(NODES), "every node's all-reduce scraped", deadline)
     names = {address: name for name, address in targets.items()}
     expected = {("NodecheckBelowPeers", "node-slow"), ("NodecheckFingerprintDrift", "node-olddriver"),
-                ("NodecheckNarrowerThanPeers", "node-x8"), ("NodecheckNicsSlowerThanPeers", "node-2x")}
+                ("NodecheckNarrowerThanPeers", "node-x8"), ("NodecheckNicsSlowerThanPeers", "node-2x"),
+                ("NodecheckClockBrakesAbovePeers", "node-hot")}
 
     def firing() -> set:
         alerts = query('ALERTS{alertstate="firing",alertname=~"%s"}' % "|".join(FLEET_ALERTS))
         return {(a["metric"]["alertname"], names[a["metric"]["instance"]]) for a in alerts}
 
-    wait_for(lambda: firing() >= expected, "the four fleet alerts to fire", deadline)
+    wait_for(lambda: firing() >= expected, "the five fleet alerts to fire", deadline)
     time.sleep(3)  # a few more evaluations: nothing else fires
     assert firing() == expected
 
     from_prometheus = json.loads(cli("fleet", "--prometheus", base, "--json").stdout)
     from_reports = json.loads(cli("fleet", str(reports), "--json").stdout)
     assert sorted(names[i] for i in from_prometheus["out_of_line"]) == from_reports["out_of_line"] == [
-        "node-2x", "node-olddriver", "node-slow", "node-x8"]
+        "node-2x", "node-hot", "node-olddriver", "node-slow", "node-x8"]

@@ -3,7 +3,8 @@
 Nodes are grouped by sku (agent/fingerprint.py). In a group where each node has at least MIN_PEERS peers:
 - every measurement (its ratio to spec, per test and path) and numeric fact gets the group's
   median, each node's ratio to it and a robust z-score (0.6745 (x - median) / MAD, Iglewicz and Hoaglin); a node
-  below `fraction` of its peers' median on a measurement, or at z <= -3.5 on anything, is out of line;
+  below `fraction` of its peers' median on a measurement, or at z <= -3.5 on anything, is out of line; the share of
+  the time a GPU spent on a hardware clock brake is worse high: out of line a point above its peers' median;
 - every fingerprint field has its majority; a node that differs from it is named ("gpu-17: driver 550.54.15;
   412 of 415 nodes run 550.90.07").
 Fewer than MIN_PEERS peers: said, nothing judged (the Prometheus rules' `fleet_nodes >= 6` is the same bar), except
@@ -19,10 +20,14 @@ from dataclasses import dataclass, field
 
 from nodecheck.fingerprint import MIG, fingerprint
 from nodecheck.model import Report, measured_on
+from nodecheck.probes.nvml_clock_events import HARDWARE_BRAKES
 
 MIN_PEERS = 5
 DEFAULT_FRACTION = 0.9
 Z_OUT = -3.5  # Iglewicz and Hoaglin's cut for a modified z-score
+# facts worse when high, each with how far above its peers' median is out of line (the Prometheus alert's margin too):
+# percentage points of the time since boot a GPU spent on a hardware clock brake
+HIGHER_IS_WORSE = {"fact:gpu_hw_braked_pct_max": 1.0}
 DRIFT_FIELDS = ("driver", "cuda", "vbios", "nic_firmware", "kernel", "topology", "nccl_conf", "roce_gid")
 
 
@@ -89,12 +94,27 @@ def _facts(report: Report) -> dict[str, float]:
     limits = [g.power_limit_w for g in report.gpus if g.power_limit_w is not None]
     if limits:  # one lowered (`nvidia-smi -pl`) keeps a busy GPU on its power cap
         facts["fact:gpu_power_limit_min_w"] = min(limits)
+    braked = _hw_braked_pct(report)
+    if braked is not None:  # a GPU its cooling or power supply brakes more often than its peers' do
+        facts["fact:gpu_hw_braked_pct_max"] = braked
     up = [n for n in report.nics if not n.virtual and n.state == "up"]
     facts["fact:nics_up"] = float(len(up))
     specs = [spec.bytes_per_second for spec in (report.path_spec(f"nic:{n.name}") for n in up) if spec and spec.bytes_per_second]
     if specs:  # each port's rate (an InfiniBand port has no netdev speed), or its PCIe path where slower
         facts["fact:nic_spec_gbits_total"] = round(sum(specs) * 8 / 1e9, 3)
     return facts
+
+
+def _hw_braked_pct(report: Report) -> float | None:
+    """The share of the time since boot its most braked GPU spent on a hardware brake (HW thermal or power brake
+    slowdown: NVML's clock event counters, kept since the driver loaded), in percent to 0.1; None where the counters
+    or the uptime are unknown."""
+    uptime = report.history.uptime_s if report.history else None
+    counters = [g.signals.clock_event_ns for g in report.gpus if g.signals and g.signals.clock_event_ns]
+    if not uptime or uptime <= 0 or not counters:
+        return None
+    worst = max(sum(ns.get(name, 0) for name in HARDWARE_BRAKES) for ns in counters)
+    return round(min(100.0, 100 * worst / 1e9 / uptime), 1)
 
 
 def _models(sku: str) -> Counter:
@@ -176,10 +196,14 @@ def _judge_key(group: Group, key: str, values: list[tuple[str, float]], fraction
     for name, x in values:
         ratio = x / median if median else None
         z = 0.6745 * (x - median) / mad if mad else (0.0 if x == median else None)
-        low_measurement = key.startswith("measured:") and ratio is not None and ratio < fraction
-        low_z = z is not None and z <= Z_OUT
-        off_fact = key.startswith("fact:") and mad == 0 and x != median  # all peers agree but this one
-        if low_measurement or low_z or off_fact:
+        if key in HIGHER_IS_WORSE:
+            out = x > median + HIGHER_IS_WORSE[key]
+        else:
+            low_measurement = key.startswith("measured:") and ratio is not None and ratio < fraction
+            low_z = z is not None and z <= Z_OUT
+            off_fact = key.startswith("fact:") and mad == 0 and x != median  # all peers agree but this one
+            out = low_measurement or low_z or off_fact
+        if out:
             group.outliers.append(Outlier(name, key, x, median, round(ratio, 4) if ratio is not None else None,
                                           round(z, 2) if z is not None else None))
 

@@ -22,6 +22,9 @@ FACTS = {  # the numeric facts agent/fleet.py takes from a Report, as PromQL ove
     "fact:gpu_pcie_width_min": "min by (instance) (nodecheck_gpu_pcie_link_width)",
     "fact:nvlinks_active": "sum by (instance) (nodecheck_gpu_nvlink_active_links)",
     "fact:gpu_power_limit_min_w": "min by (instance) (nodecheck_gpu_power_limit_watts)",
+    "fact:gpu_hw_braked_pct_max": ('round(clamp_max(100 * max by (instance) (sum by (instance, gpu) (nodecheck_gpu_clock_event_seconds'
+                                   '{reason=~"hw_thermal_slowdown|hw_power_brake_slowdown"})) / on (instance)'
+                                   ' nodecheck_node_uptime_seconds, 100), 0.1)'),
     "fact:nics_up": 'count by (instance) (nodecheck_nic_up * on (instance, nic) group_left () nodecheck_nic_info{virtual="false"} == 1)',
     "fact:nic_spec_gbits_total": ('sum by (instance) (label_replace(nodecheck_path_spec_bytes_per_second{path=~"nic:.+"}, "nic", "$1",'
                                   ' "path", "nic:(.+)") * on (instance, nic) group_left () (nodecheck_nic_up == 1)'
