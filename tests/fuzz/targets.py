@@ -72,6 +72,9 @@ def _nvml_seeds() -> list:
                        nvlink5={"symbol_errors": 12, "recovery_events": 1, "rx_errors": "ERR"})
         # ... and one a Grace GPU with a C2C link down, on a node in NVLink bandwidth mode HALF
         gpus[7] = dict(gpus[7], name="NVIDIA GB200", arch=10, c2c=[(1, 44712)] * 4 + [(0, 44712)])
+        # ... one that has spent time on its hardware brakes, and one whose driver keeps no clock event counters
+        gpus[0] = dict(gpus[0], clock_event_ns={"hw_thermal_slowdown": 12 * 10**9, "sw_thermal_slowdown": 3 * 10**9})
+        gpus[1] = dict(gpus[1], clock_event_ns="ERR")
         sys.modules["pynvml"] = fake_pynvml.replaying(gpus, nvlink_bw_mode=3)
         eight = dump_nvml()
     finally:
@@ -224,7 +227,13 @@ def _report_seeds() -> list:
 
     inspect = subprocess.run([sys.executable, "-m", "nodecheck", "inspect", "--json", "--from", str(REPO / "examples/hgx-h100-8gpu")],
                              capture_output=True, text=True, timeout=120)
-    return [json.loads(inspect.stdout), json.loads((REPO / "examples/job-8node-allreduce.json").read_text())]
+    job = json.loads((REPO / "examples/job-8node-allreduce.json").read_text())
+    # ... and the job's node ten days up with its state read, one GPU braked a day of it (the fleet's brake share)
+    braked = dict(job, history={"boot_id": "b", "acknowledgements": [], "samples": [], "uptime_s": 864000.0})
+    braked["gpus"] = [dict(g, signals=dict(g["signals"], clock_event_ns=dict(g["signals"]["clock_event_ns"],
+                                                                             hw_power_brake_slowdown=86400 * 10**9)))
+                      if g["index"] == 3 else g for g in job["gpus"]]
+    return [json.loads(inspect.stdout), job, braked]
 
 
 def _fleet_node(document) -> object:
