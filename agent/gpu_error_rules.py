@@ -22,7 +22,7 @@ SW_REASONS = {0x4: "SW power cap", 0x20: "SW thermal slowdown"}
 NOT_A_FAULT = 0x4
 # NVML's clock event counters (probes/nvml_clock_events.py) and the bit each times
 TIMED_BITS = {"hw_thermal_slowdown": 0x40, "hw_power_brake_slowdown": 0x80, "sw_thermal_slowdown": 0x20}
-_REASON_NAMES = {label: {**HW_REASONS, **SW_REASONS}[bit] for label, bit in TIMED_BITS.items()}
+REASON_NAMES = {label: {**HW_REASONS, **SW_REASONS}[bit] for label, bit in TIMED_BITS.items()}
 # NVML_GPU_RECOVERY_ACTION_* (nvml.h) -> (what the driver asks, what the operator does), as NVIDIA's "Error Recovery
 # and Response Flags" says them; 0 is none. The driver sets one after an uncorrectable fault: until it is done the
 # GPU is not to be used, so each is an error (drain now) whatever the bandwidth tests measured
@@ -119,14 +119,14 @@ def _clocks(report: Report, config: Config, gpu, subject: str, key: str) -> list
         return []
     limit, _ = config.errors.limit("clock_hw_brake_fraction")
     braked = any(name in HARDWARE_BRAKES and fraction >= limit for name, (_, _, fraction) in (timed or {}).items())
-    said = [f"{_REASON_NAMES[name]} {held:.1f} s of the last {seconds:.0f} s ({fraction:.0%})"
+    said = [f"{REASON_NAMES[name]} {held:.1f} s of the last {seconds:.0f} s ({fraction:.0%})"
             for name, (held, seconds, fraction) in (timed or {}).items()]
     if hardware or software:
         said.append(", ".join(hardware + software) + (f" now, held since the previous sample ({', '.join(sustained)})"
                                                         if sustained else " now"))
     on_hardware = hardware or any(name in HARDWARE_BRAKES for name in timed or {})
     return [Finding("gpu_clock_slowdown", "error" if sustained or braked else "warning", subject,
-                    ", ".join([_REASON_NAMES[n] for n in timed or {}] + hardware + software), "none",
+                    ", ".join([REASON_NAMES[n] for n in timed or {}] + hardware + software), "none",
                     f"{subject} clocks slowed by " + "; ".join(said) + ": " + (
                         f"the GPU's hardware brakes (overheating, a power supply or board fault; an error from "
                         f"{limit:.0%} of the time); check cooling, `nvidia-smi -q -d PERFORMANCE` and the BMC's sensors"

@@ -103,3 +103,21 @@ def dump_and_parse_errors(monkeypatch, gpu) -> dict:
 
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.replaying([gpu]))
     return parse_nvml(dump_nvml()).gpus[0].errors
+
+
+def test_inspect_says_how_long_each_gpu_was_slowed_since_the_driver_loaded(tmp_path, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from nodecheck.render.report import render
+
+    report, _ = judged(tmp_path, monkeypatch, QUIET | {"hw_power_brake_slowdown": 90 * S, "sw_thermal_slowdown": 2 * S})
+    out = io.StringIO()
+    render(report, Console(width=200, file=out, force_terminal=False, color_system=None))
+    assert ("Clocks slowed since the driver loaded: gpu0 HW power brake slowdown 1.5 min (9.0% of the 16.7 min since boot); "
+            "gpu0 SW thermal slowdown 2.0 s (0.2% of the 16.7 min since boot)") in out.getvalue()
+    quiet, _ = judged(tmp_path, monkeypatch, QUIET)
+    out = io.StringIO()
+    render(quiet, Console(width=200, file=out, force_terminal=False, color_system=None))
+    assert "Clocks slowed" not in out.getvalue()

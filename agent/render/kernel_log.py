@@ -106,5 +106,24 @@ def counter_lines(report: Report) -> list[str]:
     history = report.history
     against = (f"rates over the last {history.uptime_s - previous.uptime_s:.0f} s" if previous and history and history.uptime_s
                else (why or "rates unknown"))
-    return [f"Error counters: {covered}; {against}"]
+    return [f"Error counters: {covered}; {against}"] + _brake_lines(report)
+
+
+def _brake_lines(report: Report) -> list[str]:
+    """How long each GPU's clocks have been slowed since the driver loaded, per reason (NVML's clock event counters),
+    where any has: a GPU its cooling or power supply keeps braking shows here before any one sample holds it."""
+    from nodecheck.gpu_error_rules import REASON_NAMES
+
+    uptime = report.history.uptime_s if report.history else None
+    said = []
+    for gpu in report.gpus:
+        for label, ns in sorted(((gpu.signals.clock_event_ns or {}) if gpu.signals else {}).items()):
+            if ns > 0 and label in REASON_NAMES:
+                share = f" ({100 * ns / 1e9 / uptime:.1f}% of the {_duration(uptime)} since boot)" if uptime else ""
+                said.append(f"gpu{gpu.index} {REASON_NAMES[label]} {_duration(ns / 1e9)}{share}")
+    return [f"Clocks slowed since the driver loaded: {'; '.join(said)}"] if said else []
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
 
