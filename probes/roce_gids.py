@@ -4,14 +4,18 @@ manager assigns the GID; on RoCE it comes from the netdev's addresses, so a rail
 or an NCCL_IB_GID_INDEX that names another entry on this node than on its peers, leaves NCCL on a link-local GID
 that does not route: every connection across nodes times out (NVIDIA/nccl#769, #426).
 
-read_gid_table(): the set entries of the first MAX_GIDS indices, as sysfs prints them (an unset entry reads as
-zeros, and its type file refuses to be read); parse_gid_table(): the GIDs and their RoCE versions by index."""
+read_gid_table(): the set entries, as sysfs prints them (an unset entry reads as zeros, and its type file refuses to
+be read), up to the end of the table or UNSET_RUN unset entries in a row; parse_gid_table(): the GIDs and their RoCE
+versions by index."""
 
 from __future__ import annotations
 
 import re
 
-MAX_GIDS = 32  # entries read per port: two per IP address of the netdev (RoCE v1 and v2), set from index 0 upward
+MAX_GIDS = 256  # a port's table (mlx5: 255 entries), as far as NCCL walks it: two per IP address (RoCE v1 and v2)
+# the kernel fills the lowest free entry: this many unset in a row end what is set (a node whose pods' macvlans or
+# VLANs put 16 IPv6 addresses on the rail has its IPv4 GIDs past index 32, where a fixed 32 stopped reading)
+UNSET_RUN = 32
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 _GID = re.compile(r"[0-9a-f]{4}(?::[0-9a-f]{4}){7}")
 _INDEX = re.compile(r"[0-9]{1,3}")  # ASCII digits: '²' passes str.isdigit and fails int()
@@ -20,7 +24,7 @@ ROCE_VERSIONS = {"IB/RoCE v1": 1, "RoCE v2": 2}  # gid_attrs/types, as NCCL's nc
 
 def read_gid_table(host, port_dir: str) -> tuple[dict[str, str], dict[str, str]] | None:
     """({index: gid}, {index: type}) of the set entries; None where the port has no GID table to read."""
-    gids, types = {}, {}
+    gids, types, unset = {}, {}, 0
     for index in range(MAX_GIDS):
         gid = host.read_text(f"{port_dir}/gids/{index}")
         if gid is None:
@@ -28,7 +32,11 @@ def read_gid_table(host, port_dir: str) -> tuple[dict[str, str], dict[str, str]]
                 return None
             break
         if gid.strip() == ZERO_GID:
+            unset += 1
+            if unset == UNSET_RUN:
+                break
             continue
+        unset = 0
         gids[str(index)] = gid
         kind = host.read_text(f"{port_dir}/gid_attrs/types/{index}")
         if kind is not None:

@@ -67,6 +67,21 @@ def test_the_published_table_is_read_and_nccl_takes_its_ipv4_roce_v2_gid(tmp_pat
     assert f"RoCE GID NCCL takes: mlx5_bond_0/1 3 ({IPV4}, v2)" in platform_lines(report)  # what inspect says
 
 
+def test_ipv4_gids_past_the_32nd_entry_are_read(tmp_path):
+    """A rail whose netdev also holds 20 global IPv6 addresses (pods' macvlans, VLANs): their 40 GIDs come first and
+    the IPv4 address's RoCE v2 GID sits at 43. Reading a fixed 32 entries, NCCL's choice replayed fell back to the
+    link-local GID 0 and a healthy rail was named unroutable; the table is read to 32 unset entries in a row."""
+    table = {0: (LINK_LOCAL, "IB/RoCE v1"), 1: (LINK_LOCAL, "RoCE v2")}
+    for n in range(20):
+        v6 = f"2001:0db8:0000:0000:0000:0000:0000:{n + 1:04x}"
+        table |= {2 + 2 * n: (v6, "IB/RoCE v1"), 3 + 2 * n: (v6, "RoCE v2")}
+    table |= {42: (IPV4, "IB/RoCE v1"), 43: (IPV4, "RoCE v2")}
+    port, found = judged(tmp_path, table)
+    assert len(port.gids) == 44 and nccl_gid_index(port, "AF_INET", 2) == 43 and found == {}
+    holes = judged(tmp_path / "holes", {0: table[0], 1: table[1], 60: table[42], 61: table[43]})[0]
+    assert set(holes.gids) == {"0", "1"}  # past 32 unset entries in a row, the rest of the table is not read
+
+
 def test_the_index_that_failed_in_the_issue_is_named(tmp_path):
     _, found = judged(tmp_path, NCCL_769, {"NCCL_IB_GID_INDEX": "1"})
     finding = found["mlx5_bond_0/1"]
