@@ -60,21 +60,30 @@ def _hca(report: Report, conf: dict[str, str]) -> list[Finding]:
     if conf.get("NCCL_IB_DISABLE", "").strip() == "1":
         return [_finding("NCCL_IB_DISABLE", "1", "unset", f"NCCL_IB_DISABLE=1 while {', '.join(active[:8])} are ACTIVE: "
                          "every NCCL job's inter-node data goes over sockets (TCP), a fraction of the RDMA rate")]
-    value = conf.get("NCCL_IB_HCA")
+    said = hca_shortfall(report, conf.get("NCCL_IB_HCA"))
+    return [_finding("NCCL_IB_HCA", *said)] if said else []
+
+
+def hca_shortfall(report: Report, value: str | None) -> tuple[str, str, str] | None:
+    """(measured, expected, what it does) where an NCCL_IB_HCA selection leaves out the node's RDMA rails: it selects
+    none of the active RDMA devices (every job's data across nodes over sockets), or leaves out one nearest to a GPU;
+    None where it selects every rail, or is unset."""
     if value is None or not value.strip():
-        return []
+        return None
+    up = report.rdma_nics_up()
+    active = list(dict.fromkeys(n.rdma_device for n in up))
     chosen = set(nccl_selection(value, active))
-    if not chosen:
-        return [_finding("NCCL_IB_HCA", value[:64], f"one of {','.join(active[:8])}",
-                         f"NCCL_IB_HCA={value[:64]} selects none of the node's active RDMA devices ({', '.join(active[:8])}): "
-                         "NCCL finds no HCA and moves every job's inter-node data over sockets")]
+    if active and not chosen:
+        return (value[:64], f"one of {','.join(active[:8])}",
+                f"NCCL_IB_HCA={value[:64]} selects none of the node's active RDMA devices ({', '.join(active[:8])}): "
+                "NCCL finds no HCA and moves every job's inter-node data over sockets")
     rails = {n.rdma_device for n in near_gpus(up, report.gpus)}
     left_out = sorted(d for d in active if d not in chosen and d in rails)
     if left_out:
-        return [_finding("NCCL_IB_HCA", value[:64], f"every rail ({len(left_out) + len(chosen & rails)})",
-                         f"NCCL_IB_HCA={value[:64]} leaves out {', '.join(left_out)}, active and nearest to a GPU: "
-                         "every job across nodes runs on fewer rails than the node has")]
-    return []
+        return (value[:64], f"every rail ({len(left_out) + len(chosen & rails)})",
+                f"NCCL_IB_HCA={value[:64]} leaves out {', '.join(left_out)}, active and nearest to a GPU: "
+                "every job across nodes with it runs on fewer rails than the node has")
+    return None
 
 
 def _socket(report: Report, conf: dict[str, str]) -> list[Finding]:

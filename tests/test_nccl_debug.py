@@ -250,3 +250,25 @@ def test_a_debugging_variable_the_run_took_is_said(tmp_path):
     (tmp_path / "clean.txt").write_text(clean)
     document = json.loads(cli("nccl-log", str(tmp_path / "clean.txt"), "--from", example, "--json").stdout)
     assert not [f for f in document["findings"] if f["kind"] == "nccl_setting"]
+
+
+def test_a_job_selecting_fewer_rails_than_the_node_has_is_said(tmp_path):
+    """bench across nodes in a job that set NCCL_IB_HCA=mlx5_0,mlx5_1 on an eight-rail HGX node: its all-reduce is
+    judged against the two rails it selected (agent/rails.fabric_nics), so a job on a quarter of the node's rails
+    passed without a word. The run's settings name the rails left out; one that selects none says every job's data
+    went over sockets; the same value already in /etc/nccl.conf is nccl_config's to say, not said twice."""
+    import dataclasses
+
+    from nodecheck.model import Platform
+
+    report = hgx_h100_with_ndr(tmp_path)
+    (finding,) = [f for f in nccl_findings(NcclRun(settings={"NCCL_IB_HCA": "=mlx5_0,mlx5_1"}), report)
+                  if f.kind == "nccl_setting"]
+    assert (finding.severity, finding.measured, finding.expected) == ("warning", "NCCL_IB_HCA==mlx5_0,mlx5_1", "every rail (8)")
+    assert "leaves out mlx5_2, mlx5_3, mlx5_4, mlx5_5, mlx5_6, mlx5_7" in finding.message
+    (none,) = [f for f in nccl_findings(NcclRun(settings={"NCCL_IB_HCA": "mlx4"}), report) if f.kind == "nccl_setting"]
+    assert "selects none of the node's active RDMA devices" in none.message
+    assert [f for f in nccl_findings(NcclRun(settings={"NCCL_IB_HCA": "mlx5"}), report) if f.kind == "nccl_setting"] == []
+    conf = dataclasses.replace(report, platform=Platform(None, True, nccl_conf={"NCCL_IB_HCA": "=mlx5_0,mlx5_1"}))
+    assert [f for f in nccl_findings(NcclRun(settings={"NCCL_IB_HCA": "=mlx5_0,mlx5_1"}), conf)
+            if f.kind == "nccl_setting"] == []
