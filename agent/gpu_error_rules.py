@@ -138,7 +138,8 @@ def _time_slowed(report: Report, config: Config, counters: dict[str, int], key: 
     """{reason: (seconds it held, seconds since the previous sample, the fraction)} of the counters that rose; {}
     when none did; None when the counters cannot say (none read, no earlier sample, or a rise longer than the
     interval: a reset or a unit this nodecheck misreads)."""
-    rises = {name: change(report, config, f"{key}/clock_{name}_ns", value) for name, value in counters.items()}
+    rises = {name: change(report, config, f"{key}/clock_{name}_ns", value) for name, value in counters.items()
+             if name in TIMED_BITS}  # a Report read from a file may name others
     if not rises or any(rise.delta is None for rise in rises.values()):
         return None
     timed = {name: (rise.delta / 1e9, rise.seconds, rise.delta / 1e9 / rise.seconds)

@@ -121,3 +121,15 @@ def test_inspect_says_how_long_each_gpu_was_slowed_since_the_driver_loaded(tmp_p
     out = io.StringIO()
     render(quiet, Console(width=200, file=out, force_terminal=False, color_system=None))
     assert "Clocks slowed" not in out.getvalue()
+
+
+def test_a_counter_of_another_name_is_not_judged(tmp_path, monkeypatch):
+    """A Report read from a file may carry any names: one nodecheck does not time is passed over, never a KeyError."""
+    import dataclasses
+
+    report, _ = judged(tmp_path, monkeypatch, QUIET)
+    (gpu,) = report.gpus
+    odd = dataclasses.replace(gpu, signals=dataclasses.replace(gpu.signals, clock_event_ns={"bogus": 10**12}))
+    report = dataclasses.replace(report, gpus=[odd])
+    report.history.samples.append(CounterSample(950.0, {f"{KEY}bogus_ns": 0}))
+    assert gpu_findings(report, Config()) == []
