@@ -35,6 +35,7 @@ FINDING_KINDS = {
     "retired_pages_pending": "{subject} page retirement pending",
     "inforom_corrupted": "{subject} InfoROM corrupted",
     "gpu_power_limit_lowered": "{subject} power limit {measured} < {expected}",
+    "gpu_persistence_off": "GPU persistence mode {measured}",
     "gpu_mig_mode": "{subject} MIG {measured}",
     "gpu_link_changed": "{subject} link {measured} != {expected}",
     "nic_missing": "{subject} missing",

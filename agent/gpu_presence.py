@@ -1,5 +1,6 @@
 """Whether the node's GPUs are all there: fewer visible than `[gpus] count`, or than the NVIDIA kernel driver
-manages; a GPU NVML counts but cannot open. Pure: reads the Report and the Config."""
+manages; a GPU NVML counts but cannot open; GPUs the driver does not keep initialised between jobs. Pure: reads the
+Report and the Config."""
 
 from __future__ import annotations
 
@@ -90,3 +91,19 @@ def _missing_gpu_advice(report: Report) -> str:
         return ("NVML's library and the loaded kernel module are of different versions (the driver was upgraded "
                 "without a reboot): reboot the node, or unload and reload the nvidia modules")
     return "check `nvidia-smi -L`, dmesg for Xid/fallen-off-the-bus errors, and reseat or replace the missing GPU"
+
+
+def persistence_off(report: Report, config: Config) -> list[Finding]:
+    """GPUs with persistence mode off (nvidia-persistenced not running): the driver tears each down when its last
+    client exits, so every job's start initialises them again (seconds per GPU, and longer on NVSwitch systems), and
+    the counts NVML keeps since the GPU was initialised (volatile ECC, PCIe replays, clock event time) may start over
+    between two samples, which leaves their rates unknown. One warning naming them; nothing where NVML does not say."""
+    off = [g for g in report.gpus if g.persistent is False]
+    if not off:
+        return []
+    names = ", ".join(f"gpu{g.index}" for g in off)
+    return [Finding("gpu_persistence_off", "warning", "node", f"off on {names}", "on",
+                    f"persistence mode is off on {names} ({len(off)} of {len(report.gpus)} GPUs): the driver initialises "
+                    "them again at every job's start and the counters it keeps start over; run nvidia-persistenced "
+                    "(`systemctl enable --now nvidia-persistenced`), as NVIDIA's driver persistence guide asks of "
+                    "compute nodes")]

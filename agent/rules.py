@@ -18,7 +18,7 @@ from nodecheck.fabric_rules import bw_mode_findings, fabric_findings
 from nodecheck.findings import Finding
 from nodecheck.fingerprint import vbios_mismatch
 from nodecheck.gpu_error_rules import gpu_findings
-from nodecheck.gpu_presence import gpu_count, inaccessible_gpus
+from nodecheck.gpu_presence import gpu_count, inaccessible_gpus, persistence_off
 from nodecheck.imex_rules import imex_findings
 from nodecheck.link_types import link_family
 from nodecheck.model import Report
@@ -350,6 +350,7 @@ RULES = [
                         "sram_threshold_exceeded", "retired_pages_limit", "retired_pages_pending", "inforom_corrupted"),
          needs="nvml"),
     Rule(vbios_mismatch, ("gpu_vbios_mismatch",), needs="nvml"),
+    Rule(persistence_off, ("gpu_persistence_off",), needs="nvml"),
     Rule(fabric_findings, ("gpu_fabric_not_ready", "gpu_fabric_unhealthy"), needs="nvml"),
     Rule(bw_mode_findings, ("nvlink_bw_reduced",), needs="nvml"),
     Rule(imex_findings, ("imex_unhealthy",), needs="imex"),

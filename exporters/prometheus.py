@@ -131,6 +131,9 @@ def _gpus(report: Report) -> Iterator[Metric]:
     yield _gauge("nodecheck_gpu_mig_enabled", "1 when the GPU is in MIG mode (no NVLink, no peer-to-peer), 0 when not; "
                  "absent on GPUs without MIG.", ["gpu"],
                  [([g.index], None if g.mig_enabled is None else int(g.mig_enabled)) for g in gpus])
+    yield _gauge("nodecheck_gpu_persistence_mode", "1 when the driver keeps the GPU initialised with no client "
+                 "(persistence mode, nvidia-persistenced), 0 when not; absent where NVML does not say.", ["gpu"],
+                 [([g.index], None if g.persistent is None else int(g.persistent)) for g in gpus])
 
 
 def _nvlink_domain(report: Report) -> Iterator[Metric]:

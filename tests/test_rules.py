@@ -65,6 +65,21 @@ def test_a_lowered_power_limit_is_said_and_never_fails_the_node(tmp_path):
     assert not [f for f in refused.findings if f.kind == "gpu_power_limit_lowered"]
 
 
+def test_gpus_without_persistence_are_named_in_one_warning(tmp_path):
+    """nvidia-persistenced not running on an HGX node: its eight GPUs say "Persistence Mode: Disabled". One warning
+    for the node naming them; the H100 capture's "Enabled", or NVML not saying, is nothing."""
+    from helpers import hgx_nvml
+
+    gpus = [dict(g, persistence=0 if i in (2, 5) else 1) for i, g in enumerate(hgx_nvml())]
+    report = report_of(tmp_path, nvml_gpus=gpus, topo="hgx-h100-8gpu-8nic-sglang30401.txt")
+    (finding,) = [f for f in report.findings if f.kind == "gpu_persistence_off"]
+    assert (finding.severity, finding.subject, finding.measured) == ("warning", "node", "off on gpu2, gpu5")
+    assert "(2 of 8 GPUs)" in finding.message and "nvidia-persistenced" in finding.message
+    assert [g.persistent for g in report.gpus].count(True) == 6
+    for quiet in (h100(), h100(persistence="ERR Not Supported")):
+        assert not [f for f in report_of(tmp_path / str(id(quiet)), nvml_gpus=quiet).findings if f.kind == "gpu_persistence_off"]
+
+
 def test_gpu_count_below_expected_says_why(tmp_path):
     report = report_of(tmp_path, config=Config(gpu_count=8), topo="1x-h100-pcie-kvm-vm-1nic.txt")
     (finding,) = [f for f in report.findings if f.kind == "gpu_count_low"]

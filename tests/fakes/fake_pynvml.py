@@ -123,6 +123,8 @@ def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Excep
     # MIG mode [current, pending] as pynvml returns it: off and off, as the H100's `nvidia-smi -q` says ("MIG Mode
     # Current: Disabled, Pending: Disabled"), unless a test gives another ("ERR": a GPU without MIG)
     m.nvmlDeviceGetMigMode = lambda h: list(_value(h.get("mig", [0, 0])))
+    # persistence mode: on, as the H100's `nvidia-smi -q` says ("Persistence Mode: Enabled"), unless a test gives another
+    m.nvmlDeviceGetPersistenceMode = lambda h: _value(h.get("persistence", 1))
     _fabric_calls(m)
     _field_values(m)
     _memory_calls(m)
