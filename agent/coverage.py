@@ -47,6 +47,9 @@ def unmade_checks(report: Report) -> dict[str, str]:
             unmade.setdefault(kind, why)
     for kind, why in _unsaid_gpu_signals(report).items():
         unmade.setdefault(kind, why)
+    unsaid = next((g for g in report.gpus if g.persistent is None), None)
+    if unsaid is not None:
+        unmade.setdefault("gpu_persistence_off", f"gpu{unsaid.index}: NVML did not report its persistence mode")
     if report.pcie_paths and not any(hop.aer for hops in report.pcie_paths.values() for hop in hops):
         for kind in ("pcie_aer_fatal", "pcie_link_errors"):  # a VM's virtual bridges, or AER off (pci=noaer)
             unmade.setdefault(kind, "no device on the GPUs' and NICs' PCIe paths has AER counters (aer_dev_*) to read")

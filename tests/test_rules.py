@@ -76,8 +76,12 @@ def test_gpus_without_persistence_are_named_in_one_warning(tmp_path):
     assert (finding.severity, finding.subject, finding.measured) == ("warning", "node", "off on gpu2, gpu5")
     assert "(2 of 8 GPUs)" in finding.message and "nvidia-persistenced" in finding.message
     assert [g.persistent for g in report.gpus].count(True) == 6
+    from nodecheck.coverage import unmade_checks
+
     for quiet in (h100(), h100(persistence="ERR Not Supported")):
-        assert not [f for f in report_of(tmp_path / str(id(quiet)), nvml_gpus=quiet).findings if f.kind == "gpu_persistence_off"]
+        report = report_of(tmp_path / str(id(quiet)), nvml_gpus=quiet)
+        assert not [f for f in report.findings if f.kind == "gpu_persistence_off"]
+    assert unmade_checks(report)["gpu_persistence_off"] == "gpu0: NVML did not report its persistence mode"  # unknown
 
 
 def test_gpu_count_below_expected_says_why(tmp_path):
