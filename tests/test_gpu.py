@@ -38,6 +38,9 @@ def test_real_nvml_says_the_recovery_action_and_the_drivers_gpus(nvml_facts):
 
     assert nvml_facts.unopened == []
     assert {g.recovery_action for g in nvml_facts.gpus} <= {0, None}
+    # persistence mode answered (the captured H100: "Persistence Mode: Enabled"); printed for the record
+    print({f"gpu{g.index}": g.persistence_mode for g in nvml_facts.gpus})
+    assert {g.persistence_mode for g in nvml_facts.gpus} <= {0, 1}
     managed = LiveHost().list_dir("/proc/driver/nvidia/gpus")
     assert {normal_pci(g.pci_bus_id) for g in nvml_facts.gpus} <= set(managed), managed
 
