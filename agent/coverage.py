@@ -43,7 +43,7 @@ def unmade_checks(report: Report) -> dict[str, str]:
     log = report.kernel_log
     if log is None or not log.known:
         why = log.why if log is not None else "kernel log not read"
-        for kind in ("gpu_xid", "nvswitch_sxid"):
+        for kind in ("gpu_xid", "nvswitch_sxid", "nic_module_error", "nic_slot_power"):
             unmade.setdefault(kind, why)
     for kind, why in _unsaid_gpu_signals(report).items():
         unmade.setdefault(kind, why)

@@ -22,9 +22,9 @@ NVLINK5_XID = re.compile(r"\s{0,4}(?:pid=\d{1,10}, name=[^,]{0,80}, )?[A-Z0-9_]{
 class XidEvent:
     """One `NVRM: Xid` / `SXid` line of the kernel log (or the driver's "fallen off the bus" message)."""
 
-    kind: str = field(metadata=ESSENTIAL)  # "xid" (a GPU, NVRM) or "sxid" (an NVSwitch)
+    kind: str = field(metadata=ESSENTIAL)  # "xid" (a GPU, NVRM), "sxid" (an NVSwitch) or "nic" (a ConnectX NIC, mlx5)
     pci: str | None  # the device's address as sysfs writes it, function 0 ("0000:9b:00.0")
-    code: int = field(metadata=ESSENTIAL)  # the Xid or SXid number
+    code: int = field(metadata=ESSENTIAL)  # the Xid or SXid number; a NIC's: 1 module error, 2 slot power (kernel_log)
     message: str  # the message after the code, cut at 200 characters
     line: int  # its line in the log, from 1
     usec: int | None = None  # microseconds since boot (a /dev/kmsg record's, a monotonic dmesg line's); None: --ctime

@@ -36,6 +36,8 @@ FINDING_KINDS = {
     "inforom_corrupted": "{subject} InfoROM corrupted",
     "gpu_power_limit_lowered": "{subject} power limit {measured} < {expected}",
     "gpu_persistence_off": "GPU persistence mode {measured}",
+    "nic_module_error": "{subject} cable or transceiver: {measured}",
+    "nic_slot_power": "{subject} {measured}",
     "gpu_mig_mode": "{subject} MIG {measured}",
     "gpu_link_changed": "{subject} link {measured} != {expected}",
     "nic_missing": "{subject} missing",

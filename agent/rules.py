@@ -23,6 +23,7 @@ from nodecheck.imex_rules import imex_findings
 from nodecheck.link_types import link_family
 from nodecheck.model import Report
 from nodecheck.nccl_conf_rules import nccl_conf_findings
+from nodecheck.nic_event_rules import nic_events
 from nodecheck.pci import normal_pci
 from nodecheck.pcie_rules import narrow_links, slow_nic_links
 from nodecheck.rail_rules import rail_mtus, rail_rates, rails_down
@@ -341,6 +342,7 @@ RULES = [
     Rule(_acs_redirect, ("pcie_acs_redirect",)),
     Rule(gpu_xids, ("gpu_xid",), needs="kernel_log"),
     Rule(switch_xids, ("nvswitch_sxid",), needs="kernel_log"),
+    Rule(nic_events, ("nic_module_error", "nic_slot_power"), needs="kernel_log"),
     Rule(aer_findings, ("pcie_aer_fatal", "pcie_link_errors"), needs="pcie_paths"),
     Rule(ib_findings, ("ib_link_downed", "ib_port_errors", "ib_counter_saturated", "rdma_retransmits"), needs="nics"),
     Rule(netdev_findings, ("nic_link_errors",), needs="nics"),

@@ -20,7 +20,8 @@ from nodecheck.xid_catalog import xid_entry
 
 SIGNALS = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal", "pcie_link_errors", "ib_link_downed", "ib_port_errors", "rdma_retransmits", "nic_link_errors",
            "pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown", "gpu_fabric_not_ready",
-           "gpu_fabric_unhealthy", "gpu_recovery_action", "nvlink_bw_reduced", "roce_gid_unroutable")
+           "gpu_fabric_unhealthy", "gpu_recovery_action", "nvlink_bw_reduced", "roce_gid_unroutable",
+           "nic_module_error", "nic_slot_power")
 # gpu_xid only when repeated, not of a drain-now Xid
 TEMPERED = ("pcie_link_errors", "pcie_replays", "ib_port_errors", "nvlink_errors", "gpu_xid", "nic_link_errors")
 DRAIN_NOW_XID = "no Xid"  # the expected figure of a drain-now Xid's finding
@@ -50,8 +51,8 @@ def signal_devices(report: Report, finding: Finding, hops: dict) -> list[str]:
     if finding.kind in ("ib_port_errors", "ib_link_downed", "rdma_retransmits", "roce_gid_unroutable"):
         device = finding.subject.split("/", 1)[0]
         return [n.name for n in report.nics if n.rdma_device == device]
-    if finding.kind == "nic_link_errors":
-        return [finding.subject]
+    if finding.kind in ("nic_link_errors", "nic_module_error", "nic_slot_power"):
+        return [finding.subject] if any(n.name == finding.subject for n in report.nics) else []
     if finding.subject.startswith("gpu"):  # a GPU's own signal: gpu_xid, its replays, NVLink, clocks, ECC, recovery
         return [finding.subject]
     return []

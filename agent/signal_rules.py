@@ -43,7 +43,7 @@ def xid_subject(gpus: dict[str | None, str], event: XidEvent) -> str:
         return f"nvswitch{event.switch}" if event.switch is not None else f"pci:{event.pci}"
     if event.pci and event.pci in gpus:
         return gpus[event.pci]
-    return f"pci:{event.pci}" if event.pci else "gpu?"
+    return f"pci:{event.pci}" if event.pci else ("nic?" if event.kind == "nic" else "gpu?")
 
 
 def _acknowledged(kind: str, subject: str, position: int, event: XidEvent, acks: list[Acknowledgement]) -> bool:
@@ -60,16 +60,20 @@ def _acknowledged(kind: str, subject: str, position: int, event: XidEvent, acks:
     return False
 
 
-EVENT_KIND = {"gpu_xid": "xid", "nvswitch_sxid": "sxid"}  # finding kind -> the events it judges
+# finding kind -> the events it judges: their kind, and their code where one kind of event holds several
+EVENT_KIND = {"gpu_xid": ("xid", None), "nvswitch_sxid": ("sxid", None), "nic_module_error": ("nic", 1),
+              "nic_slot_power": ("nic", 2)}
 
 
 def events_by_subject(report: Report, config: Config, kind: str) -> dict[str, list[XidEvent]]:
     """Subject -> its events of the kind this finding judges, in log order, cleared or not."""
-    gpus = {normal_pci(g.pci_bus_id): f"gpu{g.index}" for g in report.gpus}  # once: a log holds up to 10,000 events
+    event_kind, code = EVENT_KIND[kind]
+    names = ({normal_pci(n.pci_address): n.name for n in report.nics if n.pci_address} if event_kind == "nic" else
+             {normal_pci(g.pci_bus_id): f"gpu{g.index}" for g in report.gpus})  # once: a log holds up to 10,000 events
     grouped: dict[str, list[XidEvent]] = defaultdict(list)
     for event in judged_events(report, config):
-        if event.kind == EVENT_KIND[kind]:
-            grouped[xid_subject(gpus, event)].append(event)
+        if event.kind == event_kind and code in (None, event.code):
+            grouped[xid_subject(names, event)].append(event)
     return dict(grouped)
 
 
@@ -127,7 +131,7 @@ def _recovery_xid(report: Report, subject: str, events: list[XidEvent]) -> list[
         return []
     where = f" ({events[-1].pci})" if not subject.startswith("pci:") else ""
     return [Finding("gpu_xid", "error", subject, f"Xid 154 {label}", "no Xid",
-                    f"{subject}{where} logged Xid 154 {_since_boot(events)}, last: GPU recovery action changed to 0x{action:x} "
+                    f"{subject}{where} logged Xid 154 {since_boot(events)}, last: GPU recovery action changed to 0x{action:x} "
                     f"({label}): the driver asks for it before the GPU is used again; carry it out (`nvidia-smi -q` names "
                     f"the GPU Recovery Action), then `nodecheck clear gpu_xid --gpu {_gpu_argument(subject)}`")]
 
@@ -145,7 +149,7 @@ def _xid_finding(report: Report, config: Config, subject: str, code: int, events
     pci = events[0].pci
     where = f" ({pci})" if not subject.startswith("pci:") else ""
     timed = all(e.usec is not None for e in events) and not now
-    window = _since_boot(events) + (f" ({len(recent)} within {config.errors.xid_repeat_window_s:g} s)" if timed else "")
+    window = since_boot(events) + (f" ({len(recent)} within {config.errors.xid_repeat_window_s:g} s)" if timed else "")
     followed = f"; followed by {len(sympathetic)} sympathetic Xid(s) {_codes(sympathetic)}" if sympathetic else ""
     said = _in_line(entry, events)
     if now or repeated:
@@ -188,7 +192,7 @@ def _within_window(report: Report, config: Config, events: list[XidEvent]) -> li
     return [e for e in events if e.usec >= start]
 
 
-def _since_boot(events: list[XidEvent]) -> str:
+def since_boot(events: list[XidEvent]) -> str:
     """How often since boot, and how many of those only nodecheck's memory holds (dmesg no longer shows them)."""
     remembered = sum(e.remembered for e in events)
     return f"x{len(events)} since boot" + (f" ({remembered} remembered by nodecheck: the kernel's ring buffer no longer "
@@ -216,7 +220,7 @@ def switch_xids(report: Report, config: Config) -> list[Finding]:
                      else "not in nodecheck's SXid catalog: judged by the driver's word")
             findings.append(Finding("nvswitch_sxid", "error" if fatal else "warning", subject,
                                     f"SXid {code} {entry.name}".rstrip(), "no SXid",
-                                    f"{subject} ({same[0].pci}) logged SXid {code} ({named}){where} {_since_boot(same)}: "
+                                    f"{subject} ({same[0].pci}) logged SXid {code} ({named}){where} {since_boot(same)}: "
                                     f"{same[-1].message[:120]}; {entry.advice(fatal)}; check "
                                     "the fabric manager log and `nvidia-smi nvlink -s` on the GPUs behind it, then "
                                     f"`nodecheck clear nvswitch_sxid --gpu {subject}` once it is dealt with"))

@@ -135,7 +135,7 @@ def log_memory_from(raw) -> LogMemory:
             event = from_json(XidEvent, entry) if isinstance(entry, dict) else None
         except ValueError:
             continue
-        if event is not None and event.usec is not None and event.kind in ("xid", "sxid"):
+        if event is not None and event.usec is not None and event.kind in ("xid", "sxid", "nic"):
             events.append(event)
     stretch = [raw.get(k) if isinstance(raw.get(k), int) and not isinstance(raw.get(k), bool) else None
                for k in ("from_usec", "upto_usec")]

@@ -22,8 +22,10 @@ from nodecheck.coverage import unmade_checks
 from nodecheck.findings import FINDING_KINDS, SEVERITIES
 from nodecheck.model import Report
 from nodecheck.pci import normal_pci
+from nodecheck.probes.kernel_log import NIC_MODULE_ERROR, NIC_SLOT_POWER
 
 TEXTFILE_NAME = "nodecheck.prom"
+_NIC_EVENT_LABELS = {NIC_MODULE_ERROR: "module_error", NIC_SLOT_POWER: "slot_power"}  # a ConnectX NIC's kernel events
 
 
 def _gauge(name: str, doc: str, labels: list[str], rows) -> GaugeMetricFamily:
@@ -223,6 +225,11 @@ def _kernel_log(report: Report) -> Iterator[Metric]:
     yield _gauge("nodecheck_gpu_xid_events", "NVIDIA Xid events the kernel logged since boot, per GPU (gpu empty when NVML no "
                  "longer lists it) and Xid.", ["gpu", "pci_bus_id", "xid"],
                  [([gpu, pci, code], n) for (gpu, pci, code), n in sorted(xids.items(), key=str)])
+    nic_events = Counter((e.pci, e.code) for e in log.events if e.kind == "nic")
+    yield _gauge("nodecheck_nic_kernel_events", "A ConnectX NIC's own events the kernel logged since boot: module_error (its "
+                 "cable or transceiver), slot_power (its PCIe slot short of power).", ["pci_bus_id", "event"],
+                 [([pci or "", _NIC_EVENT_LABELS.get(code, str(code))], n) for (pci, code), n in sorted(nic_events.items(),
+                                                                                                      key=str)])
     sxids = Counter((e.switch, e.pci, e.code) for e in log.events if e.kind == "sxid")
     yield _gauge("nodecheck_nvswitch_sxid_events", "NVSwitch SXid events the kernel logged since boot.", ["nvswitch", "pci_bus_id", "sxid"],
                  [([switch, pci, code], n) for (switch, pci, code), n in sorted(sxids.items(), key=str)])

@@ -1,6 +1,7 @@
 """NVIDIA error events in the kernel log: `NVRM: Xid (PCI:dddd:bb:dd): N, ...` lines, NVSwitch `SXid` lines,
-and "fallen off the bus" without an Xid line (the driver's multi-line or single-line message: an Xid 79 by
-NVIDIA's catalog, as gpud and NVSentinel count it). Reads what people and tools hand over: raw /dev/kmsg
+"fallen off the bus" without an Xid line (the driver's multi-line or single-line message: an Xid 79 by
+NVIDIA's catalog, as gpud and NVSentinel count it), and a ConnectX (mlx5) NIC's own events: a port module
+(cable or transceiver) error and its PCIe slot short of power. Reads what people and tools hand over: raw /dev/kmsg
 records (`prio,seq,usec,-;msg`), `dmesg` with or without `--ctime`, `journalctl -k` lines. Every pattern is
 linear (anchored or literal-led), so a hostile megabyte line is read, not stuck on.
 
@@ -42,6 +43,14 @@ _SXID_MORE = re.compile(r"\s{0,4}(?:Severity \d|Data \{)")  # the driver's 2nd a
 SXID_LINES_WITHIN = 8  # the lines of one SXid event lie this close (other switches' lines between them)
 OFF_BUS_WITHIN = 5  # lines between "The NVIDIA GPU ..." and "... fallen off the bus" of one message
 XID_FALLEN_OFF_THE_BUS = 79
+# a ConnectX NIC's events, as mlx5_core prints them after the device's address (drivers/net/ethernet/mellanox/mlx5/
+# core/events.c; gpud's infiniband kmsg matcher reads the same): "mlx5_core 0000:5c:00.0: port_module:254:(pid 0): Port
+# module event[error]: module 0, Cable error, High Temperature", "... mlx5_pcie_event:299:(pid 268269): Detected
+# insufficient power on the PCIe slot (27W)."
+_MLX5 = re.compile(r"mlx5_core ([0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}\.[0-7]): ")
+_MODULE_ERROR = re.compile(r"Port module event\[error\]: module (\d{1,3}), [^,]{0,40}, ([^\r\n]{1,80})")
+_SLOT_POWER = re.compile(r"Detected insufficient power on the PCIe slot \((\d{1,4})W\)")
+NIC_MODULE_ERROR, NIC_SLOT_POWER = 1, 2  # a "nic" event's code: which of the two the NIC logged
 
 
 def _device(address: str) -> str | None:
@@ -57,6 +66,8 @@ def parse_kernel_log(text: str) -> list[XidEvent]:
     for number, raw in enumerate(text.splitlines(), start=1):
         usec = _since_boot(raw)
         if "NVRM" not in raw and "SXid" not in raw:
+            if "mlx5" in raw and (nic := _nic_event(raw, number, usec)):
+                events.append(nic)
             continue
         if xid := _XID.search(raw):
             nvlink5 = NVLINK5_XID.match(raw, xid.end())
@@ -81,6 +92,19 @@ def parse_kernel_log(text: str) -> list[XidEvent]:
                     events.append(_event("xid", address, str(XID_FALLEN_OFF_THE_BUS), raw, 0, number, usec, implied=True))
                     off_bus_started.pop(address)
     return _without_echoes(list(events))
+
+
+def _nic_event(raw: str, number: int, usec: int | None) -> XidEvent | None:
+    """A ConnectX NIC's module error or slot power event, its address where the line names one."""
+    device = _MLX5.search(raw)
+    pci = normal_pci(device[1]) if device else None
+    if module := _MODULE_ERROR.search(raw):
+        return XidEvent("nic", pci, NIC_MODULE_ERROR, f"module {module[1]}: {module[2].strip()}"[:200], number, usec,
+                        printed=device[1] if device else None)
+    if power := _SLOT_POWER.search(raw):
+        return XidEvent("nic", pci, NIC_SLOT_POWER, f"insufficient power on the PCIe slot ({power[1]} W)", number, usec,
+                        printed=device[1] if device else None)
+    return None
 
 
 def _continues(events: deque[XidEvent], switch: int, code: int, number: int) -> bool:

@@ -15,7 +15,7 @@ from nodecheck.cli.app import CONFIG_OPTION, EXIT_FINDINGS, EXIT_OK, app, fail
 from nodecheck.errors import NodecheckError
 
 KERNEL_LOG_SCHEMA_VERSION = 1
-CLEARABLE = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal")
+CLEARABLE = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal", "nic_module_error", "nic_slot_power")
 
 
 @app.command("kernel-log")
@@ -24,13 +24,15 @@ def kernel_log(
     as_json: bool = typer.Option(False, "--json", help="Print events and findings as JSON (schema nodecheck.kernel_log)."),
     config_path: Optional[Path] = CONFIG_OPTION,
 ) -> None:
-    """Judge a kernel log's NVIDIA Xid and SXid events by NVIDIA's catalog, as nodecheck judges its own."""
+    """Judge a kernel log's NVIDIA Xid and SXid events by NVIDIA's catalog, and its ConnectX NICs' module and slot
+    power events, as nodecheck judges its own."""
     from nodecheck import config as config_module
     from nodecheck.events import KernelLog
     from nodecheck.files import read_user_file
     from nodecheck.findings import at_or_above
     from nodecheck.limits import MAX_COMMAND_OUTPUT
     from nodecheck.model import Report
+    from nodecheck.nic_event_rules import nic_events
     from nodecheck.probes.kernel_log import parse_kernel_log
     from nodecheck.signal_rules import gpu_xids, switch_xids
 
@@ -42,7 +44,7 @@ def kernel_log(
         fail(str(error))
     report = Report.from_dict({})
     report.kernel_log = log
-    findings = gpu_xids(report, config) + switch_xids(report, config)
+    findings = gpu_xids(report, config) + switch_xids(report, config) + nic_events(report, config)
     if as_json:
         from dataclasses import asdict
 
@@ -61,7 +63,8 @@ def kernel_log(
 @app.command()
 def clear(
     kind: str = typer.Argument(..., help=f"The finding kind to acknowledge: {', '.join(CLEARABLE)}."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="Only this GPU (its index, or its PCI address when NVML no longer lists it)."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Only this GPU (its index, or its PCI address when NVML no longer lists it), "
+                                      "NVSwitch (nvswitch0) or NIC (its netdev, as the finding names it)."),
     config_path: Optional[Path] = CONFIG_OPTION,
 ) -> None:
     """Acknowledge the events a finding names (after a repair): they stop failing the node until the next one.
@@ -91,7 +94,7 @@ def clear(
 
 
 def _clear_events(report, config, kind: str, wanted: str | None, who: str) -> list[str]:
-    """Acknowledge the open Xid or SXid events, up to the last one seen now."""
+    """Acknowledge the open Xid, SXid or NIC events, up to the last one seen now."""
     from nodecheck.events import Acknowledgement
     from nodecheck.signal_rules import events_by_subject, open_events
     from nodecheck.state import acknowledge
@@ -130,7 +133,7 @@ def _subject(gpu: str) -> str:
 
     if gpu.isdigit():
         return f"gpu{int(gpu)}"
-    if gpu.startswith("nvswitch") or gpu.startswith("gpu"):
+    if gpu.startswith("nvswitch") or gpu.startswith("gpu") or ":" not in gpu:  # a GPU, switch or NIC by name
         return gpu
     given = gpu.removeprefix("pci:")
     address = normal_pci(given if "." in given else f"{given}.0")  # the driver's form leaves the function out

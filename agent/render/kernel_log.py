@@ -7,6 +7,7 @@ from collections import Counter
 
 from nodecheck.events import KernelLog, XidEvent
 from nodecheck.model import Report
+from nodecheck.nic_event_rules import NIC_EVENT_NAMES
 from nodecheck.pci import normal_pci
 from nodecheck.render.table import SEVERITY_STYLE, esc, new_console
 from nodecheck.signal_rules import recovery_asked
@@ -21,9 +22,14 @@ def event_record(event: XidEvent) -> dict:
     `severity` is what the event alone calls for (the catalog's drain: error, watch: warning, an NVLink 5 Xid
     the driver's line calls Nonfatal: warning; sympathetic: info;
     an Xid 154: error when the recovery action it changes to is not none, else info;
-    an SXid: error when fatal by the Fabric Manager guide and the driver's word, signal_rules.switch_xids);
+    an SXid: error when fatal by the Fabric Manager guide and the driver's word, signal_rules.switch_xids; a ConnectX
+    NIC's module error or slot power event, kind nic: warning, nic_event_rules);
     `pci_bus_id` as the line prints it (the driver: domain:bus:device), `device` normalized (0000:9b:00.0)."""
     kind = "fallen_off_bus" if event.implied else event.kind
+    if event.kind == "nic":
+        return {"kind": "nic", "xid": None, "sxid": None, "pci_bus_id": event.printed, "device": event.pci, "count": 1,
+                "severity": "warning", "caused_by": None, "name": NIC_EVENT_NAMES.get(event.code), "switch": None,
+                "link": None, "line": event.line, "usec": event.usec, "message": event.message}
     if event.kind == "sxid":
         severity = "error" if sxid_entry(event.code).fatal(event.driver_word) else "warning"
     elif event.caused_by is not None:
@@ -71,8 +77,12 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
     held = (f", {remembered} of them remembered from earlier runs (the ring buffer no longer holds them: dmesg does not "
             "show them)") if remembered else ""
     lines = [f"Kernel log ({log.source}): {len(log.events)} NVIDIA event(s) {since}{held}"] + lost
+    names.update({normal_pci(n.pci_address): n.name for n in report.nics if n.pci_address})
     for (kind, pci, code), n in counts.items():
         device = f"{names[pci]} ({pci})" if pci in names else (pci or "unknown device")
+        if kind == "nic":
+            lines.append(f"  {device}: NIC {NIC_EVENT_NAMES.get(code, 'event')} x{n} (watch)")
+            continue
         if kind == "sxid":
             switch = sxid_entry(code)
             lines.append(f"  {device}: NVSwitch SXid {code} {switch.name or '(not in the catalog)'} x{n} ({switch.klass})")

@@ -181,8 +181,16 @@ GB200_NVLINK5_LINES = (
     "0x00000000 0x00000000 0x00000000)\n")
 
 
+# a ConnectX NIC's module and slot power events, as gpud quotes mlx5_core's lines (tests/test_nic_kernel_events.py)
+MLX5_LINES = (
+    "[ 8400.000001] mlx5_core 0000:5c:00.0: mlx5_port_module_event:1131:(pid 0): Port module event[error]: module 0, "
+    "Cable error, High Temperature\n"
+    "[ 8401.000002] mlx5_core 0000:5c:00.0: mlx5_pcie_event:299:(pid 268269): Detected insufficient power on the PCIe "
+    "slot (27W).\n")
+
+
 def _kernel_log_seeds() -> list[str]:
-    return _texts("captures/public/health/xid/*.log") + [GB200_NVLINK5_LINES]
+    return _texts("captures/public/health/xid/*.log") + [GB200_NVLINK5_LINES, MLX5_LINES]
 
 
 def _kernel_log_words(text: str):
