@@ -68,7 +68,8 @@ EVENT_KIND = {"gpu_xid": ("xid", None), "nvswitch_sxid": ("sxid", None), "nic_mo
 def events_by_subject(report: Report, config: Config, kind: str) -> dict[str, list[XidEvent]]:
     """Subject -> its events of the kind this finding judges, in log order, cleared or not."""
     event_kind, code = EVENT_KIND[kind]
-    names = ({normal_pci(n.pci_address): n.name for n in report.nics if n.pci_address} if event_kind == "nic" else
+    names = ({normal_pci(n.pci_address): n.name for n in sorted(report.nics, key=lambda n: not n.virtual) if n.pci_address}
+             if event_kind == "nic" else  # a physical netdev names its function, over a child sharing its address
              {normal_pci(g.pci_bus_id): f"gpu{g.index}" for g in report.gpus})  # once: a log holds up to 10,000 events
     grouped: dict[str, list[XidEvent]] = defaultdict(list)
     for event in judged_events(report, config):
