@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import stat
 import tempfile
 import time
@@ -49,9 +50,38 @@ def read_bounded(path: Path, limit: int) -> str | None:
         data = read_regular(path, limit)
     except OSError:
         return None
+    return _text(path, data, limit)
+
+
+def _text(path: Path, data: bytes, limit: int) -> str:
     if len(data) > limit:
         raise ProbeFailed(f"{path} is larger than {limit} bytes: not read")
     return data.decode("utf-8", errors="replace")
+
+
+# an InfiniBand port's counter file, and the port it belongs to
+PORT_COUNTER = re.compile(r"(/sys/class/infiniband/[^/]{1,64}/ports/[0-9]{1,3})/(?:hw_)?counters/")
+REFUSED_RETRY_S = 3600.0
+
+
+def read_port_counter(path: Path, port: str, refused: dict[str, float], limit: int) -> str | None:
+    """An InfiniBand port counter's text, as read_bounded; None without reading it while the port's firmware refused
+    one within the last REFUSED_RETRY_S (`refused`: port -> when, kept by the caller for its lifetime). Reading a
+    counter of a port the firmware manages itself (the Fabric Manager's "limited PFs" of HGX B200/B300, DGX and GB200
+    ConnectX-7 cards) fails in firmware with EINVAL and logs an mlx5 "ACCESS_REG(0x805) ... failed" line to the
+    kernel log, for every file of every round (node_exporter#3434, gpud#1164): once a port refused, its other
+    counters are not asked in that round, nor again within the hour."""
+    when = refused.get(port)
+    if when is not None and time.monotonic() - when < REFUSED_RETRY_S:
+        return None
+    try:
+        data = read_regular(path, limit)
+    except OSError as error:
+        if error.errno == errno.EINVAL:
+            refused[port] = time.monotonic()
+        return None
+    refused.pop(port, None)
+    return _text(path, data, limit)
 
 
 KMSG_RECORD = 16384  # a read of /dev/kmsg returns one record; a smaller buffer than the record is EINVAL

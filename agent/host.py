@@ -18,7 +18,7 @@ from typing import Callable, Protocol, TypeVar
 
 from nodecheck import __version__
 from nodecheck.errors import NO_DRIVER, NoData, NodecheckError, ProbeFailed, TimedOut
-from nodecheck.files import read_bounded, read_kmsg
+from nodecheck.files import PORT_COUNTER, read_bounded, read_kmsg, read_port_counter
 from nodecheck.limits import MAX_COMMAND_OUTPUT, MAX_DIR_ENTRIES, MAX_SYSFS_FILE
 
 T = TypeVar("T")
@@ -312,6 +312,7 @@ class LiveHost:
         self.root = Path(root)
         self.label = "live" if str(root) == "/" else f"live:{root}"
         self._memory: dict | None = None  # this boot's state, kept when the state file cannot be written
+        self._refused: dict[str, float] = {}  # InfiniBand ports whose firmware refused a counter (read_port_counter)
 
     def _path(self, path: str) -> Path:
         return self.root / path.lstrip("/")
@@ -321,6 +322,8 @@ class LiveHost:
 
     def read_text(self, path: str) -> str | None:
         stop_at_deadline(path)
+        if counter := PORT_COUNTER.match(path):
+            return read_port_counter(self._path(path), counter[1], self._refused, MAX_SYSFS_FILE)
         return read_bounded(self._path(path), MAX_SYSFS_FILE)
 
     def read_link(self, path: str) -> str | None:

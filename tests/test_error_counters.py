@@ -173,3 +173,39 @@ def test_paths_without_any_aer_file_leave_the_aer_checks_unknown():
     assert unmade["pcie_aer_fatal"].startswith("no device on the GPUs' and NICs' PCIe paths has AER counters")
     hops["0000:9b:00.0"][1].aer = {"correctable": 0, "nonfatal": 0, "fatal": 0}  # one device with AER: judged
     assert "pcie_aer_fatal" not in unmade_checks(make_report(gpus=[gpu], pcie_paths=hops))
+
+
+def test_a_port_whose_firmware_refuses_its_counters_is_asked_once_an_hour(tmp_path, monkeypatch):
+    """An HGX B200's Fabric Manager-managed ConnectX-7 ports ("limited PFs"): every counter read fails in firmware
+    with EINVAL and logs an mlx5 ACCESS_REG error to the kernel log (node_exporter#3434, gpud#1164), so reading each
+    of a port's eleven counters every round flooded the log. gpud's real H100 NDR tree, mlx5_1 refusing as such a port
+    does (the kernel's EINVAL, stood in for: no such card here): one read reaches it in the first round, none in the
+    next within the hour, and the other ports read as before."""
+    import errno
+    import shutil
+    import time
+
+    from nodecheck import files
+    from nodecheck.host import LiveHost
+
+    shutil.copytree(need(GPUD), tmp_path / "sys/class/infiniband", symlinks=True)
+    real, asked = files.read_regular, []
+
+    def firmware(path, limit):
+        if "/mlx5_1/ports/1/" in str(path):
+            asked.append(str(path))
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(path, limit)
+
+    monkeypatch.setattr(files, "read_regular", firmware)
+    host = LiveHost(tmp_path)
+    first = read_port_counters(host, "/sys/class/infiniband/mlx5_1/ports/1")
+    assert len(asked) == 1 and set(first.values()) == {None}  # unknown, and the port asked once
+    other = {n: parse_counter(t) for n, t in read_port_counters(host, "/sys/class/infiniband/mlx5_0/ports/1").items()}
+    assert other["link_downed"] is not None and other["symbol_error"] is not None
+    read_port_counters(host, "/sys/class/infiniband/mlx5_1/ports/1")
+    assert len(asked) == 1
+    later = time.monotonic() + files.REFUSED_RETRY_S + 1
+    monkeypatch.setattr(files.time, "monotonic", lambda: later)
+    read_port_counters(host, "/sys/class/infiniband/mlx5_1/ports/1")
+    assert len(asked) == 2  # an hour on, asked again: a card whose firmware lets go is read again
