@@ -20,6 +20,7 @@ from nodecheck.events import Acknowledgement, XidEvent
 from nodecheck.findings import Finding
 from nodecheck.model import Report
 from nodecheck.pci import normal_pci
+from nodecheck.probes.kernel_log import NIC_MODULE_ERROR, NIC_SLOT_POWER
 from nodecheck.xid_catalog import sxid_entry, xid_entry
 
 
@@ -61,8 +62,8 @@ def _acknowledged(kind: str, subject: str, position: int, event: XidEvent, acks:
 
 
 # finding kind -> the events it judges: their kind, and their code where one kind of event holds several
-EVENT_KIND = {"gpu_xid": ("xid", None), "nvswitch_sxid": ("sxid", None), "nic_module_error": ("nic", 1),
-              "nic_slot_power": ("nic", 2)}
+EVENT_KIND = {"gpu_xid": ("xid", None), "nvswitch_sxid": ("sxid", None), "nic_module_error": ("nic", NIC_MODULE_ERROR),
+              "nic_slot_power": ("nic", NIC_SLOT_POWER)}
 
 
 def events_by_subject(report: Report, config: Config, kind: str) -> dict[str, list[XidEvent]]:

@@ -77,7 +77,7 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
     held = (f", {remembered} of them remembered from earlier runs (the ring buffer no longer holds them: dmesg does not "
             "show them)") if remembered else ""
     lines = [f"Kernel log ({log.source}): {len(log.events)} NVIDIA event(s) {since}{held}"] + lost
-    names.update({normal_pci(n.pci_address): n.name for n in report.nics if n.pci_address})
+    names.update({normal_pci(n.pci_address): n.name for n in sorted(report.nics, key=lambda n: not n.virtual) if n.pci_address})
     for (kind, pci, code), n in counts.items():
         device = f"{names[pci]} ({pci})" if pci in names else (pci or "unknown device")
         if kind == "nic":
