@@ -55,7 +55,7 @@ FINDING_KINDS = {
     "pcie_acs_redirect": "{subject} ACS redirects peer traffic",
     "probe_failed": "{subject} {measured}",
     "bandwidth_below_spec": "{subject} bandwidth {measured} of spec, {expected} expected",
-    "bandwidth_above_bound": "{subject} {measured} x the rails' bound: fabric misread",
+    "bandwidth_above_bound": "{subject} {measured} x its bound: path misread",
     "bench_failed": "{head} failed",
     "bench_wrong_result": "{head} returned wrong data",
     "nccl_socket_fallback": "NCCL over sockets, RDMA NICs up",

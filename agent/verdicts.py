@@ -9,7 +9,7 @@ import dataclasses
 
 from nodecheck.config import Config
 from nodecheck.findings import Finding
-from nodecheck.model import Report
+from nodecheck.model import Report, path_identity
 from nodecheck.units import format_path_rate
 
 FABRIC_KINDS = ("infiniband", "ethernet")
@@ -46,6 +46,20 @@ def algorithm_bound(m) -> float | None:
             or m.details.get("path_kind") not in FABRIC_KINDS:
         return None
     return 2 * (m.ranks - 1) / m.ranks
+
+
+# a copy over one path moves at most its line rate: measured this far above the spec nodecheck derived, the path
+# was misread (a link count, generation or width; NVLink-C2C judged as PCIe), and the verdict passes whatever it
+# measured (published healthy copies read 0.77-0.87 of their spec; the margin covers rounding in published rates)
+COPY_BOUND = 1.1
+
+
+def copy_bound(m) -> float | None:
+    """For one copy over a GPU's host link or between two GPUs (not an all-reduce: NVLS reduces inside the switch):
+    COPY_BOUND. None for other measurements."""
+    if m.test not in ("h2d", "d2h", "p2p") or path_identity(m.path)[0] not in ("host-link", "gpu-pair"):
+        return None
+    return COPY_BOUND
 
 
 def judge_measurements(report: Report, measurements: list, config: Config | None) -> tuple[list, list[Finding]]:
@@ -105,7 +119,14 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
                                     f"{m.test} on {m.path} returned wrong data: {wrong} of {check.get('elements')} elements arrived "
                                     f"wrong (expected: {check.get('expected')}): a link or GPU corrupts data at whatever speed; "
                                     "check Xid and ECC errors (`nodecheck inspect`), and run nccl-tests with -c 1 or nvbandwidth"))
-        if m.ratio is not None and (algorithm_bound(m) or float("inf")) < m.ratio:
+        if m.ratio is not None and (copy_bound(m) or float("inf")) < m.ratio:
+            findings.append(Finding(
+                "bandwidth_above_bound", "warning", m.path, f"{m.ratio:.2f}", f"<= {COPY_BOUND:.2f}",
+                f"{m.path} {m.test} {format_path_rate(m.scope, m.bytes_per_second)} = {m.ratio:.2f} x the spec nodecheck derived "
+                f"for the path ({format_path_rate(m.scope, m.spec_bytes_per_second)}), more than one copy moves over it: the "
+                "path was misread (its link width, generation or count; a Grace GPU's NVLink-C2C judged as PCIe), so a slow "
+                "link would pass here; `nodecheck inspect` shows what it read"))
+        elif m.ratio is not None and (algorithm_bound(m) or float("inf")) < m.ratio:
             bound = algorithm_bound(m)
             findings.append(Finding(
                 "bandwidth_above_bound", "warning", m.path, f"{m.ratio:.2f}", f"<= {bound:.2f}",

@@ -341,3 +341,27 @@ def test_a_paste_without_its_hosts_is_judged_across_the_nodes_the_operator_names
     refused = nodecheck("bench", "--nccl-log", str(two_hosts), "--from", str(HGX_8_RAILS), "--nodes", "3")
     assert refused.returncode == 2 and "--nodes 3, but the log's lines name 2 hosts" in refused.stderr, refused.stderr
     assert nodecheck("bench", "--nodes", "2").returncode == 2  # it says how to judge a log: alone it means nothing
+
+
+def test_a_copy_measured_past_its_paths_line_rate_says_the_path_was_misread():
+    """A copy cannot beat its path's line rate. GH200's healthy host copy (nvbandwidth h2d 346 GB/s, NVIDIA/
+    nvbandwidth#23) judged against PCIe 5.0 x16 (63.0 GB/s), as nodecheck judged it before it read NVLink-C2C: 5.49 x
+    "spec", which passed, and would have passed at a quarter of C2C's rate too. Past 1.1 x the spec of one copy's path
+    it is a warning that the path was misread; the captured H100's own h2d (54.9 GB/s = 0.87) and a p2p copy both ways
+    at its doubled spec are not; an all-reduce inside the node (NVLS reduces in the switch) is not bounded so."""
+    from nodecheck.specs import pcie
+
+    gen5 = pcie(5, 16).bytes_per_second
+    gh200 = Measurement.measured("gpu0:host", "h2d", 346e9, gen5, 256 << 20, "nvbandwidth", "unidirectional", {"path_kind": "pcie"})
+    (finding,) = measurement_findings([gh200], Config())
+    assert (finding.kind, finding.severity, finding.measured, finding.expected) == ("bandwidth_above_bound", "warning", "5.49", "<= 1.10")
+    assert "the path was misread" in finding.message and "NVLink-C2C" in finding.message
+    h100 = Measurement.measured("gpu0:host", "h2d", 54.9e9, gen5, 1 << 30, "torch", "unidirectional", {"path_kind": "pcie"})
+    both = Measurement.measured("gpu0<->gpu1", "p2p", 1.8 * 450e9, 2 * 450e9, 256 << 20, "torch", "bidirectional",
+                                {"path_kind": "nvlink"})
+    nvls = Measurement.measured("allreduce:node-8-gpus", "allreduce", 480e9, 450e9, 1 << 30, "nccl", "busbw",
+                                {"path_kind": "nvlink"})
+    assert measurement_findings([h100, both, nvls], Config()) == []
+    pair = Measurement.measured("gpu0->gpu1", "p2p", 1.3 * 100e9, 100e9, 256 << 20, "torch", "unidirectional",
+                                {"path_kind": "nvlink"})  # NV4 read where the board has NV18: its copies 1.3 x that
+    assert [f.kind for f in measurement_findings([pair], Config())] == ["bandwidth_above_bound"]
