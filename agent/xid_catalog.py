@@ -45,6 +45,8 @@ class XidEntry:
         reset = f"reset the GPU (`nvidia-smi -r -i {index}`)" if index else "reset the GPU"
         return {"RESET_GPU": f"{reset} when idle, or reboot", "RESTART_BM": "reboot the node (power-cycle if it does not come back)",
                 "RESTART_APP": "the application must restart; repeated, check the GPU", "IGNORE": "informational on its own",
+                "CHECK_MECHANICALS": "check the GPU board's auxiliary power cables and its seating",
+                "RESTART_VM": "restart the VM (the GPU's confidential-computing key rotation failed)",
                 }.get(self.resolution, f"follow NVIDIA's {self.resolution} in the Xid catalog")
 
 

@@ -66,7 +66,11 @@ def test_nvswitch_sxid_and_a_sympathetic_xid():
 
 
 def test_the_catalog_drains_what_the_issue_lists_and_watches_the_rest():
-    drain = [48, 62, 64, 74, 79, 92, 95, 119, 120, 140, 143, *range(144, 151)]
+    """Issue 23's lists, and every row NVIDIA's catalog resolves by a GPU reset, a reboot, a VM restart or a look at
+    the mechanicals (RESET_GPU, RESTART_BM, RESTART_VM, CHECK_MECHANICALS in gpud's mirror @4a8de33a3f: 46, 54, 109,
+    110, 136, 151, 155, 156, 158), which were watched as Xids nodecheck had no row for."""
+    catalog_reset = [46, 54, 109, 110, 136, 151, 155, 156, 158]
+    drain = [48, 62, 64, 74, 79, 92, 95, 119, 120, 140, 143, *range(144, 151), *catalog_reset]
     watch = [13, 31, 43, 45, 63, 94, 121]
     assert [xid_entry(code).action for code in drain] == ["drain"] * len(drain)
     assert [xid_entry(code).action for code in watch] == ["watch"] * len(watch)
@@ -232,3 +236,21 @@ def test_an_sxid_events_later_lines_fold_into_it_and_count_alone_only_when_its_f
     assert [(e.switch, e.link) for e in parse_kernel_log("\n".join(one + other_switch))] == [(0, 30), (1, None)]
     far = one[:1] + ["[10.000150] kernel: noise"] * 8 + one[1:2]  # too far from its first line: counted
     assert len(parse_kernel_log("\n".join(far))) == 2
+
+
+def test_a_context_switch_timeout_drains_as_nvidias_catalog_asks_a_reset():
+    """Xid 109 (Context Switch Timeout Error, catalog resolution RESET_GPU), in the line format of the real Xid 48 of
+    gcm's log: a drain-now error naming the reset, not the warning an unlisted Xid gets; 136 (NVLink link training,
+    ALI) sits on the GPU's NVLink traffic only."""
+    from nodecheck.config import Config
+    from nodecheck.events import KernelLog
+    from nodecheck.model import Report
+    from nodecheck.signal_rules import gpu_xids
+
+    line = need(XID / "gcm-test-xid-31-48.log").read_text().splitlines()[1]
+    report = Report.from_dict({})
+    report.kernel_log = KernelLog(True, None, "dmesg", parse_kernel_log(line.replace(": 48,", ": 109,")))
+    (finding,) = gpu_xids(report, Config())
+    assert (finding.severity, finding.measured, finding.expected) == ("error", "Xid 109 context switch timeout", "no Xid")
+    assert "drain now" in finding.message and "reset the GPU" in finding.message
+    assert xid_entry(136).path == "nvlink" and xid_entry(54).advice("gpu0").startswith("check the GPU board's auxiliary power")
