@@ -18,6 +18,7 @@ from nodecheck.errors import NO_DRIVER, NoData, ParseError, ProbeFailed
 from nodecheck.limits import MAX_GPUS, MAX_NVLINKS
 from nodecheck.probes.base import Probe
 from nodecheck.probes.nvml_c2c import dump_c2c, parse_c2c
+from nodecheck.probes.nvml_calls import ask_counters
 from nodecheck.probes.nvml_clock_events import dump_clock_events, parse_clock_events
 from nodecheck.probes.nvml_fabric import dump_bw_mode, dump_fabric, parse_fabric, reduced_bw_mode
 from nodecheck.probes.nvml_memory import dump_memory, parse_memory
@@ -159,19 +160,11 @@ def _dump_gpu(pynvml, index: int, handle) -> dict:
 
 
 def _field_value(pynvml, handle, name: str, scope: int | None = None):
-    """One NVML field (nvmlDeviceGetFieldValues) as an unsigned int, or {"error": ...}; scope: the link a per-link
-    field is asked of. NVML answers each field on its own: a driver that does not know the field answers it Not
-    Supported, and the call still succeeds."""
-    field_id, ask = getattr(pynvml, name, None), getattr(pynvml, "nvmlDeviceGetFieldValues", None)
-    if field_id is None or ask is None:
-        return {"error": "not in this nvidia-ml-py"}
-    try:
-        value = ask(handle, [field_id if scope is None else (field_id, scope)])[0]
-    except pynvml.NVMLError as error:
-        return {"error": str(error)}
-    if value.nvmlReturn != 0:
-        return {"error": _error_text(pynvml, value.nvmlReturn)}
-    return int(value.value.uiVal)
+    """One NVML field (nvmlDeviceGetFieldValues) as a count, or {"error": ...}; scope: the link a per-link field is
+    asked of. NVML answers each field on its own: a driver that does not know the field answers it Not Supported,
+    and the call still succeeds."""
+    said = ask_counters(pynvml, handle, {"value": name}, lambda code: _error_text(pynvml, code), scope)
+    return said.get("value", said)  # the call's own refusal is {"error": ...} alone
 
 
 def _error_text(pynvml, code: int) -> str:
