@@ -66,12 +66,16 @@ EVENT_KIND = {"gpu_xid": ("xid", None), "nvswitch_sxid": ("sxid", None), "nic_mo
               "nic_slot_power": ("nic", NIC_SLOT_POWER)}
 
 
+def nic_names(report: Report) -> dict[str | None, str]:
+    """PCI address -> the netdev that names it: a physical netdev over a child interface sharing its address."""
+    return {normal_pci(n.pci_address): n.name for n in sorted(report.nics, key=lambda n: not n.virtual) if n.pci_address}
+
+
 def events_by_subject(report: Report, config: Config, kind: str) -> dict[str, list[XidEvent]]:
     """Subject -> its events of the kind this finding judges, in log order, cleared or not."""
     event_kind, code = EVENT_KIND[kind]
-    names = ({normal_pci(n.pci_address): n.name for n in sorted(report.nics, key=lambda n: not n.virtual) if n.pci_address}
-             if event_kind == "nic" else  # a physical netdev names its function, over a child sharing its address
-             {normal_pci(g.pci_bus_id): f"gpu{g.index}" for g in report.gpus})  # once: a log holds up to 10,000 events
+    names = (nic_names(report) if event_kind == "nic" else  # once: a log holds up to 10,000 events
+             {normal_pci(g.pci_bus_id): f"gpu{g.index}" for g in report.gpus})
     grouped: dict[str, list[XidEvent]] = defaultdict(list)
     for event in judged_events(report, config):
         if event.kind == event_kind and code in (None, event.code):

@@ -10,7 +10,7 @@ from nodecheck.model import Report
 from nodecheck.nic_event_rules import NIC_EVENT_NAMES
 from nodecheck.pci import normal_pci
 from nodecheck.render.table import SEVERITY_STYLE, esc, new_console
-from nodecheck.signal_rules import recovery_asked
+from nodecheck.signal_rules import nic_names, recovery_asked
 from nodecheck.xid_catalog import sxid_entry, xid_entry
 
 SYMPATHETIC = "info"  # an event that is another's fault ("caused by previous Xid N")
@@ -77,7 +77,7 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
     held = (f", {remembered} of them remembered from earlier runs (the ring buffer no longer holds them: dmesg does not "
             "show them)") if remembered else ""
     lines = [f"Kernel log ({log.source}): {len(log.events)} NVIDIA event(s) {since}{held}"] + lost
-    names.update({normal_pci(n.pci_address): n.name for n in sorted(report.nics, key=lambda n: not n.virtual) if n.pci_address})
+    names.update(nic_names(report))
     for (kind, pci, code), n in counts.items():
         device = f"{names[pci]} ({pci})" if pci in names else (pci or "unknown device")
         if kind == "nic":
