@@ -14,6 +14,7 @@ from nodecheck.model import (
     Cpu,
     Gpu,
     GpuFabric,
+    GpuProcess,
     GpuSignals,
     InaccessibleGpu,
     Link,
@@ -161,6 +162,8 @@ def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | No
             gpu.power_limit_default_w = n.power_limit_default_mw / 1000 if n.power_limit_default_mw is not None else None
             gpu.mig_enabled, gpu.mig_pending = n.mig_enabled, n.mig_pending
             gpu.persistent = bool(n.persistence_mode) if n.persistence_mode in (0, 1) else None
+            gpu.processes = [GpuProcess(**p) for p in n.processes]
+            gpu.memory_used_bytes = n.memory_used_bytes
         if t:
             gpu.cpu_affinity = t.cpu_affinity or gpu.cpu_affinity  # nvidia-smi's view wins: it is what people compare with
             gpu.numa_node = t.numa_affinity[0] if len(t.numa_affinity) == 1 else None

@@ -51,6 +51,7 @@ class PrologSettings:
     bench: list[str] = field(default_factory=list)  # quick bandwidth tests run by the prolog (none by default)
     skip_partitions: list[str] = field(default_factory=list)
     skip_comment: str = "nodecheck:skip"  # `sbatch --comment=nodecheck:skip` skips the prolog for that job
+    gpu_process_allow: list[str] = field(default_factory=lambda: ["nvidia-cuda-mps-server"])  # may hold a GPU outside jobs
 
 
 @dataclass
@@ -245,14 +246,14 @@ def _probes(table: dict, config: Config, source: str) -> None:
 
 
 def _prolog(table: dict, prolog: PrologSettings, source: str) -> None:
-    check_known_keys(table, ("timeout_s", "bench", "skip_partitions", "skip_comment"), "prolog.", source)
+    check_known_keys(table, ("timeout_s", "bench", "skip_partitions", "skip_comment", "gpu_process_allow"), "prolog.", source)
     prolog.timeout_s = _number(table, "timeout_s", source, "prolog.", 1, 3600, prolog.timeout_s)
     prolog.bench = _strings(table, "bench", source, "prolog.", prolog.bench)
-    for test in prolog.bench:
-        if test not in BENCH_TESTS:
-            raise ConfigError(f"{source}: key 'prolog.bench': unknown test {test!r} (expected some of: {', '.join(BENCH_TESTS)})")
+    if unknown := next((test for test in prolog.bench if test not in BENCH_TESTS), None):
+        raise ConfigError(f"{source}: key 'prolog.bench': unknown test {unknown!r} (expected some of: {', '.join(BENCH_TESTS)})")
     prolog.skip_partitions = _strings(table, "skip_partitions", source, "prolog.", prolog.skip_partitions)
     prolog.skip_comment = _string(table, "skip_comment", source, "prolog.", prolog.skip_comment)
+    prolog.gpu_process_allow = _strings(table, "gpu_process_allow", source, "prolog.", prolog.gpu_process_allow)
 
 
 def _slurm(table: dict, slurm: SlurmSettings, source: str) -> None:

@@ -19,7 +19,8 @@ FROM_NCCL = ("nccl_socket_fallback", "nccl_no_gdr", "nccl_p2p_disabled", "nccl_r
 RATE_KINDS = {"aer/": ("pcie_link_errors",), "ib/": ("ib_link_downed", "ib_port_errors", "rdma_retransmits"), "gpu/": ("pcie_replays", "nvlink_errors"),
               "net/": ("nic_link_errors",)}
 FABRIC_KINDS = ("gpu_fabric_not_ready", "gpu_fabric_unhealthy")
-PROLOG_ONLY = ("check_timed_out", "check_failed", "peer_unreachable", "peer_outside_subnet", "peer_slow")
+PROLOG_ONLY = ("check_timed_out", "check_failed", "peer_unreachable", "peer_outside_subnet", "peer_slow", "gpu_in_use",
+               "gpu_process_gone", "gpu_memory_held")
 
 
 def unmade_checks(report: Report) -> dict[str, str]:

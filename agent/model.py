@@ -10,49 +10,12 @@ from dataclasses import asdict, dataclass, field
 from nodecheck.events import History, KernelLog
 from nodecheck.findings import SEVERITIES, Finding, at_or_above
 from nodecheck.link_types import LINK_TYPE
+from nodecheck.model_gpu import GpuFabric, GpuProcess, GpuSignals
 from nodecheck.pci import Hop, normal_pci
 from nodecheck.typed_json import ESSENTIAL, record
 
 SCHEMA_VERSION = 2  # 2: paths and measurements carry scope (and endpoints, ranks); GPUs memory_bytes
 BENCH_TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests")  # what `bench --tests` and [prolog] bench name
-
-
-@dataclass
-class GpuSignals:
-    """A GPU's error signals as NVML reports them (probes/nvml.py); None where NVML did not say."""
-
-    pcie_replays: int | None = None  # PCIe replay counter, since the driver loaded
-    clock_event_reasons: int | None = None  # what slows its clocks now: a bitmask of nvmlClocksEventReason*
-    ecc_uncorrected_volatile: int | None = None  # uncorrectable ECC errors since the driver loaded or the GPU reset
-    nvlink_errors: dict[str, int] | None = None  # replay, recovery, crc_flit, crc_data over its links; Blackwell: NVLink 5 counters
-    recovery_action: int | None = None  # what the driver asks before reuse (NVML_GPU_RECOVERY_ACTION_*; 0 none)
-    sram_threshold_exceeded: bool | None = None  # SRAM uncorrectable errors past the field diagnostic's RMA threshold
-    retired_pages: int | None = None  # pages retired for single- and double-bit errors (GPUs before Ampere)
-    retired_pages_pending: bool | None = None  # a retirement waits for the GPU's reset
-    inforom_valid: bool | None = None  # False: NVML says the InfoROM is corrupted
-    clock_event_ns: dict[str, int] | None = None  # ns each reason has slowed its clocks, since the driver loaded
-
-
-@dataclass
-class GpuFabric:
-    """The GPU's registration with the NVLink fabric (NVML's nvmlGpuFabricInfo): on NVSwitch systems Fabric
-    Manager registers each GPU, and CUDA refuses work until that completes."""
-
-    state: str  # not_supported, not_started, in_progress, completed, or "unknown (N)"
-    status: str | None = None  # once completed: "Success", or NVML's words for what failed ("Insufficient Resources")
-    clique_id: int | None = None
-    cluster_uuid: str | None = None  # None when all zero: an NVSwitch node outside a multi-node NVLink domain
-    health_summary: str | None = None  # healthy, unhealthy, limited_capacity; None where the driver does not say
-    health: list[str] = field(default_factory=list)  # the conditions NVML's health mask raises ("route unhealthy")
-    reduced_bw_mode: int | None = None  # Blackwell: the NVLink bandwidth mode it runs below its best in (NVML's number)
-
-    @property
-    def registered(self) -> bool | None:
-        """True once completed with Success; False not started, in progress or failed; None without a fabric, or
-        when the state is unreadable or unknown."""
-        if self.state not in ("not_started", "in_progress", "completed"):
-            return None
-        return self.state == "completed" and self.status in (None, "Success")
 
 
 @dataclass
@@ -82,6 +45,8 @@ class Gpu:
     mig_pending: bool | None = None  # the MIG mode it takes at its next reset
     nearest_nics: list[str] = field(default_factory=list)
     signals: GpuSignals | None = None  # None: NVML not read
+    processes: list[GpuProcess] = field(default_factory=list)  # what holds it (NVML's list; /proc's names for them)
+    memory_used_bytes: int | None = None  # in use, the driver's reservation apart; None where NVML did not say so
 
 
 @dataclass

@@ -2,7 +2,8 @@
 what Slurm should do about this node.
 
 Checks (concurrent, each bounded by the budget; one that does not finish is named as timed out):
-  node       the probes and static rules (GPU count, PCIe width, NVLinks, link types, NIC state and speed)
+  node       the probes and static rules (GPU count, PCIe width, NVLinks, link types, NIC state and speed);
+             prolog only: the processes holding a GPU before the job (agent/gpu_process_rules.py)
   proximity  the job's peers: same subnet on the traffic interface, round trip (prolog only)
   bench      the quick bandwidth tests listed in [prolog] bench, in a subprocess (none by default;
              prolog only: the health check runs every few minutes, under running jobs too)
@@ -78,20 +79,22 @@ def failing_findings(findings: list[Finding], fail_severity: str) -> list[Findin
     return sorted(at_or_above(findings, fail_severity), key=lambda f: -SEVERITIES.index(f.severity))
 
 
-def run_checks(host, config, environ: dict[str, str], node: str, with_bench: bool = True,
+def run_checks(host, config, environ: dict[str, str], node: str, before_job: bool = True,
                deadline: float | None = None) -> Verdict:
     """Every check by `deadline` (default: config.prolog.timeout_s from now). The node and proximity
-    checks run together; the bandwidth tests (when configured and with_bench) get what is left of the
-    budget afterwards."""
+    checks run together; the bandwidth tests (when configured and before_job: the prolog's) get what is left of the
+    budget afterwards. before_job also judges the processes holding the GPUs (agent/gpu_process_rules.py)."""
     deadline = deadline if deadline is not None else time.monotonic() + config.prolog.timeout_s
     budget = max(0.0, deadline - time.monotonic())
-    bench = list(config.prolog.bench) if with_bench else []
+    bench = list(config.prolog.bench) if before_job else []
     first_deadline = deadline - (budget / 2 if bench else 0)
     first_share = first_deadline - time.monotonic()
     # a check that runs out of time is as grave as the findings it could have made, no graver:
     # proximity findings are warnings by default, so its time-out is too (it must never drain a node)
     built: dict = {}  # the node check's Report: the bench's measurements are judged against it
-    checks = {"node": (lambda: _node_check(host, config, first_share, built), "error"),
+    job = environ.get("SLURM_JOB_ID", "")
+    job_id = int(job) if before_job and job.isdigit() and len(job) < 13 else (0 if before_job else None)
+    checks = {"node": (lambda: _node_check(host, config, first_share, built, job_id), "error"),
               "proximity": (lambda: _proximity_check(host, environ, config, node, first_share), config.proximity.severity)}
     runs = _run_bounded(checks, first_deadline)
     if bench:
@@ -148,13 +151,16 @@ def _run_bounded(checks: dict, deadline: float) -> list[CheckRun]:
     return runs
 
 
-def _node_check(host, config, share: float, built: dict):
+def _node_check(host, config, share: float, built: dict, job: int | None = None):
+    """The Report's findings; with `job` (the prolog's; 0 where Slurm did not name it), the GPUs' processes too."""
     from nodecheck.build import build_report
+    from nodecheck.gpu_process_rules import before_job
 
     # probes get most of the share, so a hung source is named by its probe rather than by the check
     report = build_report(host, config, probe_timeout=max(1.0, share * 0.8))
     built["report"] = report
-    return report.findings, []
+    held = before_job(report, job or None, config.prolog.gpu_process_allow) if job is not None else []
+    return report.findings + held, []
 
 
 def _proximity_check(host, environ: dict[str, str], config, node: str, share: float):
@@ -266,7 +272,7 @@ def execute(mode: str, host, config, environ: dict[str, str], dry_run: bool) -> 
         except NodecheckError as error:  # the checks still run and are shown; nothing is resumed blind
             slurm_error = f"cannot read node {node}'s state from Slurm: {error}"
     # bandwidth tests only in the prolog: a health check runs every few minutes, jobs or not
-    verdict = run_checks(host, config, environ, node, with_bench=mode == "prolog", deadline=deadline - scontrol_share)
+    verdict = run_checks(host, config, environ, node, before_job=mode == "prolog", deadline=deadline - scontrol_share)
     action, detail = plan_action(verdict, state, mode == "healthcheck")
     if slurm_error and action == "none":
         detail = f"{detail}; the node's Slurm state is unknown, so nothing is resumed"

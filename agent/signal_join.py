@@ -5,6 +5,8 @@
 - An error-only signal whose path's last measurements all passed is a warning, not a drain: the link errs but
   carries its bandwidth (the NVLink "unhealthy" for 13 days while NCCL measured 843 GB/s). A drain-now class
   (a drain Xid, fatal AER, link_downed rising) stays an error whatever was measured.
+- A measurement below its threshold on a GPU another process held (NVML's list: not nodecheck's, not its job's) is
+  a warning naming the process: it measured the sharing, not the link (`bench` beside a job).
 """
 
 from __future__ import annotations
@@ -118,9 +120,10 @@ def joined(report: Report, measurements: list, findings: list[Finding]) -> list[
     signals = [(f, signal_devices(report, f, hops)) for f in findings if f.kind in SIGNALS]
     used = {id(m): nics_used(report, m) for m in measurements}
     out = []
+    held = held_gpus(report)
     for finding in findings:
         if finding.kind == "bandwidth_below_spec":
-            finding = _naming_signals(finding, measurements, signals, used)
+            finding = _shared(_naming_signals(finding, measurements, signals, used), measurements, held)
         elif finding.kind in TEMPERED and finding.severity == "error" and finding.expected != DRAIN_NOW_XID:
             devices = dict((id(f), d) for f, d in signals).get(id(finding), [])
             crossing = [m for m in measurements if devices and on_path(m, devices, used[id(m)])]
@@ -141,3 +144,23 @@ def _naming_signals(finding: Finding, measurements: list, signals: list, used: d
     if not named:
         return finding
     return dataclasses.replace(finding, message=f"{finding.message}; error signals on this path: {'; '.join(named)}")
+
+
+def held_gpus(report: Report) -> dict[str, str]:
+    """GPU ("gpu3") -> the first process another holds it with ("pid 4242 python3"), nodecheck's own and its job's apart."""
+    held = {}
+    for gpu in report.gpus:
+        others = [p for p in gpu.processes if not p.ours and not p.gone and p.type != "graphics"]
+        if others:
+            held[f"gpu{gpu.index}"] = f"pid {others[0].pid} {others[0].name or '?'}"
+    return held
+
+
+def _shared(finding: Finding, measurements: list, held: dict[str, str]) -> Finding:
+    measurement = next((m for m in measurements if finding.message.startswith(f"{m.path} {m.test} ")), None)
+    sharing = [f"{gpu} ({who})" for gpu, who in held.items() if measurement and on_path(measurement, [gpu])]
+    if not sharing:
+        return finding
+    return dataclasses.replace(finding, severity="warning", message=(
+        f"{finding.message}; measured while another process held {', '.join(sharing)}: the figure is shared with "
+        "it, so it is a warning, not a verdict on the link; measure again with the GPUs free"))

@@ -136,6 +136,14 @@ def _gpus(report: Report) -> Iterator[Metric]:
     yield _gauge("nodecheck_gpu_persistence_mode", "1 when the driver keeps the GPU initialised with no client "
                  "(persistence mode, nvidia-persistenced), 0 when not; absent where NVML does not say.", ["gpu"],
                  [([g.index], None if g.persistent is None else int(g.persistent)) for g in gpus])
+    read = [g for g in gpus if g.signals is not None]  # NVML read: no process listed is 0, not absent
+    yield _gauge("nodecheck_gpu_processes", "Processes holding the GPU (NVML's compute and graphics lists), nodecheck's "
+                 "own apart: owner=\"job\" inside a Slurm job's cgroup, owner=\"none\" outside every job (the prolog's "
+                 "gpu_in_use).", ["gpu", "owner"],
+                 [([g.index, owner], sum(1 for p in g.processes if not p.ours and (p.job is None) == (owner == "none")))
+                  for g in read for owner in ("job", "none")])
+    yield _gauge("nodecheck_gpu_memory_used_bytes", "GPU memory in use, the driver's reservation apart; absent where "
+                 "the driver does not keep the two apart.", ["gpu"], [([g.index], g.memory_used_bytes) for g in gpus])
 
 
 def _nvlink_domain(report: Report) -> Iterator[Metric]:

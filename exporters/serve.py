@@ -23,6 +23,7 @@ from nodecheck.exporters.http import ScrapeServer, listening_socket
 from nodecheck.exporters.prometheus import exposition
 from nodecheck.host import kill_running_commands
 from nodecheck.model import Measurement, Report
+from nodecheck.signal_join import held_gpus
 
 log = logging.getLogger("nodecheck.serve")
 
@@ -125,10 +126,13 @@ BUSY_PERCENT = 10  # a GPU busier than this runs someone's work
 
 
 def busy_gpus(report: Report | None) -> list[str]:
-    """The GPUs the latest probe round found at work ("gpu3 at 97%"): a bench beside a job measures the job (a
-    slow verdict, and with --kubernetes-taint a taint) and slows it."""
-    return [f"gpu{g.index} at {g.utilization_percent}%" for g in (report.gpus if report else [])
-            if (g.utilization_percent or 0) > BUSY_PERCENT]
+    """The GPUs the latest probe round found at work ("gpu3 at 97%") or held by another process ("gpu3 held by pid
+    4242 python3"): a bench beside a job measures the job (a slow verdict, and with --kubernetes-taint a taint) and
+    slows it."""
+    held = held_gpus(report) if report else {}  # a job loading its data holds the GPU at 0%
+    return [f"gpu{g.index} at {g.utilization_percent}%" if (g.utilization_percent or 0) > BUSY_PERCENT
+            else f"gpu{g.index} held by {held[f'gpu{g.index}']}" for g in (report.gpus if report else [])
+            if (g.utilization_percent or 0) > BUSY_PERCENT or f"gpu{g.index}" in held]
 
 
 def bench_forever(latest: LatestReport, bench: Callable[[], list[Measurement]], every: float, stop: threading.Event) -> None:

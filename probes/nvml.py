@@ -23,6 +23,7 @@ from nodecheck.probes.nvml_clock_events import dump_clock_events, parse_clock_ev
 from nodecheck.probes.nvml_fabric import dump_bw_mode, dump_fabric, parse_fabric, reduced_bw_mode
 from nodecheck.probes.nvml_memory import dump_memory, parse_memory
 from nodecheck.probes.nvml_nvlink5 import dump_nvlink5, parse_nvlink5
+from nodecheck.probes.nvml_processes import describe_owners, dump_memory_used, dump_processes, parse_memory_used, parse_processes
 from nodecheck.units import format_cpulist, is_int, mask_words_to_cpus
 
 SOURCE = "nvml.json"
@@ -35,7 +36,10 @@ NVLINK_BW_MODES = ("FULL", "OFF", "MIN", "HALF", "3QUARTER")  # NVML_GPU_NVLINK_
 
 
 def collect(host, timeout: float) -> "NvmlFacts":
-    return parse_nvml(host.nvml(timeout, dump_nvml))  # pynvml is imported only when NVML is asked
+    facts = parse_nvml(host.nvml(timeout, dump_nvml))  # pynvml is imported only when NVML is asked
+    for gpu in facts.gpus:  # who holds each GPU, as /proc says (read through host: a snapshot keeps it)
+        describe_owners(host, gpu.processes, facts.asked_by_pid)
+    return facts
 
 
 PROBE = Probe("nvml", collect, 15.0)
@@ -66,6 +70,7 @@ def dump_nvml() -> dict:
             # below FULL, peer-to-peer over NVLink uses fewer links while every link reads active
             "nvlink_bw_mode": _ask(pynvml, getattr(pynvml, "nvmlSystemGetNvlinkBwMode", None)),
             "gpus": [_dump_gpu_or_why(pynvml, index) for index in range(count)],
+            "asked_by_pid": os.getpid(),  # nodecheck's own: its processes on a GPU (a bench's) are not another's
         }
     except pynvml.NVMLError as error:
         raise ProbeFailed(f"NVML: {error}") from None
@@ -156,6 +161,9 @@ def _dump_gpu(pynvml, index: int, handle) -> dict:
         "recovery_action": _field_value(pynvml, handle, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"),
         # SRAM error status, retired pages, the InfoROM's validity (probes/nvml_memory.py)
         **dump_memory(pynvml, handle, _ask),
+        # the processes holding it, and its memory in use (probes/nvml_processes.py)
+        "processes": dump_processes(pynvml, handle, _ask),
+        "memory_used": dump_memory_used(pynvml, handle, _ask),
     }
 
 
@@ -247,6 +255,8 @@ class NvmlGpu:
     fabric: dict | None = None  # NVLink fabric registration (parse_fabric); None where NVML did not say
     c2c: dict | None = None  # {links, link_mbps}: its active NVLink-C2C links to a Grace CPU (parse_c2c)
     memory: dict = field(default_factory=dict)  # SRAM status, retired pages, InfoROM (parse_memory)
+    processes: list[dict] = field(default_factory=list)  # {pid, type, memory_bytes} (parse_processes), + describe_owners
+    memory_used_bytes: int | None = None  # in use, the driver's reservation apart where NVML says it
     errors: dict[str, str] = field(default_factory=dict)  # field -> NVML's reason
 
 
@@ -257,6 +267,7 @@ class NvmlFacts:
     gpus: list[NvmlGpu]
     unopened: list[dict] = field(default_factory=list)  # {index, error, code}: GPUs NVML counts but cannot open
     nvlink_bw_mode: str | None = None  # NVLINK_BW_MODES; None where NVML does not say (before Hopper, older drivers)
+    asked_by_pid: int | None = None  # the process that read NVML: nodecheck's own
 
 
 def parse_nvml(dump: object) -> NvmlFacts:
@@ -275,9 +286,10 @@ def parse_nvml(dump: object) -> NvmlFacts:
             gpus.append(_parse_gpu(position, raw))
     driver = dump.get("driver_version")
     cuda = dump.get("cuda_driver_version")
-    mode = dump.get("nvlink_bw_mode")
+    mode, own = dump.get("nvlink_bw_mode"), dump.get("asked_by_pid")
     return NvmlFacts(driver if isinstance(driver, str) else None, cuda if is_int(cuda) else None, gpus, unopened,
-                     NVLINK_BW_MODES[mode] if is_int(mode) and 0 <= mode < len(NVLINK_BW_MODES) else None)
+                     NVLINK_BW_MODES[mode] if is_int(mode) and 0 <= mode < len(NVLINK_BW_MODES) else None,
+                     own if is_int(own) and 0 < own < 1 << 31 else None)
 
 
 def _parse_unopened(position: int, raw: dict) -> dict:
@@ -321,6 +333,9 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
     if gpu.fabric is not None and (mode := reduced_bw_mode(raw.get("nvlink_bw_mode"))) is not None:
         gpu.fabric["reduced_bw_mode"] = mode
     gpu.memory = parse_memory(raw, gpu.errors)
+    gpu.processes = parse_processes(raw.get("processes"), gpu.errors)
+    used, reserved = parse_memory_used(raw.get("memory_used"))
+    gpu.memory_used_bytes = used if reserved is not None else None  # v1's used counts the reservation in: not judged
     return gpu
 
 

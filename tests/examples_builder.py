@@ -56,7 +56,9 @@ def build_node(root: Path) -> Path:
     (root / "sources.json").write_text(json.dumps({
         "identity.json": {"outcome": "ok"}, "nvml.json": {"outcome": "ok"},
         "nvidia-smi-topo-m.txt": {"argv": ["nvidia-smi", "topo", "-m"], "outcome": "ok"}}, indent=1) + "\n")
-    (root / "nvml.json").write_text(json.dumps(json.loads((root / "nvml.json").read_text()), indent=1) + "\n")
+    nvml = json.loads((root / "nvml.json").read_text())
+    nvml["asked_by_pid"] = 4000  # the process that read NVML: this build's pid would change the example each time
+    (root / "nvml.json").write_text(json.dumps(nvml, indent=1) + "\n")
     return root
 
 

@@ -87,3 +87,23 @@ def test_snapshot_taken_on_gpu_node_replays(nvml_facts, tmp_path):
     replayed = json.loads(nodecheck("inspect", "--json", "--from", str(tmp_path / "gpu.tar.gz")).stdout)
     assert replayed["gpus"] == live["gpus"] and replayed["links"] == live["links"]
     assert all(p["bytes_per_second"] for p in replayed["paths"] if p["path"].endswith(":host"))
+
+
+def test_real_nvml_lists_this_process_once_it_holds_a_context():
+    """A CUDA context in this process (torch's), then NVML's list read through the probe: this pid is there, a
+    compute process, ours, with its memory said (or None where NVML cannot say); the memory in use printed beside
+    the capture's "Reserved: 480 MiB, Used: 0 MiB" of an idle H100."""
+    import os
+
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    held = torch.ones(64 << 20, device="cuda:0")  # 256 MiB
+    from nodecheck.probes.nvml import collect
+
+    facts = collect(LiveHost(), 15.0)
+    mine = [p for g in facts.gpus for p in g.processes if p["pid"] == os.getpid()]
+    print({f"gpu{g.index}": (g.processes, g.memory_used_bytes) for g in facts.gpus})
+    assert mine and mine[0]["ours"] and mine[0]["type"] in ("compute", "both"), mine
+    assert mine[0]["memory_bytes"] is None or mine[0]["memory_bytes"] >= 256 << 20
+    del held

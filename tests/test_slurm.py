@@ -155,3 +155,35 @@ def test_a_sweep_writes_each_nodes_report_and_compares_them(slurm, tmp_path):
     (report,) = list(out.glob("*.json"))
     assert json.loads(report.read_text())["schema"] == "nodecheck.report"
     assert "fewer than 5 peers each, nothing judged" in log.read_text()
+
+
+def test_a_jobs_process_on_a_gpu_is_the_jobs_and_a_stray_one_drains(slurm, tmp_path, monkeypatch):
+    """Real processes, as NVML would list them on a GPU: a running job's task (this Slurm tracks processes without
+    cgroups, proctrack/linuxproc: its slurmstepd parent says it is a job's) and a process that left its parent
+    (setsid and a shell that exited: reparented, as a leftover daemon is). Only the stray one is in use."""
+    from fakes import fake_pynvml
+    from test_gpu_processes import GIB, NoDeviceFileGate, captured
+
+    from nodecheck.gpu_process_rules import before_job
+    from nodecheck.model import GpuProcess, Report
+    from nodecheck.probes.nvml import collect
+
+    slurm.configure(HEALTHY)
+    pidfile = tmp_path / "pid"
+    job = slurm.sbatch("-o", "/dev/null", "--wrap", f"echo $$ > {pidfile}; exec sleep 60")
+    stray = subprocess.run(["setsid", "sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True,
+                           timeout=10).stdout.strip()
+    try:
+        slurm.wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 60, "the job's task to start")
+        task = int(pidfile.read_text())
+        monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.replaying([dict(captured(), processes=[
+            {"pid": task, "used_memory": GIB}, {"pid": int(stray), "used_memory": 2 * GIB}])]))
+        listed = {p["pid"]: p for p in collect(NoDeviceFileGate(), 10.0).gpus[0].processes}
+    finally:
+        slurm.cancel(job)
+        subprocess.run(["kill", "-9", stray], capture_output=True, timeout=10)
+    assert (listed[task]["name"], listed[task]["job"]) == ("sleep", 0), listed  # under slurmstepd
+    assert (listed[int(stray)]["job"], listed[int(stray)]["ours"]) == (None, False), listed
+    report = Report.from_dict({"gpus": [{"index": 0, "processes": list(listed.values())}]})
+    assert all(isinstance(p, GpuProcess) for p in report.gpus[0].processes)
+    assert [(f.kind, f.measured) for f in before_job(report, int(job) + 1, [])] == [("gpu_in_use", f"pid {stray} sleep, 2.0 GiB")]

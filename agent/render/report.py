@@ -31,7 +31,7 @@ def render(report: Report, console: Console | None = None) -> None:
     _gpus(console, report)
     _matrix(console, report)
     _nics(console, report)
-    for line in platform_lines(report) + kernel_log_lines(report) + counter_lines(report):
+    for line in platform_lines(report) + process_lines(report) + kernel_log_lines(report) + counter_lines(report):
         console.print(clean(line), highlight=False, markup=False)
     render_findings(console, report)
     _advice(console, report)
@@ -61,6 +61,19 @@ def _gpus(console: Console, report: Report) -> None:
     headers = [("GPU", IDENTITY), ("model", 5), ("PCIe now / max", 2), ("host link spec", 3), ("NVLinks", 4), ("NUMA", IDENTITY),
                ("CPU affinity", IDENTITY), ("nearest NICs", LIST)]
     console.print(fitted_table(console, "GPUs", headers, rows))
+
+
+def process_lines(report: Report) -> list[str]:
+    """Who holds each GPU (NVML's lists, /proc's names), nodecheck's own apart: what `nvidia-smi`'s process table
+    shows, with the Slurm job of each."""
+    said = []
+    for gpu in report.gpus:
+        for p in (p for p in gpu.processes if not p.ours):
+            owner = "gone from /proc" if p.gone else f"job {p.job}" if p.job is not None else "outside any job"
+            extra = "".join([f", {p.memory_bytes / (1 << 30):.1f} GiB" if p.memory_bytes is not None else "",
+                             f", state {p.state}" if p.state == "D" else "", ", graphics" if p.type == "graphics" else ""])
+            said.append(f"gpu{gpu.index} pid {p.pid} {p.name or '?'} ({owner}{extra})")
+    return [f"GPU processes: {'; '.join(said[:16])}" + (f" (+{len(said) - 16} more)" if len(said) > 16 else "")] if said else []
 
 
 def _nvlinks(gpu, report: Report) -> str:

@@ -58,6 +58,22 @@ def _handle(gpus: dict):
     return handle
 
 
+def _memory_info(h, version=None):
+    """nvmlDeviceGetMemoryInfo: v1 counts the driver's reservation as used, v2 keeps it apart; the H100's `nvidia-smi
+    -q` says "Reserved: 480 MiB, Used: 0 MiB" ("memory_used" and "memory_reserved" give others)."""
+    total = _value(h.get("memory_total", "ERR"))
+    used, reserved = h.get("memory_used", 0), h.get("memory_reserved", 480 << 20)
+    if version is None:
+        return types.SimpleNamespace(total=total, used=used + reserved, free=total - used - reserved)
+    return types.SimpleNamespace(version=version, total=total, reserved=reserved, used=used, free=total - used - reserved)
+
+
+def _processes(h, graphics: bool):
+    listed = _value(h.get("processes", []))
+    return [types.SimpleNamespace(pid=p["pid"], usedGpuMemory=p.get("used_memory"), gpuInstanceId=0xFFFFFFFF,
+                                  computeInstanceId=0xFFFFFFFF) for p in listed if p.get("graphics", False) == graphics]
+
+
 def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Exception | None = None,
               nvlink_bw_mode: int | str = "ERR"):
     """A module object with the pynvml functions dump_nvml() calls, answering from `captured`; the node's NVLink
@@ -87,7 +103,12 @@ def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Excep
     m.nvmlDeviceGetMaxPcieLinkWidth = lambda h: _value(h["maxwidth"])
     m.nvmlDeviceGetPcieSpeed = lambda h: _value(h["pcie_speed"])
     m.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=h.get("util", 0), memory=0)
-    m.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=_value(h.get("memory_total", "ERR")), used=0, free=0)
+    m.nvmlDeviceGetMemoryInfo = _memory_info
+    m.nvmlMemory_v2 = 0x02000028
+    # the processes holding the GPU: none, as the H100's `nvidia-smi -q` says (<processes></processes>), unless a test
+    # gives others ({pid, used_memory (None: NVML's "not available"), graphics}); objects as pynvml returns them
+    m.nvmlDeviceGetComputeRunningProcesses = lambda h: _processes(h, graphics=False)
+    m.nvmlDeviceGetGraphicsRunningProcesses = lambda h: _processes(h, graphics=True)
     m.nvmlDeviceGetNumaNodeId = lambda h: _value(h["numa"])
     m.nvmlDeviceGetEccMode = lambda h: _value(h["ecc_mode"])
     m.nvmlDeviceGetRemappedRows = lambda h: tuple(_value(h["retired"]))

@@ -75,6 +75,9 @@ def _nvml_seeds() -> list:
         # ... one that has spent time on its hardware brakes, and one whose driver keeps no clock event counters
         gpus[0] = dict(gpus[0], clock_event_ns={"hw_thermal_slowdown": 12 * 10**9, "sw_thermal_slowdown": 3 * 10**9})
         gpus[1] = dict(gpus[1], clock_event_ns="ERR")
+        # ... and one held by two processes, a display server's and one whose memory NVML cannot say, 10 GiB in use
+        gpus[3] = dict(gpus[3], memory_total=85520809984, memory_used=10 << 30,
+                       processes=[{"pid": 4242, "used_memory": 30 << 30}, {"pid": 900, "used_memory": None, "graphics": True}])
         sys.modules["pynvml"] = fake_pynvml.replaying(gpus, nvlink_bw_mode=3)
         eight = dump_nvml()
     finally:

@@ -1,0 +1,216 @@
+"""The processes holding a GPU (probes/nvml_processes.py) and the prolog's judgment of them before a job
+(agent/gpu_process_rules.py). NVML's lists come through the real dump_nvml() reading the pynvml stand-in; who each
+process is comes from /proc: the real /proc of this machine, or a snapshot's copy. The cgroup lines of Slurm jobs
+are real nodes': "0::/system.slice/slurmstepd.scope/job_1392969/step_0/user/task_0" (cgroup v2, a compute node of
+the Fox cluster, 2025-03-13) and "10:devices:/slurm/uid_2101171/job_280678/step_interactive/task_0" (cgroup v1),
+as NordicHPC/sonar's src/slurm.rs keeps them. The captured H100 lists none ("<processes></processes>") and
+"Reserved: 480 MiB, Used: 0 MiB"."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from fakes import fake_pynvml
+from helpers import make_snapshot
+from test_gpu_signals import captured
+from test_prolog import run_nodecheck
+
+from nodecheck.build import build_report
+from nodecheck.gpu_process_rules import before_job
+from nodecheck.host import LiveHost
+from nodecheck.probes.nvml import collect
+from nodecheck.probes.nvml_processes import parse_processes
+from nodecheck.snapshot import SnapshotHost
+
+FOX_V2 = "0::/system.slice/slurmstepd.scope/job_1392969/step_0/user/task_0\n"
+OLDER_V1 = "10:devices:/slurm/uid_2101171/job_280678/step_interactive/task_0\n"
+OUTSIDE = "0::/user.slice/user-1000.slice/session-3.scope\n"
+GIB = 1 << 30
+ALLOW = ["nvidia-cuda-mps-server"]
+
+
+def node(tmp_path, processes: list[dict], procs: dict[int, tuple[str, str, str]], **gpu) -> SnapshotHost:
+    """A snapshot of the captured H100 whose NVML lists `processes`, with /proc/PID/stat and cgroup for `procs`
+    ({pid: (comm, state, cgroup)}); a pid not in `procs` is not in /proc."""
+    snap = make_snapshot(tmp_path / f"snap{len(list(tmp_path.iterdir()))}", nvml_gpus=[dict(captured(), processes=processes, **gpu)])
+    for pid, (comm, state, cgroup) in procs.items():
+        folder = snap / "fs" / "proc" / str(pid)
+        folder.mkdir(parents=True)
+        (folder / "stat").write_text(f"{pid} ({comm}) {state} 1 {pid} {pid} 0 -1 4194560 1234 0 0 0 5 3 0 0 20 0 1 0\n")
+        (folder / "cgroup").write_text(cgroup)
+    return SnapshotHost(snap)
+
+
+def judged(host, job=77, allowed=ALLOW) -> list[tuple[str, str, str, str]]:
+    return [(f.kind, f.severity, f.subject, f.measured) for f in before_job(build_report(host), job, allowed)]
+
+
+def test_the_captured_h100_holds_no_process_and_no_memory(tmp_path):
+    report = build_report(node(tmp_path, [], {}, memory_total=85520809984))
+    (gpu,) = report.gpus
+    assert (gpu.processes, gpu.memory_used_bytes) == ([], 0)
+    assert before_job(report, 77, ALLOW) == []
+
+
+def test_a_process_outside_every_job_drains_and_one_of_another_job_does_not(tmp_path):
+    host = node(tmp_path, [{"pid": 4242, "used_memory": 30 * GIB}, {"pid": 5151, "used_memory": 20 * GIB},
+                           {"pid": 6161, "used_memory": GIB}],
+                {4242: ("python3", "D", OUTSIDE), 5151: ("python", "R", FOX_V2), 6161: ("pt_main_thread", "S", OLDER_V1)})
+    processes = {p.pid: p for p in build_report(host).gpus[0].processes}
+    assert {pid: (p.name, p.state, p.job, p.ours, p.gone) for pid, p in processes.items()} == {
+        4242: ("python3", "D", None, False, False), 5151: ("python", "R", 1392969, False, False),
+        6161: ("pt_main_thread", "S", 280678, False, False)}
+    assert judged(host) == [("gpu_in_use", "error", "gpu0", "pid 4242 python3, state D, 30.0 GiB")]
+    (finding,) = before_job(build_report(host), 77, ALLOW)
+    assert "reset the GPU" in finding.message and "before job 77" in finding.message  # state D: kill will not do
+
+
+def test_a_display_server_and_an_allowed_service_are_not_judged(tmp_path):
+    host = node(tmp_path, [{"pid": 900, "used_memory": 4 << 20, "graphics": True}, {"pid": 901, "used_memory": 30 << 20}],
+                {900: ("Xorg", "S", OUTSIDE), 901: ("nvidia-cuda-mps", "S", OUTSIDE)})  # comm keeps 15 characters
+    assert [p.type for p in build_report(host).gpus[0].processes] == ["compute", "graphics"]
+    assert judged(host) == []
+    assert judged(host, allowed=[]) == [("gpu_in_use", "error", "gpu0", "pid 901 nvidia-cuda-mps, 0.0 GiB")]
+
+
+def test_a_pid_proc_does_not_have_is_a_warning_and_memory_nvml_cannot_say_is_no_figure(tmp_path):
+    host = node(tmp_path, [{"pid": 31794, "used_memory": None}, {"pid": 7653, "used_memory": None}],
+                {7653: ("python", "R", OUTSIDE)})
+    assert judged(host) == [("gpu_in_use", "error", "gpu0", "pid 7653 python"),
+                            ("gpu_process_gone", "warning", "gpu0", "pid 31794")]
+
+
+def test_memory_held_with_no_process_is_a_warning_except_under_mig(tmp_path):
+    held = dict(memory_total=85520809984, memory_used=10 * GIB)
+    assert judged(node(tmp_path, [], {}, **held)) == [("gpu_memory_held", "warning", "gpu0", "10.0 GiB")]
+    assert judged(node(tmp_path, [], {}, mig=[1, 1], **held)) == []
+    assert judged(node(tmp_path, [], {}, memory_total=85520809984, memory_used=200 << 20)) == []
+
+
+def test_a_driver_without_v2_memory_info_says_no_used_figure(tmp_path, monkeypatch):
+    """v1's used counts the driver's reservation in (480 MiB on the H100): not judged as held."""
+    module = fake_pynvml.replaying([dict(captured(), memory_total=85520809984)])
+    del module.nvmlMemory_v2
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    from nodecheck.probes.nvml import dump_nvml
+
+    raw = dump_nvml()["gpus"][0]
+    assert raw["memory_used"] == {"used": 480 << 20, "reserved": None}
+    snap = tmp_path / "v1"
+    snap.mkdir()
+    (snap / "nvml.json").write_text(json.dumps({"gpus": [raw]}))
+    assert build_report(SnapshotHost(snap)).gpus[0].memory_used_bytes is None
+
+
+class NoDeviceFileGate(LiveHost):
+    """This machine's /proc, with NVML asked though it has no /dev/nvidiactl (the stand-in answers)."""
+
+    def nvml(self, timeout, dump):
+        return dump()
+
+
+def test_nodechecks_own_workers_and_this_machines_processes_as_the_real_proc_says(monkeypatch):
+    """A child of this process (as a bench's worker is nodecheck's) is ours; pid 1 is not, and /proc names it."""
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.replaying(
+            [dict(captured(), processes=[{"pid": child.pid, "used_memory": GIB}, {"pid": 1, "used_memory": GIB}])]))
+        facts = collect(NoDeviceFileGate(), 10.0)
+    finally:
+        child.kill()
+        child.wait()
+    listed = {p["pid"]: p for p in facts.gpus[0].processes}
+    assert facts.asked_by_pid == os.getpid()
+    assert (listed[child.pid]["name"], listed[child.pid]["ours"]) == ("sleep", True)
+    with open("/proc/1/comm") as comm:
+        assert (listed[1]["name"], listed[1]["ours"]) == (comm.read().strip(), False)
+
+
+def test_the_prolog_drains_a_node_held_before_the_job_and_the_health_check_does_not(tmp_path):
+    snap = node(tmp_path, [{"pid": 4242, "used_memory": 30 * GIB}], {4242: ("python3", "D", OUTSIDE)}).root
+    run = run_nodecheck("prolog", "--dry-run", "--json", "--from", str(snap), env_extra={"SLURM_JOB_ID": "77"})
+    outcome = json.loads(run.stdout)
+    assert (run.returncode, outcome["action"]) == (1, "drain"), outcome
+    assert outcome["detail"] == "nodecheck: gpu0 in use before the job: pid 4242 python3, state D, 30.0 GiB"
+    health = run_nodecheck("healthcheck", "--dry-run", "--json", "--from", str(snap))
+    outcome = json.loads(health.stdout)  # under a running job its processes are the job's
+    assert outcome["failing"] == [] and "gpu_in_use" not in health.stdout, health.stdout
+
+
+def test_a_process_in_this_jobs_own_cgroup_is_not_left_over(tmp_path):
+    own = "0::/system.slice/slurmstepd.scope/job_77/step_extern/user\n"  # pam_slurm_adopt's step
+    assert judged(node(tmp_path, [{"pid": 4300, "used_memory": GIB}], {4300: ("python", "S", own)})) == []
+
+
+@pytest.mark.parametrize("raw", [None, [], {"compute": "x"}, {"compute": [{"pid": -1}, {"pid": "7"}, 3, {"pid": 1 << 40}]},
+                                 {"compute": {"error": "Not Supported"}, "graphics": [{"pid": 5, "used_memory": (1 << 64) - 1}]}])
+def test_a_malformed_list_is_no_answer(raw):
+    errors = {}
+    listed = parse_processes(raw, errors)
+    assert all(0 < p["pid"] < 1 << 31 and p["memory_bytes"] is None for p in listed)
+
+
+def test_inspect_and_the_metrics_name_who_holds_each_gpu(tmp_path):
+    from test_prometheus import metrics_of, samples
+
+    host = node(tmp_path, [{"pid": 4242, "used_memory": 30 * GIB}, {"pid": 5151, "used_memory": 20 * GIB}],
+                {4242: ("python3", "D", OUTSIDE), 5151: ("python", "R", FOX_V2)}, memory_total=85520809984, memory_used=50 * GIB)
+    shown = run_nodecheck("inspect", "--from", str(host.root))
+    assert ("GPU processes: gpu0 pid 4242 python3 (outside any job, 30.0 GiB, state D); "
+            "gpu0 pid 5151 python (job 1392969, 20.0 GiB)") in " ".join(shown.stdout.split()), shown.stdout
+    published = samples(metrics_of(build_report(host), tmp_path))
+    assert published[("nodecheck_gpu_processes", (("gpu", "0"), ("owner", "none")))] == 1
+    assert published[("nodecheck_gpu_processes", (("gpu", "0"), ("owner", "job")))] == 1
+    assert published[("nodecheck_gpu_memory_used_bytes", (("gpu", "0"),))] == 50 * GIB
+
+
+def test_a_slow_copy_on_a_gpu_another_process_held_is_a_warning_naming_it(tmp_path):
+    """`bench` beside a job: gpu0's h2d at half its spec measured the sharing, not the link; with the GPU free the
+    same figure drains."""
+    from nodecheck.model import Measurement
+    from nodecheck.verdicts import with_measurements
+
+    spec = 64e9
+    h2d = Measurement.measured("gpu0:host", "h2d", 0.5 * spec, spec, 1 << 28, "cudaMemcpyAsync", "unidirectional",
+                               {"path_kind": "pcie"})
+    held = build_report(node(tmp_path, [{"pid": 4242, "used_memory": 30 * GIB}], {4242: ("python3", "R", OUTSIDE)}))
+    (finding,) = [f for f in with_measurements(held, [h2d], 0.0, None).findings if f.kind == "bandwidth_below_spec"]
+    assert finding.severity == "warning" and "another process held gpu0 (pid 4242 python3)" in finding.message
+    free = build_report(node(tmp_path, [], {}))
+    (finding,) = [f for f in with_measurements(free, [h2d], 0.0, None).findings if f.kind == "bandwidth_below_spec"]
+    assert finding.severity == "error"
+
+
+def test_the_exporters_bench_round_waits_while_another_process_holds_a_gpu(tmp_path):
+    from nodecheck.exporters.serve import busy_gpus
+
+    held = build_report(node(tmp_path, [{"pid": 4242, "used_memory": 30 * GIB}], {4242: ("python3", "S", FOX_V2)}))
+    assert held.gpus[0].utilization_percent == 0  # a job loading its data: idle by utilization
+    assert busy_gpus(held) == ["gpu0 held by pid 4242 python3"]
+    assert busy_gpus(build_report(node(tmp_path, [], {}))) == []
+
+
+def test_a_hostile_proc_in_a_snapshot_is_read_bounded(tmp_path):
+    """A comm holding ") S 1 ", parents that name each other, a stat of garbage and a cgroup file of 60 KB: each
+    read once, bounded; the garbage one is as good as gone."""
+    host = node(tmp_path, [{"pid": 10, "used_memory": GIB}, {"pid": 12, "used_memory": GIB}],
+                {10: ("a) S 1 (b", "S", "x" * 60_000 + "\n" + OUTSIDE), 12: ("python", "S", OUTSIDE)})
+    for pid, parent in ((10, 11), (11, 10), (12, 12)):
+        folder = host.root / "fs" / "proc" / str(pid)
+        folder.mkdir(exist_ok=True)
+        comm = "a) S 1 (b" if pid == 10 else "loop"
+        (folder / "stat").write_text(f"{pid} ({comm}) S {parent} 0 0\n" if pid != 12 else "garbage\n")
+    listed = {p.pid: p for p in build_report(host).gpus[0].processes}
+    assert (listed[10].name, listed[10].job, listed[10].ours, listed[12].gone) == ("a) S 1 (b", None, False, True)
+
+
+def test_the_allowed_names_come_from_the_config():
+    from nodecheck.config import Config, loads
+    from nodecheck.errors import ConfigError
+
+    assert Config().prolog.gpu_process_allow == ["nvidia-cuda-mps-server"]
+    assert loads('[prolog]\ngpu_process_allow = ["dcgmproftester"]\n', "t.toml").prolog.gpu_process_allow == ["dcgmproftester"]
+    with pytest.raises(ConfigError, match="prolog.gpu_process_allow"):
+        loads("[prolog]\ngpu_process_allow = 3\n", "t.toml")
