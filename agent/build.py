@@ -27,7 +27,7 @@ from nodecheck.pci import SYSFS_ADDRESS, Hop, normal_pci
 from nodecheck.probes import PROBES, ProbeResult, run_probes
 from nodecheck.probes.lstopo import LstopoFacts
 from nodecheck.probes.nics import NicFacts
-from nodecheck.probes.nvml import NvmlFacts
+from nodecheck.probes.nvml import COMPUTE_MODES, NvmlFacts
 from nodecheck.probes.topo import GpuTopology
 from nodecheck.units import natural_key
 
@@ -163,6 +163,7 @@ def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | No
             gpu.mig_enabled, gpu.mig_pending = n.mig_enabled, n.mig_pending
             gpu.persistent = bool(n.persistence_mode) if n.persistence_mode in (0, 1) else None
             gpu.processes = [GpuProcess(**p) for p in n.processes]
+            gpu.compute_mode = COMPUTE_MODES.get(n.compute_mode)
             gpu.memory_used_bytes = n.memory_used_bytes
         if t:
             gpu.cpu_affinity = t.cpu_affinity or gpu.cpu_affinity  # nvidia-smi's view wins: it is what people compare with

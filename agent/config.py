@@ -1,5 +1,5 @@
 """Expectations of a node, from one TOML file. Every wrong key or value is a ConfigError that
-names the file, the key and what was expected. `generate()` writes a known-good node's facts as a
+names the file, the key and what was expected. `config_init.generate()` writes a known-good node's facts as a
 starting config (like NHC's genconf), so a fleet is checked against its own golden node."""
 
 from __future__ import annotations
@@ -8,10 +8,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nodecheck.compute_mode_rules import SETTINGS as COMPUTE_MODE_SETTINGS
 from nodecheck.errors import ConfigError
 from nodecheck.findings import SEVERITIES
 from nodecheck.link_types import LINK_TYPE
-from nodecheck.model import BENCH_TESTS, Report
+from nodecheck.model import BENCH_TESTS
 
 try:
     import tomllib
@@ -96,6 +97,7 @@ class Config:
     disabled_probes: list[str] = field(default_factory=list)  # [probes] disable: sources switched off
     ecc: bool | None = None  # [gpus] ecc: true makes ECC off an error, false silences it; unset: a warning
     mig: bool | None = None  # [gpus] mig: the MIG mode every GPU must be in (else an error); unset: MIG on is said (info)
+    compute_mode: str | None = None  # [gpus] compute_mode: default, exclusive_process, prohibited (agent/compute_mode_rules.py)
     links: dict[tuple[int, int], str] = field(default_factory=dict)
     nics: dict[str, NicExpectation] = field(default_factory=dict)
     bandwidth_ratio: float = 0.8
@@ -181,7 +183,7 @@ def parse(data: dict, source: str) -> Config:
                             "probes", "errors"), "", source)
     _probes(_table(data, "probes", source), config, source)
     gpus = _table(data, "gpus", source)
-    check_known_keys(gpus, ("count", "pcie_gen", "pcie_width", "nvlinks_per_gpu", "ecc", "mig"), "gpus.", source)
+    check_known_keys(gpus, ("count", "pcie_gen", "pcie_width", "nvlinks_per_gpu", "ecc", "mig", "compute_mode"), "gpus.", source)
     config.gpu_count = _int(gpus, "count", source, "gpus.", 0, 1024)
     config.pcie_gen = _int(gpus, "pcie_gen", source, "gpus.", 1, 7)
     config.pcie_width = _int(gpus, "pcie_width", source, "gpus.", 1, 32)
@@ -190,6 +192,9 @@ def parse(data: dict, source: str) -> Config:
         if key in gpus and not isinstance(gpus[key], bool):
             raise ConfigError(f"{source}: key 'gpus.{key}': expected true or false, got {gpus[key]!r}")
     config.ecc, config.mig = gpus.get("ecc"), gpus.get("mig")
+    if gpus.get("compute_mode", "default") not in COMPUTE_MODE_SETTINGS:
+        raise ConfigError(f"{source}: key 'gpus.compute_mode': expected one of {', '.join(COMPUTE_MODE_SETTINGS)}, got {gpus['compute_mode']!r}")
+    config.compute_mode = gpus.get("compute_mode")
     for key, value in _table(data, "links", source).items():
         pair = _PAIR.match(key)
         if not pair or pair[1] == pair[2]:
@@ -359,42 +364,3 @@ def _nic(name: str, table, source: str) -> NicExpectation:
     if state not in _NIC_STATES:
         raise ConfigError(f"{source}: key 'nics.{name}.state': expected one of {', '.join(_NIC_STATES)}, got {state!r}")
     return NicExpectation(_int(table, "speed_mbps", source, f"nics.{name}.", 1, 10_000_000), state)
-
-
-def generate(report: Report) -> str:
-    """A starting config holding this node's facts: GPU count, PCIe, NVLinks, link types, NIC speeds."""
-    lines = [f"# nodecheck expectations, generated from {report.node.get('hostname') or 'this node'}.",
-             "# Review, then install as /etc/nodecheck/config.toml on every node of this kind.", "", "[gpus]"]
-    # the GPUs the node has, not only those that answer now: a lost GPU must not become the node type's count
-    count = max(len(report.gpus) + len(report.gpus_inaccessible), len(report.driver_gpus or []))
-    if count > len(report.gpus):
-        lines.append(f"# {len(report.gpus)} GPUs answer on this node now: it is no golden node until all {count} do")
-    lines.append(f"count = {count}")
-    pcie = [g.pcie for g in report.gpus if g.pcie]
-    if pcie and all(p.get("gen_max") for p in pcie):
-        lines.append(f"pcie_gen = {min(p['gen_max'] for p in pcie)}")
-    if pcie and all(p.get("width_max") for p in pcie):
-        lines.append(f"pcie_width = {min(p['width_max'] for p in pcie)}")
-    active = [sum(1 for l in g.nvlinks if l["active"]) for g in report.gpus]
-    if active and min(active) > 0:
-        lines.append(f"nvlinks_per_gpu = {min(active)}")
-    if report.gpus and all(g.ecc_enabled for g in report.gpus):
-        lines.append("ecc = true")
-    modes = {g.mig_enabled for g in report.gpus}
-    if len(modes) == 1 and None not in modes:  # the golden node's MIG mode, where NVML said it for every GPU
-        lines.append(f"mig = {'true' if modes.pop() else 'false'}")
-    gpu_links = [l for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)]
-    if gpu_links:
-        lines += ["", "[links]"] + [f'"gpu{l.a}-gpu{l.b}" = "{l.type}"' for l in gpu_links]
-    for nic in report.nics:
-        speed = nic_mbps(report, nic)
-        if nic.state == "up" and not nic.virtual and speed:
-            lines += ["", f'[nics."{nic.name}"]', f"speed_mbps = {speed}", 'state = "up"']
-    lines += ["", "[thresholds]", "bandwidth_ratio = 0.8", 'fail_severity = "error"', ""]
-    return "\n".join(lines)
-
-
-def nic_mbps(report: Report, nic) -> int | None:
-    spec = report.path_spec(f"nic:{nic.name}")
-    rate = spec and spec.link_bytes_per_second  # its link's, not its PCIe path's
-    return round(rate * 8 / 1e6) if rate else None

@@ -3,7 +3,8 @@ every node (a typo there drains the fleet); the CLI adds what the Slurm prolog w
 
 from __future__ import annotations
 
-from nodecheck.config import Config, nic_mbps
+from nodecheck.config import Config
+from nodecheck.config_init import nic_mbps
 from nodecheck.model import Report
 from nodecheck.units import natural_key
 

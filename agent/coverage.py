@@ -48,9 +48,11 @@ def unmade_checks(report: Report) -> dict[str, str]:
             unmade.setdefault(kind, why)
     for kind, why in _unsaid_gpu_signals(report).items():
         unmade.setdefault(kind, why)
-    unsaid = next((g for g in report.gpus if g.persistent is None), None)
-    if unsaid is not None:
-        unmade.setdefault("gpu_persistence_off", f"gpu{unsaid.index}: NVML did not report its persistence mode")
+    for kind, attribute, what in (("gpu_persistence_off", "persistent", "persistence mode"),
+                                  ("gpu_compute_mode", "compute_mode", "compute mode")):
+        unsaid = next((g for g in report.gpus if getattr(g, attribute) is None), None)
+        if unsaid is not None:
+            unmade.setdefault(kind, f"gpu{unsaid.index}: NVML did not report its {what}")
     if report.pcie_paths and not any(hop.aer for hops in report.pcie_paths.values() for hop in hops):
         for kind in ("pcie_aer_fatal", "pcie_link_errors"):  # a VM's virtual bridges, or AER off (pci=noaer)
             unmade.setdefault(kind, "no device on the GPUs' and NICs' PCIe paths has AER counters (aer_dev_*) to read")

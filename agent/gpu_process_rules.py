@@ -44,6 +44,7 @@ def before_job(report: Report, job: int | None, allowed: list[str]) -> list[Find
                 f"({', '.join(_describe(p) for p in stray[:4])}; {held / GIB:.1f} GiB): kill {'them' if len(stray) > 1 else 'it'}"
                 + ("; one stuck in the driver (state D) will not die: reset the GPU or reboot the node"
                    if any(p.state == "D" for p in stray) else "")
+                + (" (in exclusive_process compute mode the job cannot even open the GPU)" if gpu.compute_mode == "exclusive_process" else "")
                 + " (a service that holds the GPU on purpose goes in [prolog] gpu_process_allow)"))
         if gone:
             findings.append(Finding(

@@ -42,6 +42,7 @@ class Gpu:
     power_limit_default_w: float | None = None  # the board's default limit
     mig_enabled: bool | None = None  # in MIG mode (NVML); None: no MIG on this GPU, or not read
     persistent: bool | None = None  # the driver keeps it initialised with no client (persistence mode); None: not read
+    compute_mode: str | None = None  # who may hold a context: default, exclusive_process, prohibited (NVML); None: not read
     mig_pending: bool | None = None  # the MIG mode it takes at its next reset
     nearest_nics: list[str] = field(default_factory=list)
     signals: GpuSignals | None = None  # None: NVML not read

@@ -23,7 +23,7 @@ AREAS = {
             "ecc_uncorrected", "gpu_clock_slowdown", "gpu_vbios_mismatch", "gpu_fabric_not_ready", "gpu_fabric_unhealthy",
             "imex_unhealthy", "nvlink_bw_reduced", "gpu_recovery_action", "sram_threshold_exceeded", "retired_pages_limit",
             "retired_pages_pending", "inforom_corrupted", "gpu_power_limit_lowered", "gpu_persistence_off", "gpu_mig_mode",
-            "gpu_in_use", "gpu_process_gone", "gpu_memory_held", "probe_failed"),
+            "gpu_compute_mode", "gpu_in_use", "gpu_process_gone", "gpu_memory_held", "probe_failed"),
     "fabric": ("nic_missing", "nic_down", "nic_slow", "nic_speed_unknown", "nic_far_from_gpu", "nic_mtu_mismatch", "nic_rate_mismatch", "nic_rail_down",
                "gpudirect_rdma_unavailable", "iommu_translated", "pcie_hop_narrow", "pcie_hop_slow", "pcie_acs_redirect", "pcie_aer_fatal",
                "pcie_link_errors", "ib_link_downed", "ib_port_errors", "ib_counter_saturated", "rdma_retransmits", "nic_link_errors", "nccl_socket_fallback",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
+from nodecheck.compute_mode_rules import compute_mode_findings
 from nodecheck.config import Config
 from nodecheck.error_rules import aer_findings, ib_findings, netdev_findings
 from nodecheck.fabric_rules import bw_mode_findings, fabric_findings
@@ -353,6 +354,7 @@ RULES = [
          needs="nvml"),
     Rule(vbios_mismatch, ("gpu_vbios_mismatch",), needs="nvml"),
     Rule(persistence_off, ("gpu_persistence_off",), needs="nvml"),
+    Rule(compute_mode_findings, ("gpu_compute_mode",), needs="nvml"),
     Rule(fabric_findings, ("gpu_fabric_not_ready", "gpu_fabric_unhealthy"), needs="nvml"),
     Rule(bw_mode_findings, ("nvlink_bw_reduced",), needs="nvml"),
     Rule(imex_findings, ("imex_unhealthy",), needs="imex"),

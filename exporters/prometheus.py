@@ -136,6 +136,8 @@ def _gpus(report: Report) -> Iterator[Metric]:
     yield _gauge("nodecheck_gpu_persistence_mode", "1 when the driver keeps the GPU initialised with no client "
                  "(persistence mode, nvidia-persistenced), 0 when not; absent where NVML does not say.", ["gpu"],
                  [([g.index], None if g.persistent is None else int(g.persistent)) for g in gpus])
+    yield _gauge("nodecheck_gpu_compute_mode_info", "The GPU's compute mode (NVML: default, exclusive_process, prohibited); "
+                 "absent where NVML does not say.", ["gpu", "mode"], [([g.index, g.compute_mode], 1) for g in gpus if g.compute_mode])
     read = [g for g in gpus if g.signals is not None]  # NVML read: no process listed is 0, not absent
     yield _gauge("nodecheck_gpu_processes", "Processes holding the GPU (NVML's compute and graphics lists), nodecheck's "
                  "own apart: owner=\"job\" inside a Slurm job's cgroup, owner=\"none\" outside every job (the prolog's "

@@ -33,6 +33,7 @@ NVLINK_ERROR_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
 NVLINK_STATE_SLEEP = 2  # NVML_FI_DEV_NVLINK_GET_STATE's NVML_NVLINK_STATE_SLEEP
 BLACKWELL = 10  # NVML_DEVICE_ARCH_BLACKWELL
 NVLINK_BW_MODES = ("FULL", "OFF", "MIN", "HALF", "3QUARTER")  # NVML_GPU_NVLINK_BW_MODE_* 0..4
+COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}  # NVML_COMPUTEMODE_*
 
 
 def collect(host, timeout: float) -> "NvmlFacts":
@@ -153,6 +154,8 @@ def _dump_gpu(pynvml, index: int, handle) -> dict:
         # [current, pending], 1 = MIG on; NotSupported on GPUs without MIG. Under MIG the driver enables no NVLink
         # and CUDA has no peer-to-peer (open-gpu-kernel-modules knvlinkStateLoad: "NvLink is not supported with MIG")
         "mig_mode": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetMigMode", None), handle),
+        # who may hold a context (NVML_COMPUTEMODE_*: 0 default, 2 prohibited: none, 3 exclusive process: one at a time)
+        "compute_mode": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetComputeMode", None), handle),
         # 1 while the driver keeps the GPU initialised with no client (nvidia-persistenced; "Persistence Mode: Enabled")
         "persistence_mode": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetPersistenceMode", None), handle),
         # what the driver asks before the GPU is used again, after an uncorrectable fault (NVML_GPU_RECOVERY_ACTION_*:
@@ -249,6 +252,7 @@ class NvmlGpu:
     power_limit_mw: int | None = None  # nvmlDeviceGetEnforcedPowerLimit
     power_limit_default_mw: int | None = None  # nvmlDeviceGetPowerManagementDefaultLimit
     persistence_mode: int | None = None  # nvmlDeviceGetPersistenceMode: 1 enabled, 0 disabled
+    compute_mode: int | None = None  # nvmlDeviceGetComputeMode: NVML_COMPUTEMODE_* (0 default, 2 prohibited, 3 exclusive process)
     mig_enabled: bool | None = None  # nvmlDeviceGetMigMode's current mode; None: no MIG on this GPU, or not asked
     mig_pending: bool | None = None  # the mode the GPU takes at its next reset
     recovery_action: int | None = None  # NVML_GPU_RECOVERY_ACTION_*: 0 none, else what the driver asks before reuse
@@ -305,7 +309,7 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
         setattr(gpu, name, _field(gpu, raw, name, str))
     for name in ("pcie_gen_current", "pcie_gen_max", "pcie_gen_gpu_max", "pcie_width_current",
                  "pcie_width_max", "utilization_gpu", "memory_total_bytes", "architecture", "pcie_replays",
-                 "clock_event_reasons", "ecc_uncorrected_volatile", "power_limit_mw", "power_limit_default_mw", "persistence_mode",
+                 "clock_event_reasons", "ecc_uncorrected_volatile", "power_limit_mw", "power_limit_default_mw", "persistence_mode", "compute_mode",
                  "recovery_action", "nvlink_count"):
         value = _field(gpu, raw, name, int)
         setattr(gpu, name, value if value is None or value >= 0 else None)

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodecheck.build import build_report
-from nodecheck.config import generate, load, parse
+from nodecheck.config import load, parse
+from nodecheck.config_init import generate
 from nodecheck.errors import ConfigError
 from nodecheck.snapshot import SnapshotHost
 

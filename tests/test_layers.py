@@ -17,7 +17,7 @@ LAYERS = [
     ("model", ["nodecheck.model", "nodecheck.model_gpu", "nodecheck.findings", "nodecheck.events", "nodecheck.typed_json"]),
     ("host", ["nodecheck.host", "nodecheck.files", "nodecheck.netif", "nodecheck.snapshot", "nodecheck.state"]),
     ("probes", ["nodecheck.probes"]),
-    ("assembly", ["nodecheck.config", "nodecheck.rails", "nodecheck.build", "nodecheck.log_memory", "nodecheck.rules", "nodecheck.rail_rules", "nodecheck.pcie_rules", "nodecheck.nccl_conf_rules", "nodecheck.roce_rules", "nodecheck.signal_rules", "nodecheck.nic_event_rules", "nodecheck.error_rules", "nodecheck.gpu_error_rules", "nodecheck.gpu_process_rules", "nodecheck.gpu_presence", "nodecheck.fabric_rules", "nodecheck.imex_rules", "nodecheck.signal_join", "nodecheck.fingerprint", "nodecheck.verdicts", "nodecheck.nccl_run", "nodecheck.advice",
+    ("assembly", ["nodecheck.config", "nodecheck.config_init", "nodecheck.rails", "nodecheck.build", "nodecheck.log_memory", "nodecheck.rules", "nodecheck.rail_rules", "nodecheck.pcie_rules", "nodecheck.nccl_conf_rules", "nodecheck.roce_rules", "nodecheck.signal_rules", "nodecheck.nic_event_rules", "nodecheck.error_rules", "nodecheck.gpu_error_rules", "nodecheck.gpu_process_rules", "nodecheck.compute_mode_rules", "nodecheck.gpu_presence", "nodecheck.fabric_rules", "nodecheck.imex_rules", "nodecheck.signal_join", "nodecheck.fingerprint", "nodecheck.verdicts", "nodecheck.nccl_run", "nodecheck.advice",
                   "nodecheck.coverage", "nodecheck.config_check", "nodecheck.npd"]),
     ("services", ["nodecheck.bench", "nodecheck.proximity", "nodecheck.slurm", "nodecheck.scale", "nodecheck.fleet"]),
     ("faces", ["nodecheck.render", "nodecheck.exporters", "nodecheck.prolog", "nodecheck.cli", "nodecheck.__main__"]),

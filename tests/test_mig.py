@@ -13,7 +13,8 @@ from helpers import hgx_nvml, make_snapshot
 
 from nodecheck.bench.plan import without_mig_gpus
 from nodecheck.build import build_report
-from nodecheck.config import Config, generate, loads
+from nodecheck.config import Config, loads
+from nodecheck.config_init import generate
 from nodecheck.coverage import unmade_checks
 from nodecheck.exporters.prometheus import write_textfile
 from nodecheck.fingerprint import sku

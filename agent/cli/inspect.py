@@ -66,7 +66,7 @@ def config_init(
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
 ) -> None:
     """Write this node's facts as a starting config (run it on a known-good node)."""
-    from nodecheck.config import generate
+    from nodecheck.config_init import generate
 
     try:
         report, _ = load_report(source, None)

@@ -146,6 +146,8 @@ def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Excep
     m.nvmlDeviceGetMigMode = lambda h: list(_value(h.get("mig", [0, 0])))
     # persistence mode: on, as the H100's `nvidia-smi -q` says ("Persistence Mode: Enabled"), unless a test gives another
     m.nvmlDeviceGetPersistenceMode = lambda h: _value(h.get("persistence", 1))
+    # compute mode: default (0), as the H100's `nvidia-smi -q` says ("Compute Mode: Default"), unless a test gives another
+    m.nvmlDeviceGetComputeMode = lambda h: _value(h.get("compute_mode", 0))
     _fabric_calls(m)
     _field_values(m)
     _memory_calls(m)

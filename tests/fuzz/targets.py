@@ -126,7 +126,7 @@ def _config_seeds() -> list[str]:
     from helpers import h100_node_snapshot  # noqa: F401 (needs pytest only for need(): present in the suite)
 
     from nodecheck.build import build_report
-    from nodecheck.config import generate
+    from nodecheck.config_init import generate
     from nodecheck.snapshot import SnapshotHost
 
     with tempfile.TemporaryDirectory() as tmp:
