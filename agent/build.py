@@ -164,6 +164,7 @@ def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | No
             gpu.persistent = bool(n.persistence_mode) if n.persistence_mode in (0, 1) else None
             gpu.processes = [GpuProcess(**p) for p in n.processes]
             gpu.compute_mode = COMPUTE_MODES.get(n.compute_mode)
+            gpu.ecc_pending = n.ecc_pending
             gpu.memory_used_bytes = n.memory_used_bytes
         if t:
             gpu.cpu_affinity = t.cpu_affinity or gpu.cpu_affinity  # nvidia-smi's view wins: it is what people compare with

@@ -34,6 +34,7 @@ class Gpu:
     memory_bytes: int | None = None  # the GPU's memory (NVML), which bounds the largest payload a test may use
     nvlinks: list[dict] = field(default_factory=list)  # {link, active, version}; active None: NVML's error
     ecc_enabled: bool | None = None
+    ecc_pending: bool | None = None  # the ECC mode it takes at its next reset (NVML's pending mode)
     remapped_rows_pending: bool | None = None
     remapped_rows_failed: bool | None = None
     fabric: GpuFabric | None = None  # None: NVML did not say (no fabric API in this driver, or NVML not read)

@@ -103,9 +103,14 @@ def _memory(gpu, config: Config) -> list[Finding]:
     reset for a remapping to take effect; failed means NVIDIA's guidance is to replace the GPU."""
     subject, findings = f"gpu{gpu.index}", []
     if gpu.ecc_enabled is False and config.ecc is not False:
+        set_on = "ECC is set to on and waits for the GPU's reset" if gpu.ecc_pending else f"`nvidia-smi -i {gpu.index} -e 1`"
         findings.append(Finding("ecc_disabled", "error" if config.ecc else "warning", subject, "off", "on",
-                                f"{subject} ECC is off: memory errors go undetected; `nvidia-smi -i {gpu.index} -e 1`, "
+                                f"{subject} ECC is off: memory errors go undetected; {set_on}, "
                                 "then reset the GPU (or set [gpus] ecc = false if that is intended)"))
+    elif gpu.ecc_enabled and gpu.ecc_pending is False and config.ecc is not False:  # `nvidia-smi -e 0` awaiting a reset
+        findings.append(Finding("ecc_disabled", "warning", subject, "off at the next reset", "on",
+                                f"{subject} ECC is on now and set to off at the GPU's next reset or reboot, after which "
+                                f"memory errors go undetected: `nvidia-smi -i {gpu.index} -e 1` keeps it on"))
     if gpu.remapped_rows_failed:
         findings.append(Finding("row_remap_failed", "error", subject, "failed", "none",
                                 f"{subject} row remapping failed: NVIDIA's guidance is to replace the GPU"))

@@ -237,6 +237,7 @@ class NvmlGpu:
     memory_total_bytes: int | None = None
     numa_node: int | None = None
     ecc_enabled: bool | None = None
+    ecc_pending: bool | None = None  # the ECC mode the GPU takes at its next reset
     remapped_rows_pending: bool | None = None
     remapped_rows_failed: bool | None = None
     cpu_affinity: str = ""
@@ -320,6 +321,7 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
         gpu.mig_enabled, gpu.mig_pending = bool(mig[0]), bool(mig[1])
     ecc = _field(gpu, raw, "ecc_mode", list)
     gpu.ecc_enabled = bool(ecc[0]) if ecc and is_int(ecc[0]) else None
+    gpu.ecc_pending = bool(ecc[1]) if ecc and len(ecc) > 1 and is_int(ecc[1]) else None
     rows = _field(gpu, raw, "remapped_rows", list)
     if rows and len(rows) >= 4 and all(is_int(v) for v in rows[:4]):
         gpu.remapped_rows_pending, gpu.remapped_rows_failed = bool(rows[2]), bool(rows[3])

@@ -288,6 +288,12 @@ def test_ecc_and_row_remapping(tmp_path):
     assert kinds(report_of(tmp_path / "b", nvml_gpus=h100(ecc_mode=[0, 0]))) == {("ecc_disabled", "gpu0", "warning")}
     assert kinds(report_of(tmp_path / "c", Config(ecc=True), nvml_gpus=h100(ecc_mode=[0, 0]))) == {("ecc_disabled", "gpu0", "error")}
     assert kinds(report_of(tmp_path / "d", Config(ecc=False), nvml_gpus=h100(ecc_mode=[0, 0]))) == set()
+    # NVML's [current, pending]: off and set back on (awaiting a reset), or on and set to off at the next reset
+    (back_on,) = report_of(tmp_path / "g", nvml_gpus=h100(ecc_mode=[0, 1])).findings
+    assert back_on.measured == "off" and "set to on and waits for the GPU's reset" in back_on.message
+    (going,) = report_of(tmp_path / "h", nvml_gpus=h100(ecc_mode=[1, 0])).findings
+    assert (going.kind, going.severity, going.measured) == ("ecc_disabled", "warning", "off at the next reset")
+    assert kinds(report_of(tmp_path / "i", Config(ecc=False), nvml_gpus=h100(ecc_mode=[1, 0]))) == set()
     assert kinds(report_of(tmp_path / "e", nvml_gpus=h100(retired=[0, 2, 1, 0]))) == {("row_remap_pending", "gpu0", "warning")}
     failed = report_of(tmp_path / "f", nvml_gpus=h100(retired=[0, 8, 0, 1]))
     (finding,) = failed.findings
