@@ -37,7 +37,7 @@ FINDING_KINDS = {
     "gpu_power_limit_lowered": "{subject} power limit {measured} < {expected}",
     "gpu_persistence_off": "GPU persistence mode {measured}",
     "gpu_compute_mode": "{subject} compute mode {measured}, {expected} expected",
-    "gpu_in_use": "{subject} in use before the job: {measured}",
+    "gpu_in_use": "{subject} held outside any job: {measured}",
     "gpu_process_gone": "{subject} lists {measured}, not in /proc",
     "gpu_memory_held": "{subject} {measured} held with no process",
     "nic_module_error": "{subject} cable or transceiver: {measured}",

@@ -12,8 +12,9 @@ memory than it asked for and shares the GPU's time, and its bandwidth tests meas
 - gpu_memory_held (warning): memory in use with no process listed (the driver's reservation apart), as a context
   that outlived its process leaves it; not judged under MIG, whose instances' processes the GPU's list may not show.
 
-The health check, the exporter and `inspect` publish the processes and judge none: under a running job they are
-the job's."""
+The health check judges them only on a node Slurm says runs no job (so it neither resumes a node the prolog
+drained for one nor waits for the next job to find it); the exporter and `inspect` publish them and judge none:
+under a running job they may be the job's."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def before_job(report: Report, job: int | None, allowed: list[str]) -> list[Find
             findings.append(Finding(
                 "gpu_in_use", "error", subject, _describe(first) + (f" (+{len(stray) - 1} more)" if len(stray) > 1 else ""),
                 "no process before the job",
-                f"{subject} is held by {len(stray)} process(es) outside any Slurm job before job {job or '?'} starts "
+                f"{subject} is held by {len(stray)} process(es) outside any Slurm job "
+                f"{f'before job {job} starts' if job else 'while no job runs here'} "
                 f"({', '.join(_describe(p) for p in stray[:4])}; {held / GIB:.1f} GiB): kill {'them' if len(stray) > 1 else 'it'}"
                 + ("; one stuck in the driver (state D) will not die: reset the GPU or reboot the node"
                    if any(p.state == "D" for p in stray) else "")

@@ -3,7 +3,7 @@ what Slurm should do about this node.
 
 Checks (concurrent, each bounded by the budget; one that does not finish is named as timed out):
   node       the probes and static rules (GPU count, PCIe width, NVLinks, link types, NIC state and speed);
-             prolog only: the processes holding a GPU before the job (agent/gpu_process_rules.py)
+             the prolog, and the health check of an idle node: the processes holding a GPU (agent/gpu_process_rules.py)
   proximity  the job's peers: same subnet on the traffic interface, round trip (prolog only)
   bench      the quick bandwidth tests listed in [prolog] bench, in a subprocess (none by default;
              prolog only: the health check runs every few minutes, under running jobs too)
@@ -80,10 +80,11 @@ def failing_findings(findings: list[Finding], fail_severity: str) -> list[Findin
 
 
 def run_checks(host, config, environ: dict[str, str], node: str, before_job: bool = True,
-               deadline: float | None = None) -> Verdict:
+               deadline: float | None = None, idle: bool = False) -> Verdict:
     """Every check by `deadline` (default: config.prolog.timeout_s from now). The node and proximity
     checks run together; the bandwidth tests (when configured and before_job: the prolog's) get what is left of the
-    budget afterwards. before_job also judges the processes holding the GPUs (agent/gpu_process_rules.py)."""
+    budget afterwards. before_job, or `idle` (a health check of a node Slurm says runs no job), also judges the
+    processes holding the GPUs (agent/gpu_process_rules.py)."""
     deadline = deadline if deadline is not None else time.monotonic() + config.prolog.timeout_s
     budget = max(0.0, deadline - time.monotonic())
     bench = list(config.prolog.bench) if before_job else []
@@ -93,7 +94,7 @@ def run_checks(host, config, environ: dict[str, str], node: str, before_job: boo
     # proximity findings are warnings by default, so its time-out is too (it must never drain a node)
     built: dict = {}  # the node check's Report: the bench's measurements are judged against it
     job = environ.get("SLURM_JOB_ID", "")
-    job_id = int(job) if before_job and job.isdigit() and len(job) < 13 else (0 if before_job else None)
+    job_id = int(job) if before_job and job.isdigit() and len(job) < 13 else (0 if before_job or idle else None)
     checks = {"node": (lambda: _node_check(host, config, first_share, built, job_id), "error"),
               "proximity": (lambda: _proximity_check(host, environ, config, node, first_share), config.proximity.severity)}
     runs = _run_bounded(checks, first_deadline)
@@ -272,7 +273,10 @@ def execute(mode: str, host, config, environ: dict[str, str], dry_run: bool) -> 
         except NodecheckError as error:  # the checks still run and are shown; nothing is resumed blind
             slurm_error = f"cannot read node {node}'s state from Slurm: {error}"
     # bandwidth tests only in the prolog: a health check runs every few minutes, jobs or not
-    verdict = run_checks(host, config, environ, node, before_job=mode == "prolog", deadline=deadline - scontrol_share)
+    # an idle node's GPU processes are judged by the health check too: it neither resumes a node the prolog drained
+    # for one nor waits for the next job to find it
+    verdict = run_checks(host, config, environ, node, before_job=mode == "prolog", deadline=deadline - scontrol_share,
+                         idle=state is not None and state.idle)
     action, detail = plan_action(verdict, state, mode == "healthcheck")
     if slurm_error and action == "none":
         detail = f"{detail}; the node's Slurm state is unknown, so nothing is resumed"

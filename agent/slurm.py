@@ -35,6 +35,11 @@ class NodeState:
         return "DRAIN" in self.states or "DRAINED" in self.states or "DRAINING" in self.states
 
     @property
+    def idle(self) -> bool:
+        """Running no job, nor finishing one (a completing job's processes may still be exiting)."""
+        return "IDLE" in self.states and not {"COMPLETING", "ALLOCATED", "MIXED"} & set(self.states)
+
+    @property
     def drained_by_nodecheck(self) -> bool:
         return self.drained and (self.reason or "").startswith(REASON_PREFIX)
 

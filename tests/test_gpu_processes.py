@@ -133,7 +133,7 @@ def test_the_prolog_drains_a_node_held_before_the_job_and_the_health_check_does_
     run = run_nodecheck("prolog", "--dry-run", "--json", "--from", str(snap), env_extra={"SLURM_JOB_ID": "77"})
     outcome = json.loads(run.stdout)
     assert (run.returncode, outcome["action"]) == (1, "drain"), outcome
-    assert outcome["detail"] == "nodecheck: gpu0 in use before the job: pid 4242 python3, state D, 30.0 GiB"
+    assert outcome["detail"] == "nodecheck: gpu0 held outside any job: pid 4242 python3, state D, 30.0 GiB"
     health = run_nodecheck("healthcheck", "--dry-run", "--json", "--from", str(snap))
     outcome = json.loads(health.stdout)  # under a running job its processes are the job's
     assert outcome["failing"] == [] and "gpu_in_use" not in health.stdout, health.stdout
@@ -214,3 +214,11 @@ def test_the_allowed_names_come_from_the_config():
     assert loads('[prolog]\ngpu_process_allow = ["dcgmproftester"]\n', "t.toml").prolog.gpu_process_allow == ["dcgmproftester"]
     with pytest.raises(ConfigError, match="prolog.gpu_process_allow"):
         loads("[prolog]\ngpu_process_allow = 3\n", "t.toml")
+
+
+@pytest.mark.parametrize(("state", "idle"), [("IDLE", True), ("IDLE+DRAIN", True), ("IDLE+COMPLETING", False),
+                                             ("MIXED", False), ("ALLOCATED+DRAIN", False), ("DOWN*", False)])
+def test_which_slurm_states_run_no_job(state, idle):
+    from nodecheck.slurm import parse_node
+
+    assert parse_node("gpu01", f"NodeName=gpu01 Arch=x86_64 CoresPerSocket=1 State={state} ThreadsPerCore=1\n").idle is idle

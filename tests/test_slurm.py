@@ -187,3 +187,31 @@ def test_a_jobs_process_on_a_gpu_is_the_jobs_and_a_stray_one_drains(slurm, tmp_p
     report = Report.from_dict({"gpus": [{"index": 0, "processes": list(listed.values())}]})
     assert all(isinstance(p, GpuProcess) for p in report.gpus[0].processes)
     assert [(f.kind, f.measured) for f in before_job(report, int(job) + 1, [])] == [("gpu_in_use", f"pid {stray} sleep, 2.0 GiB")]
+
+
+def test_the_health_check_judges_gpu_processes_on_an_idle_node_only(slurm, tmp_path):
+    """A snapshot whose GPU a stray process holds, judged with this real Slurm's view of the node: idle, the health
+    check would drain it (and so never resumes a node the prolog drained for it); running a job, it does not judge
+    the processes, which may be the job's."""
+    from test_gpu_processes import GIB, OUTSIDE, node
+
+    slurm.configure(HEALTHY)
+    snap = node(tmp_path, [{"pid": 4242, "used_memory": 30 * GIB}], {4242: ("python3", "S", OUTSIDE)}).root
+
+    def healthcheck() -> dict:
+        run = subprocess.run([str(Path(sys.executable).parent / "nodecheck"), "healthcheck", "--dry-run", "--json", "--from",
+                              str(snap), "--config", str(slurm.nodecheck_config)],
+                             env={"SLURMD_NODENAME": slurm.name, "STATE_DIRECTORY": str(slurm.root / "nodecheck-state")},
+                             capture_output=True, text=True, timeout=60)
+        return json.loads(run.stdout)
+
+    slurm.wait_for(lambda: slurm.node_state() == "idle", 60, "the node to be idle")
+    idle = healthcheck()
+    assert (idle["action"], idle["detail"]) == ("drain", "nodecheck: gpu0 held outside any job: pid 4242 python3, 30.0 GiB"), idle
+    job = slurm.sbatch("-o", "/dev/null", "--wrap", "sleep 60")
+    try:
+        slurm.wait_for(lambda: slurm.node_state() in ("allocated", "mixed"), 60, "the job to run")
+        busy = healthcheck()
+    finally:
+        slurm.cancel(job)
+    assert busy["failing"] == [] and "gpu_in_use" not in json.dumps(busy), busy
