@@ -140,12 +140,16 @@ def _gpus(report: Report) -> Iterator[Metric]:
                  "absent where NVML does not say.", ["gpu", "mode"], [([g.index, g.compute_mode], 1) for g in gpus if g.compute_mode])
     read = [g for g in gpus if g.signals is not None]  # NVML read: no process listed is 0, not absent
     yield _gauge("nodecheck_gpu_processes", "Processes holding the GPU (NVML's compute and graphics lists), nodecheck's "
-                 "own apart: owner=\"job\" inside a Slurm job's cgroup, owner=\"none\" outside every job (the prolog's "
-                 "gpu_in_use).", ["gpu", "owner"],
-                 [([g.index, owner], sum(1 for p in g.processes if not p.ours and (p.job is None) == (owner == "none")))
-                  for g in read for owner in ("job", "none")])
+                 "own apart: owner=\"job\" in a Slurm job, \"none\" outside every job (the prolog's gpu_in_use), "
+                 "\"unknown\" where /proc does not show the pid.", ["gpu", "owner"],
+                 [([g.index, owner], sum(1 for p in g.processes if not p.ours and _owner(p) == owner))
+                  for g in read for owner in ("job", "none", "unknown")])
     yield _gauge("nodecheck_gpu_memory_used_bytes", "GPU memory in use, the driver's reservation apart; absent where "
                  "the driver does not keep the two apart.", ["gpu"], [([g.index], g.memory_used_bytes) for g in gpus])
+
+
+def _owner(process) -> str:
+    return "unknown" if process.gone else "none" if process.job is None else "job"
 
 
 def _nvlink_domain(report: Report) -> Iterator[Metric]:

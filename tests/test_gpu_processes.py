@@ -163,6 +163,9 @@ def test_inspect_and_the_metrics_name_who_holds_each_gpu(tmp_path):
     published = samples(metrics_of(build_report(host), tmp_path))
     assert published[("nodecheck_gpu_processes", (("gpu", "0"), ("owner", "none")))] == 1
     assert published[("nodecheck_gpu_processes", (("gpu", "0"), ("owner", "job")))] == 1
+    assert published[("nodecheck_gpu_processes", (("gpu", "0"), ("owner", "unknown")))] == 0
+    gone = build_report(node(tmp_path, [{"pid": 31794, "used_memory": None}], {}))  # /proc does not show it
+    assert samples(metrics_of(gone, tmp_path))[("nodecheck_gpu_processes", (("gpu", "0"), ("owner", "unknown")))] == 1
     assert published[("nodecheck_gpu_memory_used_bytes", (("gpu", "0"),))] == 50 * GIB
 
 
