@@ -66,10 +66,14 @@ def topology_facts(report: Report) -> dict:
     cpu           CPU packages, NUMA nodes and logical CPUs (hwloc)
     nics          each physical NIC's kind and speed in Mb/s, sorted
     pcie          each GPU's PCIe max generation and max width (NVML)
-    nvlinks       each GPU's NVLink count and how many are active (NVML)"""
+    nvlinks       each GPU's NVLink count and how many are active (NVML)
+    compute_mode  each GPU's compute mode (NVML), only where one is not default: a node left in exclusive_process
+                  among default peers fails jobs of several processes per GPU, though alike within itself; the
+                  default leaves the hash as nodecheck versions before this one computed it (no drift in a rollout)"""
     gpus = sorted(report.gpus, key=lambda g: g.index)
     gpu_indices = {g.index for g in gpus}
-    return {
+    modes = [g.compute_mode for g in gpus]
+    return ({"compute_mode": modes} if any(m not in (None, "default") for m in modes) else {}) | {
         "gpu_links": sorted([min(l.a, l.b), max(l.a, l.b), l.type] for l in report.links
                             if l.a in gpu_indices and l.b in gpu_indices and isinstance(l.a, int) and isinstance(l.b, int)),
         "gpu_nic_links": [sorted(l.type for l in report.links if l.a == g.index and isinstance(l.b, str)) for g in gpus],

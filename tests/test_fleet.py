@@ -420,3 +420,21 @@ def test_a_node_without_the_conf_file_is_told_what_it_lacks():
     assert drift.differs == ["NCCL_IB_GID_INDEX=(unset), most: 3", "NCCL_IB_HCA=(unset), most: =mlx5_0,mlx5_1"]
     (group,) = compare([view(v.name, None, v.fingerprint["nccl_conf"]) for v in views] + [view("bare", None, "")])
     assert group.drift[0].differs == []
+
+
+def test_a_node_left_in_exclusive_process_mode_drifts_and_default_ones_keep_their_hash(tmp_path, hgx_report):
+    """Alike within itself, so no in-node check names it: one node of eight whose GPUs were all set to
+    exclusive_process (`nvidia-smi -c 3`) fails the jobs of several processes per GPU its peers run. Its topology
+    hash differs; the default mode leaves every other node's hash as it was before compute modes were read."""
+    from nodecheck.fingerprint import topology_facts, topology_hash
+
+    default = [dataclasses.replace(node(hgx_report, f"gpu-{i:02d}"),
+                                   gpus=[dataclasses.replace(g, compute_mode="default") for g in hgx_report.gpus])
+               for i in range(7)]
+    unread = dataclasses.replace(hgx_report, gpus=[dataclasses.replace(g, compute_mode=None) for g in hgx_report.gpus])
+    assert topology_hash(default[0]) == topology_hash(unread) and "compute_mode" not in topology_facts(default[0])
+    exclusive = dataclasses.replace(node(hgx_report, "gpu-exclusive"),
+                                    gpus=[dataclasses.replace(g, compute_mode="exclusive_process") for g in hgx_report.gpus])
+    write(tmp_path / "fleet", [*default, exclusive])
+    (drift,) = json.loads(cli("fleet", str(tmp_path / "fleet"), "--json").stdout)["groups"][0]["drift"]
+    assert (drift["node"], drift["field"], drift["majority_nodes"]) == ("gpu-exclusive", "topology", 7)
