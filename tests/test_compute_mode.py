@@ -79,3 +79,12 @@ def test_a_mode_the_config_cannot_mean_is_refused():
 
     with pytest.raises(ConfigError, match="'gpus.compute_mode': expected one of default, exclusive_process, prohibited"):
         loads('[gpus]\ncompute_mode = "exclusive"\n', "t.toml")
+
+
+def test_inspect_says_a_mode_that_is_not_default(tmp_path):
+    from nodecheck.render.report import process_lines
+
+    assert process_lines(hgx(tmp_path, {})) == []
+    assert process_lines(hgx(tmp_path, dict.fromkeys(range(8), EXCLUSIVE_PROCESS))) == [
+        "GPU compute mode: exclusive_process on every GPU"]
+    assert process_lines(hgx(tmp_path, {3: PROHIBITED})) == ["GPU compute mode: gpu3 prohibited"]

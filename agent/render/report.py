@@ -65,7 +65,7 @@ def _gpus(console: Console, report: Report) -> None:
 
 def process_lines(report: Report) -> list[str]:
     """Who holds each GPU (NVML's lists, /proc's names), nodecheck's own apart: what `nvidia-smi`'s process table
-    shows, with the Slurm job of each."""
+    shows, with the Slurm job of each; and the GPUs whose compute mode is not default."""
     said = []
     for gpu in report.gpus:
         for p in (p for p in gpu.processes if not p.ours):
@@ -73,7 +73,13 @@ def process_lines(report: Report) -> list[str]:
             extra = "".join([f", {p.memory_bytes / (1 << 30):.1f} GiB" if p.memory_bytes is not None else "",
                              f", state {p.state}" if p.state == "D" else "", ", graphics" if p.type == "graphics" else ""])
             said.append(f"gpu{gpu.index} pid {p.pid} {p.name or '?'} ({owner}{extra})")
-    return [f"GPU processes: {'; '.join(said[:16])}" + (f" (+{len(said) - 16} more)" if len(said) > 16 else "")] if said else []
+    lines = [f"GPU processes: {'; '.join(said[:16])}" + (f" (+{len(said) - 16} more)" if len(said) > 16 else "")] if said else []
+    modes = {g.index: g.compute_mode for g in report.gpus if g.compute_mode not in (None, "default")}
+    if modes:  # who may open a GPU at all: uniform on a node, no finding names it
+        every = len(set(modes.values())) == 1 and len(modes) == len(report.gpus)
+        lines.append("GPU compute mode: " + (f"{next(iter(modes.values()))} on every GPU" if every
+                                             else ", ".join(f"gpu{i} {m}" for i, m in modes.items())))
+    return lines
 
 
 def _nvlinks(gpu, report: Report) -> str:
