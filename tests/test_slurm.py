@@ -176,6 +176,7 @@ def test_a_jobs_process_on_a_gpu_is_the_jobs_and_a_stray_one_drains(slurm, tmp_p
     try:
         slurm.wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 60, "the job's task to start")
         task = int(pidfile.read_text())
+        slurm.wait_for(lambda: Path(f"/proc/{task}/comm").read_text().strip() == "sleep", 30, "the task to exec sleep")
         monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.replaying([dict(captured(), processes=[
             {"pid": task, "used_memory": GIB}, {"pid": int(stray), "used_memory": 2 * GIB}])]))
         listed = {p["pid"]: p for p in collect(NoDeviceFileGate(), 10.0).gpus[0].processes}
