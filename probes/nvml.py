@@ -38,8 +38,8 @@ COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclu
 
 def collect(host, timeout: float) -> "NvmlFacts":
     facts = parse_nvml(host.nvml(timeout, dump_nvml))  # pynvml is imported only when NVML is asked
-    for gpu in facts.gpus:  # who holds each GPU, as /proc says (read through host: a snapshot keeps it)
-        describe_owners(host, gpu.processes, facts.asked_by_pid)
+    # who holds each GPU, as /proc says (read through host: a snapshot keeps it)
+    describe_owners(host, [p for gpu in facts.gpus for p in gpu.processes], facts.asked_by_pid)
     return facts
 
 

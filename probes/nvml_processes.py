@@ -83,13 +83,20 @@ def describe_owners(host, processes: list[dict], own_pid: int | None) -> None:
     context outlived it, or its pid is another namespace's). A process under a slurmstepd is a job's even where no
     cgroup says which (proctrack/linuxproc): job 0."""
     own_job = _job((host.read_text(f"/proc/{own_pid}/cgroup") or "")[:8192]) if own_pid and processes else None
+    stats: dict[int, re.Match | None] = {}  # each pid's stat read once: the GPUs' processes share their parents
+
+    def stat_of(pid: int) -> re.Match | None:
+        if pid not in stats:
+            stats[pid] = _STAT.match(host.read_text(f"/proc/{pid}/stat") or "")
+        return stats[pid]
+
     for process in processes:
-        stat = _STAT.match(host.read_text(f"/proc/{process['pid']}/stat") or "")
+        stat = stat_of(process["pid"])
         if stat is None:
             process["gone"] = True
             continue
         process["name"], process["state"] = stat[1], stat[2]
-        ancestors = _ancestors(host, int(stat[3]))
+        ancestors = _ancestors(stat_of, int(stat[3]))
         job = _job((host.read_text(f"/proc/{process['pid']}/cgroup") or "")[:8192])
         process["job"] = job if job is not None else (0 if "slurmstepd" in ancestors.values() else None)
         process["ours"] = own_pid is not None and (own_pid == process["pid"] or own_pid in ancestors
@@ -104,12 +111,12 @@ def _job(cgroup: str) -> int | None:
     return None
 
 
-def _ancestors(host, parent: int) -> dict[int, str]:
+def _ancestors(stat_of, parent: int) -> dict[int, str]:
     """{pid: comm} of a process's parents, nearest first, up to init (MAX_ANCESTORS at most: a loop in a hostile
     snapshot ends there)."""
     found: dict[int, str] = {}
     while parent > 1 and parent not in found and len(found) < MAX_ANCESTORS:
-        stat = _STAT.match(host.read_text(f"/proc/{parent}/stat") or "")
+        stat = stat_of(parent)
         if stat is None:
             break
         found[parent], parent = stat[1], int(stat[3])

@@ -225,3 +225,26 @@ def test_which_slurm_states_run_no_job(state, idle):
     from nodecheck.slurm import parse_node
 
     assert parse_node("gpu01", f"NodeName=gpu01 Arch=x86_64 CoresPerSocket=1 State={state} ThreadsPerCore=1\n").idle is idle
+
+
+def test_each_pids_stat_is_read_once_however_many_processes_share_their_parents():
+    """256 processes on each of two GPUs, all children of one launcher under a slurmstepd: the launcher's and
+    slurmstepd's stat are read once, not once per process (a hostile snapshot's 16,384 would be 16 times more)."""
+    from nodecheck.probes.nvml_processes import describe_owners
+
+    files = {"/proc/2/stat": "2 (slurmstepd) S 1 0 0\n", "/proc/3/stat": "3 (torchrun) S 2 0 0\n"}
+    for pid in range(100, 612):
+        files[f"/proc/{pid}/stat"] = f"{pid} (python) S 3 0 0\n"
+
+    class Counting:
+        reads: list[str] = []
+
+        def read_text(self, path):
+            self.reads.append(path)
+            return files.get(path)
+
+    host = Counting()
+    processes = [{"pid": pid, "type": "compute", "memory_bytes": GIB} for pid in range(100, 612)]
+    describe_owners(host, processes, own_pid=99)
+    assert all(p["job"] == 0 and not p["ours"] for p in processes)  # a job's, by its slurmstepd grandparent
+    assert len(host.reads) == len(set(host.reads))  # cgroup and stat of each process, its parents' stat, once each
