@@ -162,7 +162,7 @@ def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | No
             gpu.power_limit_default_w = n.power_limit_default_mw / 1000 if n.power_limit_default_mw is not None else None
             gpu.mig_enabled, gpu.mig_pending = n.mig_enabled, n.mig_pending
             gpu.persistent = bool(n.persistence_mode) if n.persistence_mode in (0, 1) else None
-            gpu.processes = [GpuProcess(**p) for p in n.processes]
+            gpu.processes = None if n.processes is None else [GpuProcess(**p) for p in n.processes]
             gpu.compute_mode = COMPUTE_MODES.get(n.compute_mode)
             gpu.ecc_pending = n.ecc_pending
             gpu.memory_used_bytes = n.memory_used_bytes

@@ -10,7 +10,8 @@ memory than it asked for and shares the GPU's time, and its bandwidth tests meas
 - gpu_process_gone (warning): NVML lists a pid that /proc does not have: it ended just now, or its context outlived
   it, which a reset of the GPU clears.
 - gpu_memory_held (warning): memory in use with no process listed (the driver's reservation apart), as a context
-  that outlived its process leaves it; not judged under MIG, whose instances' processes the GPU's list may not show.
+  that outlived its process leaves it; not judged under MIG, whose instances' processes the GPU's list may not show,
+  nor where NVML refused the list.
 
 The health check judges them only on a node Slurm says runs no job (so it neither resumes a node the prolog
 drained for one nor waits for the next job to find it); the exporter and `inspect` publish them and judge none:
@@ -32,7 +33,7 @@ def before_job(report: Report, job: int | None, allowed: list[str]) -> list[Find
     names = {name[:15] for name in allowed}  # /proc/PID/comm keeps 15 characters of a name
     for gpu in report.gpus:
         subject = f"gpu{gpu.index}"
-        foreign = [p for p in gpu.processes if not p.ours and p.job is None and p.type != "graphics"]
+        foreign = [p for p in gpu.processes or [] if not p.ours and p.job is None and p.type != "graphics"]
         stray = [p for p in foreign if not p.gone and p.name not in names]
         gone = [p for p in foreign if p.gone]
         if stray:
@@ -55,7 +56,7 @@ def before_job(report: Report, job: int | None, allowed: list[str]) -> list[Find
                 "ended just now, or a context that outlived its process; if it stays, reset the GPU "
                 f"(`nvidia-smi -r -i {gpu.index}`)"))
         held = gpu.memory_used_bytes
-        if not gpu.processes and not gpu.mig_enabled and held is not None and held >= MEMORY_HELD_BYTES:
+        if gpu.processes == [] and not gpu.mig_enabled and held is not None and held >= MEMORY_HELD_BYTES:
             findings.append(Finding(
                 "gpu_memory_held", "warning", subject, f"{held / GIB:.1f} GiB", "none with no process",
                 f"{subject} has {held / GIB:.1f} GiB in use and no process listed: a context that outlived its "

@@ -47,7 +47,7 @@ class Gpu:
     mig_pending: bool | None = None  # the MIG mode it takes at its next reset
     nearest_nics: list[str] = field(default_factory=list)
     signals: GpuSignals | None = None  # None: NVML not read
-    processes: list[GpuProcess] = field(default_factory=list)  # what holds it (NVML's list; /proc's names for them)
+    processes: list[GpuProcess] | None = None  # what holds it (NVML's list; /proc's names); None: NVML did not list
     memory_used_bytes: int | None = None  # in use, the driver's reservation apart; None where NVML did not say so
 
 

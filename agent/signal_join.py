@@ -150,7 +150,7 @@ def held_gpus(report: Report) -> dict[str, str]:
     """GPU ("gpu3") -> the first process another holds it with ("pid 4242 python3"), nodecheck's own and its job's apart."""
     held = {}
     for gpu in report.gpus:
-        others = [p for p in gpu.processes if not p.ours and not p.gone and p.type != "graphics"]
+        others = [p for p in gpu.processes or [] if not p.ours and not p.gone and p.type != "graphics"]
         if others:
             held[f"gpu{gpu.index}"] = f"pid {others[0].pid} {others[0].name or '?'}"
     return held

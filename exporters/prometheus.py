@@ -138,7 +138,7 @@ def _gpus(report: Report) -> Iterator[Metric]:
                  [([g.index], None if g.persistent is None else int(g.persistent)) for g in gpus])
     yield _gauge("nodecheck_gpu_compute_mode_info", "The GPU's compute mode (NVML: default, exclusive_process, prohibited); "
                  "absent where NVML does not say.", ["gpu", "mode"], [([g.index, g.compute_mode], 1) for g in gpus if g.compute_mode])
-    read = [g for g in gpus if g.signals is not None]  # NVML read: no process listed is 0, not absent
+    read = [g for g in gpus if g.processes is not None]  # listed by NVML: none is 0; refused, absent
     yield _gauge("nodecheck_gpu_processes", "Processes holding the GPU (NVML's compute and graphics lists), nodecheck's "
                  "own apart: owner=\"job\" in a Slurm job, \"none\" outside every job (the prolog's gpu_in_use), "
                  "\"unknown\" where /proc does not show the pid.", ["gpu", "owner"],

@@ -39,7 +39,7 @@ COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclu
 def collect(host, timeout: float) -> "NvmlFacts":
     facts = parse_nvml(host.nvml(timeout, dump_nvml))  # pynvml is imported only when NVML is asked
     # who holds each GPU, as /proc says (read through host: a snapshot keeps it)
-    describe_owners(host, [p for gpu in facts.gpus for p in gpu.processes], facts.asked_by_pid)
+    describe_owners(host, [p for gpu in facts.gpus for p in gpu.processes or []], facts.asked_by_pid)
     return facts
 
 
@@ -260,7 +260,7 @@ class NvmlGpu:
     fabric: dict | None = None  # NVLink fabric registration (parse_fabric); None where NVML did not say
     c2c: dict | None = None  # {links, link_mbps}: its active NVLink-C2C links to a Grace CPU (parse_c2c)
     memory: dict = field(default_factory=dict)  # SRAM status, retired pages, InfoROM (parse_memory)
-    processes: list[dict] = field(default_factory=list)  # {pid, type, memory_bytes} (parse_processes), + describe_owners
+    processes: list[dict] | None = None  # {pid, type, memory_bytes} (parse_processes), + describe_owners; None: unlisted
     memory_used_bytes: int | None = None  # in use, the driver's reservation apart where NVML says it
     errors: dict[str, str] = field(default_factory=dict)  # field -> NVML's reason
 

@@ -46,11 +46,12 @@ def dump_memory_used(pynvml, handle, ask) -> dict:
     return info if isinstance(info, dict) else {"used": info.used, "reserved": None}
 
 
-def parse_processes(raw, errors: dict[str, str]) -> list[dict]:
-    """[{pid, type (compute, graphics, or both), memory_bytes}] of a dump_processes() answer, one per pid; NVML's
-    refusal into `errors`["processes"]. Lenient: a malformed entry is left out."""
+def parse_processes(raw, errors: dict[str, str]) -> list[dict] | None:
+    """[{pid, type (compute, graphics, or both), memory_bytes}] of a dump_processes() answer, one per pid; None where
+    NVML listed no compute processes (it refused: its reason into `errors`["processes"]; an older dump). Lenient: a
+    malformed entry is left out."""
     if not isinstance(raw, dict):
-        return []
+        return None
     by_pid: dict[int, dict] = {}
     for kind in KINDS:
         listed = raw.get(kind)
@@ -65,7 +66,7 @@ def parse_processes(raw, errors: dict[str, str]) -> list[dict]:
             known = by_pid.setdefault(pid, {"pid": pid, "type": kind, "memory_bytes": memory})
             if known["type"] != kind:
                 known["type"], known["memory_bytes"] = "both", known["memory_bytes"] or memory
-    return list(by_pid.values())
+    return list(by_pid.values()) if isinstance(raw.get("compute"), list) else None
 
 
 def parse_memory_used(raw) -> tuple[int | None, int | None]:

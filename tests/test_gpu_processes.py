@@ -149,7 +149,19 @@ def test_a_process_in_this_jobs_own_cgroup_is_not_left_over(tmp_path):
 def test_a_malformed_list_is_no_answer(raw):
     errors = {}
     listed = parse_processes(raw, errors)
-    assert all(0 < p["pid"] < 1 << 31 and p["memory_bytes"] is None for p in listed)
+    assert all(0 < p["pid"] < 1 << 31 and p["memory_bytes"] is None for p in listed or [])
+    assert (listed is None) == (not isinstance(raw, dict) or not isinstance(raw.get("compute"), list))
+
+
+def test_a_list_nvml_refused_is_unknown_not_empty(tmp_path):
+    """NVML refusing the list (No Permission) with 10 GiB in use: no process is known, so none is said to be
+    missing, and the count is absent rather than 0."""
+    from test_prometheus import metrics_of, samples
+
+    report = build_report(node(tmp_path, "ERR", {}, memory_total=85520809984, memory_used=10 * GIB))
+    assert report.gpus[0].processes is None and report.gpus[0].memory_used_bytes == 10 * GIB
+    assert before_job(report, 77, ALLOW) == []
+    assert not any(name == "nodecheck_gpu_processes" for name, _ in samples(metrics_of(report, tmp_path)))
 
 
 def test_inspect_and_the_metrics_name_who_holds_each_gpu(tmp_path):

@@ -68,7 +68,7 @@ def process_lines(report: Report) -> list[str]:
     shows, with the Slurm job of each; and the GPUs whose compute mode is not default."""
     said = []
     for gpu in report.gpus:
-        for p in (p for p in gpu.processes if not p.ours):
+        for p in (p for p in gpu.processes or [] if not p.ours):
             owner = "gone from /proc" if p.gone else f"job {p.job}" if p.job is not None else "outside any job"
             extra = "".join([f", {p.memory_bytes / (1 << 30):.1f} GiB" if p.memory_bytes is not None else "",
                              f", state {p.state}" if p.state == "D" else "", ", graphics" if p.type == "graphics" else ""])
