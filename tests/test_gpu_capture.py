@@ -42,6 +42,9 @@ def test_replayed_gpu_snapshot_is_the_live_report():
     replayed["probes"] = [p for p in replayed["probes"] if p["name"] not in NEWER_PROBES]
     assert replayed["node"].pop("cuda_driver_version") == 13000  # the capture's nvml.json holds it
     assert replayed["node"].pop("nvlink_bw_mode") is None  # asked since: the capture's nvml.json does not hold it
+    # read since from what the capture's nvml.json holds: its ECC mode [1, 1], whose pending half the Report keeps now
+    assert replayed["gpus"][0]["ecc_pending"] is True
+    replayed["gpus"][0]["ecc_pending"] = None
     # the capture is a schema 1 document: read as today's Report (fields added since take their defaults,
     # scopes come from the paths), it must be what the replay gives
     assert _stable(replayed) == _stable(Report.from_dict(live).to_dict())
