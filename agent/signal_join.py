@@ -123,7 +123,9 @@ def joined(report: Report, measurements: list, findings: list[Finding]) -> list[
     held = held_gpus(report)
     for finding in findings:
         if finding.kind == "bandwidth_below_spec":
-            finding = _shared(_naming_signals(finding, measurements, signals, used), measurements, held)
+            measurement = next((m for m in measurements if finding.message.startswith(f"{m.path} {m.test} ")), None)
+            if measurement is not None:
+                finding = _shared(_naming_signals(finding, measurement, signals, used[id(measurement)]), measurement, held)
         elif finding.kind in TEMPERED and finding.severity == "error" and finding.expected != DRAIN_NOW_XID:
             devices = dict((id(f), d) for f, d in signals).get(id(finding), [])
             crossing = [m for m in measurements if devices and on_path(m, devices, used[id(m)])]
@@ -136,11 +138,8 @@ def joined(report: Report, measurements: list, findings: list[Finding]) -> list[
     return out
 
 
-def _naming_signals(finding: Finding, measurements: list, signals: list, used: dict) -> Finding:
-    measurement = next((m for m in measurements if finding.message.startswith(f"{m.path} {m.test} ")), None)
-    if measurement is None:
-        return finding
-    named = [f"{s.subject} {s.measured}" for s, devices in signals if on_path(measurement, devices, used[id(measurement)])]
+def _naming_signals(finding: Finding, measurement, signals: list, used: set[str] | None) -> Finding:
+    named = [f"{s.subject} {s.measured}" for s, devices in signals if on_path(measurement, devices, used)]
     if not named:
         return finding
     return dataclasses.replace(finding, message=f"{finding.message}; error signals on this path: {'; '.join(named)}")
@@ -156,9 +155,8 @@ def held_gpus(report: Report) -> dict[str, str]:
     return held
 
 
-def _shared(finding: Finding, measurements: list, held: dict[str, str]) -> Finding:
-    measurement = next((m for m in measurements if finding.message.startswith(f"{m.path} {m.test} ")), None)
-    sharing = [f"{gpu} ({who})" for gpu, who in held.items() if measurement and on_path(measurement, [gpu])]
+def _shared(finding: Finding, measurement, held: dict[str, str]) -> Finding:
+    sharing = [f"{gpu} ({who})" for gpu, who in held.items() if on_path(measurement, [gpu])]
     if not sharing:
         return finding
     return dataclasses.replace(finding, severity="warning", message=(
