@@ -166,7 +166,7 @@ def _dump_gpu(pynvml, index: int, handle) -> dict:
         **dump_memory(pynvml, handle, _ask),
         # the processes holding it, and its memory in use (probes/nvml_processes.py)
         "processes": dump_processes(pynvml, handle, _ask),
-        "memory_used": dump_memory_used(pynvml, handle, _ask),
+        "memory_used": dump_memory_used(pynvml, handle, _ask, memory),
     }
 
 

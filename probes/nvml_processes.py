@@ -35,15 +35,15 @@ def dump_processes(pynvml, handle, ask) -> dict:
     return said
 
 
-def dump_memory_used(pynvml, handle, ask) -> dict:
+def dump_memory_used(pynvml, handle, ask, v1) -> dict:
     """{"used", "reserved"} in bytes: NVML's v2 memory info keeps the driver's reservation apart (`nvidia-smi -q`'s
-    Reserved and Used); where the driver lacks v2, v1's used, which counts it in, and reserved None."""
+    Reserved and Used); where the driver lacks v2, `v1` (the v1 answer the caller already has, or NVML's refusal):
+    its used, which counts the reservation in, and reserved None."""
     version = getattr(pynvml, "nvmlMemory_v2", None)
     info = ask(pynvml, pynvml.nvmlDeviceGetMemoryInfo, handle, version) if version is not None else {"error": "no v2"}
     if not isinstance(info, dict):
         return {"used": info.used, "reserved": info.reserved}
-    info = ask(pynvml, pynvml.nvmlDeviceGetMemoryInfo, handle)
-    return info if isinstance(info, dict) else {"used": info.used, "reserved": None}
+    return v1 if isinstance(v1, dict) else {"used": v1.used, "reserved": None}
 
 
 def parse_processes(raw, errors: dict[str, str]) -> list[dict] | None:
