@@ -94,8 +94,8 @@ def run_checks(host, config, environ: dict[str, str], node: str, before_job: boo
     # proximity findings are warnings by default, so its time-out is too (it must never drain a node)
     built: dict = {}  # the node check's Report: the bench's measurements are judged against it
     job = environ.get("SLURM_JOB_ID", "")
-    job_id = int(job) if before_job and job.isdigit() and len(job) < 13 else (0 if before_job or idle else None)
-    checks = {"node": (lambda: _node_check(host, config, first_share, built, job_id), "error"),
+    job_id = int(job) if before_job and job.isdigit() and len(job) < 13 else None
+    checks = {"node": (lambda: _node_check(host, config, first_share, built, before_job or idle, job_id), "error"),
               "proximity": (lambda: _proximity_check(host, environ, config, node, first_share), config.proximity.severity)}
     runs = _run_bounded(checks, first_deadline)
     if bench:
@@ -152,15 +152,16 @@ def _run_bounded(checks: dict, deadline: float) -> list[CheckRun]:
     return runs
 
 
-def _node_check(host, config, share: float, built: dict, job: int | None = None):
-    """The Report's findings; with `job` (the prolog's; 0 where Slurm did not name it), the GPUs' processes too."""
+def _node_check(host, config, share: float, built: dict, processes: bool = False, job: int | None = None):
+    """The Report's findings; with `processes`, those of the processes holding the GPUs too, before `job` (the
+    prolog's SLURM_JOB_ID; None where there is none)."""
     from nodecheck.build import build_report
     from nodecheck.gpu_process_rules import before_job
 
     # probes get most of the share, so a hung source is named by its probe rather than by the check
     report = build_report(host, config, probe_timeout=max(1.0, share * 0.8))
     built["report"] = report
-    held = before_job(report, job or None, config.prolog.gpu_process_allow) if job is not None else []
+    held = before_job(report, job, config.prolog.gpu_process_allow) if processes else []
     return report.findings + held, []
 
 
