@@ -22,7 +22,8 @@ SETTINGS = ("default", "exclusive_process", "prohibited")  # what `[gpus] comput
 def compute_mode_findings(report: Report, config) -> list[Finding]:
     modes = {g.index: g.compute_mode for g in report.gpus if g.compute_mode is not None}
     expected = config.compute_mode
-    usual = Counter(modes.values()).most_common(1)[0][0] if modes else None
+    usual, count = Counter(modes.values()).most_common(1)[0] if modes else (None, 0)
+    most = count * 2 > len(modes)  # the usual mode is most GPUs': an odd one out is the wrong one
     findings = []
     for index, mode in modes.items():
         subject = f"gpu{index}"
@@ -34,7 +35,7 @@ def compute_mode_findings(report: Report, config) -> list[Finding]:
             findings.append(Finding("gpu_compute_mode", "error", subject, mode, "default",
                                     f"{subject} compute mode prohibited: no process may use it, so every job given it "
                                     f"fails (\"all CUDA-capable devices are busy or unavailable\"): {fix}"))
-        elif expected is None and mode != usual and list(modes.values()).count(usual) * 2 > len(modes):
+        elif expected is None and mode != usual and most:
             findings.append(Finding("gpu_compute_mode", "warning", subject, mode, usual,
                                     f"{subject} compute mode {mode} where the node's other GPUs are {usual}: "
                                     f"`nvidia-smi -i {index} -c {usual.upper()}`, or set [gpus] compute_mode"))

@@ -130,9 +130,13 @@ def busy_gpus(report: Report | None) -> list[str]:
     4242 python3"): a bench beside a job measures the job (a slow verdict, and with --kubernetes-taint a taint) and
     slows it."""
     held = held_gpus(report) if report else {}  # a job loading its data holds the GPU at 0%
-    return [f"gpu{g.index} at {g.utilization_percent}%" if (g.utilization_percent or 0) > BUSY_PERCENT
-            else f"gpu{g.index} held by {held[f'gpu{g.index}']}" for g in (report.gpus if report else [])
-            if (g.utilization_percent or 0) > BUSY_PERCENT or f"gpu{g.index}" in held]
+    busy = []
+    for g in report.gpus if report else []:
+        if (g.utilization_percent or 0) > BUSY_PERCENT:
+            busy.append(f"gpu{g.index} at {g.utilization_percent}%")
+        elif f"gpu{g.index}" in held:
+            busy.append(f"gpu{g.index} held by {held[f'gpu{g.index}']}")
+    return busy
 
 
 def bench_forever(latest: LatestReport, bench: Callable[[], list[Measurement]], every: float, stop: threading.Event) -> None:
