@@ -162,7 +162,8 @@ def test_a_jobs_process_on_a_gpu_is_the_jobs_and_a_stray_one_drains(slurm, tmp_p
     cgroups, proctrack/linuxproc: its slurmstepd parent says it is a job's) and a process that left its parent
     (setsid and a shell that exited: reparented, as a leftover daemon is). Only the stray one is in use."""
     from fakes import fake_pynvml
-    from test_gpu_processes import GIB, NoDeviceFileGate, captured
+    from test_gpu_processes import GIB, NoDeviceFileGate
+    from test_gpu_signals import captured
 
     from nodecheck.gpu_process_rules import before_job
     from nodecheck.model import GpuProcess, Report
