@@ -260,9 +260,26 @@ def test_a_report_whose_gpus_links_or_paths_lack_their_names_is_skipped_saying_w
     result = cli("fleet", str(tmp_path / "fleet"), "--json")
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     skipped = {s["file"]: s["why"] for s in json.loads(result.stdout)["skipped"]}
-    assert skipped == {"no-index.json": "Gpu.index: missing", "no-type.json": "Link.type: missing",
-                       "no-path.json": "Measurement.path: missing", "no-kind.json": "Nic.kind: missing"}
+    assert skipped == {name: f"not a nodecheck Report: {why}" for name, why in (
+        ("no-index.json", "Gpu.index: missing"), ("no-type.json", "Link.type: missing"),
+        ("no-path.json", "Measurement.path: missing"), ("no-kind.json", "Nic.kind: missing"))}
     assert json.loads(result.stdout)["nodes"] == 5
+
+
+def test_the_fleets_own_output_beside_the_reports_is_skipped_not_a_node(tmp_path, hgx_report):
+    """Read leniently, any JSON object passes as a Report with no GPUs: `fleet --json > reports/fleet.json` made
+    the next run count a node of its own sku (and `inspect --from` show an empty node). A document whose schema is
+    not nodecheck.report is skipped, naming its schema; so is one with none."""
+    write(tmp_path / "fleet", [node(hgx_report, f"gpu-{i:02d}") for i in range(6)])
+    first = cli("fleet", str(tmp_path / "fleet"), "--json")
+    (tmp_path / "fleet" / "fleet.json").write_text(first.stdout)
+    (tmp_path / "fleet" / "other.json").write_text('{"node": {"hostname": "x"}}')
+    result = cli("fleet", str(tmp_path / "fleet"), "--json")
+    out = json.loads(result.stdout)
+    assert out["nodes"] == 6 and [g["sku"] for g in out["groups"]] == [g["sku"] for g in json.loads(first.stdout)["groups"]]
+    assert {s["file"]: s["why"] for s in out["skipped"]} == {
+        "fleet.json": "not a nodecheck Report: its schema is 'nodecheck.fleet', not 'nodecheck.report'",
+        "other.json": "not a nodecheck Report: it has no schema"}
 
 
 def test_one_machine_is_one_vote_its_newest_report(tmp_path, hgx_report):

@@ -211,7 +211,7 @@ def test_the_text_says_what_was_given_as_it_was_given():
 
 def test_a_report_with_busbw_zero_is_refused_not_read_as_free_communication(tmp_path):
     path = tmp_path / "report.json"
-    path.write_text(json.dumps({"measurements": [{"ok": True, "test": "allreduce", "path": "allreduce:2-ranks",
+    path.write_text(json.dumps({"schema": "nodecheck.report", "measurements": [{"ok": True, "test": "allreduce", "path": "allreduce:2-ranks",
                                                   "bytes_per_second": 0, "payload_bytes": 1 << 25, "details": {"nodes": []}}]}))
     out = scale("--params", "25M", "--step-time", "1", "--from", str(path))
     assert out.returncode == 2 and "not a usable bandwidth" in out.stderr, out.stdout + out.stderr

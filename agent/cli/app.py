@@ -24,6 +24,7 @@ app.add_typer(config_app, name="config")
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 FROM_OPTION = typer.Option(None, "--from", help="Replay a snapshot (directory or .tar.gz) instead of this machine.")
+REPORT_SCHEMA = "nodecheck.report"
 CONFIG_OPTION = typer.Option(None, "--config", "-c", help="Expectations file (default /etc/nodecheck/config.toml if present).")
 
 
@@ -55,3 +56,36 @@ def _version(value: bool) -> None:
 @app.callback()
 def _main(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True, help="Show the version.")) -> None:
     pass
+
+
+def is_report_file(path: Path) -> bool:
+    """Whether `path` is a saved Report (a regular file holding a JSON object) rather than a snapshot (a directory
+    or a tarball)."""
+    try:
+        if not path.is_file():  # never opened: a FIFO would block the open
+            return False
+        with path.open("rb") as file:
+            return file.read(64).lstrip()[:1] == b"{"
+    except OSError:
+        return False
+
+
+def read_report_file(path: Path):
+    """A Report saved as JSON (`inspect --json`, `bench --json`: a job's rank 0 writes every node's figures), of
+    any size such a job writes; NodecheckError naming the file when it is not one (another of nodecheck's
+    documents, such as `fleet --json`, included: read leniently, any JSON object would pass as an empty Report)."""
+    from nodecheck import typed_json
+    from nodecheck.errors import NodecheckError
+    from nodecheck.files import read_user_file
+    from nodecheck.limits import MAX_JSON_DOCUMENT
+    from nodecheck.model import Report
+
+    data = read_user_file(path, MAX_JSON_DOCUMENT, "Report")
+    try:
+        document = typed_json.loads(data)
+        schema = document.get("schema") if isinstance(document, dict) else None
+        if schema != REPORT_SCHEMA:
+            raise ValueError(f"its schema is {str(schema)[:60]!r}, not {REPORT_SCHEMA!r}" if schema else "it has no schema")
+        return Report.from_dict(document)
+    except (ValueError, TypeError, RecursionError) as error:
+        raise NodecheckError(f"{path}: not a nodecheck Report: {str(error)[:300]}") from None

@@ -10,8 +10,7 @@ from typing import Optional
 
 import typer
 
-from nodecheck import typed_json
-from nodecheck.cli.app import EXIT_FINDINGS, EXIT_OK, app, fail
+from nodecheck.cli.app import EXIT_FINDINGS, EXIT_OK, app, fail, read_report_file
 
 FLEET_SCHEMA_VERSION = 1
 MAX_REPORTS = 100_000
@@ -59,10 +58,7 @@ def _read_reports(source: Path):
     """Each *.json file of `source` as a node; one that is not a Report is skipped and said why, and so is
     each but the newest of one machine's Reports (its host name and GPU UUIDs): a machine has one vote."""
     from nodecheck.errors import NodecheckError
-    from nodecheck.files import read_user_file
     from nodecheck.fleet import node_view
-    from nodecheck.limits import MAX_JSON_DOCUMENT
-    from nodecheck.model import Report
 
     if not source.is_dir():
         fail(f"{source}: not a directory of Reports")
@@ -74,9 +70,9 @@ def _read_reports(source: Path):
     machine_at: dict[tuple, int] = {}  # (host name, its GPUs' UUIDs) -> where in views
     for path in files:
         try:
-            report = Report.from_dict(typed_json.loads(read_user_file(path, MAX_JSON_DOCUMENT, "Report")))
-        except (NodecheckError, ValueError, RecursionError) as error:
-            skipped.append({"file": path.name, "why": str(error)[:200]})
+            report = read_report_file(path)
+        except NodecheckError as error:
+            skipped.append({"file": path.name, "why": str(error).removeprefix(f"{path}: ")[:200]})
             continue
         view = node_view(report, path.stem)
         machine = (view.name, tuple(sorted(g.uuid for g in report.gpus if g.uuid)))

@@ -8,20 +8,39 @@ from typing import Optional
 
 import typer
 
-from nodecheck.cli.app import CONFIG_OPTION, EXIT_FINDINGS, EXIT_OK, FROM_OPTION, app, config_app, fail, load_report
+from nodecheck.cli.app import (
+    CONFIG_OPTION,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    FROM_OPTION,
+    app,
+    config_app,
+    fail,
+    is_report_file,
+    load_report,
+    read_report_file,
+)
 from nodecheck.errors import NodecheckError
 
 
 @app.command()
 def inspect(
-    source: Optional[Path] = FROM_OPTION,
+    source: Optional[Path] = typer.Option(None, "--from", help="Replay a snapshot (directory or .tar.gz), or show a saved "
+                                          "Report (a JSON file), instead of this machine."),
     as_json: bool = typer.Option(False, "--json", help="Print the Report as JSON (docs/report-schema.md)."),
     config_path: Optional[Path] = CONFIG_OPTION,
 ) -> None:
-    """Report GPUs, links, NUMA locality, NICs, path specs, findings and binding advice."""
+    """Report GPUs, links, NUMA locality, NICs, path specs, findings and binding advice. --from also shows a saved
+    Report (`inspect --json`, a job's `bench --json`) as it was judged when it was written."""
 
+    saved = source is not None and is_report_file(source)
     try:
-        report, config = load_report(source, config_path)
+        if saved:
+            from nodecheck import config as config_module
+
+            report, config = read_report_file(source), config_module.load(config_path)
+        else:
+            report, config = load_report(source, config_path)
     except NodecheckError as error:
         fail(str(error))
     if as_json:
@@ -29,7 +48,7 @@ def inspect(
     else:
         from nodecheck.render.report import render
 
-        render(report)
+        render(report, saved_in=source if saved else None)
     raise typer.Exit(EXIT_FINDINGS if report.fails(config.fail_severity) else EXIT_OK)
 
 

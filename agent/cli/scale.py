@@ -10,8 +10,7 @@ from typing import Optional
 
 import typer
 
-from nodecheck import typed_json
-from nodecheck.cli.app import app, fail, load_report
+from nodecheck.cli.app import app, fail, is_report_file, load_report, read_report_file
 from nodecheck.errors import ConfigError, NodecheckError
 from nodecheck.limits import MAX_GPUS
 
@@ -93,13 +92,7 @@ def _fabric(source, busbw, intra_busbw, gpus_per_node, grad_bytes, domain_gpus=N
     if source is None:
         raise ValueError("give --busbw RATE, or --from a Report (nodecheck bench --json) or a snapshot")
     try:
-        if source.is_file() and source.suffix == ".json":
-            from nodecheck.config import read_config_text
-            from nodecheck.model import Report
-
-            report = Report.from_dict(typed_json.loads(read_config_text(source, "Report")))
-        else:
-            report, _ = load_report(source, None)
+        report = read_report_file(source) if is_report_file(source) else load_report(source, None)[0]
     except (OSError, ValueError, TypeError, RecursionError, ConfigError) as error:
         raise NodecheckError(f"{source}: cannot read a Report ({str(error)[:300]})") from None
     try:

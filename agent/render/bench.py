@@ -67,6 +67,12 @@ def render_verdict(measurement, findings, where: str, console: Console | None = 
 
 def render_measurements(report: Report, console: Console | None = None) -> None:
     console = console or new_console()
+    measurement_tables(console, report)
+    render_findings(console, report)
+
+
+def measurement_tables(console: Console, report: Report) -> None:
+    """The measurements' table, then why a figure has no spec and what NCCL did in each run."""
     table = Table(title="Bandwidth", title_justify="left")
     for column in ("path", "test", "payload", "measured", "spec", "ratio", "method / error"):
         table.add_column(column)
@@ -89,7 +95,6 @@ def render_measurements(report: Report, console: Console | None = None) -> None:
             console.print(clean(f"{m.path}: NCCL {nccl.get('nccl_version') or '?'}, network {nccl.get('network') or '-'}, "
                                  f"transports {transports or '-'}, {nccl.get('warning_count') or 0} NCCL WARN"),
                           highlight=False, markup=False)
-    render_findings(console, report)
 
 
 

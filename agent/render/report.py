@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.console import Console
 from rich.text import Text
 
@@ -14,11 +16,16 @@ from nodecheck.roce_rules import nccl_roce_ports
 from nodecheck.units import format_bits, format_rate, natural_key
 
 
-def render(report: Report, console: Console | None = None) -> None:
+def render(report: Report, console: Console | None = None, saved_in=None) -> None:
+    """The Report as text; `saved_in`: the file a saved Report was read from (its findings are as judged then)."""
     console = console or new_console()
     node = report.node
     console.print(f"[bold]nodecheck[/bold] {esc(node.get('hostname') or '(host name not recorded)')}  kernel {esc(node.get('kernel') or 'unknown')}  "
                   f"driver {esc(node.get('driver_version') or 'unknown')}  [dim]({esc(report.source)})[/dim]")
+    if saved_in is not None:
+        written = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(report.generated_at)) if report.generated_at else "at a time not recorded"
+        console.print(clean(f"a saved Report ({saved_in}), written {written}: shown as it was judged then; nothing was probed now"),
+                      highlight=False, markup=False)
     console.print("probes: " + "  ".join(
         f"{p.name} [{'green' if p.ok else 'dim' if p.no_data else 'red'}]"
         f"{'ok' if p.ok else 'no data' if p.no_data else 'FAILED'}[/] {p.duration_seconds * 1000:.0f} ms"
@@ -33,6 +40,10 @@ def render(report: Report, console: Console | None = None) -> None:
     _nics(console, report)
     for line in platform_lines(report) + process_lines(report) + kernel_log_lines(report) + counter_lines(report):
         console.print(clean(line), highlight=False, markup=False)
+    if report.measurements:  # a saved bench Report: its figures before the findings they raised
+        from nodecheck.render.bench import measurement_tables  # it reads render_findings from here
+
+        measurement_tables(console, report)
     render_findings(console, report)
     _advice(console, report)
 
@@ -157,13 +168,19 @@ def _nics(console: Console, report: Report) -> None:
     for n in shown:
         spec = specs.get(f"nic:{n.name}")
         name = f"{n.name} ({n.rdma_device})" if n.rdma_device and n.rdma_device != n.name else n.name
-        speed = f"{n.speed_mbps} Mb/s" if n.speed_mbps else "unknown"
+        speed = f"{n.speed_mbps} Mb/s" if n.speed_mbps else _ib_rate(n) or "unknown"
         addresses = ", ".join(f"{a['address']}/{a['prefixlen']}" for a in n.addresses if a["family"] == "inet")
         rows.append([cell(name), cell(n.kind), unknown_cell(n.state), speed, format_bits(spec.bytes_per_second if spec else None),
                      unknown_cell(n.mtu), unknown_cell(n.numa_node), unknown_cell(n.driver), unknown_cell(n.pci_address), cell(addresses or "-")])
     headers = [("NIC", IDENTITY), ("kind", 4), ("state", 7), ("speed", 6), ("spec", 1), ("MTU", 2), ("NUMA", IDENTITY),
                ("driver", 3), ("PCI", 5), ("addresses", LIST)]
     console.print(fitted_table(console, "NICs", headers, rows))
+
+
+def _ib_rate(nic) -> str | None:
+    """An RDMA device without a netdev speed (an InfiniBand HCA): its active port's rate ("400 Gb/sec")."""
+    rates = [p.rate.split(" (")[0] for p in nic.ib_ports if p.state == "ACTIVE" and p.rate]
+    return rates[0] if rates else None
 
 
 def platform_lines(report: Report) -> list[str]:
