@@ -157,6 +157,36 @@ def test_a_sweep_writes_each_nodes_report_and_compares_them(slurm, tmp_path):
     assert "fewer than 5 peers each, nothing judged" in log.read_text()
 
 
+def test_a_sweep_keeps_a_failing_nodes_report_and_names_a_node_that_wrote_none(slurm, tmp_path):
+    """`inspect` exits 1 on a node with a failing finding: the sweep took that for "no Report" (`inspect > tmp &&
+    mv`), so the nodes it most needed to show were left out of the fleet, each leaving its half-file behind. Its
+    Report is kept; a node whose inspect writes none (a broken config: exit 2) or is killed at the time limit
+    (after it wrote part of one) is named and leaves no file."""
+    slurm.configure(HEALTHY)
+    entry = Path(sys.executable).parent / "nodecheck"
+    faulty = tmp_path / "faulty.toml"
+    faulty.write_text(FAULTY)
+    cases = {"failing": (f'"$@" --config {faulty}', None), "broken": (f'"$@" --config {tmp_path}/none.toml', 2),
+             "hung": ('"$@"; sleep 30', 124)}  # its Report written, or part of it, then killed at the time limit
+    for name, (inspect, exit_code) in cases.items():
+        out, log = tmp_path / f"sweep-{name}", tmp_path / f"sweep-{name}.log"
+        wrapper = fake_executable(tmp_path / f"nodecheck-{name}",  # for the nodes' inspect; fleet as it is
+                                  f'[ "$1" = inspect ] && {{ {entry} {inspect}; exit; }}\nexec {entry} "$@"\n')
+        job = slurm.sbatch("-o", str(log), "--export", f"ALL,NODECHECK={wrapper},NODECHECK_SWEEP_TIMEOUT=3",
+                           "--wrap", f"sh {REPO / 'deploy/slurm/nodecheck-sweep'} {out}")
+        slurm.wait_for(lambda job=job: finished(slurm, job), 120, f"sweep job {job} to finish")
+        text = log.read_text() if log.exists() else ""
+        assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == [], (name, text[-2000:])  # no half-file
+        if exit_code is None:
+            (report,) = list(out.glob("*.json"))
+            errors = [f for f in json.loads(report.read_text())["findings"] if f["severity"] == "error"]
+            assert errors and errors[0]["kind"] == "gpu_count_low", (name, errors)
+            assert "fewer than 5 peers each, nothing judged" in text and "wrote no Report" not in text, text[-2000:]
+        else:
+            assert list(out.glob("*.json")) == [], text[-2000:]
+            assert f"nodecheck-sweep: {slurm.name} wrote no Report (nodecheck inspect exited {exit_code})" in text, text[-2000:]
+
+
 def test_a_jobs_process_on_a_gpu_is_the_jobs_and_a_stray_one_drains(slurm, tmp_path, monkeypatch):
     """Real processes, as NVML would list them on a GPU: a running job's task (this Slurm tracks processes without
     cgroups, proctrack/linuxproc: its slurmstepd parent says it is a job's) and a process that left its parent
