@@ -142,3 +142,51 @@ def test_serve_runs_inside_the_image_and_is_scraped(container):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+# the capabilities buildah's chroot isolation gives a process: its `--cap-drop all` also drops what --cap-add names,
+# so a securityContext's drop ALL + add is run as these minus the ones added
+BUILDAH_DEFAULT_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE",
+                        "SYS_CHROOT", "SETFCAP", "AUDIT_WRITE", "MKNOD", "NET_RAW")
+
+
+def as_in_the_pod(container: str, spec: dict, volume, *argv: str) -> list[str]:
+    """buildah run as the DaemonSet's pod runs one of its containers: its user, the capabilities its securityContext
+    keeps, its environment, and the state volume (`volume`, the host's directory) where it mounts it."""
+    security = spec.get("securityContext", {})
+    caps = security.get("capabilities", {})
+    assert caps.get("drop") == ["ALL"], caps
+    drops = [f"--cap-drop=CAP_{cap}" for cap in BUILDAH_DEFAULT_CAPS if cap not in caps.get("add", [])]
+    env = [f"--env={e['name']}={e['value']}" for e in spec.get("env", []) if "value" in e]
+    (mount,) = [m["mountPath"] for m in spec["volumeMounts"] if m["name"] == "state"]
+    return ["buildah", "run", "--isolation", "chroot", f"--user={security['runAsUser']}:{security['runAsUser']}", *drops,
+            *env, f"--volume={volume}:{mount}", container, "--", *argv]
+
+
+@needs_builder
+def test_the_daemonsets_state_outlives_its_pod(image, tmp_path):
+    """The DaemonSet's state (acknowledgements of `nodecheck clear`) on the host's directory, as the kubelet makes it
+    (root's, 0755): its init container, with CHOWN alone, gives it to the container's user, who writes the state;
+    the next pod (a rollout) finds it and its init container passes again. In an emptyDir a rollout lost it."""
+    pod = kubernetes_objects("daemonset.yaml")["DaemonSet"]["spec"]["template"]["spec"]
+    (init,), (main,) = pod["initContainers"], pod["containers"]
+    host_dir = tmp_path / "var-lib-nodecheck"
+    host_dir.mkdir(mode=0o755)
+    for pod_number in (1, 2):
+        name = subprocess.run(["buildah", "from", image], capture_output=True, text=True, timeout=120, check=True).stdout.strip()
+        try:
+            caps = subprocess.run(as_in_the_pod(name, init, host_dir, "grep", "CapEff", "/proc/self/status"),
+                                  capture_output=True, text=True, timeout=120)
+            assert caps.stdout.split() == ["CapEff:", "0000000000000001"], caps.stdout + caps.stderr  # CHOWN alone
+            owned = subprocess.run(as_in_the_pod(name, init, host_dir, *init["command"]), capture_output=True, text=True, timeout=120)
+            assert owned.returncode == 0, (pod_number, owned.stderr)
+            ran = subprocess.run(as_in_the_pod(name, main, host_dir, "nodecheck", "inspect", "--json"), capture_output=True,
+                                 text=True, timeout=120)
+            assert ran.returncode == 0 and "cannot write nodecheck's state" not in ran.stderr, (pod_number, ran.stderr[-2000:])
+        finally:
+            subprocess.run(["buildah", "rm", name], capture_output=True, timeout=120)
+        state = host_dir / "state.json"
+        assert state.stat().st_uid == 65534 and host_dir.stat().st_uid == 65534
+        if pod_number == 1:
+            first = json.loads(state.read_text())
+    assert json.loads(state.read_text())["boot_id"] == first["boot_id"]  # the same boot's file, found and kept

@@ -86,7 +86,8 @@ def test_the_fleet_dashboard_reads_what_the_fleet_rules_record():
 
 def test_the_daemonset_gives_the_kernel_log_and_the_state_what_they_need():
     """The journal read-only with the groups its ACLs name (no privilege, no CAP_SYSLOG), and a writable state
-    directory where STATE_DIRECTORY points, under a read-only root filesystem."""
+    directory where STATE_DIRECTORY points, under a read-only root filesystem: the host's, which outlives the pod,
+    given to the container's user by an init container that holds CHOWN alone (tests/test_container.py runs it)."""
     daemonset = kubernetes_objects("daemonset.yaml")["DaemonSet"]
     pod = daemonset["spec"]["template"]["spec"]
     (container,) = pod["containers"]
@@ -98,7 +99,12 @@ def test_the_daemonset_gives_the_kernel_log_and_the_state_what_they_need():
     security = container["securityContext"]
     assert security["runAsNonRoot"] and security["capabilities"] == {"drop": ["ALL"]} and not security.get("privileged")
     state = {e["name"]: e.get("value") for e in container["env"]}["STATE_DIRECTORY"]
-    assert not mounts[state].get("readOnly") and "emptyDir" in volumes[mounts[state]["name"]]
+    assert not mounts[state].get("readOnly") and volumes[mounts[state]["name"]]["hostPath"] == {"path": state, "type": "DirectoryOrCreate"}
+    (init,) = pod["initContainers"]
+    assert init["command"] == ["chown", f"{security['runAsUser']}:{security['runAsUser']}", state]
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert init["securityContext"]["readOnlyRootFilesystem"] and not init["securityContext"]["allowPrivilegeEscalation"]
+    assert init["image"] == container["image"] and [m["mountPath"] for m in init["volumeMounts"]] == [state]
     assert "systemd" in (REPO / "deploy/container/Containerfile").read_text()  # journalctl in the image
 
 
