@@ -23,12 +23,12 @@ def render(report: Report, console: Console | None = None, saved_in=None) -> Non
     console.print(f"[bold]nodecheck[/bold] {esc(node.get('hostname') or '(host name not recorded)')}  kernel {esc(node.get('kernel') or 'unknown')}  "
                   f"driver {esc(node.get('driver_version') or 'unknown')}  [dim]({esc(report.source)})[/dim]")
     if saved_in is not None:
-        written = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(report.generated_at)) if report.generated_at else "at a time not recorded"
-        console.print(clean(f"a saved Report ({saved_in}), written {written}: shown as it was judged then; nothing was probed now"),
-                      highlight=False, markup=False)
+        console.print(clean(f"a saved Report ({saved_in}), written {_when(report.generated_at)}: shown as it was judged then; "
+                            "nothing was probed now"), highlight=False, markup=False)
     console.print("probes: " + "  ".join(
-        f"{p.name} [{'green' if p.ok else 'dim' if p.no_data else 'red'}]"
-        f"{'ok' if p.ok else 'no data' if p.no_data else 'FAILED'}[/] {p.duration_seconds * 1000:.0f} ms"
+        f"{esc(p.name)} [{'green' if p.ok else 'dim' if p.no_data else 'red'}]"
+        f"{'ok' if p.ok else 'no data' if p.no_data else 'FAILED'}[/] "
+        + (f"{p.duration_seconds * 1000:.0f} ms" if isinstance(p.duration_seconds, (int, float)) else "? ms")
         for p in report.probes))
     if report.cpu:
         c = report.cpu
@@ -46,6 +46,14 @@ def render(report: Report, console: Console | None = None, saved_in=None) -> Non
         measurement_tables(console, report)
     render_findings(console, report)
     _advice(console, report)
+
+
+def _when(timestamp) -> str:
+    """A Report's time in UTC, or why there is none (a saved Report's may be anything)."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(timestamp)) if timestamp else "at a time not recorded"
+    except (OverflowError, OSError, ValueError, TypeError):
+        return f"at an impossible time ({str(timestamp)[:40]})"
 
 
 def _gpus(console: Console, report: Report) -> None:
@@ -156,7 +164,8 @@ def _grouped(a: int, others: list, cells: dict) -> str:
     groups: dict[str, list[str]] = {}
     for b in others:
         groups.setdefault(cells.get((a, b), "?"), []).append(f"GPU{b}" if isinstance(b, int) else b)
-    return "; ".join(f"{kind}: {', '.join(names)}" for kind, names in sorted(groups.items(), key=lambda kv: link_distance(kv[0])))
+    unknown_last = lambda kv: (kv[0] == "?", 0 if kv[0] == "?" else link_distance(kv[0]))  # "?": a pair the Report has no link of
+    return "; ".join(f"{kind}: {', '.join(names)}" for kind, names in sorted(groups.items(), key=unknown_last))
 
 
 def _nics(console: Console, report: Report) -> None:
@@ -243,8 +252,11 @@ def _advice(console: Console, report: Report) -> None:
         return
     console.print("[bold]Binding advice[/bold] (one process per GPU):")
     for entry in report.advice:
-        head = f"  gpu{entry['gpu']}: "
-        line = head + clean("  ".join(entry["lines"]))
+        parts = entry.get("lines") if isinstance(entry, dict) else None
+        if not isinstance(parts, list) or not parts or not all(isinstance(part, str) for part in parts):
+            continue  # a saved Report's advice is what its writer put there: one of another shape is left out
+        head = f"  gpu{clean(entry.get('gpu'))}: "
+        line = head + clean("  ".join(parts))
         if len(line) > console.width:  # one part a line, joined by `\`: still one command when pasted
-            line = (" \\\n" + " " * len(head)).join([head + clean(entry["lines"][0])] + [clean(p) for p in entry["lines"][1:]])
+            line = (" \\\n" + " " * len(head)).join([head + clean(parts[0])] + [clean(p) for p in parts[1:]])
         console.print(Text(line), soft_wrap=True, highlight=False)

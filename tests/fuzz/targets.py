@@ -255,6 +255,20 @@ def _fleet_node(document) -> object:
     return node_view(Report.from_dict(document), "node")
 
 
+def _shown_report(document) -> str:
+    """What `inspect --from REPORT.json` does with a saved Report: read it, then render it as text."""
+    import io
+
+    from rich.console import Console
+
+    from nodecheck.model import Report
+    from nodecheck.render.report import render
+
+    out = io.StringIO()
+    render(Report.from_dict(document), Console(file=out, width=160), saved_in="fuzz.json")
+    return out.getvalue()
+
+
 @functools.lru_cache(maxsize=1)
 def _example_node():
     from nodecheck.build import build_report
@@ -423,6 +437,7 @@ def targets() -> list[Target]:
         Target("nodelist", lambda: ["gpu[01-04,07],login1", "rack[1-2]-n[001-128]", "a,b,c"], expand_nodelist,
                (ParseError,)),
         Target("fleet_report", _report_seeds, _fleet_node, (NodecheckError, ValueError, RecursionError), structured=True),
+        Target("saved_report", _report_seeds, _shown_report, (ValueError, RecursionError), structured=True),
         Target("served_measurements", lambda: [json.loads((REPO / "examples/job-8node-allreduce.json").read_text())],
                _served_measurements, (NodecheckError,), structured=True),
         Target("heartbeat_beats", _beat_seeds, _judged_beats, (), structured=True),
