@@ -127,6 +127,30 @@ def test_wrapper_drains_when_nodecheck_itself_hangs(slurm, tmp_path):
     slurm.wait_for(lambda: slurm.node_state() == "idle", 120, "the health check to resume the node")
 
 
+def test_wrapper_names_a_nodecheck_that_cannot_run(slurm, tmp_path):
+    """A half-done install: the command is missing (127) or not executable (126). Slurm drained such a node as
+    "Prolog error"; the prolog wrapper drains it naming the command. The health check's wrapper leaves the node
+    as it is (it cannot vouch for it either way) and passes the exit status on."""
+    slurm.configure(HEALTHY)
+    not_executable = tmp_path / "nodecheck-without-x"
+    not_executable.write_text("#!/bin/sh\nexit 0\n")
+    for command, rc in ((tmp_path / "missing" / "nodecheck", 127), (not_executable, 126)):
+        for mode in ("prolog", "healthcheck"):
+            wrapper = tmp_path / f"nodecheck-{mode}"
+            wrapper.write_text((REPO / "deploy/slurm/nodecheck-slurm").read_text())
+            wrapper.chmod(0o755)
+            (tmp_path / "nodecheck.env").write_text(f"NODECHECK={command}\n")
+            run = subprocess.run([str(wrapper)], env={"SLURMD_NODENAME": slurm.name, "SLURM_CONF": str(slurm.conf)},
+                                 capture_output=True, text=True, timeout=60)
+            if mode == "prolog":
+                assert run.returncode == 1 and f"nodecheck prolog: cannot run {command} (exit {rc})" in run.stderr, run.stderr
+                assert slurm.node_reason() == f"nodecheck: prolog cannot run {command} (exit {rc})"
+                slurm.run("scontrol", "update", f"nodename={slurm.name}", "state=resume")
+            else:
+                assert run.returncode == rc and slurm.node_reason() == "", (run.returncode, run.stderr, slurm.node_reason())
+    slurm.wait_for(lambda: slurm.node_state() == "idle", 120, "the node to be idle again")
+
+
 def test_healthcheck_dry_run_leaves_an_admin_drain(slurm):
     slurm.configure(FAULTY)
     slurm.run("scontrol", "update", f"nodename={slurm.name}", "state=drain", "reason=admin: firmware update")
