@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 
@@ -50,6 +51,20 @@ def build_report(host, config=None, probe_timeout: float | None = None, judge: b
     if not judge:
         return report
     _remember(host, report, config)
+    report.findings = evaluate(report, config)
+    report.advice = binding_advice(report)
+    return report
+
+
+def judged_again(report: Report, config) -> Report:
+    """A saved Report's facts judged by `config` (`config check --from REPORT`): its path specs (a NIC's expected
+    speed is the config's), findings and advice made anew, as build_report makes them from the probes' facts.
+    Its measurements are kept, not judged: the prolog's node check, which `config check` shows, judges none."""
+    from nodecheck.advice import binding_advice
+    from nodecheck.rules import evaluate
+
+    report = dataclasses.replace(report, paths=[])
+    report.paths = path_specs(report, config)
     report.findings = evaluate(report, config)
     report.advice = binding_advice(report)
     return report

@@ -1,6 +1,7 @@
 """A saved Report read back: `inspect --from REPORT.json` shows it as judged when written (a job's rank 0 prints one
 for the whole job; a support ticket carries one), `scale --from` and `fleet` read it with the same reader, which
-refuses whatever is not a Report, and takes a Report of any size a job writes."""
+refuses whatever is not a Report, and takes a Report of any size a job writes; `config check --from` judges its
+facts again with another config, or every Report of a sweep's directory."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 
 from helpers import REPO, cli, make_measurement
 
+from nodecheck.cli.app import load_report
 from nodecheck.findings import Finding
 from nodecheck.model import Report
 
@@ -86,3 +88,76 @@ def test_an_infiniband_hca_without_a_netdev_shows_its_port_rate():
     out = cli("inspect", "--from", str(NODE))
     rows = [line for line in out.stdout.splitlines() if line.startswith(" mlx5_")]
     assert len(rows) == 8 and all("400 Gb/sec" in row and "unknown  400" not in row for row in rows), rows
+
+
+def _node_and_configs(tmp_path):
+    """Recorded nodes (the example HGX node, this project's H100 VM assembled from its captures, the CPU VM the
+    suite was first written on), each with no config, the config `config init` writes for it, and that config
+    with a typo (80 GPUs) that fails the node."""
+    from helpers import h100_node_snapshot
+
+    from nodecheck.config_init import generate
+
+    nodes = [NODE, h100_node_snapshot(tmp_path / "h100"), REPO / "tests/fixtures/cpu-vm-2core"]
+    for snapshot in nodes:
+        report, _ = load_report(snapshot, None)
+        written = tmp_path / f"{snapshot.name}.toml"
+        written.write_text(generate(report))
+        typo = tmp_path / f"{snapshot.name}-typo.toml"
+        typo.write_text(written.read_text().replace("count = ", "count = 8", 1))
+        yield snapshot, [None, written, typo]
+
+
+def test_a_saved_report_judged_again_gets_what_the_node_got(tmp_path):
+    """`config check --from REPORT.json` judges a Report's facts again: for the same config it must find what the
+    node found when it was probed (the same findings, path specs and advice), or it checks a config against
+    something other than the node."""
+    from nodecheck.build import judged_again
+
+    compared = 0
+    for snapshot, configs in _node_and_configs(tmp_path):
+        for path in configs:
+            live, config = load_report(snapshot, path)
+            saved = Report.from_dict(json.loads(json.dumps(live.to_dict())))
+            again = judged_again(saved, config)
+            shown = [(f.kind, f.severity, f.subject, f.message) for f in live.findings]
+            assert [(f.kind, f.severity, f.subject, f.message) for f in again.findings] == shown, (snapshot, path)
+            assert again.paths == live.paths and again.advice == live.advice, (snapshot, path)
+            compared += bool(shown)
+    assert compared >= 3  # the typo at least fails each node: the comparison had findings to compare
+
+
+def test_config_check_judges_every_report_of_a_sweep_and_names_the_nodes_it_would_drain(tmp_path):
+    """A config checked against one known-good node passes where it fits that node; checked against the Reports a
+    sweep wrote (one per node), it names each node the prolog would drain with it."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    node = json.loads(cli("inspect", "--from", str(NODE), "--json").stdout)
+    for name, narrow in (("hgx-01", None), ("hgx-02", 3), ("hgx-03", None)):
+        document = json.loads(json.dumps(node))
+        document["node"]["hostname"] = name
+        if narrow is not None:  # this node's gpu3 trained at x8: its own Report says so
+            document["gpus"][narrow]["pcie"]["width_current"] = 8
+        (sweep / f"{name}.json").write_text(json.dumps(document))
+    (sweep / "fleet.json").write_text('{"schema": "nodecheck.fleet"}')
+    config = tmp_path / "hgx.toml"
+    assert cli("config", "init", "--from", str(NODE), "-o", str(config)).returncode == 0
+    out = cli("config", "check", str(config), "--from", str(sweep))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "hgx-02 (hgx-02.json): the prolog would drain it: nodecheck: gpu3 PCIe x8 < x16" in out.stdout
+    assert "2 of 3 pass the prolog's node check with this config" in out.stdout
+    assert "skipped fleet.json: not a nodecheck Report: its schema is 'nodecheck.fleet'" in out.stdout
+    one = cli("config", "check", str(config), "--from", str(sweep / "hgx-01.json"))
+    assert one.returncode == 0 and f"the prolog's node check passes on Report {sweep / 'hgx-01.json'}" in one.stdout
+    config.write_text(config.read_text().replace("count = 8", "count = 80"))
+    out = cli("config", "check", str(config), "--from", str(sweep))
+    assert out.returncode == 1 and "0 of 3 pass" in out.stdout and out.stdout.count("nodecheck: GPUs 8 < 80") == 3
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[gpus]\ncount = 'eight'\n")
+    out = cli("config", "check", str(broken), "--from", str(sweep))
+    assert out.returncode == 2 and "broken.toml" in out.stderr and not out.stdout
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.json").write_text("{}")
+    out = cli("config", "check", str(config), "--from", str(empty))
+    assert out.returncode == 2 and "no Report could be read" in out.stdout, out.stdout

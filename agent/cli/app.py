@@ -70,6 +70,17 @@ def is_report_file(path: Path) -> bool:
         return False
 
 
+def is_report_directory(path: Path) -> bool:
+    """Whether `path` is a directory of saved Reports (`deploy/slurm/nodecheck-sweep`'s, one per node) rather than a
+    snapshot: JSON files, and none of the names a snapshot holds."""
+    from nodecheck.snapshot import SNAPSHOT_MARKERS
+
+    try:
+        return path.is_dir() and not any((path / name).exists() for name in SNAPSHOT_MARKERS) and any(path.glob("*.json"))
+    except OSError:
+        return False
+
+
 def read_report_file(path: Path):
     """A Report saved as JSON (`inspect --json`, `bench --json`: a job's rank 0 writes every node's figures), of
     any size such a job writes; NodecheckError naming the file when it is not one (another of nodecheck's

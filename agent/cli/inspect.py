@@ -12,10 +12,12 @@ from nodecheck.cli.app import (
     CONFIG_OPTION,
     EXIT_FINDINGS,
     EXIT_OK,
+    EXIT_USAGE,
     FROM_OPTION,
     app,
     config_app,
     fail,
+    is_report_directory,
     is_report_file,
     load_report,
     read_report_file,
@@ -107,23 +109,64 @@ def config_init(
 @config_app.command("check")
 def config_check(
     file: Path = typer.Argument(..., help="The config to check (TOML)."),
-    source: Optional[Path] = FROM_OPTION,
+    source: Optional[Path] = typer.Option(None, "--from", help="Judge a snapshot (directory or .tar.gz), a saved Report "
+                                          "(JSON), or each Report of a directory (nodecheck-sweep's) instead of this node."),
 ) -> None:
-    """Validate a config and show what it would judge on this node (or a snapshot of a known-good node, --from)
-    before it is deployed: each expectation beside what the node has, the findings, and whether the Slurm
-    prolog would drain the node. Exit 0: valid, the node passes; 1: the prolog would drain it; 2: invalid."""
+    """Validate a config and show what it would judge on this node (or a snapshot of a known-good node, or the
+    saved Reports of a sweep, --from) before it is deployed: each expectation beside what the node has, the
+    findings, and whether the Slurm prolog would drain the node. Exit 0: valid, the node (every node) passes;
+    1: the prolog would drain it (one of them); 2: invalid."""
+    from nodecheck import config as config_module
+    from nodecheck.build import judged_again
     from nodecheck.config_check import expectation_rows
     from nodecheck.prolog import drain_reason, failing_findings
 
+    if source is not None and is_report_directory(source):
+        _check_reports(file, source)
     try:
-        report, config = load_report(source, file)
+        if source is not None and is_report_file(source):
+            config = config_module.load(file)
+            report = judged_again(read_report_file(source), config)
+        else:
+            report, config = load_report(source, file)
     except NodecheckError as error:
         fail(str(error))
     from nodecheck.render.slurm import config_check_lines
 
-    where = f"snapshot {source}" if source else "this node"
+    where = f"{'Report' if is_report_file(source) else 'snapshot'} {source}" if source else "this node"
     failing = failing_findings(report.findings, config.fail_severity)  # as the prolog's node check judges
     reason = drain_reason(failing) or None
     typer.echo("\n".join(config_check_lines(str(file), where, report, expectation_rows(config, report), failing, reason,
                                             config.fail_severity)))
     raise typer.Exit(EXIT_FINDINGS if reason else EXIT_OK)
+
+
+def _check_reports(file: Path, directory: Path) -> None:
+    """`config check FILE --from DIR`: the config against each node's saved Report, as the prolog's node check
+    would judge that node; one line per node it would drain. Exits."""
+    from nodecheck import config as config_module
+    from nodecheck.build import judged_again
+    from nodecheck.cli.fleet import MAX_REPORTS
+    from nodecheck.prolog import drain_reason, failing_findings
+    from nodecheck.render.slurm import config_check_nodes_lines
+
+    try:
+        config = config_module.load(file)
+    except NodecheckError as error:
+        fail(str(error))
+    files = sorted(directory.glob("*.json"))
+    if len(files) > MAX_REPORTS:
+        fail(f"{directory}: {len(files)} files, more than {MAX_REPORTS} nodes: not read")
+    judged, skipped = [], []
+    for path in files:
+        try:
+            report = judged_again(read_report_file(path), config)
+        except NodecheckError as error:
+            skipped.append((path.name, str(error).removeprefix(f"{path}: ")))
+            continue
+        reason = drain_reason(failing_findings(report.findings, config.fail_severity)) or None
+        judged.append((report.node.get("hostname") or path.stem, path.name, reason))
+    typer.echo("\n".join(config_check_nodes_lines(str(file), str(directory), judged, skipped)))
+    if not judged:
+        raise typer.Exit(EXIT_USAGE)
+    raise typer.Exit(EXIT_FINDINGS if any(reason for *_, reason in judged) else EXIT_OK)

@@ -55,3 +55,17 @@ def config_check_lines(name: str, where: str, report: Report, rows, failing, rea
         return lines + [f"the prolog would drain {clean(where)} with this config: {clean(reason)}"]
     below = f" ({len(report.findings)} finding(s) below {fail_severity})" if report.findings else ""
     return lines + [f"the prolog's node check passes on {clean(where)} with this config{below}"]
+
+
+def config_check_nodes_lines(name: str, where: str, judged: list[tuple[str, str, str | None]], skipped: list[tuple[str, str]]) -> list[str]:
+    """`nodecheck config check FILE --from DIR` as text: the nodes the prolog would drain with this config, each
+    with its reason ((host name, file, reason or None) each), how many pass, and the files that are no Report."""
+    drained = [(host, file, reason) for host, file, reason in judged if reason]
+    lines = [f"{clean(name)}: valid. On the {len(judged)} node(s) whose Reports are in {clean(where)} (as each was when "
+             "its Report was written):"]
+    lines += [f"  {clean(host)} ({clean(file)}): the prolog would drain it: {clean(reason)}" for host, file, reason in drained]
+    lines.append(f"  {len(judged) - len(drained)} of {len(judged)} pass the prolog's node check with this config")
+    lines += [f"  skipped {clean(file)}: {clean(why)}" for file, why in skipped]
+    if not judged:
+        lines.append(f"  no Report could be read in {clean(where)}")
+    return lines
