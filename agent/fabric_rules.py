@@ -42,6 +42,7 @@ def bw_mode_findings(report: Report, config: Config) -> list[Finding]:
     FULL on a node with active NVLinks. Every link still reads active and the topology still says NV18, so a slow
     p2p or all-reduce pointed at the links; the mode explains it (agent/signal_join.py names it in that verdict)."""
     mode = (report.node or {}).get("nvlink_bw_mode")
+    mode = mode if isinstance(mode, str) else None  # the node section is free-form: a saved Report's may hold anything
     findings = [Finding("nvlink_bw_reduced", "warning", f"gpu{g.index}", f"mode {g.fabric.reduced_bw_mode}", "best",
                         f"gpu{g.index}'s NVLinks run in a reduced bandwidth mode (NVML's mode {g.fabric.reduced_bw_mode}, not "
                         "its best): its peer-to-peer traffic uses fewer links, and NVLink bandwidth tests with it read low "

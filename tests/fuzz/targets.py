@@ -269,6 +269,17 @@ def _shown_report(document) -> str:
     return out.getvalue()
 
 
+def _judged_again(document) -> list:
+    """What `config check --from REPORT.json` does with a saved Report: read it, then judge its facts with a config
+    of expectations (the example node's, as `config init` writes it)."""
+    from nodecheck.build import judged_again
+    from nodecheck.config import loads
+    from nodecheck.config_init import generate
+    from nodecheck.model import Report
+
+    return judged_again(Report.from_dict(document), loads(generate(_example_node()), "fuzz.toml")).findings
+
+
 @functools.lru_cache(maxsize=1)
 def _example_node():
     from nodecheck.build import build_report
@@ -438,6 +449,7 @@ def targets() -> list[Target]:
                (ParseError,)),
         Target("fleet_report", _report_seeds, _fleet_node, (NodecheckError, ValueError, RecursionError), structured=True),
         Target("saved_report", _report_seeds, _shown_report, (ValueError, RecursionError), structured=True),
+        Target("judged_report", _report_seeds, _judged_again, (ValueError, RecursionError), structured=True),
         Target("served_measurements", lambda: [json.loads((REPO / "examples/job-8node-allreduce.json").read_text())],
                _served_measurements, (NodecheckError,), structured=True),
         Target("heartbeat_beats", _beat_seeds, _judged_beats, (), structured=True),
