@@ -50,6 +50,10 @@ class Gpu:
     processes: list[GpuProcess] | None = None  # what holds it (NVML's list; /proc's names); None: NVML did not list
     memory_used_bytes: int | None = None  # in use, the driver's reservation apart; None where NVML did not say so
 
+    def __post_init__(self) -> None:  # a Report read back (a hostile one too): only NVLink entries of the shape written
+        self.nvlinks = [link for link in self.nvlinks if isinstance(link, dict) and isinstance(link.get("link"), int)
+                        and "active" in link and link["active"] in (True, False, None)]
+
 
 @dataclass
 class InaccessibleGpu:

@@ -68,6 +68,8 @@ def populated(hint, name: str = "x"):
         return {"0000:17:00.0": populated(args[1], name)}
     if (hint, name) == (str, "type"):
         return "NV18"  # Link.type: one nvidia-smi prints, or the Report is refused
+    if (hint, name) == (dict, "nvlinks"):
+        return {"link": 0, "active": True, "version": 4}  # Gpu.nvlinks: an entry of another shape is left out
     return {bool: True, int: 7, float: 2.5, str: f"{name}-value", dict: {name: 1}, list: [{name: 1}],
             object: f"{name}-object"}[hint]
 
@@ -104,6 +106,15 @@ def test_every_field_of_a_fully_populated_report_survives_its_json():
     again = Report.from_dict(json.loads(text))
     assert again == report
     assert json.dumps(again.to_dict(), sort_keys=True) == text
+
+
+def test_a_gpus_nvlink_entries_of_another_shape_are_left_out():
+    """Gpu.nvlinks is free-form in the JSON: a saved Report's entry without a link number or an active state that
+    is none of true, false, null raised KeyError in the rules and the renderer (found by the saved_report fuzz)."""
+    links = [{"link": 0, "active": True, "version": 4}, {"link": 1, "active": None, "error": "Unknown Error"},
+             {"link": 2}, {"active": True}, {"link": "3", "active": True}, {"link": 4, "active": "yes"}]
+    (gpu,) = Report.from_dict({"gpus": [{"index": 0, "nvlinks": links}]}).gpus
+    assert gpu.nvlinks == links[:2]
 
 
 def test_a_malformed_section_is_dropped_and_a_malformed_list_refused():
