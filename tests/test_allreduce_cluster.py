@@ -239,7 +239,8 @@ def test_a_world_of_one_reports_no_figure(tmp_path):
     shown = console.export_text()
     assert "no data moved" in shown and "allreduce:node-1-gpus: a world of one rank moves no data" in shown  # why, said
     report = tmp_path / "bench.json"
-    report.write_text(json.dumps({"gpus": [{"index": 0}], "paths": [], "measurements": [dataclasses.asdict(m)]}))
+    report.write_text(json.dumps({"schema": "nodecheck.report", "gpus": [{"index": 0}], "paths": [],
+                                  "measurements": [dataclasses.asdict(m)]}))
     run = nodecheck_cli("scale", "--params", "25M", "--step-time", "0.2", "--from", str(report))
     assert run.returncode == 2 and "no all-reduce measurement" in run.stderr, run.stdout + run.stderr
 

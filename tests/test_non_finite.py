@@ -63,7 +63,7 @@ def test_fleet_skips_a_node_whose_report_holds_a_nan_naming_it(tmp_path):
     result = cli("fleet", str(tmp_path / "fleet"), "--json")
     assert "Traceback" not in result.stderr, result.stderr
     document = json.loads(result.stdout)
-    assert document["nodes"] == 1 and document["skipped"] == [{"file": "b.json", "why": "NaN is not a number JSON allows"}]
+    assert document["nodes"] == 1 and document["skipped"] == [{"file": "b.json", "why": "not a nodecheck Report: NaN is not a number JSON allows"}]
 
 
 def test_a_rate_measured_as_nan_is_a_failed_test_not_a_figure():
