@@ -147,6 +147,8 @@ def test_config_check_judges_every_report_of_a_sweep_and_names_the_nodes_it_woul
     assert "hgx-02 (hgx-02.json): the prolog would drain it: nodecheck: gpu3 PCIe x8 < x16" in out.stdout
     assert "2 of 3 pass the prolog's node check with this config" in out.stdout
     assert "skipped fleet.json: not a nodecheck Report: its schema is 'nodecheck.fleet'" in out.stdout
+    shown = cli("inspect", "--from", str(sweep))
+    assert shown.returncode == 2 and f"{sweep} is a directory of Reports, not a snapshot" in shown.stderr, shown.stderr
     one = cli("config", "check", str(config), "--from", str(sweep / "hgx-01.json"))
     assert one.returncode == 0 and f"the prolog's node check passes on Report {sweep / 'hgx-01.json'}" in one.stdout
     config.write_text(config.read_text().replace("count = 8", "count = 80"))

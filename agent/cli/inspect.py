@@ -35,6 +35,9 @@ def inspect(
     """Report GPUs, links, NUMA locality, NICs, path specs, findings and binding advice. --from also shows a saved
     Report (`inspect --json`, a job's `bench --json`) as it was judged when it was written."""
 
+    if source is not None and is_report_directory(source):
+        fail(f"{source} is a directory of Reports, not a snapshot: `nodecheck inspect --from {source}/NODE.json` shows one, "
+             f"`nodecheck fleet {source}` compares them")
     saved = source is not None and is_report_file(source)
     try:
         if saved:
