@@ -4,13 +4,14 @@ more than it has is drained with a `nodecheck:` reason and the sbatch job is req
 check resumes it once the fault is gone; an admin's drain stays; a job can skip the prolog."""
 
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, fake_executable
+from helpers import REPO, fake_executable, free_port, nodecheck
 from slurm_cluster import SlurmNode, missing
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
@@ -209,6 +210,31 @@ def test_a_sweep_keeps_a_failing_nodes_report_and_names_a_node_that_wrote_none(s
         else:
             assert list(out.glob("*.json")) == [], text[-2000:]
             assert f"nodecheck-sweep: {slurm.name} wrote no Report (nodecheck inspect exited {exit_code})" in text, text[-2000:]
+
+
+def test_an_allreduce_across_the_allocation_leaves_the_jobs_report(slurm, tmp_path):
+    """deploy/slurm/nodecheck-allreduce in a real job: srun starts the ranks (two, on this one node), they meet at the
+    first node's NodeAddr, and rank 0's Report, the job's, is written for `inspect --from`. Outside an allocation it
+    says so."""
+    pytest.importorskip("torch", reason="the all-reduce needs torch (the bench extra)")
+    script = REPO / "deploy/slurm/nodecheck-allreduce"
+    alone = subprocess.run(["sh", str(script), str(tmp_path / "x.json")], capture_output=True, text=True, timeout=60,
+                           env={"PATH": os.environ["PATH"]})
+    assert alone.returncode == 2 and "not inside a Slurm allocation" in alone.stderr and not (tmp_path / "x.json").exists()
+    slurm.configure(HEALTHY)
+    out, log = tmp_path / "allreduce.json", tmp_path / "allreduce.log"
+    entry = Path(sys.executable).parent / "nodecheck"
+    job = slurm.sbatch("-o", str(log), "-n", "2", "-t", "5", "--export", f"ALL,NODECHECK={entry},MASTER_PORT={free_port()}",
+                       "--wrap", f"sh {script} {out} --ntasks-per-node=2")
+    slurm.wait_for(lambda: finished(slurm, job), 280, f"all-reduce job {job} to finish")
+    text = log.read_text() if log.exists() else ""
+    assert slurm.job(job)["JobState"] == "COMPLETED", text[-3000:] or slurm.log("slurmd.log")
+    report = json.loads(out.read_text())
+    (allreduce,) = [m for m in report["measurements"] if m["test"] == "allreduce"]
+    assert allreduce["ok"] and allreduce["ranks"] == 2, allreduce
+    assert f"nodecheck-allreduce: the job's Report is in {out}" in text and not list(tmp_path.glob("*.tmp"))
+    shown = nodecheck("inspect", "--from", str(out))
+    assert shown.returncode == 0 and allreduce["path"] in shown.stdout, shown.stdout + shown.stderr
 
 
 def test_a_jobs_process_on_a_gpu_is_the_jobs_and_a_stray_one_drains(slurm, tmp_path, monkeypatch):

@@ -74,7 +74,7 @@ def distributed_env(environ: dict[str, str]) -> DistEnv | None:
     error = None
     if world_n > 1 and not master:
         error = ("MASTER_ADDR is not set: export the address of rank 0's node (under srun: the first host of "
-                 "SLURM_JOB_NODELIST)")
+                 "SLURM_JOB_NODELIST; deploy/slurm/nodecheck-allreduce sets it)")
     elif not 0 < (to_int(port) or 0) < 65536:
         error = f"MASTER_PORT {port!r} is not a TCP port"
     return DistEnv(rank_n, world_n, master, to_int(port) or 0, error)
