@@ -134,7 +134,7 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
                 f"read, more than any all-reduce algorithm moves over them ({bound:.2f} x): NCCL used other or more NICs, "
                 "or a rail's rate was misread (set [nics] speed_mbps); this verdict cannot be trusted"))
         elif m.ratio is not None and m.ratio < threshold:
-            suspects = _slow_nodes(m, threshold)
+            suspects = slow_nodes(m, threshold)
             where = "; slow: " + ", ".join(f"{name} at {ratio:.2f} of spec" + (f" (rail {rails})" if rails else "")
                                            for name, ratio, rails in suspects) if suspects else ""
             findings.append(Finding(
@@ -144,7 +144,7 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
     return findings
 
 
-def _slow_nodes(m, threshold: float) -> list[tuple[str, float, str]]:
+def slow_nodes(m, threshold: float) -> list[tuple[str, float, str]]:
     """From the pair exchanges (nodecheck.pairing): the nodes with a rank whose every exchange was slow
     against that exchange's own rails, each with its best ratio and the rails of its slow ranks; with only
     two nodes, both ends of the slow pairs."""

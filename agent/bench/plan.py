@@ -115,8 +115,23 @@ def read_measurements_file(path, this_host: str | None = None) -> tuple[list[Mea
         raise NodecheckError(f"{path}: written by `nodecheck bench` on {written_on[:100]!r}, not on this node ({this_host!r}): "
                              "another node's figures are not this node's (is the path shared?)")
     when = document.get("measured_at")
-    measurements = [m for m in measurements if measured_on(m.path) is None]  # a job's other nodes: theirs to publish
+    # a job's other nodes' figures are theirs to publish; so is a job's slow all-reduce its exchanges blamed on them
+    measurements = [m for m in measurements if measured_on(m.path) is None and not blames_other_nodes(m, written_on)]
     return measurements, float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None
+
+
+def blames_other_nodes(m: Measurement, host: str | None) -> bool:
+    """Whether a job's all-reduce across nodes was slow and its pair exchanges named slow nodes (verdicts.slow_nodes,
+    at the threshold it was judged by), `host` not among them: the job's verdict (rank 0's Report names them), not
+    the node's whose Report it is. Published there, its alert, condition and taint would fall on a node the
+    exchanges cleared."""
+    from nodecheck.verdicts import slow_nodes
+
+    threshold = (m.details or {}).get("threshold") if isinstance(m.details, dict) else None
+    if not host or m.scope != "cluster" or m.ratio is None or not isinstance(threshold, (int, float)) or m.ratio >= threshold:
+        return False
+    named = slow_nodes(m, threshold)
+    return bool(named) and not any(name.startswith(f"{host} (") for name, _, _ in named)
 
 
 def run_in_subprocess(argv_tail: list[str], timeout: float, env: dict[str, str] | None = None) -> list[Measurement]:
