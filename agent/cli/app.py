@@ -81,6 +81,25 @@ def is_report_directory(path: Path) -> bool:
         return False
 
 
+MAX_REPORTS = 100_000  # files in a directory of Reports, one per node: more nodes than any cluster has
+
+
+def read_report_directory(directory: Path):
+    """Each *.json file of a directory of Reports (a sweep's, one per node), in name order: (path, Report, None), or
+    (path, None, why) for a file that is not a Report (the reader's reason, without the path). More than
+    MAX_REPORTS files: nothing is read, and the command fails saying so."""
+    from nodecheck.errors import NodecheckError
+
+    files = sorted(directory.glob("*.json"))
+    if len(files) > MAX_REPORTS:
+        fail(f"{directory}: {len(files)} files, more than {MAX_REPORTS} nodes: not read")
+    for path in files:
+        try:
+            yield path, read_report_file(path), None
+        except NodecheckError as error:
+            yield path, None, str(error).removeprefix(f"{path}: ")
+
+
 def read_report_file(path: Path):
     """A Report saved as JSON (`inspect --json`, `bench --json`: a job's rank 0 writes every node's figures), of
     any size such a job writes; NodecheckError naming the file when it is not one (another of nodecheck's

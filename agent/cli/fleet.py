@@ -10,10 +10,9 @@ from typing import Optional
 
 import typer
 
-from nodecheck.cli.app import EXIT_FINDINGS, EXIT_OK, app, fail, read_report_file
+from nodecheck.cli.app import EXIT_FINDINGS, EXIT_OK, app, fail, read_report_directory
 
 FLEET_SCHEMA_VERSION = 1
-MAX_REPORTS = 100_000
 
 
 @app.command()
@@ -57,22 +56,16 @@ def fleet(
 def _read_reports(source: Path):
     """Each *.json file of `source` as a node; one that is not a Report is skipped and said why, and so is
     each but the newest of one machine's Reports (its host name and GPU UUIDs): a machine has one vote."""
-    from nodecheck.errors import NodecheckError
     from nodecheck.fleet import node_view
 
     if not source.is_dir():
         fail(f"{source}: not a directory of Reports")
-    files = sorted(source.glob("*.json"))
-    if len(files) > MAX_REPORTS:
-        fail(f"{source}: {len(files)} files, more than {MAX_REPORTS} nodes: not read")
     views, skipped, names = [], [], set()
     stamps: list[tuple[float, str]] = []  # each view's Report: (generated_at, file)
     machine_at: dict[tuple, int] = {}  # (host name, its GPUs' UUIDs) -> where in views
-    for path in files:
-        try:
-            report = read_report_file(path)
-        except NodecheckError as error:
-            skipped.append({"file": path.name, "why": str(error).removeprefix(f"{path}: ")[:200]})
+    for path, report, why in read_report_directory(source):
+        if report is None:
+            skipped.append({"file": path.name, "why": why[:200]})
             continue
         view = node_view(report, path.stem)
         machine = (view.name, tuple(sorted(g.uuid for g in report.gpus if g.uuid)))

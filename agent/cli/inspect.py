@@ -20,6 +20,7 @@ from nodecheck.cli.app import (
     is_report_directory,
     is_report_file,
     load_report,
+    read_report_directory,
     read_report_file,
 )
 from nodecheck.errors import NodecheckError
@@ -126,8 +127,9 @@ def config_check(
 
     if source is not None and is_report_directory(source):
         _check_reports(file, source)
+    saved = source is not None and is_report_file(source)
     try:
-        if source is not None and is_report_file(source):
+        if saved:
             config = config_module.load(file)
             report = judged_again(read_report_file(source), config)
         else:
@@ -136,7 +138,7 @@ def config_check(
         fail(str(error))
     from nodecheck.render.slurm import config_check_lines
 
-    where = f"{'Report' if is_report_file(source) else 'snapshot'} {source}" if source else "this node"
+    where = f"{'Report' if saved else 'snapshot'} {source}" if source else "this node"
     failing = failing_findings(report.findings, config.fail_severity)  # as the prolog's node check judges
     reason = drain_reason(failing) or None
     typer.echo("\n".join(config_check_lines(str(file), where, report, expectation_rows(config, report), failing, reason,
@@ -149,7 +151,6 @@ def _check_reports(file: Path, directory: Path) -> None:
     would judge that node; one line per node it would drain. Exits."""
     from nodecheck import config as config_module
     from nodecheck.build import judged_again
-    from nodecheck.cli.fleet import MAX_REPORTS
     from nodecheck.prolog import drain_reason, failing_findings
     from nodecheck.render.slurm import config_check_nodes_lines
 
@@ -157,16 +158,12 @@ def _check_reports(file: Path, directory: Path) -> None:
         config = config_module.load(file)
     except NodecheckError as error:
         fail(str(error))
-    files = sorted(directory.glob("*.json"))
-    if len(files) > MAX_REPORTS:
-        fail(f"{directory}: {len(files)} files, more than {MAX_REPORTS} nodes: not read")
     judged, skipped = [], []
-    for path in files:
-        try:
-            report = judged_again(read_report_file(path), config)
-        except NodecheckError as error:
-            skipped.append((path.name, str(error).removeprefix(f"{path}: ")))
+    for path, saved, why in read_report_directory(directory):
+        if saved is None:
+            skipped.append((path.name, why))
             continue
+        report = judged_again(saved, config)
         reason = drain_reason(failing_findings(report.findings, config.fail_severity)) or None
         judged.append((report.node.get("hostname") or path.stem, path.name, reason))
     typer.echo("\n".join(config_check_nodes_lines(str(file), str(directory), judged, skipped)))
