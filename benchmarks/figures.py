@@ -84,11 +84,15 @@ def read_json(path: Path) -> dict:
 
 
 def render(rows: list[Row], value_width: int = 22) -> str:
+    """One line per figure; a value or reference wider than its column is cut there and written whole on the
+    next line, so that no figure pasted from the output is a truncated one."""
     w = value_width
     lines = [f"{'figure':<48} {'value':>{w}} {'reference':>{w}} {'ratio':>6}  {'goal':<15} verdict"]
     for r in rows:
         ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
-        lines.append(f"{r.figure[:48]:<48} {r.value[:w]:>{w}} {r.reference[:w]:>{w}} {ratio:>6}  {r.goal:<15} {r.verdict}")
+        value, reference = (text if len(text) <= w else text[:w - 1] + "~" for text in (r.value, r.reference))
+        lines.append(f"{r.figure[:48]:<48} {value:>{w}} {reference:>{w}} {ratio:>6}  {r.goal:<15} {r.verdict}")
+        lines += [f"    {name}: {text}" for name, text in (("value", r.value), ("reference", r.reference)) if len(text) > w]
     return "\n".join(lines)
 
 

@@ -3,7 +3,8 @@
 # its image lacks, into folders git ignores, to be named in the device run's `carry`:
 #   .whl/     wheels for CPython 3.12 on x86-64 Linux: nodecheck's dependencies the image does not hold
 #             (its torch, numpy, click, rich, prometheus-client, nvidia-ml-py, pytest and PyYAML are used as they are)
-#   .hw/      Debian's hwloc (lstopo) and pciutils (lspci) packages, unpacked there by gpu_node.sh when missing;
+#   .hw/      Debian's hwloc (lstopo) and pciutils (lspci) packages, and libkmod2 (lspci links it; the image lacks it),
+#             unpacked there by gpu_node.sh when missing;
 #             .hw/ip/ iproute2 (ip, tc: the network-namespace tests) and the libraries it links, unpacked apart
 #   .shared/  ../shared (the captures the tests read), which does not travel by itself
 # Usage: bash benchmarks/gpu_carry.sh      then carry [".whl", ".hw", ".shared"]
@@ -20,7 +21,7 @@ args=(--no-deps --only-binary=:all: --python-version 3.12 --implementation cp -d
 for p in "${PLATFORMS[@]}"; do args+=(--platform "$p"); done
 for wheel in "${WHEELS[@]}"; do timeout 300 "$PY" -m pip download -q "${args[@]}" "$wheel"; done
 timeout 300 "$PY" -m pip wheel -q --no-deps -w .whl "${SDIST_ONLY[@]}"
-(cd .hw && timeout 300 apt-get download hwloc-nox libhwloc15 libhwloc-plugins pciutils libpci3 2>/dev/null)
+(cd .hw && timeout 300 apt-get download hwloc-nox libhwloc15 libhwloc-plugins pciutils libpci3 libkmod2 2>/dev/null)
 mkdir -p .hw/ip  # the first GPU runs skipped the namespace tests: the image has no `ip`
 (cd .hw/ip && timeout 300 apt-get download iproute2 libbpf1 libelf1 libmnl0 libxtables12 libcap2 libbsd0 libmd0 \
   libtirpc3 libdb5.3 2>/dev/null)

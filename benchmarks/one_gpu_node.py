@@ -206,7 +206,7 @@ def kernel_log_rows(root: dict, unit: dict, unit_step: dict | None) -> list[Row]
             why = f"exit {unit_step.get('rc')}: {unit_step.get('stderr', '')[-40:]}" if label != "as root" and unit_step else "not read"
             rows.append(Row(f"kernel log {label}", "-", "-", None, "read, or a named unknown", f"n/a ({why})"))
             continue
-        value = f"{log.get('source')}, {len(log.get('events') or [])} event(s)" if log.get("known") else f"unknown: {log.get('why')}"
+        value = f"{log.get('source')}, {len(log.get('events') or [])} event(s)" if log.get("known") else str(log.get("why"))
         ok = log.get("known") or bool(log.get("why"))
         rows.append(Row(f"kernel log {label}", value, "-", None, "read, or a named unknown",
                         "ok" if ok else "FAILED (unknown without a reason)"))

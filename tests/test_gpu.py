@@ -81,11 +81,20 @@ def test_real_topo_matches_nvml(nvml_facts):
     assert [g.index for g in topo.gpus] == [g.index for g in nvml_facts.gpus]
 
 
+MOMENTARY = ("utilization_percent", "memory_used_bytes", "processes")  # read again by the live run, a moment later
+
+
+def lasting(gpus: list[dict]) -> list[dict]:
+    """The GPUs less what changes from one read to the next: on the H100, 2026-11-28, NVML's memory in use was
+    896 KiB in one `inspect` and 0 in the snapshot taken a second later, no process on the GPU."""
+    return [{k: v for k, v in gpu.items() if k not in MOMENTARY} for gpu in gpus]
+
+
 def test_snapshot_taken_on_gpu_node_replays(nvml_facts, tmp_path):
     assert nodecheck("snapshot", str(tmp_path / "gpu.tar.gz")).returncode == 0
     live = json.loads(nodecheck("inspect", "--json").stdout)
     replayed = json.loads(nodecheck("inspect", "--json", "--from", str(tmp_path / "gpu.tar.gz")).stdout)
-    assert replayed["gpus"] == live["gpus"] and replayed["links"] == live["links"]
+    assert lasting(replayed["gpus"]) == lasting(live["gpus"]) and replayed["links"] == live["links"]
     assert all(p["bytes_per_second"] for p in replayed["paths"] if p["path"].endswith(":host"))
 
 

@@ -115,6 +115,18 @@ def test_gpu_0_twice_gets_fresh_pinned_buffers_on_each_passes_node():
     assert rows["copy: buffer NUMA node, pass 1 (CPUs 0-7)"] == "ok" and rows["copy: buffer NUMA node, pass 2 (CPUs 8-15)"] == "ok"
 
 
+def test_a_figure_wider_than_its_column_is_written_whole():
+    """The lent H100's run (2026-11-28) printed its buffer addresses cut to the column: 0x7f7bfc00000 for
+    0x7f7bfc000000, one hex digit short, and the H200's earlier figure was copied into the docs so."""
+    from figures import Row, render
+
+    rows = [Row("copy: host buffer address, pass 1 / 2", "0x7f7c6a000000 / 0x7f7bfc000000", "-", None, "logged", "ok")]
+    out = render(rows, value_width=30)
+    assert "0x7f7bfc00000 " not in out and "    value: 0x7f7c6a000000 / 0x7f7bfc000000" in out.splitlines()
+    assert out.splitlines()[1].endswith("logged          ok") and "~" in out.splitlines()[1]  # cut, and said so
+    assert "reference:" not in out  # the short one stays in its column
+
+
 def test_a_reused_block_or_a_buffer_on_the_wrong_node_fails():
     assert verdicts(script.copy_twice_rows(worker_result(made=(3, 0)), TWO_NODES))["copy: pinned blocks made, pass 1 / 2"].startswith("FAILED")
     wrong = verdicts(script.copy_twice_rows(worker_result(nodes=(0, 0)), TWO_NODES))

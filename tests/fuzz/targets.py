@@ -82,7 +82,9 @@ def _nvml_seeds() -> list:
         eight = dump_nvml()
     finally:
         sys.modules.pop("pynvml", None) if saved is None else sys.modules.__setitem__("pynvml", saved)
-    return [one, eight]
+    # and the dump that the lent H100 wrote itself, every error source read live (issue 26, 2026-11-28)
+    live = json.loads((TESTS / "fixtures/h100-vm-signals/nvml.json").read_text())
+    return [one, eight, live]
 
 
 def _nic_seeds() -> list:
