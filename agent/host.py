@@ -177,9 +177,10 @@ def run_command(argv: list[str], timeout: float, env: dict[str, str] | None = No
         _running.add(proc)
     try:
         out, err = _bounded_communicate(proc, timeout, max_output)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        raise TimedOut(f"{what} did not finish within {timeout:g} s and was killed") from None
+    except subprocess.TimeoutExpired as expired:
+        _kill_group(proc)  # what it said before, where `explain` finds the cause there (PyTorch's watchdog line)
+        said = explain((expired.stderr or b"").decode("utf-8", errors="replace")) if explain else None
+        raise TimedOut(f"{what} did not finish within {timeout:g} s and was killed" + (f"; it had said: {said}" if said else "")) from None
     except OverflowError:
         _kill_group(proc)
         raise ProbeFailed(f"{what} printed more than {max_output >> 20} MiB and was killed") from None
@@ -205,7 +206,7 @@ def _bounded_communicate(proc: subprocess.Popen, timeout: float, limit: int) -> 
         while selector.get_map():
             left = deadline - time.monotonic()
             if left <= 0:
-                raise subprocess.TimeoutExpired(proc.args, timeout)
+                raise subprocess.TimeoutExpired(proc.args, timeout, bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr]))
             for key, _ in selector.select(left):
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
@@ -216,7 +217,10 @@ def _bounded_communicate(proc: subprocess.Popen, timeout: float, limit: int) -> 
                     raise OverflowError
     for pipe in buffers:
         pipe.close()
-    proc.wait(max(0.01, deadline - time.monotonic()))
+    try:
+        proc.wait(max(0.01, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired as expired:  # its pipes closed, itself still running
+        raise subprocess.TimeoutExpired(proc.args, timeout, bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr])) from expired
     return bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr])
 
 

@@ -245,3 +245,27 @@ def test_a_collective_the_watchdog_aborted_is_named_by_its_watchdog_line(tmp_pat
     message = str(error.value)
     assert "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE" in message, message
     assert "clone" not in message and "the collective hung" in message
+
+
+def test_a_worker_killed_after_the_watchdog_spoke_keeps_the_watchdogs_line(tmp_path):
+    """Measured on the lent H100 (benchmarks/stopped_peer.py, 2026-11-28): with a peer stopped, PyTorch's watchdog
+    says its line at the process group's timeout (20 s, 30 s), but the rank ends (SIGABRT) only 65 s later, so
+    nodecheck's runner (the worker's --timeout + 15 s) always killed it first, and the line was lost. A stand-in
+    says the published line and hangs; the runner's limit ends it."""
+    out = tmp_path / "rank0.json"
+    script = tmp_path / "worker.py"
+    script.write_text(f"import sys, time\nsys.stderr.write({WATCHDOG_STDERR.splitlines()[0] + chr(10)!r})\n"
+                      "sys.stderr.flush()\ntime.sleep(300)\n")
+    with pytest.raises(NodecheckError) as error:
+        run_worker([sys.executable, str(script)], out, 10)  # time enough to start and speak on a loaded machine
+    message = str(error.value)
+    assert message.startswith("the worker did not finish within 10 s and was killed; it had said: [Rank 0] Watchdog caught"), message
+    assert "Timeout(ms)=600000" in message and "the collective hung" in message
+
+
+def test_a_worker_killed_in_silence_says_only_that(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text("import sys, time\nsys.stderr.write('loading\\n')\nsys.stderr.flush()\ntime.sleep(300)\n")
+    with pytest.raises(NodecheckError) as error:
+        run_worker([sys.executable, str(script)], tmp_path / "out.json", 3)
+    assert str(error.value) == "the worker did not finish within 3 s and was killed", str(error.value)
