@@ -94,7 +94,7 @@ def read_kmsg(path: Path, limit: int, timeout: float) -> str:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except PermissionError:
-        raise NoData(f"{path}: permission denied (unknown: needs CAP_SYSLOG)") from None
+        raise NoData(f"{path}: permission denied (needs CAP_SYSLOG)") from None
     except OSError as error:
         raise NoData(f"{path}: {error.strerror or error}") from None
     records, size, deadline = [], 0, time.monotonic() + timeout
