@@ -291,7 +291,12 @@ def _dirs_shape(value) -> bool:
 
 
 def _addresses_shape(value) -> bool:
-    return _str_map(value, lambda v: isinstance(v, list) and all(_str_map(e, _scalar) for e in v))
+    return _str_map(value, lambda v: isinstance(v, list) and all(_address_shape(e) for e in v))
+
+
+def _address_shape(entry) -> bool:  # what LiveHost.addresses() gives: the renderers and the NIC rules read each key
+    return (_str_map(entry, _scalar) and isinstance(entry.get("address"), str) and entry.get("family") in ("inet", "inet6")
+            and isinstance(entry.get("prefixlen"), int) and not isinstance(entry.get("prefixlen"), bool))
 
 
 def _identity_shape(value) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from fuzz.mutate import mutate_text, mutate_value
+from fuzz.snapshot_target import Refused, mutate_snapshot, replayed, snapshot_seeds
 
 TESTS = Path(__file__).resolve().parent.parent
 REPO = TESTS.parent
@@ -27,8 +28,11 @@ class Target:
     call: Callable[[object], object]
     allowed: tuple[type[BaseException], ...]  # what the parser may raise: its own clear error
     structured: bool = False  # seeds are values (mutate_value), not text
+    mutator: Callable | None = None  # a target's own mutation (a whole snapshot: some of its files)
 
     def mutate(self, seed, rng):
+        if self.mutator is not None:
+            return self.mutator(seed, rng)
         return mutate_value(seed, rng) if self.structured else mutate_text(seed, rng)
 
 
@@ -458,4 +462,5 @@ def targets() -> list[Target]:
         Target("heartbeat_sidecar", _sidecar_seeds, _where_it_was, ()),
         Target("kube_node", lambda: [json.loads((TESTS / "fixtures/kubernetes/node-hgx.json").read_text())], _kube_node, (),
                structured=True),
+        Target("snapshot", snapshot_seeds, replayed, (Refused,), mutator=mutate_snapshot),
     ]

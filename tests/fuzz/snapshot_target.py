@@ -1,0 +1,83 @@
+"""A whole snapshot, a few of its files mutated: what `inspect --from SNAPSHOT` does with it, every probe, the rules,
+the text, the JSON and the metrics. Seeded from the snapshots this project took on real nodes (tests/fixtures: the
+lent H100 twice, the CI kind of VM). A snapshot is untrusted input: nothing may escape but the clear refusal of a
+snapshot whose replay documents are broken, and no probe may end in an "internal error" (run_probe's record of a
+probe's own bug)."""
+
+from __future__ import annotations
+
+import io
+import json
+import tempfile
+from pathlib import Path
+
+from fuzz.mutate import mutate_text, mutate_value
+
+TESTS = Path(__file__).resolve().parent.parent
+SNAPSHOTS = ("h100-vm-signals", "h100-vm-1gpu", "cpu-vm-2core")
+REPLAY_DOCUMENTS = {"sources.json", "fs-links.json", "fs-dirs.json"}  # broken, no replay: a clear NodecheckError
+MAX_FILE = 400_000
+
+
+class Refused(Exception):
+    """The snapshot was refused as a whole, saying why (its replay documents were mutated)."""
+
+
+def snapshot_seeds() -> list[dict[str, str]]:
+    """Each snapshot as {relative path: text}, less what the capture keeps beside it (live-*)."""
+    seeds = []
+    for name in SNAPSHOTS:
+        root = TESTS / "fixtures" / name
+        files = {str(f.relative_to(root)): f.read_text(errors="surrogateescape") for f in sorted(root.rglob("*"))
+                 if f.is_file() and not f.name.startswith("live-") and f.stat().st_size <= MAX_FILE}
+        if files:
+            seeds.append(files)
+    return seeds
+
+
+def mutate_snapshot(seed: dict[str, str], rng) -> dict:
+    """One to three of its files mutated as a broken tool or an attacker would (tests/fuzz/mutate.py): a JSON
+    document as text, or half the time as values (valid JSON of the wrong content, which its reader must catch)."""
+    names = rng.sample(sorted(seed), k=min(len(seed), rng.randint(1, 3)))
+    return {"files": {**seed, **{name: _mutated(name, seed[name], rng) for name in names}}, "mutated": names}
+
+
+def _mutated(name: str, text: str, rng) -> str:
+    if name.endswith(".json") and rng.random() < 0.5:
+        try:
+            return json.dumps(mutate_value(json.loads(text), rng))
+        except (ValueError, RecursionError):
+            pass
+    return mutate_text(text, rng)
+
+
+def replayed(document: dict) -> str:
+    """Build the Report from the mutated snapshot and show it every way nodecheck does."""
+    from rich.console import Console
+
+    from nodecheck.build import build_report
+    from nodecheck.errors import NodecheckError
+    from nodecheck.exporters.prometheus import exposition
+    from nodecheck.model import Report
+    from nodecheck.render.report import render
+    from nodecheck.snapshot import SnapshotHost
+
+    with tempfile.TemporaryDirectory(prefix="nodecheck-fuzz-") as folder:
+        for name, text in document["files"].items():
+            path = Path(folder) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, errors="surrogateescape")
+        try:
+            report = build_report(SnapshotHost(Path(folder)))
+        except NodecheckError as error:
+            if set(document["mutated"]) & REPLAY_DOCUMENTS:
+                raise Refused(str(error)) from None
+            raise
+    bugs = [p.error for p in report.probes if p.error and p.error.startswith("internal error")]
+    if bugs:
+        raise AssertionError(f"a probe's own bug on a mutated snapshot: {bugs[0]}")
+    out = io.StringIO()
+    render(report, Console(file=out, width=160))
+    exposition(report)
+    Report.from_dict(json.loads(json.dumps(report.to_dict())))
+    return out.getvalue()
