@@ -213,6 +213,23 @@ def make_ca_and_certs(tmp_path):
             "-days", "1", "-extfile", f"{name}.ext")
 
 
+def metric_samples(text: str, leave_out=()) -> dict:
+    """{(series name, sorted labels): value} of an exposition, the series named in `leave_out` left out."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name not in leave_out}
+
+
+def replayed_and_live_metrics(fixture: Path, folder: Path, leave_out=()) -> tuple[dict, dict]:
+    """The metrics `check --textfile-dir` writes from a captured snapshot, and those the node wrote live
+    (`live-metrics.prom` beside it), each as metric_samples() gives them."""
+    run = nodecheck("check", "--textfile-dir", str(folder), "--from", str(fixture))
+    assert run.returncode == 0, run.stderr
+    return (metric_samples((folder / "nodecheck.prom").read_text(), leave_out),
+            metric_samples((fixture / "live-metrics.prom").read_text(), leave_out))
+
+
 def promtool_check(text: str) -> subprocess.CompletedProcess:
     """`promtool check metrics` on an exposition (skips without promtool)."""
     if shutil.which("promtool") is None:

@@ -5,8 +5,7 @@ the same run: replayed here, without a GPU, it must give the same Report and the
 import json
 
 import pytest
-from helpers import REPO, nodecheck
-from prometheus_client.parser import text_string_to_metric_families
+from helpers import REPO, nodecheck, replayed_and_live_metrics
 
 from nodecheck.model import Report
 
@@ -71,14 +70,7 @@ def since_virtual_nics_left_out(live: dict) -> dict:
 
 
 def test_replayed_gpu_snapshot_gives_the_live_metrics(tmp_path):
-    def samples(text: str) -> dict:
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value for family in text_string_to_metric_families(text)
-                for s in family.samples if s.name not in VOLATILE_METRICS}
-
-    run = nodecheck("check", "--textfile-dir", str(tmp_path), "--from", str(FIXTURE))
-    assert run.returncode == 0, run.stderr
-    replayed = samples((tmp_path / "nodecheck.prom").read_text())
-    live = samples((FIXTURE / "live-metrics.prom").read_text())
+    replayed, live = replayed_and_live_metrics(FIXTURE, tmp_path, VOLATILE_METRICS)
     captured_kinds = {dict(labels)["check"] for name, labels in live if name == "nodecheck_check_healthy"}
     unknown = {dict(labels)["check"] for name, labels in replayed if name == "nodecheck_check_unknown"}
     assert NEVER_MADE_THERE <= unknown

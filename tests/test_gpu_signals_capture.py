@@ -5,8 +5,7 @@ run just before and after it. Replayed here, without a GPU, it must give what th
 
 import json
 
-from helpers import REPO, nodecheck
-from prometheus_client.parser import text_string_to_metric_families
+from helpers import REPO, nodecheck, replayed_and_live_metrics
 
 FIXTURE = REPO / "tests" / "fixtures" / "h100-vm-signals"
 # what two reads a second apart differ in by nature: when, from where, how long each probe took, and the gauges
@@ -59,14 +58,8 @@ def test_each_error_source_replays_as_the_node_read_it():
 
 
 def test_the_replayed_snapshot_gives_the_live_metrics(tmp_path):
-    def samples(text: str) -> dict:
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value for family in text_string_to_metric_families(text)
-                for s in family.samples if s.name not in VOLATILE_METRICS}
-
-    run = nodecheck("check", "--textfile-dir", str(tmp_path), "--from", str(FIXTURE))
-    assert run.returncode == 0, run.stderr
-    replayed = samples((tmp_path / "nodecheck.prom").read_text())
-    assert replayed == samples((FIXTURE / "live-metrics.prom").read_text())
+    replayed, live = replayed_and_live_metrics(FIXTURE, tmp_path, VOLATILE_METRICS)
+    assert replayed == live
     # NVML refused the NVLink counters: no series and the check unknown, never a healthy 0
     assert not any(name.startswith("nodecheck_gpu_nvlink_errors") for name, _ in replayed)
     assert replayed[("nodecheck_check_unknown", (("check", "nvlink_errors"),))] == 1
