@@ -59,7 +59,7 @@ def build_report(host, config=None, probe_timeout: float | None = None, judge: b
 def judged_again(report: Report, config) -> Report:
     """A saved Report's facts judged by `config` (`config check --from REPORT`): its path specs (a NIC's expected
     speed is the config's), findings and advice made anew, as build_report makes them from the probes' facts.
-    Its measurements are kept, not judged: the prolog's node check, which `config check` shows, judges none."""
+    Its measurements are kept as they were: config_check.as_the_prolog_judges judges them by the config."""
     from nodecheck.advice import binding_advice
     from nodecheck.rules import evaluate
 

@@ -48,6 +48,43 @@ def expectation_rows(config: Config, report: Report) -> list[tuple[str, str, str
         has = "no such NIC" if nic is None else f"{nic_mbps(report, nic) or 'unknown'} Mb/s, {nic.state or 'state unknown'}"
         rows.append((f'nics."{name}"', f"{speed}{want.state}", has))
     rows.append(("thresholds.bandwidth_ratio", f"{config.bandwidth_ratio:g}", "(bandwidth tests)"))
+    rows += [(f"thresholds.tests.{test}", f"{ratio:g}", f"({test})") for test, ratio in sorted(config.test_ratios.items())]
+    if config.prolog.bench:
+        rows.append(("prolog.bench", ", ".join(config.prolog.bench), "(the tests the prolog runs)"))
     rows.append(("thresholds.fail_severity", config.fail_severity, "(what drains)"))
     return rows
 
+
+
+
+def as_the_prolog_judges(config: Config, report: Report) -> tuple[list, list[tuple[str, bool]]]:
+    """What the prolog would count on a node whose saved Report this is (its facts judged by `config` already:
+    build.judged_again): the Report's findings and those of its measurements of the tests [prolog] bench lists,
+    judged by `config`'s thresholds and joined to the error signals as the prolog joins them; and a line for each
+    measurement, saying whether the prolog runs its test. Others are shown, not counted: `bench` and `serve`
+    judge them, the prolog does not run them. Without measurements, the Report's findings as they are."""
+    from nodecheck.signal_join import joined
+    from nodecheck.units import format_path_rate
+    from nodecheck.verdicts import judge_measurements
+
+    lines, counted, counted_findings, seen = [], [], [], set()
+    for saved in report.measurements:
+        (m,), findings = judge_measurements(report, [saved], config)
+        findings = [f for f in findings if (f.kind, f.subject, f.message) not in seen]  # NCCL's, once per run
+        seen.update((f.kind, f.subject, f.message) for f in findings)
+        in_prolog = m.test in config.prolog.bench
+        if in_prolog:
+            counted.append(m)
+            counted_findings += findings
+        if not m.ok:
+            verdict = f"failed: {m.error}"
+        elif m.ratio is None:
+            verdict = f"{format_path_rate(m.scope, m.bytes_per_second)}, no spec to judge it by"
+        else:
+            verdict = (f"{format_path_rate(m.scope, m.bytes_per_second)} = {m.ratio:.2f} x spec, threshold "
+                       f"{m.details['threshold']:.2f} ({m.details['threshold_basis']})")
+        said = "; ".join(f"{f.severity}: {f.kind}" for f in findings) or "passes"
+        lines.append((f"{m.test} on {m.path}: {verdict}: {said}", in_prolog))
+    if not counted:
+        return report.findings, lines
+    return joined(report, counted, report.findings + counted_findings), lines

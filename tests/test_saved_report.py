@@ -163,3 +163,52 @@ def test_config_check_judges_every_report_of_a_sweep_and_names_the_nodes_it_woul
     (empty / "notes.json").write_text("{}")
     out = cli("config", "check", str(config), "--from", str(empty))
     assert out.returncode == 2 and "no Report could be read" in out.stdout, out.stdout
+
+
+H100_BENCH = REPO / "tests" / "fixtures" / "h100-vm-1gpu" / "live-bench-full.json"  # h2d and d2h 0.87 of spec
+
+
+def test_config_check_judges_a_saved_reports_measurements_by_the_configs_thresholds(tmp_path):
+    """A config that moves a threshold is checked against what a node measured: the H100's h2d at 0.87 of spec
+    passes the calibrated 0.75 and fails an operator's 0.9. Counted where the prolog runs the test ([prolog]
+    bench), shown and not counted where it does not; before, `config check` passed both, measurements unjudged."""
+    strict = tmp_path / "strict.toml"
+    strict.write_text('[thresholds.tests]\nh2d = 0.9\n[prolog]\nbench = ["h2d"]\n')
+    out = cli("config", "check", str(strict), "--from", str(H100_BENCH))
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert f"    h2d on gpu0:host: 54.8 GB/s = 0.87 x spec, threshold 0.90 ([thresholds.tests] h2d in {strict}): " \
+           "error: bandwidth_below_spec" in lines
+    assert any(line.startswith("    d2h on gpu0:host: 55.0 GB/s = 0.87 x spec, threshold 0.75 (calibrated for d2h over pcie")
+               and line.endswith("passes (not in [prolog] bench: the prolog does not run it)") for line in lines), lines
+    assert lines[-1] == (f"the prolog would drain Report {H100_BENCH} with this config: "
+                         "nodecheck: gpu0:host bandwidth 0.87 of spec, >= 0.9 expected")
+    assert "  thresholds.tests.h2d        expects 0.9" in out.stdout and "  prolog.bench" in out.stdout
+
+    shown_only = tmp_path / "shown.toml"  # the same threshold, but the prolog runs no test: bench and serve judge it
+    shown_only.write_text("[thresholds.tests]\nh2d = 0.9\n")
+    out = cli("config", "check", str(shown_only), "--from", str(H100_BENCH))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "error: bandwidth_below_spec (not in [prolog] bench: the prolog does not run it)" in out.stdout
+
+    calibrated = tmp_path / "calibrated.toml"
+    calibrated.write_text('[prolog]\nbench = ["h2d", "d2h"]\n')
+    out = cli("config", "check", str(calibrated), "--from", str(H100_BENCH))
+    assert out.returncode == 0 and out.stdout.count(": passes\n") == 2, out.stdout
+
+
+def test_config_check_counts_measurements_in_a_sweeps_reports(tmp_path):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "h100-a.json").write_text(H100_BENCH.read_text())
+    slow = json.loads(H100_BENCH.read_text())
+    slow["node"]["hostname"] = "h100-b"
+    for m in slow["measurements"]:  # this node's copies ran at half its neighbour's rate
+        m["bytes_per_second"], m["ratio"] = m["bytes_per_second"] / 2, m["ratio"] / 2
+    (sweep / "h100-b.json").write_text(json.dumps(slow))
+    config = tmp_path / "prolog.toml"
+    config.write_text('[prolog]\nbench = ["h2d"]\n')
+    out = cli("config", "check", str(config), "--from", str(sweep))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "h100-b (h100-b.json): the prolog would drain it: nodecheck: gpu0:host bandwidth 0.44 of spec, >= 0.75 expected" \
+        in out.stdout and "1 of 2 pass" in out.stdout, out.stdout

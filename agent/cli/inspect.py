@@ -122,7 +122,7 @@ def config_check(
     1: the prolog would drain it (one of them); 2: invalid."""
     from nodecheck import config as config_module
     from nodecheck.build import judged_again
-    from nodecheck.config_check import expectation_rows
+    from nodecheck.config_check import as_the_prolog_judges, expectation_rows
     from nodecheck.prolog import drain_reason, failing_findings
 
     if source is not None and is_report_directory(source):
@@ -139,10 +139,11 @@ def config_check(
     from nodecheck.render.slurm import config_check_lines
 
     where = f"{'Report' if saved else 'snapshot'} {source}" if source else "this node"
-    failing = failing_findings(report.findings, config.fail_severity)  # as the prolog's node check judges
+    findings, measured = as_the_prolog_judges(config, report)
+    failing = failing_findings(findings, config.fail_severity)  # as the prolog's node check judges
     reason = drain_reason(failing) or None
-    typer.echo("\n".join(config_check_lines(str(file), where, report, expectation_rows(config, report), failing, reason,
-                                            config.fail_severity)))
+    typer.echo("\n".join(config_check_lines(str(file), where, report, expectation_rows(config, report), findings, failing,
+                                            reason, config.fail_severity, measured)))
     raise typer.Exit(EXIT_FINDINGS if reason else EXIT_OK)
 
 
@@ -151,6 +152,7 @@ def _check_reports(file: Path, directory: Path) -> None:
     would judge that node; one line per node it would drain. Exits."""
     from nodecheck import config as config_module
     from nodecheck.build import judged_again
+    from nodecheck.config_check import as_the_prolog_judges
     from nodecheck.prolog import drain_reason, failing_findings
     from nodecheck.render.slurm import config_check_nodes_lines
 
@@ -164,7 +166,8 @@ def _check_reports(file: Path, directory: Path) -> None:
             skipped.append((path.name, why))
             continue
         report = judged_again(saved, config)
-        reason = drain_reason(failing_findings(report.findings, config.fail_severity)) or None
+        findings, _ = as_the_prolog_judges(config, report)
+        reason = drain_reason(failing_findings(findings, config.fail_severity)) or None
         judged.append((report.node.get("hostname") or path.stem, path.name, reason))
     typer.echo("\n".join(config_check_nodes_lines(str(file), str(directory), judged, skipped)))
     if not judged:

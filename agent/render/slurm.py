@@ -44,16 +44,22 @@ def outcome_lines(mode: str, outcome, dry_run: bool) -> list[tuple[str, bool]]:
 
 
 
-def config_check_lines(name: str, where: str, report: Report, rows, failing, reason: str | None, fail_severity: str) -> list[str]:
+def config_check_lines(name: str, where: str, report: Report, rows, findings, failing, reason: str | None, fail_severity: str,
+                       measured: list[tuple[str, bool]] = ()) -> list[str]:
     """`nodecheck config check` as text: each expectation beside the node's value, the findings (those that
-    fail the prolog first), and what the prolog would do."""
+    fail the prolog first), a saved Report's measurements judged by the config (config_check.as_the_prolog_judges:
+    whether the prolog runs each), and what the prolog would do."""
     width = max(len(key) for key, _, _ in rows)
     lines = [f"{clean(name)}: valid. On {clean(where)} ({clean(report.node.get('hostname') or 'host name unknown')}):"]
     lines += [f"  {clean(key):<{width}}  expects {clean(expected):<22} has {clean(has)}" for key, expected, has in rows]
-    lines += [f"  {f.severity}: {clean(f.message)}" for f in failing + [f for f in report.findings if f not in failing]]
+    lines += [f"  {f.severity}: {clean(f.message)}" for f in failing + [f for f in findings if f not in failing]]
+    if measured:
+        lines.append("  its measurements, judged by this config's thresholds:")
+        lines += [f"    {clean(text)}" + ("" if counted else " (not in [prolog] bench: the prolog does not run it)")
+                  for text, counted in measured]
     if reason:
         return lines + [f"the prolog would drain {clean(where)} with this config: {clean(reason)}"]
-    below = f" ({len(report.findings)} finding(s) below {fail_severity})" if report.findings else ""
+    below = f" ({len(findings)} finding(s) below {fail_severity})" if findings else ""
     return lines + [f"the prolog's node check passes on {clean(where)} with this config{below}"]
 
 
