@@ -83,6 +83,7 @@ def build_job(node: Path) -> dict:
     result = {"world_size": len(members), "backend": "nccl", "spec_bytes_per_second": job_bound(members), "rows": rows,
               "nodes": members}  # every rank, as the worker gathers them
     measurement = measurement_from_worker(f"allreduce:{len(members)}-ranks", result)
+    measurement.details["path_kind"] = "infiniband"  # as bench marks a job over the RDMA rails (distributed.py)
     measurement.details["example"] = ("rows: CoreWeave's published nccl-tests all_reduce_perf on 64 H100s (8 nodes, "
                                       "InfiniBand NDR with SHARP); not measured by nodecheck")
     document = with_measurements(report, [measurement], TAKEN_AT + 120, Config()).to_dict()

@@ -277,13 +277,18 @@ def _shown_report(document) -> str:
 
 def _judged_again(document) -> list:
     """What `config check --from REPORT.json` does with a saved Report: read it, then judge its facts with a config
-    of expectations (the example node's, as `config init` writes it)."""
+    of expectations (the example node's, as `config init` writes it, with every test in [prolog] bench), and its
+    measurements by that config's thresholds, as the prolog would count them."""
     from nodecheck.build import judged_again
     from nodecheck.config import loads
+    from nodecheck.config_check import as_the_prolog_judges
     from nodecheck.config_init import generate
-    from nodecheck.model import Report
+    from nodecheck.model import BENCH_TESTS, Report
 
-    return judged_again(Report.from_dict(document), loads(generate(_example_node()), "fuzz.toml")).findings
+    bench = "\n[prolog]\nbench = [" + ", ".join(f'"{test}"' for test in BENCH_TESTS) + "]\n"
+    config = loads(generate(_example_node()) + bench, "fuzz.toml")
+    findings, lines = as_the_prolog_judges(config, judged_again(Report.from_dict(document), config))
+    return findings + lines
 
 
 @functools.lru_cache(maxsize=1)
