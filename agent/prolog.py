@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from nodecheck.errors import NoData, NodecheckError
 from nodecheck.findings import SEVERITIES, Finding, at_or_above, headline
 from nodecheck.host import run_until
-from nodecheck.slurm import MAX_REASON, REASON_PREFIX, NodeState
+from nodecheck.slurm import MAX_REASON, REASON_PREFIX, NodeState, one_line
 
 SCONTROL_SHARE = 0.2  # of the budget, kept back from the checks for the drain or resume call
 
@@ -68,7 +68,7 @@ def drain_reason(failing: list[Finding]) -> str:
     """`nodecheck: gpu3 PCIe x8 < x16 (+2 more)`: the first failing check and its figure."""
     if not failing:
         return ""
-    text = headline(failing[0])
+    text = one_line(headline(failing[0]))  # names from sources nodecheck does not control
     more = f" (+{len(failing) - 1} more)" if len(failing) > 1 else ""
     reason = f"{REASON_PREFIX} {text}"
     return reason[: MAX_REASON - len(more)] + more

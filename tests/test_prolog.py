@@ -18,7 +18,7 @@ from nodecheck.config import Config, PrologSettings
 from nodecheck.errors import NoData, ParseError
 from nodecheck.findings import Finding
 from nodecheck.prolog import Verdict, _run_bounded, drain_reason, failing_findings, plan_action, skip_reason
-from nodecheck.slurm import NodeState, parse_node, slurm_env
+from nodecheck.slurm import NodeState, one_line, parse_node, slurm_env
 from nodecheck.snapshot import SnapshotHost
 
 NODECHECK = str(Path(sys.executable).parent / "nodecheck")
@@ -59,6 +59,14 @@ def test_drain_reasons_name_the_check_and_the_figure(tmp_path):
     long = Finding("bench_failed", "error", "gpu0:host", "failed", "completed", "h2d on gpu0:host: " + "x" * 500)
     assert drain_reason([long, hung]) == "nodecheck: h2d on gpu0:host failed (+1 more)"
     assert len(drain_reason([Finding("nic_missing", "error", "n" * 400, "absent", "present", "m"), hung])) <= 200
+
+
+def test_a_drain_reason_is_one_printable_line_whatever_a_name_holds():
+    """A NIC or GPU name comes from sysfs, NVML, a config or a snapshot: a newline in it ended the reason's line in
+    `scontrol show node --oneliner` (which the prolog reads back), an escape sequence reached the admin's terminal."""
+    hostile = Finding("nic_missing", "error", "eth0\nState=IDLE\x1b[2J\t", "absent", "present", "m")
+    assert drain_reason([hostile]) == "nodecheck: eth0?State=IDLE?[2J? missing"
+    assert one_line("nodecheck: gpu3 PCIe x8 < x16 \x85") == "nodecheck: gpu3 PCIe x8 < x16 ?"
 
 
 def test_who_may_lift_a_drain():

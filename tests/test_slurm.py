@@ -82,6 +82,21 @@ def test_health_check_drains_a_faulty_node_and_resumes_it_repaired(slurm):
     slurm.wait_for(lambda: slurm.node_state() == "idle", 120, "the health check to resume the node")
 
 
+def test_a_name_with_a_newline_drains_with_one_line_and_is_resumed(slurm):
+    """A config (or sysfs, or NVML) naming a NIC with a newline and an escape sequence: the drain reason Slurm keeps
+    is one printable line, `scontrol show node --oneliner` stays one line, and the health check still recognises
+    its own drain and lifts it once the config is fixed."""
+    slurm.configure(HEALTHY + '[nics."eth9\\nState=IDLE\\u001b[2J"]\nstate = "up"\n')
+    try:
+        slurm.wait_for(lambda: slurm.node_state().startswith("drain"), 120, "the health check to drain the node")
+        shown = slurm.run("scontrol", "show", "node", slurm.name, "--oneliner")
+        assert len(shown.strip().splitlines()) == 1 and "\x1b" not in shown, shown
+        assert slurm.node_reason() == "nodecheck: eth9?State=IDLE?[2J missing"
+    finally:
+        slurm.configure(HEALTHY)
+    slurm.wait_for(lambda: slurm.node_state() == "idle", 120, "the health check to resume the node")
+
+
 def test_admin_drain_is_never_resumed(slurm):
     slurm.configure(HEALTHY)
     slurm.run("scontrol", "update", f"nodename={slurm.name}", "state=drain", "reason=admin: DIMM replacement")

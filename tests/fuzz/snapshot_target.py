@@ -1,5 +1,5 @@
 """A whole snapshot, a few of its files mutated: what `inspect --from SNAPSHOT` does with it, every probe, the rules,
-the text, the JSON and the metrics. Seeded from the snapshots this project took on real nodes (tests/fixtures: the
+the drain reason, the text, the JSON and the metrics. Seeded from the snapshots this project took on real nodes (tests/fixtures: the
 lent H100 twice, the CI kind of VM). A snapshot is untrusted input: nothing may escape but the clear refusal of a
 snapshot whose replay documents are broken, and no probe may end in an "internal error" (run_probe's record of a
 probe's own bug)."""
@@ -59,7 +59,9 @@ def replayed(document: dict) -> str:
     from nodecheck.errors import NodecheckError
     from nodecheck.exporters.prometheus import exposition
     from nodecheck.model import Report
+    from nodecheck.prolog import drain_reason, failing_findings
     from nodecheck.render.report import render
+    from nodecheck.slurm import MAX_REASON
     from nodecheck.snapshot import SnapshotHost
 
     with tempfile.TemporaryDirectory(prefix="nodecheck-fuzz-") as folder:
@@ -76,6 +78,9 @@ def replayed(document: dict) -> str:
     bugs = [p.error for p in report.probes if p.error and p.error.startswith("internal error")]
     if bugs:
         raise AssertionError(f"a probe's own bug on a mutated snapshot: {bugs[0]}")
+    reason = drain_reason(failing_findings(report.findings, "info"))  # what the prolog would hand scontrol
+    if len(reason) > MAX_REASON or not reason.isprintable():
+        raise AssertionError(f"a drain reason Slurm cannot keep on one line: {reason!r}")
     out = io.StringIO()
     render(report, Console(file=out, width=160))
     exposition(report)
