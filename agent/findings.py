@@ -3,6 +3,7 @@ drain reason."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from nodecheck.typed_json import ESSENTIAL
@@ -96,6 +97,17 @@ FINDING_KINDS = {
     "peer_outside_subnet": "{subject} {measured} outside {expected}",
     "peer_slow": "{subject} round trip {measured}, peers' median {expected}",
 }
+
+
+# a face that keeps one line (a Slurm drain reason, which `scontrol show node --oneliner` shows and the prolog reads
+# back; a node condition; NPD's output): a newline from a NIC's or a GPU's name (sysfs, NVML, a config, a snapshot)
+# would end it, an escape sequence would reach the admin's terminal
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(text: str) -> str:
+    """Text made of a finding's parts as one printable line: control characters, newlines and tabs become '?'."""
+    return _UNPRINTABLE.sub("?", text)
 
 
 def headline(finding) -> str:

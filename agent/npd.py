@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nodecheck.coverage import unmade_checks
-from nodecheck.findings import FINDING_KINDS, SEVERITIES, Finding, at_or_above, headline
+from nodecheck.findings import FINDING_KINDS, SEVERITIES, Finding, at_or_above, headline, one_line
 from nodecheck.model import Report
 
 NPD_OK, NPD_PROBLEM, NPD_UNKNOWN = 0, 1, 2
@@ -80,6 +80,6 @@ def npd_verdict(report: Report, area: str, severity: str) -> tuple[int, str]:
 
 
 def fit(line: str, width: int, tail: str = "") -> str:
-    line = " ".join(line.split())  # one line, whatever a message held
+    line = one_line(" ".join(line.split()))  # one printable line, whatever a message held
     room = width - len(tail)
     return (line if len(line) <= room else line[: room - 3] + "...") + tail

@@ -20,9 +20,9 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from nodecheck.errors import NoData, NodecheckError
-from nodecheck.findings import SEVERITIES, Finding, at_or_above, headline
+from nodecheck.findings import SEVERITIES, Finding, at_or_above, headline, one_line
 from nodecheck.host import run_until
-from nodecheck.slurm import MAX_REASON, REASON_PREFIX, NodeState, one_line
+from nodecheck.slurm import MAX_REASON, REASON_PREFIX, NodeState
 
 SCONTROL_SHARE = 0.2  # of the budget, kept back from the checks for the drain or resume call
 

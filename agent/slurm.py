@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodecheck.errors import NodecheckError, ParseError
+from nodecheck.findings import one_line
 from nodecheck.host import run_command
 
 REASON_PREFIX = "nodecheck:"  # nodecheck resumes only nodes drained with a reason that starts so
@@ -22,14 +23,6 @@ CONF_CANDIDATES = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/usr/
 MAX_REASON = 200  # a reason is read by people in `sinfo -R`; the rest is in the prolog's output
 _STATE = re.compile(r"(?:^|\s)State=(\S+)")
 _REASON = re.compile(r"(?:^|\s)Reason=(.*?)(?:\s+\[[^\]\s]*@[^\]\s]*\])?\s*$")
-# a reason is one line of `scontrol show node --oneliner`, which parse_node reads back: a newline from a NIC's or a
-# GPU's name (a snapshot, a driver) would end it there, an escape sequence would reach the admin's terminal
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def one_line(reason: str) -> str:
-    """A drain reason as Slurm keeps and shows it: control characters, newlines and tabs become '?'."""
-    return _UNPRINTABLE.sub("?", reason)
 
 
 @dataclass

@@ -75,3 +75,16 @@ def test_a_hung_nvidia_smi_is_answered_within_npd_s_timeout_and_leaves_nothing_r
     assert code == 1 and len(lines) == 1 and lines[0].startswith("probe:nvidia_smi_topo timed out"), lines
     pid = int(pidfile.read_text())
     assert not Path(f"/proc/{pid}").exists() or "sleep" not in Path(f"/proc/{pid}/cmdline").read_text()
+
+
+def test_a_name_with_a_newline_or_an_escape_is_one_printable_line():
+    """NPD's output and a node condition's message (`kubectl describe node` prints it raw): a NIC name from a config
+    or sysfs holding a newline and an escape sequence stays on one line, the escape a '?'."""
+    from nodecheck.findings import Finding
+    from nodecheck.npd import AreaVerdict
+
+    hostile = Finding("nic_missing", "error", "eth9\nState=IDLE\x1b[2J", "absent", "present",
+                      "eth9\nState=IDLE\x1b[2J is missing:\tcheck the cable")
+    verdict = AreaVerdict("nic", (hostile,), {}, 1)
+    assert verdict.line() == "eth9 State=IDLE?[2J missing"
+    assert verdict.line(full=True) == "eth9 State=IDLE?[2J is missing: check the cable"
