@@ -55,8 +55,6 @@ def expectation_rows(config: Config, report: Report) -> list[tuple[str, str, str
     return rows
 
 
-
-
 def as_the_prolog_judges(config: Config, report: Report) -> tuple[list, list[tuple[str, bool]]]:
     """What the prolog would count on a node whose saved Report this is (its facts judged by `config` already:
     build.judged_again): the Report's findings and those of its measurements of the tests [prolog] bench lists,

@@ -217,3 +217,49 @@ def test_the_index_a_jobs_nccl_run_took_from_its_environment_is_judged(tmp_path)
     quiet = dict(run, settings={"NCCL_SOCKET_IFNAME": "bond0"})
     plain = make_measurement("allreduce:16-ranks", "allreduce", rate=20e9, spec=25e9, details={"nccl": quiet})
     assert not [f for f in with_measurements(report, [plain], 0.0, Config()).findings if f.kind == "roce_gid_unroutable"]
+
+
+def test_an_address_range_narrows_nccls_walk_as_nccl_reads_it(tmp_path):
+    """NCCL_IB_ADDR_RANGE in /etc/nccl.conf (NCCL's envIbAddrRange and matchGidAddrPrefix): a range holding the
+    rail's address changes nothing; one that leaves it out leaves NCCL on the link-local GID, every job over the
+    rail hanging, and is named as the cause; one NCCL cannot read (no '/', a length past 32) narrows nothing."""
+    from nodecheck.roce_rules import address_range, in_range
+
+    port = judged(tmp_path, NCCL_769)[0]
+    assert nccl_gid_index(port, "AF_INET", 2, address_range("200.0.208.0/23", "AF_INET")) == 3
+    assert judged(tmp_path / "in", NCCL_769, {"NCCL_IB_ADDR_RANGE": "200.0.208.0/23"})[1] == {}
+    finding = judged(tmp_path / "out", NCCL_769, {"NCCL_IB_ADDR_RANGE": "10.0.0.0/8"})[1]["mlx5_bond_0/1"]
+    assert finding.measured == "GID 0 link-local"
+    assert "NCCL (AF_INET, RoCE v2, NCCL_IB_ADDR_RANGE=10.0.0.0/8) falls back to GID 0" in finding.message
+    assert finding.message.endswith(f"NCCL_IB_ADDR_RANGE (/etc/nccl.conf) leaves out the port's address {IPV4}: set it "
+                                    "to the rails' subnet, or unset it")
+    hostile = ("/" * 1000, "200.0.209.0/" + "9" * 5000, "\x00/8", "200.0.209.0\n/24")
+    for n, unread in enumerate(("200.0.209.6", "10.0.0.0/33", "not-an-address/8", "", "::1/64", *hostile)):
+        assert address_range(unread, "AF_INET") is None, unread
+        assert judged(tmp_path / f"u{n}", NCCL_769, {"NCCL_IB_ADDR_RANGE": unread})[1] == {}, unread
+    # strtol reads the length: its leading digits ("24abc" is 24), none is 0 (every GID); a negative one matches none
+    assert address_range("200.0.209.0/24abc", "AF_INET") == ((0xC800D100,), 24)
+    assert address_range("200.0.209.0/x", "AF_INET") == ((0xC800D100,), 0) and in_range(IPV4, "AF_INET", ((0,), 0))
+    assert not in_range(IPV4, "AF_INET", address_range("200.0.209.0/-1", "AF_INET"))
+    # IPv6, word by word: a /64 holding the address, and one that does not
+    v6 = "2001:0db8:0000:0001:0000:0000:0000:0002"
+    assert in_range(v6, "AF_INET6", address_range("2001:db8:0:1::/64", "AF_INET6"))
+    assert not in_range(v6, "AF_INET6", address_range("2001:db8:0:2::/64", "AF_INET6"))
+    assert in_range(v6, "AF_INET6", address_range("2001:db8::/31", "AF_INET6"))
+
+
+def test_a_range_a_jobs_nccl_run_took_from_its_environment_is_judged(tmp_path):
+    from helpers import make_measurement
+
+    from nodecheck.bench.nccl_debug import parse_nccl_debug
+    from nodecheck.config import Config
+    from nodecheck.verdicts import with_measurements
+
+    facts = collect(roce_node(tmp_path, NCCL_769))
+    report = make_report(nics=facts.nics, platform=Platform(None, True, nccl_conf={}))
+    run = dataclasses.asdict(parse_nccl_debug("node-1:985:1263 [0] NCCL INFO NCCL_IB_ADDR_RANGE set by environment to "
+                                              "192.168.0.0/16\n"))
+    across = make_measurement("allreduce:16-ranks", "allreduce", rate=20e9, spec=25e9, details={"nccl": run})
+    (finding,) = [f for f in with_measurements(report, [across], 0.0, Config()).findings if f.kind == "roce_gid_unroutable"]
+    assert "NCCL_IB_ADDR_RANGE=192.168.0.0/16) falls back to GID 0" in finding.message
+    assert "NCCL_IB_ADDR_RANGE (the NCCL run's environment) leaves out" in finding.message
