@@ -122,7 +122,9 @@ def test_the_slow_node_exchange_runs_both_ways_alike(gpu, tmp_path):
 def test_a_stopped_rank_is_named_by_rank_0(gpu):
     """Rank 1's worker is stopped once its own step file says it is in the all-reduce calls (the first GPU run
     stopped it at a guess, 10 s in, and rank 0 said only that its worker was killed at 45 s). Rank 0's Report
-    names rank 1, whichever ends rank 0: PyTorch's watchdog (its line kept) or the runner's limit."""
+    names rank 1, whichever ends rank 0: PyTorch's watchdog (its line kept) or the runner's limit. On the H100
+    (2026-11-28) the runner's limit ended it, 45 s in, and the watchdog's line, said at the process group's timeout
+    (30 s after the hung call; benchmarks/stopped_peer.py), was lost: a killed worker's line is kept since."""
     from nodecheck.bench.heartbeat import beat_step
 
     procs = launch(2, timeout=30)
@@ -141,7 +143,7 @@ def test_a_stopped_rank_is_named_by_rank_0(gpu):
                 os.killpg(proc.pid, signal.SIGKILL)
     m = allreduce_of(report)
     print(m["error"])
-    assert not m["ok"] and ("Watchdog caught collective operation timeout" in m["error"] or "was killed" in m["error"]), m
+    assert not m["ok"] and "Watchdog caught collective operation timeout" in m["error"], m
     assert f"rank 1 (node1, pid {pid}) at '" in m["error"] and "stopped beating in the job's store" in m["error"], m["error"]
 
 
