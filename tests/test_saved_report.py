@@ -90,6 +90,19 @@ def test_an_infiniband_hca_without_a_netdev_shows_its_port_rate():
     assert len(rows) == 8 and all("400 Gb/sec" in row and "unknown  400" not in row for row in rows), rows
 
 
+def test_a_port_rate_holding_markup_is_shown_as_written(tmp_path):
+    """Found by the whole-snapshot fuzzer: a port's `rate` file read "400[/] Gb/sec" and `inspect` ended in rich's
+    MarkupError, the NIC row's speed cell being the one not made plain text."""
+    import shutil
+
+    snap = tmp_path / "node"
+    shutil.copytree(NODE, snap, symlinks=True)
+    (snap / "fs/sys/class/infiniband/mlx5_3/ports/1/rate").write_text("400[/] Gb/sec [bold]x[/bold] (4X NDR)")
+    out = cli("inspect", "--from", str(snap))
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-1000:]
+    assert "400[/] Gb/sec [bold]x[/bold]" in out.stdout.replace("\n", ""), out.stdout
+
+
 def _node_and_configs(tmp_path):
     """Recorded nodes (the example HGX node, this project's H100 VM assembled from its captures, the CPU VM the
     suite was first written on), each with no config, the config `config init` writes for it, and that config

@@ -179,7 +179,7 @@ def _nics(console: Console, report: Report) -> None:
         name = f"{n.name} ({n.rdma_device})" if n.rdma_device and n.rdma_device != n.name else n.name
         speed = f"{n.speed_mbps} Mb/s" if n.speed_mbps else _ib_rate(n) or "unknown"
         addresses = ", ".join(f"{a['address']}/{a['prefixlen']}" for a in n.addresses if a["family"] == "inet")
-        rows.append([cell(name), cell(n.kind), unknown_cell(n.state), speed, format_bits(spec.bytes_per_second if spec else None),
+        rows.append([cell(name), cell(n.kind), unknown_cell(n.state), cell(speed), format_bits(spec.bytes_per_second if spec else None),
                      unknown_cell(n.mtu), unknown_cell(n.numa_node), unknown_cell(n.driver), unknown_cell(n.pci_address), cell(addresses or "-")])
     headers = [("NIC", IDENTITY), ("kind", 4), ("state", 7), ("speed", 6), ("spec", 1), ("MTU", 2), ("NUMA", IDENTITY),
                ("driver", 3), ("PCI", 5), ("addresses", LIST)]

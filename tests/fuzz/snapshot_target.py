@@ -1,8 +1,8 @@
 """A whole snapshot, a few of its files mutated: what `inspect --from SNAPSHOT` does with it, every probe, the rules,
-the drain reason, the text, the JSON and the metrics. Seeded from the snapshots this project took on real nodes (tests/fixtures: the
-lent H100 twice, the CI kind of VM). A snapshot is untrusted input: nothing may escape but the clear refusal of a
-snapshot whose replay documents are broken, and no probe may end in an "internal error" (run_probe's record of a
-probe's own bug)."""
+the drain reason, the text, the JSON and the metrics. Seeded from the snapshots this project took on real nodes
+(tests/fixtures: the lent H100 twice, the CI kind of VM) and the shipped HGX example (examples/README.md). A snapshot
+is untrusted input: nothing may escape but the clear refusal of a snapshot whose replay documents are broken, and no
+probe may end in an "internal error" (run_probe's record of a probe's own bug)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from pathlib import Path
 from fuzz.mutate import mutate_text, mutate_value
 
 TESTS = Path(__file__).resolve().parent.parent
-SNAPSHOTS = ("h100-vm-signals", "h100-vm-1gpu", "cpu-vm-2core")
+# the lent H100 twice and the CI kind of VM, and the shipped 8-GPU HGX example (an NDR node's InfiniBand ports)
+SNAPSHOTS = (TESTS / "fixtures/h100-vm-signals", TESTS / "fixtures/h100-vm-1gpu", TESTS / "fixtures/cpu-vm-2core",
+             TESTS.parent / "examples/hgx-h100-8gpu")
 REPLAY_DOCUMENTS = {"sources.json", "fs-links.json", "fs-dirs.json"}  # broken, no replay: a clear NodecheckError
 MAX_FILE = 400_000
 
@@ -26,8 +28,7 @@ class Refused(Exception):
 def snapshot_seeds() -> list[dict[str, str]]:
     """Each snapshot as {relative path: text}, less what the capture keeps beside it (live-*)."""
     seeds = []
-    for name in SNAPSHOTS:
-        root = TESTS / "fixtures" / name
+    for root in SNAPSHOTS:
         files = {str(f.relative_to(root)): f.read_text(errors="surrogateescape") for f in sorted(root.rglob("*"))
                  if f.is_file() and not f.name.startswith("live-") and f.stat().st_size <= MAX_FILE}
         if files:
