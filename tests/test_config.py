@@ -129,6 +129,26 @@ def test_generated_config_loads_back_and_passes_on_its_golden_node(tmp_path):
     assert {f.kind for f in build_report(degraded, config).findings} == {"nvlink_inactive", "nvlink_count_low"}
 
 
+def test_a_config_generated_where_a_name_holds_quotes_or_control_characters_loads_back(tmp_path):
+    """A NIC's name from sysfs or a snapshot, and the host name in the first comment: a quote, a backslash or a
+    newline there made `config init` write TOML that nodecheck then refused (a newline in the comment line turned
+    the rest of the host name into a TOML statement)."""
+    from nodecheck.model import Report
+
+    report = build_report(SnapshotHost(REPO / "examples" / "hgx-h100-8gpu"))
+    nic = next(n for n in report.nics if n.state == "up" and not n.virtual and n.rdma_device)
+    hostile = 'ib"0\\x\x01\udcff'
+    document = report.to_dict()
+    document["node"]["hostname"] = "gpu01\n[gpus]\ncount = 1"
+    for entry in document["nics"]:
+        entry["name"] = hostile if entry["name"] == nic.name else entry["name"]
+    document["paths"] = [dict(p, path=f"nic:{hostile}") if p["path"] == f"nic:{nic.name}" else p for p in document["paths"]]
+    text = generate(Report.from_dict(document))
+    config = load(write(tmp_path, text))
+    assert config.gpu_count == 8 and 'ib"0\\x\x01\ufffd' in config.nics, sorted(config.nics)
+    assert config.nics['ib"0\\x\x01\ufffd'].speed_mbps == 400000
+
+
 def test_a_config_generated_on_a_node_with_a_lost_gpu_keeps_the_count_it_has(tmp_path):
     """Generated on a node whose gpu5 fell off the bus (NVML counts it, refuses it), the count is still 8, and said:
     written as 7 it would have made every node of this type pass with a GPU gone."""

@@ -1,5 +1,5 @@
 """A whole snapshot, a few of its files mutated: what `inspect --from SNAPSHOT` does with it, every probe, the rules,
-the drain reason, the text, the JSON and the metrics. Seeded from the snapshots this project took on real nodes
+the drain reason, `config init`'s config, the text, the JSON and the metrics. Seeded from the snapshots this project took on real nodes
 (tests/fixtures: the lent H100 twice, the CI kind of VM) and the shipped HGX example (examples/README.md). A snapshot
 is untrusted input: nothing may escape but the clear refusal of a snapshot whose replay documents are broken, and no
 probe may end in an "internal error" (run_probe's record of a probe's own bug)."""
@@ -57,6 +57,8 @@ def replayed(document: dict) -> str:
     from rich.console import Console
 
     from nodecheck.build import build_report
+    from nodecheck.config import loads
+    from nodecheck.config_init import generate
     from nodecheck.errors import NodecheckError
     from nodecheck.exporters.prometheus import exposition
     from nodecheck.model import Report
@@ -82,6 +84,7 @@ def replayed(document: dict) -> str:
     reason = drain_reason(failing_findings(report.findings, "info"))  # what the prolog would hand scontrol
     if len(reason) > MAX_REASON or not reason.isprintable():
         raise AssertionError(f"a drain reason Slurm cannot keep on one line: {reason!r}")
+    loads(generate(report), "init.toml")  # `config init` on this node writes a config nodecheck reads back
     out = io.StringIO()
     render(report, Console(file=out, width=160))
     exposition(report)
