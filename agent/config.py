@@ -11,6 +11,7 @@ from pathlib import Path
 from nodecheck.compute_mode_rules import SETTINGS as COMPUTE_MODE_SETTINGS
 from nodecheck.errors import ConfigError
 from nodecheck.findings import SEVERITIES
+from nodecheck.limits import MAX_LINK_MBPS
 from nodecheck.link_types import LINK_TYPE
 from nodecheck.model import BENCH_TESTS
 
@@ -363,4 +364,4 @@ def _nic(name: str, table, source: str) -> NicExpectation:
     state = table.get("state", "up")
     if state not in _NIC_STATES:
         raise ConfigError(f"{source}: key 'nics.{name}.state': expected one of {', '.join(_NIC_STATES)}, got {state!r}")
-    return NicExpectation(_int(table, "speed_mbps", source, f"nics.{name}.", 1, 10_000_000), state)
+    return NicExpectation(_int(table, "speed_mbps", source, f"nics.{name}.", 1, MAX_LINK_MBPS), state)

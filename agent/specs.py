@@ -9,6 +9,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from nodecheck.limits import MAX_LINK_MBPS
 from nodecheck.shipped import shipped_table
 
 BUSY_UTILIZATION = 10  # % GPU utilization above which a low PCIe generation is not power saving
@@ -118,15 +119,17 @@ def infiniband(rate_text: str) -> Spec | None:
     row = table()["infiniband"].get(name or "")
     if row is not None and lanes:
         gbits = row["gbits_per_lane"] * int(lanes)
+        if gbits * 1000 > MAX_LINK_MBPS:  # "(99X XDR)": no port has that many lanes
+            return None
         return Spec(gbits * 1e9 / 8, f"InfiniBand {lanes}X {name} ({gbits:g} Gbit/s data rate)", row["source"])
     gbits = float(match["gbps"])
-    if gbits <= 0:
+    if gbits <= 0 or gbits * 1000 > MAX_LINK_MBPS:
         return None
     return Spec(gbits * 1e9 / 8, f"InfiniBand {rate_text.strip()[:40]} (rate as reported)", "sysfs port rate")
 
 
 def ethernet(speed_mbps: int | None) -> Spec | None:
-    if speed_mbps is None or speed_mbps <= 0:
+    if speed_mbps is None or speed_mbps <= 0 or speed_mbps > MAX_LINK_MBPS:
         return None
     row = table()["ethernet"]
     standard = "" if speed_mbps in row["known_mbps"] else ", not a standard speed"

@@ -70,6 +70,19 @@ def test_ethernet_and_unknowns():
     assert specs.pcie(9, 16) is None and specs.nvlink(9, 4) is None and specs.infiniband("garbage") is None
 
 
+@pytest.mark.parametrize("implausible", ["65536 Gb/sec", "19800 Gb/sec (99X XDR)", "10001 Gb/sec"])
+def test_a_link_rate_past_ten_terabits_is_no_spec(implausible):
+    """Found by the whole-snapshot fuzzer: a port rate of 65536 Gb/sec gave a 65.5 Tbit/s spec, and `config init`
+    wrote `speed_mbps = 65536000`, which the config reader (1 to 10,000,000) then refused. One bound now serves
+    both (limits.MAX_LINK_MBPS); the fastest ports ship at 800 Gb/s."""
+    from nodecheck.limits import MAX_LINK_MBPS
+
+    assert specs.infiniband(implausible) is None
+    assert specs.infiniband("65536 Gb/sec (4X NDR)").bytes_per_second == 50e9  # the lanes and their name settle it
+    assert specs.ethernet(MAX_LINK_MBPS + 1) is None and specs.ethernet(MAX_LINK_MBPS) is not None
+    assert specs.ethernet(1_600_000).bytes_per_second == 200e9  # 1.6 TbE, not yet shipped: still judged
+
+
 @pytest.mark.parametrize("rate", ["400 Gb/sec (" + "9" * 5000 + "X NDR)", "9" * 5000 + " Gb/sec", "1.2.3 Gb/sec"])
 def test_a_garbled_port_rate_is_no_crash_and_no_huge_figure(rate):
     """A port rate from a broken driver or a hostile snapshot: 5,000 digits once raised ValueError in int() (Python's
