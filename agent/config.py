@@ -20,6 +20,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+# what [gpus] accepts, (low, high) each: `config init` writes no other value (a snapshot's NVML may say anything)
+GPU_LIMITS = {"count": (0, 1024), "pcie_gen": (1, 7), "pcie_width": (1, 32), "nvlinks_per_gpu": (0, 64)}
+
 DEFAULT_PATH = Path("/etc/nodecheck/config.toml")
 _PAIR = re.compile(r"^gpu(\d{1,4})-gpu(\d{1,4})$")  # a GPU index, not 5,000 digits int() refuses
 _NIC_STATES = ("up", "down", "any")
@@ -185,10 +188,8 @@ def parse(data: dict, source: str) -> Config:
     _probes(_table(data, "probes", source), config, source)
     gpus = _table(data, "gpus", source)
     check_known_keys(gpus, ("count", "pcie_gen", "pcie_width", "nvlinks_per_gpu", "ecc", "mig", "compute_mode"), "gpus.", source)
-    config.gpu_count = _int(gpus, "count", source, "gpus.", 0, 1024)
-    config.pcie_gen = _int(gpus, "pcie_gen", source, "gpus.", 1, 7)
-    config.pcie_width = _int(gpus, "pcie_width", source, "gpus.", 1, 32)
-    config.nvlinks_per_gpu = _int(gpus, "nvlinks_per_gpu", source, "gpus.", 0, 64)
+    config.gpu_count, config.pcie_gen, config.pcie_width, config.nvlinks_per_gpu = (
+        _int(gpus, key, source, "gpus.", *GPU_LIMITS[key]) for key in ("count", "pcie_gen", "pcie_width", "nvlinks_per_gpu"))
     for key in ("ecc", "mig"):
         if key in gpus and not isinstance(gpus[key], bool):
             raise ConfigError(f"{source}: key 'gpus.{key}': expected true or false, got {gpus[key]!r}")

@@ -3,6 +3,7 @@ fleet is checked against its own golden node (agent/config.py reads it back)."""
 
 from __future__ import annotations
 
+from nodecheck.config import GPU_LIMITS
 from nodecheck.findings import one_line
 from nodecheck.model import Report
 
@@ -15,15 +16,15 @@ def generate(report: Report) -> str:
     count = max(len(report.gpus) + len(report.gpus_inaccessible), len(report.driver_gpus or []))
     if count > len(report.gpus):
         lines.append(f"# {len(report.gpus)} GPUs answer on this node now: it is no golden node until all {count} do")
-    lines.append(f"count = {count}")
+    lines += _within("count", count)
     pcie = [g.pcie for g in report.gpus if g.pcie]
     if pcie and all(p.get("gen_max") for p in pcie):
-        lines.append(f"pcie_gen = {min(p['gen_max'] for p in pcie)}")
+        lines += _within("pcie_gen", min(p["gen_max"] for p in pcie))
     if pcie and all(p.get("width_max") for p in pcie):
-        lines.append(f"pcie_width = {min(p['width_max'] for p in pcie)}")
+        lines += _within("pcie_width", min(p["width_max"] for p in pcie))
     active = [sum(1 for l in g.nvlinks if l["active"]) for g in report.gpus]
     if active and min(active) > 0:
-        lines.append(f"nvlinks_per_gpu = {min(active)}")
+        lines += _within("nvlinks_per_gpu", min(active))
     if report.gpus and all(g.ecc_enabled for g in report.gpus):
         lines.append("ecc = true")
     modes = {g.mig_enabled for g in report.gpus}
@@ -41,6 +42,15 @@ def generate(report: Report) -> str:
             lines += ["", f"[nics.{toml_string(nic.name)}]", f"speed_mbps = {speed}", 'state = "up"']
     lines += ["", "[thresholds]", "bandwidth_ratio = 0.8", 'fail_severity = "error"', ""]
     return "\n".join(lines)
+
+
+def _within(key: str, value: int) -> list[str]:
+    """`key = value` for [gpus], or, where the node reports what the config reader refuses (NVML's answer from a broken
+    driver or a snapshot), a comment saying so: the config written must load."""
+    low, high = GPU_LIMITS[key]
+    if isinstance(value, int) and low <= value <= high:
+        return [f"{key} = {value}"]
+    return [f"# {key}: this node reports {str(value)[:20]}, not from {low} to {high}: not written"]
 
 
 def nic_mbps(report: Report, nic) -> int | None:

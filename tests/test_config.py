@@ -149,6 +149,20 @@ def test_a_config_generated_where_a_name_holds_quotes_or_control_characters_load
     assert config.nics['ib"0\\x\x01\ufffd'].speed_mbps == 400000
 
 
+def test_a_config_generated_where_nvml_says_the_impossible_leaves_it_out_and_loads(tmp_path):
+    """Found by the whole-snapshot fuzzer: a PCIe generation of 10^40 from a snapshot's NVML dump was written as
+    `pcie_gen = 1000...`, which the reader (1 to 7) refused; now it is a comment, and the config loads."""
+    from nodecheck.model import Report
+
+    document = build_report(SnapshotHost(REPO / "examples" / "hgx-h100-8gpu")).to_dict()
+    for gpu in document["gpus"]:
+        gpu["pcie"]["gen_max"] = 10**40
+    text = generate(Report.from_dict(document))
+    assert "# pcie_gen: this node reports 10000000000000000000, not from 1 to 7: not written" in text.splitlines()
+    config = load(write(tmp_path, text))
+    assert config.pcie_gen is None and config.pcie_width == 16 and config.gpu_count == 8
+
+
 def test_a_config_generated_on_a_node_with_a_lost_gpu_keeps_the_count_it_has(tmp_path):
     """Generated on a node whose gpu5 fell off the bus (NVML counts it, refuses it), the count is still 8, and said:
     written as 7 it would have made every node of this type pass with a GPU gone."""
