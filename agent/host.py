@@ -197,30 +197,31 @@ def run_command(argv: list[str], timeout: float, env: dict[str, str] | None = No
 
 
 def _bounded_communicate(proc: subprocess.Popen, timeout: float, limit: int) -> tuple[bytes, bytes]:
-    """proc.communicate() with a cap on what is kept: OverflowError past `limit` bytes on a pipe."""
+    """proc.communicate() with a cap on what is kept: OverflowError past `limit` bytes on a pipe; TimeoutExpired past
+    `timeout` carries what it had said by then (run_command's `explain` reads it)."""
     deadline = time.monotonic() + timeout
     buffers = {proc.stdout: bytearray(), proc.stderr: bytearray()}
-    with selectors.DefaultSelector() as selector:
-        for pipe in buffers:
-            selector.register(pipe, selectors.EVENT_READ)
-        while selector.get_map():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise subprocess.TimeoutExpired(proc.args, timeout, bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr]))
-            for key, _ in selector.select(left):
-                chunk = os.read(key.fd, 65536)
-                if not chunk:
-                    selector.unregister(key.fileobj)
-                    continue
-                buffers[key.fileobj] += chunk
-                if len(buffers[key.fileobj]) > limit:
-                    raise OverflowError
-    for pipe in buffers:
-        pipe.close()
     try:
-        proc.wait(max(0.01, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired as expired:  # its pipes closed, itself still running
-        raise subprocess.TimeoutExpired(proc.args, timeout, bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr])) from expired
+        with selectors.DefaultSelector() as selector:
+            for pipe in buffers:
+                selector.register(pipe, selectors.EVENT_READ)
+            while selector.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(proc.args, timeout)
+                for key, _ in selector.select(left):
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                        continue
+                    buffers[key.fileobj] += chunk
+                    if len(buffers[key.fileobj]) > limit:
+                        raise OverflowError
+        for pipe in buffers:
+            pipe.close()
+        proc.wait(max(0.01, deadline - time.monotonic()))  # its pipes closed, it may still run
+    except subprocess.TimeoutExpired:
+        raise subprocess.TimeoutExpired(proc.args, timeout, bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr])) from None
     return bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr])
 
 
