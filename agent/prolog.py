@@ -292,7 +292,7 @@ def config_failure(config_error: str, dry_run: bool) -> Outcome:
 
     slurm = SlurmSettings()
     node = node_name(slurm.node_name)
-    reason = f"{REASON_PREFIX} config error: {config_error}"[:MAX_REASON]
+    reason = one_line(f"{REASON_PREFIX} config error: {config_error}")[:MAX_REASON]  # a key may hold a newline
     verdict = Verdict(node, [], [], [Finding("check_failed", "error", "config", "invalid", "valid", config_error)])
     return _apply(Scontrol(slurm.conf, slurm.scontrol_timeout_s), Outcome(verdict, "drain", reason, False), node, dry_run)
 

@@ -117,6 +117,17 @@ def test_prolog_with_a_hostile_config_drains_saying_config_error(tmp_path):
     assert "would drain gpu01: nodecheck: config error:" in result.stdout, result.stdout + result.stderr
 
 
+def test_a_config_error_drains_with_one_line_whatever_the_key_holds(tmp_path):
+    """A quoted TOML key may hold a newline, and the reader's error names the key: the drain reason the prolog prints
+    is the one printable line Slurm keeps (Scontrol.drain makes it so), not two lines."""
+    path = tmp_path / "config.toml"
+    path.write_text('[gpus]\n"a\\nb" = 1\n')
+    result = nodecheck("prolog", "--dry-run", "--config", str(path), env={"SLURMD_NODENAME": "gpu01"})
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"would drain gpu01: nodecheck: config error: {path}: unknown key 'gpus.a?b' (expected one of:" in result.stdout, \
+        result.stdout + result.stderr
+
+
 def test_generated_config_loads_back_and_passes_on_its_golden_node(tmp_path):
     snap = SnapshotHost(make_snapshot(tmp_path / "snap", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml()))
     text = generate(build_report(snap))
