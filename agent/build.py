@@ -51,6 +51,7 @@ def build_report(host, config=None, probe_timeout: float | None = None, judge: b
     if not judge:
         return report
     _remember(host, report, config)
+    mark_wired_nvlinks(report, config)
     report.findings = evaluate(report, config)
     report.advice = binding_advice(report)
     return report
@@ -65,9 +66,20 @@ def judged_again(report: Report, config) -> Report:
 
     report = dataclasses.replace(report, paths=[])
     report.paths = path_specs(report, config)
+    mark_wired_nvlinks(report, config)
     report.findings = evaluate(report, config)
     report.advice = binding_advice(report)
     return report
+
+
+def mark_wired_nvlinks(report: Report, config) -> None:
+    """Each GPU's NVLinks that should be up, for the exporter's NodecheckNvlinkDown and the GPU table."""
+    from nodecheck.config import Config
+    from nodecheck.nvlink_rules import wired_nvlinks
+
+    wired = wired_nvlinks(report, config or Config())
+    for gpu in report.gpus:
+        gpu.nvlinks_wired = wired[gpu.index][0] if gpu.index in wired else None
 
 
 def _remember(host, report: Report, config) -> None:
@@ -166,6 +178,7 @@ def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | No
                            for link, active, version in n.nvlinks]
             gpu.ecc_enabled, gpu.remapped_rows_pending, gpu.remapped_rows_failed = n.ecc_enabled, n.remapped_rows_pending, n.remapped_rows_failed
             gpu.vbios = n.vbios
+            gpu.nvlink_speed_mbps = n.nvlink_speed_mbps
             gpu.fabric = GpuFabric(**n.fabric) if n.fabric else None
             gpu.c2c = n.c2c
             signals = GpuSignals(n.pcie_replays, n.clock_event_reasons, n.ecc_uncorrected_volatile, n.nvlink_errors,
@@ -185,6 +198,8 @@ def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | No
             gpu.cpu_affinity = t.cpu_affinity or gpu.cpu_affinity  # nvidia-smi's view wins: it is what people compare with
             gpu.numa_node = t.numa_affinity[0] if len(t.numa_affinity) == 1 else None
             gpu.gpu_numa_id = t.gpu_numa_id if t.gpu_numa_id is not None else gpu.gpu_numa_id
+        if nvml and nvml.p2p_read:
+            gpu.p2p_read = {f"gpu{b if a == index else a}": status for (a, b), status in nvml.p2p_read.items() if index in (a, b)}
         located = hw_numa.get(normal_pci(gpu.pci_bus_id))
         if gpu.numa_node is None and located and len(located) == 1:
             gpu.numa_node = located[0]
@@ -293,7 +308,7 @@ def gpu_nvlink_spec(gpu: Gpu, links: int) -> tuple[specs.Spec | None, str]:
     """`links` NVLinks of this GPU, at its per-link rate from its architecture (NVML's version enum of its active
     links is a cross-check only: specs.nvlink_for_gpu); (None, why) when unknown."""
     versions = [l["version"] for l in gpu.nvlinks if l.get("active") and isinstance(l.get("version"), int)]
-    return specs.nvlink_for_gpu(gpu.architecture, gpu.name, min(versions) if versions else None, links)
+    return specs.nvlink_for_gpu(gpu.architecture, gpu.name, min(versions) if versions else None, links, gpu.nvlink_speed_mbps)
 
 
 def _nvlink_spec(path: str, link_type: str, links: int, a: Gpu, b: Gpu) -> PathSpec:

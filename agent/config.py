@@ -118,10 +118,12 @@ class Config:
     proximity: ProximityPolicy = field(default_factory=ProximityPolicy)
     errors: ErrorSettings = field(default_factory=ErrorSettings)
 
-    def ratio_for(self, test: str, path_kind: str | None = None, direction: str | None = None) -> float:
-        return self.threshold(test, path_kind, direction)[0]
+    def ratio_for(self, test: str, path_kind: str | None = None, direction: str | None = None,
+                  variant: str | None = None) -> float:
+        return self.threshold(test, path_kind, direction, variant)[0]
 
-    def threshold(self, test: str, path_kind: str | None = None, direction: str | None = None) -> tuple[float, str]:
+    def threshold(self, test: str, path_kind: str | None = None, direction: str | None = None,
+                  variant: str | None = None) -> tuple[float, str]:
         """(ratio, where it comes from): [thresholds.tests] for this test, else the calibrated default for the
         test on this kind of path (agent/data/specs.toml [thresholds], each from a published healthy run),
         else [thresholds] bandwidth_ratio."""
@@ -130,9 +132,9 @@ class Config:
         where = self.path or "the config"
         if test in self.test_ratios:
             return self.test_ratios[test], f"[thresholds.tests] {test} in {where}"
-        calibrated = default_ratio(test, path_kind, direction)
+        calibrated = default_ratio(test, path_kind, direction, variant)
         if calibrated:
-            return calibrated[0], f"calibrated for {test} over {path_kind}: {calibrated[1]}"
+            return calibrated[0], f"calibrated for {test} over {path_kind}{f' ({variant})' if variant else ''}: {calibrated[1]}"
         return self.bandwidth_ratio, (f"[thresholds] bandwidth_ratio{'' if self.path is None else ' in ' + where}: "
                                       f"no published healthy run calibrates {test} over {path_kind or 'this path'}")
 

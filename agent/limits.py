@@ -6,6 +6,7 @@ MAX_GPUS = 64  # the largest single nodes ship 16 GPUs; NVL racks are many nodes
 MAX_NICS = 4096  # netdevs of a node, veths of containers included
 MAX_TOPO_DEVICES = MAX_GPUS + 256  # nvidia-smi topo -m columns: GPUs and NICs
 MAX_NVLINKS = 64  # per GPU (H100 and B200: 18)
+MAX_NVLINK_MBPS = 1_000_000  # one NVLink's speed as NVML says it, MB/s (Blackwell: 53125); past 1 TB/s it is garbage
 # one NIC port's rate, Mb/s: the fastest ship 800 Gb/s (XDR, 800GbE); past 10 Tb/s a sysfs speed or a port's rate is
 # garbage, no spec to judge by (and `config init`, whose config allows no more, writes no such NIC)
 MAX_LINK_MBPS = 10_000_000

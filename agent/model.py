@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 
 from nodecheck.events import History, KernelLog
 from nodecheck.findings import SEVERITIES, Finding, at_or_above
+from nodecheck.limits import MAX_GPUS
 from nodecheck.link_types import LINK_TYPE
 from nodecheck.model_gpu import GpuFabric, GpuProcess, GpuSignals
 from nodecheck.pci import Hop, normal_pci
@@ -33,6 +34,9 @@ class Gpu:
     utilization_percent: int | None = None
     memory_bytes: int | None = None  # the GPU's memory (NVML), which bounds the largest payload a test may use
     nvlinks: list[dict] = field(default_factory=list)  # {link, active, version}; active None: NVML's error
+    nvlink_speed_mbps: int | None = None  # NVML's per-link NVLink speed (what `nvidia-smi nvlink -s` prints), MB/s
+    p2p_read: dict[str, str] | None = None  # peer ("gpu1") -> NVML's P2P read status ("ok", "not supported" ...)
+    nvlinks_wired: int | None = None  # how many of its NVLinks should be up (nvlink_rules.wired_nvlinks); None: nothing says
     ecc_enabled: bool | None = None
     ecc_pending: bool | None = None  # the ECC mode it takes at its next reset (NVML's pending mode)
     remapped_rows_pending: bool | None = None
@@ -53,6 +57,10 @@ class Gpu:
     def __post_init__(self) -> None:  # a Report read back (a hostile one too): only NVLink entries of the shape written
         self.nvlinks = [link for link in self.nvlinks if isinstance(link, dict) and isinstance(link.get("link"), int)
                         and "active" in link and link["active"] in (True, False, None)]
+        if not isinstance(self.p2p_read, dict):
+            self.p2p_read = None
+        elif self.p2p_read:
+            self.p2p_read = {str(k)[:12]: str(v)[:40] for k, v in list(self.p2p_read.items())[:MAX_GPUS]}
 
 
 @dataclass
@@ -324,6 +332,20 @@ class Report:
     def in_nvlink_domain(self) -> bool:
         """Whether the node is in a multi-node NVLink domain (GB200 NVL72): a GPU's fabric names a cluster."""
         return any(g.fabric is not None and g.fabric.cluster_uuid for g in self.gpus)
+
+    def nvlink_across_nodes(self) -> tuple[bool, str]:
+        """Whether a job across this node's NVLink domain takes NVLink between nodes, and why: the GPUs registered in a
+        multi-node domain and IMEX READY with its domain UP, every node connected. Without IMEX a GPU shares no
+        memory with another node's, and NCCL takes the rails (a GB200 job at rail speed read 0.20 of NVLink)."""
+        if not self.in_nvlink_domain():
+            return False, "not in a multi-node NVLink domain"
+        imex = self.imex
+        if imex is None:
+            return False, "IMEX's state is unknown (nvidia-imex-ctl not read)"
+        if imex.daemon != "READY" or imex.domain != "UP" or any(n.get("unconnected") for n in imex.nodes):
+            state = f"daemon {imex.daemon or 'unread'}, domain {imex.domain or 'unread'}"
+            return False, f"IMEX is not ready ({state}{', nodes unconnected' if imex.domain == 'UP' else ''})"
+        return True, "IMEX READY, its domain UP"
 
     def rdma_nics_up(self) -> list[Nic]:
         """The NICs of an RDMA device with an ACTIVE port (InfiniBand, RoCE, EFA)."""

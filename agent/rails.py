@@ -99,11 +99,11 @@ def rank_nvlink(report: Report, gpu, environ: dict[str, str]) -> dict | None:
     """{"domain", "rate", "basis"} for a rank whose GPU is registered in a multi-node NVLink domain (GB200 NVL72:
     NVML's fabric names a cluster, and registration completed): NCCL carries the job over NVLink to every GPU of
     the same cluster and clique, at the GPU's NVLink rate (its active links, by its architecture; rate None where
-    unknown). None outside such a domain, or with NCCL_MNNVL_ENABLE=0 (the environment's, else /etc/nccl.conf's):
-    the job's data leaves by the rails."""
+    unknown). None outside such a domain, where IMEX is not ready (Report.nvlink_across_nodes), or with
+    NCCL_MNNVL_ENABLE=0 (the environment's, else /etc/nccl.conf's): the job's data leaves by the rails."""
     fabric = gpu.fabric if gpu is not None else None
-    if fabric is None or not fabric.cluster_uuid or not fabric.registered:
-        return None
+    if fabric is None or not fabric.cluster_uuid or not fabric.registered or not report.nvlink_across_nodes()[0]:
+        return None  # without IMEX ready a GPU shares no memory across nodes: the job takes the rails
     if nccl_environ(report, environ).get("NCCL_MNNVL_ENABLE", "").strip() == "0":
         return None
     spec, why = gpu_nvlink_spec(gpu, sum(1 for link in gpu.nvlinks if link.get("active")))

@@ -7,7 +7,6 @@ the GPU is busy (utilization >= BUSY_UTILIZATION); otherwise the bandwidth test 
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable
@@ -25,6 +24,7 @@ from nodecheck.link_types import link_family
 from nodecheck.model import Report
 from nodecheck.nccl_conf_rules import nccl_conf_findings
 from nodecheck.nic_event_rules import nic_events
+from nodecheck.nvlink_rules import nvlink_findings, usual_nvlinks, wired_nvlinks
 from nodecheck.pci import normal_pci
 from nodecheck.pcie_rules import narrow_links, slow_nic_links
 from nodecheck.rail_rules import rail_mtus, rail_rates, rails_down
@@ -63,18 +63,8 @@ def _each_gpu(report: Report, config: Config) -> list[Finding]:
     """The checks of one GPU's own facts (NVML), GPU by GPU."""
     modes = [g.mig_enabled for g in report.gpus]
     mig = partial(_mig, most_whole=modes.count(False) > modes.count(True))
-    nvlinks = partial(_nvlinks, usual=_usual_nvlinks(report))
+    nvlinks = partial(nvlink_findings, usual=usual_nvlinks(report), wired=wired_nvlinks(report, config))
     return [f for gpu in report.gpus for check in (_pcie, mig, nvlinks, _c2c, _memory, _power_limit) for f in check(gpu, config)]
-
-
-def _usual_nvlinks(report: Report) -> dict[str, int]:
-    """GPU model -> the number of NVLinks NVML lists for most of the node's GPUs of that model (more than half of
-    them, MIG aside): what each of them should list."""
-    counts: dict[str, Counter] = {}
-    for gpu in report.gpus:
-        if gpu.name and not gpu.mig_enabled:
-            counts.setdefault(gpu.name, Counter())[len(gpu.nvlinks)] += 1
-    return {name: links for name, c in counts.items() for links, n in c.most_common(1) if n * 2 > sum(c.values())}
 
 
 def _pcie(gpu, config: Config) -> list[Finding]:
@@ -161,36 +151,6 @@ def _mig(gpu, config: Config, most_whole: bool = False) -> list[Finding]:
         findings.append(Finding("gpu_mig_mode", "warning", subject, f"{mode}, {pending} pending", pending,
                                 f"{subject} MIG mode is {mode} until the GPU is reset, then {pending}: "
                                 f"`nvidia-smi -r -i {gpu.index}` when idle"))
-    return findings
-
-
-def _nvlinks(gpu, config: Config, usual: dict[str, int] | None = None) -> list[Finding]:
-    subject = f"gpu{gpu.index}"
-    if gpu.mig_enabled:
-        return []  # no NVLink under MIG (_mig says so)
-    inactive = [l["link"] for l in gpu.nvlinks if l["active"] is False]
-    unread = [l for l in gpu.nvlinks if l["active"] is None]
-    active = len(gpu.nvlinks) - len(inactive) - len(unread)
-    findings = []
-    if inactive:
-        findings.append(Finding("nvlink_inactive", "error", subject, active, len(gpu.nvlinks),
-                                f"{subject} NVLink link(s) {', '.join(map(str, inactive))} inactive: "
-                                "check `nvidia-smi nvlink -s`, fabric manager, and the NVSwitch tray"))
-    elif unread:  # NVML failed to say (Unknown Error): not known down, never counted up
-        findings.append(Finding("nvlink_inactive", "warning", subject, active, len(gpu.nvlinks),
-                                f"{subject} NVLink link(s) {', '.join(str(l['link']) for l in unread)}: NVML could "
-                                f"not read their state ({unread[0].get('error', 'state unknown')}); check "
-                                "`nvidia-smi nvlink -s` and the kernel log for an Xid"))
-    siblings = (usual or {}).get(gpu.name or "", 0)
-    if config.nvlinks_per_gpu and gpu.pcie is not None and active < config.nvlinks_per_gpu:
-        findings.append(Finding("nvlink_count_low", "error", subject, active, config.nvlinks_per_gpu,
-                                f"{subject} has {active} active NVLinks, {config.nvlinks_per_gpu} expected"))
-    elif not config.nvlinks_per_gpu and len(gpu.nvlinks) < siblings:  # a link NVML no longer lists is not "inactive"
-        findings.append(Finding("nvlink_count_low", "warning", subject, len(gpu.nvlinks), siblings,
-                                f"{subject} lists {len(gpu.nvlinks)} NVLinks, most of its siblings ({gpu.name}) {siblings}: "
-                                f"NVML no longer reports {siblings - len(gpu.nvlinks)} of its links, and its NVLink traffic "
-                                "runs on the rest; check `nvidia-smi nvlink -s` and the kernel log for an Xid, and set [gpus] "
-                                "nvlinks_per_gpu to make this an error"))
     return findings
 
 

@@ -76,10 +76,45 @@ def nvlink_version_enum(value: int | None) -> tuple[str, int | None]:
     return f"link version enum {value} = NVLink {row[0]}", row[1]
 
 
-def nvlink_for_gpu(arch_number: int | None, gpu_name: str | None, version_enum: int | None, links: int) -> tuple[Spec | None, str]:
-    """The one-way rate of `links` NVLinks of this GPU, from its architecture; NVML's link version enum
-    only cross-checks it (A100s report 5 = "3.1", Hopper parts 6 = "4.0" and, in the field, 7 = "5.0").
-    (Spec, "") or (None, why). The basis names both raw values."""
+def nvlink_board(gpu_name: str | None) -> dict | None:
+    """The specs.toml [[nvlink_boards]] row of this GPU's board (bridged PCIe cards, GA102), or None."""
+    for row in table().get("nvlink_boards", []):
+        if gpu_name and re.search(row["pattern"], gpu_name[:200]):
+            return row
+    return None
+
+
+def nvlink_speed(mbps: int | None) -> tuple[float, str] | None:
+    """(GB/s of data one way, source) for NVML's per-link NVLink speed reading (MB/s, the figure `nvidia-smi nvlink -s`
+    prints), or None when the reading is none the table knows."""
+    if mbps is None:
+        return None
+    for raw, (gbytes, source) in table().get("nvlink_speeds", {}).items():
+        if abs(int(raw) - mbps) <= 2:
+            return gbytes, source
+    return None
+
+
+def nvlink_for_gpu(arch_number: int | None, gpu_name: str | None, version_enum: int | None, links: int,
+                   speed_mbps: int | None = None) -> tuple[Spec | None, str]:
+    """The one-way rate of `links` NVLinks of this GPU: NVML's own per-link speed where the driver gives it and the
+    table knows the reading, else its board's rate (GA102 boards run 14.0625 GB/s, not Ampere's 25), else its
+    architecture's NVLink generation; NVML's link version enum only cross-checks the architecture (A100s report
+    5 = "3.1", Hopper parts 6 = "4.0" and, in the field, 7 = "5.0"). (Spec, "") or (None, why). The basis names
+    what decided."""
+    if links <= 0:
+        return None, "no NVLink"
+    said = nvlink_speed(speed_mbps)
+    if said is not None:
+        gbytes, source = said
+        return Spec(gbytes * 1e9 * links, f"NVLink x{links} links ({gbytes:g} GB/s per link; NVML's link speed "
+                                          f"{speed_mbps} MB/s)", source), ""
+    board = nvlink_board(gpu_name)
+    if board is not None and board.get("gbytes_per_s_per_link"):
+        gbytes = board["gbytes_per_s_per_link"]
+        unread = "" if speed_mbps is None else f"; NVML's link speed {speed_mbps} MB/s is none the table knows"
+        return Spec(gbytes * 1e9 * links, f"NVLink x{links} links ({gbytes:g} GB/s per link; the board "
+                                          f"{gpu_name[:80]!r}{unread})", board["source"]), ""
     arch, how = architecture(arch_number, gpu_name)
     enum_text, enum_generation = nvlink_version_enum(version_enum)
     if arch is not None:
@@ -136,12 +171,15 @@ def ethernet(speed_mbps: int | None) -> Spec | None:
     return Spec(speed_mbps * 1e6 / 8, f"Ethernet {speed_mbps} Mb/s{standard}", row["source"])
 
 
-def default_ratio(test: str, path_kind: str | None, direction: str | None = None) -> tuple[float, str] | None:
+def default_ratio(test: str, path_kind: str | None, direction: str | None = None,
+                  variant: str | None = None) -> tuple[float, str] | None:
     """The calibrated threshold (ratio of spec) for this test on this kind of path (and direction, where
-    both ways at once differ from one way), with its source; None where no published healthy baseline
-    calibrates it and the general bandwidth_ratio applies."""
+    both ways at once differ from one way; and variant, where one NVLink generation at one rank count differs:
+    "gen5x4", a GB200 tray's four GPUs), with its source; None where no published healthy baseline calibrates it
+    and the general bandwidth_ratio applies."""
     rows = table().get("thresholds", {})
-    row = (rows.get(f"{test}.{path_kind}.{direction}") or rows.get(f"{test}.{path_kind}")) if path_kind else None
+    row = ((variant and rows.get(f"{test}.{path_kind}.{variant}")) or rows.get(f"{test}.{path_kind}.{direction}")
+           or rows.get(f"{test}.{path_kind}")) if path_kind else None
     return (row["ratio"], row["source"]) if row else None
 
 

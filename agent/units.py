@@ -107,13 +107,12 @@ def format_rate(bytes_per_second: float | None) -> str:
     return f"{bytes_per_second:.0f} B/s"
 
 
-GPU_SCOPES = ("host-link", "gpu-pair", "node")  # paths inside a node: quoted in GB/s, as nvbandwidth and nccl-tests do
 
 
 def format_path_rate(scope: str | None, bytes_per_second: float | None) -> str:
-    """A measurement's rate in its path's unit: GB/s for GPU paths (h2d/d2h, p2p, an all-reduce inside a node),
-    Gbit/s for NICs and across nodes."""
-    return format_rate(bytes_per_second) if scope in GPU_SCOPES else format_bits(bytes_per_second)
+    """A measurement's rate in its path's unit: Gbit/s for a NIC, as networks quote it; GB/s for the rest (h2d/d2h,
+    p2p, a collective inside a node or across nodes), as nvbandwidth and nccl-tests write them."""
+    return format_bits(bytes_per_second) if scope == "nic" else format_rate(bytes_per_second)
 
 
 def format_bits(bytes_per_second: float | None) -> str:

@@ -52,11 +52,17 @@ def algorithm_bound(m) -> float | None:
 # was misread (a link count, generation or width; NVLink-C2C judged as PCIe), and the verdict passes whatever it
 # measured (published healthy copies read 0.77-0.87 of their spec; the margin covers rounding in published rates)
 COPY_BOUND = 1.1
+PARTIAL_MESH = "partial NVLink mesh"  # how bench/bounds.py names the spec of a mesh without NVSwitch
 
 
 def copy_bound(m) -> float | None:
-    """For one copy over a GPU's host link or between two GPUs (not an all-reduce: NVLS reduces inside the switch):
-    COPY_BOUND. None for other measurements."""
+    """For one copy over a GPU's host link or between two GPUs, and for a collective inside a node over PCIe or a
+    partial NVLink mesh (no switch there reduces: NVLS and SHARP need an NVSwitch or a SHARP switch, so busbw stays
+    under the links' rate): COPY_BOUND. None for other measurements (an all-reduce on an NVSwitch node: NVLS)."""
+    if m.test in ("allreduce", "nccl_tests") and m.scope != "cluster":
+        details = m.details if isinstance(m.details, dict) else {}
+        partial_mesh = str(details.get("spec_basis") or "").startswith(PARTIAL_MESH)
+        return COPY_BOUND if details.get("path_kind") in ("pcie", "pcie-staged") or partial_mesh else None
     if m.test not in ("h2d", "d2h", "p2p") or path_identity(m.path)[0] not in ("host-link", "gpu-pair"):
         return None
     return COPY_BOUND
@@ -86,7 +92,7 @@ def with_threshold(m, config: Config):
     None where no figure is judged (a failed test, an unknown spec)."""
     if not m.ok or m.ratio is None:
         return m
-    ratio, basis = config.threshold(m.test, m.details.get("path_kind"), m.direction)
+    ratio, basis = config.threshold(m.test, m.details.get("path_kind"), m.direction, m.details.get("calibration"))
     return dataclasses.replace(m, details=dict(m.details, threshold=ratio, threshold_basis=basis))
 
 
@@ -108,7 +114,7 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
     """Bandwidth below the test's ratio x spec, and tests that failed, each naming its path (and the slow node)."""
     findings = []
     for m in measurements:
-        threshold = config.ratio_for(m.test, m.details.get("path_kind"), m.direction)
+        threshold = config.ratio_for(m.test, m.details.get("path_kind"), m.direction, m.details.get("calibration"))
         if not m.ok:
             findings.append(Finding("bench_failed", "error", m.path, "failed", "completed", f"{m.test} on {m.path}: {m.error}"))
             continue
@@ -133,6 +139,13 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
                 f"{m.path} {m.test} {format_path_rate(m.scope, m.bytes_per_second)} = {m.ratio:.2f} x the ring bound of the rails nodecheck "
                 f"read, more than any all-reduce algorithm moves over them ({bound:.2f} x): NCCL used other or more NICs, "
                 "or a rail's rate was misread (set [nics] speed_mbps); this verdict cannot be trusted"))
+        elif m.ratio is not None and m.ratio < threshold and m.details.get("path_assumed"):
+            findings.append(Finding(  # the path's kind is a guess: a staged path would pass at this figure
+                "bandwidth_below_spec", "info", m.path, f"{m.ratio:.2f}", f">= {threshold:g}",
+                f"{m.path} {m.test} {format_path_rate(m.scope, m.bytes_per_second)} = {m.ratio:.2f} of spec "
+                f"{format_path_rate(m.scope, m.spec_bytes_per_second)}, {m.details['path_assumed']}: without peer access "
+                "the GPUs copy through host memory and this figure may be healthy; run it with NCCL_DEBUG=INFO (its "
+                "transport lines settle it) or on the node itself"))
         elif m.ratio is not None and m.ratio < threshold:
             suspects = slow_nodes(m, threshold)
             where = "; slow: " + ", ".join(f"{name} at {ratio:.2f} of spec" + (f" (rail {rails})" if rails else "")

@@ -118,6 +118,10 @@ def _gpus(report: Report) -> Iterator[Metric]:
                  [([g.index], sum(1 for l in g.nvlinks if l["active"] is not None)) for g in with_nvlinks])
     yield _gauge("nodecheck_gpu_nvlink_active_links", "NVLinks that are active.", ["gpu"],
                  [([g.index], sum(1 for l in g.nvlinks if l["active"])) for g in with_nvlinks])
+    yield _gauge("nodecheck_gpu_nvlink_wired_links", "NVLinks that should be active: what [gpus] nvlinks_per_gpu, the NV# "
+                 "pairs of the topology, the board's bridges or the GPU's siblings say; absent where nothing says any "
+                 "should be (a slot no bridge is wired to reads inactive by design).", ["gpu"],
+                 [([g.index], g.nvlinks_wired) for g in with_nvlinks])
     yield _gauge("nodecheck_gpu_nvlink_unreadable_links", "NVLinks whose state NVML failed to say (Unknown Error, GPU is "
                  "lost); absent where it said every link's.", ["gpu"],
                  [([g.index], sum(1 for l in g.nvlinks if l["active"] is None) or None) for g in with_nvlinks])

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 
 from nodecheck.errors import NO_DRIVER, NoData, ParseError, ProbeFailed
-from nodecheck.limits import MAX_GPUS, MAX_NVLINKS
+from nodecheck.limits import MAX_GPUS, MAX_NVLINK_MBPS, MAX_NVLINKS
 from nodecheck.probes.base import Probe
 from nodecheck.probes.nvml_c2c import dump_c2c, parse_c2c
 from nodecheck.probes.nvml_calls import ask_counters
@@ -23,6 +23,7 @@ from nodecheck.probes.nvml_clock_events import dump_clock_events, parse_clock_ev
 from nodecheck.probes.nvml_fabric import dump_bw_mode, dump_fabric, parse_fabric, reduced_bw_mode
 from nodecheck.probes.nvml_memory import dump_memory, parse_memory
 from nodecheck.probes.nvml_nvlink5 import dump_nvlink5, parse_nvlink5
+from nodecheck.probes.nvml_p2p import dump_p2p, parse_p2p
 from nodecheck.probes.nvml_processes import describe_owners, dump_memory_used, dump_processes, parse_memory_used, parse_processes
 from nodecheck.units import format_cpulist, is_int, mask_words_to_cpus
 
@@ -71,6 +72,7 @@ def dump_nvml() -> dict:
             # below FULL, peer-to-peer over NVLink uses fewer links while every link reads active
             "nvlink_bw_mode": _ask(pynvml, getattr(pynvml, "nvmlSystemGetNvlinkBwMode", None)),
             "gpus": [_dump_gpu_or_why(pynvml, index) for index in range(count)],
+            "p2p_read": dump_p2p(pynvml, count, _ask),  # which GPU pairs may read each other directly
             "asked_by_pid": os.getpid(),  # nodecheck's own: its processes on a GPU (a bench's) are not another's
         }
     except pynvml.NVMLError as error:
@@ -138,6 +140,9 @@ def _dump_gpu(pynvml, index: int, handle) -> dict:
         # how many NVLinks the GPU says it has: recorded, not yet judged (benchmarks/nvml_nvlink_check.py prints it
         # beside the links enumerated, for the first multi-GPU node to say whether the two agree)
         "nvlink_count": _field_value(pynvml, handle, "NVML_FI_DEV_NVLINK_LINK_COUNT"),
+        # the per-link speed its active links share, MB/s, as `nvidia-smi nvlink -s` prints it (26562 on Hopper,
+        # 14062 on GA102 boards): decides the NVLink rate where the table knows the reading (agent/specs.py)
+        "nvlink_speed_mbps": _field_value(pynvml, handle, "NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON"),
         "fabric": dump_fabric(pynvml, handle, lambda code: _error_text(pynvml, code)),
         "nvlink_bw_mode": dump_bw_mode(pynvml, handle),  # Blackwell's, per GPU (Hopper's is the node's, below)
         # error signals (agent/error_rules.py): counters since the driver loaded, and what slows the clocks now
@@ -244,6 +249,7 @@ class NvmlGpu:
     nvlinks: list[tuple[int, bool | None, int | None]] = field(default_factory=list)  # (link, active, version)
     # active None: NVML failed to say the link's state (errors["nvlink"] has its words)
     nvlink_count: int | None = None  # NVML_FI_DEV_NVLINK_LINK_COUNT: the links the GPU says it has
+    nvlink_speed_mbps: int | None = None  # NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON: its active links' per-link speed
     pcie_replays: int | None = None  # nvmlDeviceGetPcieReplayCounter, since the driver loaded
     clock_event_reasons: int | None = None  # nvmlDeviceGetCurrentClocksEventReasons: a bitmask of nvmlClocksEventReason*
     clock_event_ns: dict[str, int] | None = None  # how long each reason has slowed its clocks (parse_clock_events)
@@ -273,6 +279,7 @@ class NvmlFacts:
     unopened: list[dict] = field(default_factory=list)  # {index, error, code}: GPUs NVML counts but cannot open
     nvlink_bw_mode: str | None = None  # NVLINK_BW_MODES; None where NVML does not say (before Hopper, older drivers)
     asked_by_pid: int | None = None  # the process that read NVML: nodecheck's own
+    p2p_read: dict[tuple[int, int], str] | None = None  # (a, b) a < b -> NVML's P2P read status ("ok" ...)
 
 
 def parse_nvml(dump: object) -> NvmlFacts:
@@ -294,7 +301,7 @@ def parse_nvml(dump: object) -> NvmlFacts:
     mode, own = dump.get("nvlink_bw_mode"), dump.get("asked_by_pid")
     return NvmlFacts(driver if isinstance(driver, str) else None, cuda if is_int(cuda) else None, gpus, unopened,
                      NVLINK_BW_MODES[mode] if is_int(mode) and 0 <= mode < len(NVLINK_BW_MODES) else None,
-                     own if is_int(own) and 0 < own < 1 << 31 else None)
+                     own if is_int(own) and 0 < own < 1 << 31 else None, parse_p2p(dump.get("p2p_read")))
 
 
 def _parse_unopened(position: int, raw: dict) -> dict:
@@ -311,9 +318,11 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
     for name in ("pcie_gen_current", "pcie_gen_max", "pcie_gen_gpu_max", "pcie_width_current",
                  "pcie_width_max", "utilization_gpu", "memory_total_bytes", "architecture", "pcie_replays",
                  "clock_event_reasons", "ecc_uncorrected_volatile", "power_limit_mw", "power_limit_default_mw", "persistence_mode", "compute_mode",
-                 "recovery_action", "nvlink_count"):
+                 "recovery_action", "nvlink_count", "nvlink_speed_mbps"):
         value = _field(gpu, raw, name, int)
         setattr(gpu, name, value if value is None or value >= 0 else None)
+    if gpu.nvlink_speed_mbps is not None and not 0 < gpu.nvlink_speed_mbps <= MAX_NVLINK_MBPS:
+        gpu.nvlink_speed_mbps = None  # 0 with no active link; past any NVLink's rate: no speed, not a spec
     numa = _field(gpu, raw, "numa_node", int)
     gpu.numa_node = numa if numa is not None and numa >= 0 else None
     mig = _field(gpu, raw, "mig_mode", list)

@@ -399,9 +399,10 @@ def test_p2p_pairs_are_named_by_nvml_index_and_unseen_gpus_are_a_named_failure(t
     assert one_way["gpu6->gpu7"].bytes_per_second == 300e9 + 0 * 10 + 1  # CUDA ordinals 0 and 1
 
 
-def test_gpu_paths_are_quoted_in_gigabytes_fabric_paths_in_gigabits():
+def test_gpu_paths_and_collectives_are_quoted_in_gigabytes_nics_in_gigabits():
     """Issue 20 (11): an h2d of 50 GB/s read "400 Gbit/s" in the table and the finding: nvbandwidth and
-    nccl-tests quote GB/s, and so does nodecheck for paths inside a node; NICs and jobs stay in Gbit/s."""
+    nccl-tests quote GB/s, and so does nodecheck for paths inside a node and for collectives across nodes (an
+    across-node all-reduce of 387 GB/s read "3.09248 Tbit/s"); a NIC's own rate stays in Gbit/s."""
     import io
 
     from rich.console import Console
@@ -412,11 +413,14 @@ def test_gpu_paths_are_quoted_in_gigabytes_fabric_paths_in_gigabits():
     job = Measurement.measured("allreduce:2-ranks", "allreduce", 5e9, 12.5e9, 1 << 25, "m", "busbw", {})
     messages = [f.message for f in measurement_findings([h2d, job], Config())]
     assert "gpu0:host h2d 30.0 GB/s = 0.48 of spec 63.0 GB/s" in messages[0], messages[0]
-    assert "allreduce:2-ranks allreduce 40 Gbit/s = 0.40 of spec 100 Gbit/s" in messages[1], messages[1]
+    assert "allreduce:2-ranks allreduce 5.0 GB/s = 0.40 of spec 12.5 GB/s" in messages[1], messages[1]
     out = io.StringIO()
     render_measurements(make_report(measurements=[h2d, job]), Console(file=out, width=200))
     table = out.getvalue()
-    assert "30.0 GB/s" in table and "63.0 GB/s" in table and "40 Gbit/s" in table and "240 Gbit/s" not in table
+    assert "30.0 GB/s" in table and "63.0 GB/s" in table and "5.0 GB/s" in table and "240 Gbit/s" not in table
+    from nodecheck.units import format_path_rate
+
+    assert format_path_rate("nic", 50e9) == "400 Gbit/s" and format_path_rate("cluster", 386.56e9) == "386.6 GB/s"
 
 
 def test_a_hung_pair_keeps_the_pairs_that_finished(tmp_path, monkeypatch):

@@ -247,12 +247,17 @@ def test_a_log_across_nodes_is_judged_against_the_rails_not_nvlink(tmp_path):
     multi-node A100 log on an HDR node would read as a broken NVLink. Now a log whose device lines or NCCL lines
     name several hosts, or more ranks than the node has GPUs, is judged against the ring bound of the node's rails,
     as bench judges its own all-reduce across nodes."""
-    # CoreWeave's 1440-GPU run: its one device line is rank 1439
-    out, human = judged(need(PUBLIC / "nccl" / "coreweave-gb200-20racks-1440gpu-all_reduce_perf-partial.txt"), HGX_8_RAILS)
+    # CoreWeave's 1440-GPU run: its one device line is rank 1439, and nothing says how many ran on each node: no
+    # spec until --nodes says (all 8 rails bound it only with 8 ranks per node)
+    rack = need(PUBLIC / "nccl" / "coreweave-gb200-20racks-1440gpu-all_reduce_perf-partial.txt")
+    out, human = judged(rack, HGX_8_RAILS)
     m = out["measurement"]
-    assert (m["scope"], m["ranks"], m["spec_bytes_per_second"], m["details"]["path_kind"]) == ("cluster", 1440, 400e9, "infiniband")
-    assert "1440 ranks or more, where this node has 8 GPUs" in m["details"]["across_nodes"] and out["findings"] == []
-    assert "ring bound: 8 rail(s)" in human and "a job across nodes" in human and "normal for this node" in human
+    assert (m["scope"], m["ranks"], m["spec_bytes_per_second"], m["details"]["path_kind"]) == ("cluster", 1440, None, "infiniband")
+    assert "1440 ranks, where this node has 8 GPUs" in m["details"]["across_nodes"] and out["findings"] == []
+    assert "pass --nodes N" in human and "NVLink" not in human
+    out, human = judged(rack, HGX_8_RAILS, "--nodes", "180")
+    assert out["measurement"]["spec_bytes_per_second"] == 400e9 and out["findings"] == []
+    assert "8 rank(s) per node on 180 nodes; ring bound: 8 rail(s)" in human and "a job across nodes" in human
 
     # a two-node A100 run: NCCL's own lines (two hosts, NET/IB/0/GDRDMA) with the table of AWS's 2x p4de run
     both = tmp_path / "two-nodes.log"
@@ -260,7 +265,7 @@ def test_a_log_across_nodes_is_judged_against_the_rails_not_nvlink(tmp_path):
                     + need(PUBLIC / "nccl" / "aws-2x-p4de-all_reduce_perf-srun-prefixed-noavg.txt").read_text())
     out, human = judged(both, HGX_8_RAILS)
     (finding,) = [f for f in out["findings"] if f["kind"] == "bandwidth_below_spec"]
-    assert out["measurement"]["details"]["across_nodes"] == "NCCL's lines name 2 hosts"
+    assert out["measurement"]["details"]["across_nodes"] == "its rows' busbw/algbw give 16: 16 ranks, where this node has 8 GPUs"
     assert out["measurement"]["ratio"] == pytest.approx(78.33e9 / 400e9) and "NVLink" not in finding["message"]
     assert "check that node's cable, switch port and NIC speed" in finding["message"]
 
@@ -270,11 +275,11 @@ def test_a_log_across_nodes_past_any_algorithm_or_without_rails_is_said(tmp_path
     (2 x 71/72): that log is not from a node like this, said at warning. On a node without RDMA NICs, and on a node
     in a multi-node NVLink domain (GB200's fabric names a cluster), nothing bounds it: no spec, said why."""
     nvl72 = need(PUBLIC / "nccl" / "coreweave-gb200-nvl72-1rack-all_reduce_perf-partial.txt")
-    out, _ = judged(nvl72, HGX_8_RAILS)
+    out, _ = judged(nvl72, HGX_8_RAILS, "--nodes", "9")
     (finding,) = out["findings"]
     assert (finding["kind"], finding["measured"], finding["expected"]) == ("bandwidth_above_bound", "2.09", "<= 1.97")
 
-    out, human = judged(nvl72, a100_node(tmp_path))  # the p4d topology: no NIC in the snapshot
+    out, human = judged(nvl72, a100_node(tmp_path), "--nodes", "9")  # the p4d topology: no NIC in the snapshot
     assert out["measurement"]["spec_bytes_per_second"] is None and out["findings"] == []
     assert "has no spec to compare it with (a job across nodes is bounded by the node's RDMA rails" in human
 
@@ -314,17 +319,24 @@ def test_a_job_of_one_rank_per_node_is_bounded_by_one_rail(tmp_path):
     out, human = judged(log, HGX_8_RAILS)
     m = out["measurement"]
     assert m["spec_bytes_per_second"] == 50e9 and m["ratio"] == pytest.approx(0.9) and out["findings"] == []
-    assert m["details"]["spec_basis"].startswith("1 rank(s) per node; ring bound: 1 rail(s)")
+    assert m["details"]["spec_basis"].startswith("1 rank(s) per node on 2 nodes; ring bound: 1 rail(s)")
 
 
 def test_a_paste_without_its_hosts_is_judged_across_the_nodes_the_operator_names(tmp_path):
     """AWS's 2x p4de run, pasted without its device lines (rows only, srun's "0:" prefix): nothing in it names a
     second node, so it was judged against one A100 node's NVLink, "0.26 of 300 GB/s: check the GPUs' NVLink
-    state", on a healthy run. --nodes 2 says what the paste lost: judged against the rails (here none are up:
-    no spec, said), or on the 8-rail H100 node against 8 rails (16 ranks over 2 nodes: 8 per node)."""
+    state", on a healthy run. Its rows say 16 ranks (busbw/algbw = 78.33/41.78 = 2 x 15/16): more than the node's 8
+    GPUs, a run across nodes, never an NVLink verdict; how many per node it does not say, so no spec until --nodes 2
+    says what the paste lost: judged against the rails (here none are up: no spec, said), or on the 8-rail H100 node
+    against 8 rails (16 ranks over 2 nodes: 8 per node)."""
     paste = need(PUBLIC / "nccl" / "aws-2x-p4de-all_reduce_perf-srun-prefixed-noavg.txt")
     out, human = judged(paste, a100_node(tmp_path))
-    assert [f["kind"] for f in out["findings"]] == ["bandwidth_below_spec"] and "--nodes N says" in human
+    m = out["measurement"]
+    assert (m["scope"], m["ranks"], m["spec_bytes_per_second"], out["findings"]) == ("cluster", 16, None, [])
+    assert m["details"]["ranks_from_rows"] == [16, 16] and "its rows' busbw/algbw give 16" in m["details"]["across_nodes"]
+    assert "none is up on this node" in human and "NVLink" not in human
+    out, human = judged(paste, HGX_8_RAILS)
+    assert out["measurement"]["spec_bytes_per_second"] is None and "pass --nodes N" in human
     out, human = judged(paste, a100_node(tmp_path), "--nodes", "2")
     m = out["measurement"]
     assert m["scope"] == "cluster" and m["spec_bytes_per_second"] is None and out["findings"] == [], out
@@ -332,9 +344,9 @@ def test_a_paste_without_its_hosts_is_judged_across_the_nodes_the_operator_names
     out, _ = judged(paste, HGX_8_RAILS, "--nodes", "2")
     assert out["measurement"]["details"]["path_kind"] == "infiniband"
     assert out["measurement"]["spec_bytes_per_second"] == 400e9, out["measurement"]["details"]["spec_basis"]
-    # --nodes 1 keeps the one-node judgment; it cannot contradict the hosts a log names
-    out, _ = judged(paste, a100_node(tmp_path), "--nodes", "1")
-    assert "across_nodes" not in out["measurement"]["details"]
+    # --nodes 1 cannot contradict the ranks its rows give, nor the hosts a log names
+    one = nodecheck("bench", "--nccl-log", str(paste), "--from", str(a100_node(tmp_path)), "--nodes", "1")
+    assert one.returncode == 2 and "--nodes 1, but the log has 16 ranks, more than this node's 8 GPUs" in one.stderr
     two_hosts = tmp_path / "two-hosts.log"  # NCCL's lines of a two-node A100 run, with the same table
     two_hosts.write_text(need(PUBLIC / "nccl-debug" / "2node-a100-ib-gdrdma-p2p-ipc-read-channels.txt").read_text()
                          + paste.read_text())

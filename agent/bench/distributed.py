@@ -16,7 +16,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodecheck.bench.gpu import slowest_pair, staged_if_shm
+from nodecheck.bench.bounds import slowest_pair
+from nodecheck.bench.gpu import staged_if_shm
 from nodecheck.bench.identity import rank_gpu
 from nodecheck.bench.nccl_debug import attach, debug_env, read_debug_files
 from nodecheck.bench.plan import local_rank

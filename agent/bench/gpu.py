@@ -10,6 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from nodecheck.bench.bounds import calibration, slowest_pair
 from nodecheck.bench.gpu_worker import VERIFY_ELEMENTS
 from nodecheck.bench.nccl_debug import attach, debug_env, read_debug_files
 from nodecheck.bench.results import run_worker
@@ -49,15 +50,6 @@ def staged_if_shm(measurement: Measurement) -> Measurement:
 def _spec(report: Report, path: str) -> float | None:
     found = report.path_spec(path)
     return found.bytes_per_second if found else None
-
-
-def slowest_pair(report: Report):
-    """The path that bounds a collective inside the node: its slowest GPU<->GPU PathSpec (None when
-    there is no pair, or any pair's spec is unknown)."""
-    pairs = [p for p in report.paths if p.scope == "gpu-pair"]
-    if not pairs or not all(p.bytes_per_second for p in pairs):
-        return None
-    return min(pairs, key=lambda p: p.bytes_per_second)
 
 
 def path_kind(report: Report, path: str) -> str | None:
@@ -243,6 +235,8 @@ def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str
     measurement = measurement_from_worker(path, result)
     measurement.method = NCCL_METHOD
     measurement.details["path_kind"] = pair.kind if pair else None
+    if variant := calibration(report, world, pair.kind if pair else None):
+        measurement.details["calibration"] = variant
     if measurement.ratio and measurement.ratio > 1:
         measurement.details["note"] = NVLS_NOTE
     return staged_if_shm(attach(measurement, nccl))

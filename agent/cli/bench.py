@@ -167,7 +167,8 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
     except ParseError:
         run = None
     try:
-        measurement = measurement_from_log(log, report, "nccl-log", f"nccl-tests log {nccl_log.name}", config, run, nodes)
+        measurement = measurement_from_log(log, report, "nccl-log", f"nccl-tests log {nccl_log.name}", config, run, nodes,
+                                           name=nccl_log.name)
     except NodecheckError as error:
         fail(f"{nccl_log}: {error}")
     if measurement is not None:  # judged as bench judges it (over SHM a staged path), what NCCL chose with it

@@ -108,7 +108,10 @@ def _nvlinks(gpu, report: Report) -> str:
         return ", ".join(filter(None, ["off (MIG mode)", _fabric(gpu.fabric)]))
     if gpu.nvlinks:
         unread = sum(1 for l in gpu.nvlinks if l["active"] is None)
-        return ", ".join(filter(None, [f"{sum(1 for l in gpu.nvlinks if l['active'])}/{len(gpu.nvlinks)} up",
+        wired = gpu.nvlinks_wired
+        # "12/18 up, 12 wired": an H100 NVL's bridges wire 12 of its 18 slots; "0/12 up, none wired": no bridge
+        wiring = "" if wired == len(gpu.nvlinks) else f"{wired} wired" if wired is not None else "none wired"
+        return ", ".join(filter(None, [f"{sum(1 for l in gpu.nvlinks if l['active'])}/{len(gpu.nvlinks)} up", wiring,
                                        f"{unread} unreadable" if unread else "", _fabric(gpu.fabric)]))
     types = sorted({l.type for l in report.links if gpu.index in (l.a, l.b) and isinstance(l.a, int) and isinstance(l.b, int)
                     and l.type.startswith("NV")}, key=natural_key)

@@ -47,6 +47,12 @@ def _value(raw):
     return raw
 
 
+def _p2p_status(a: dict, b: dict, caps: int):
+    """The pair's status: the graver of what either GPU's "p2p_read" gives (0 OK)."""
+    said = [g["p2p_read"] for g in (a, b) if "p2p_read" in g]
+    return _value(max(said) if said else "ERR")
+
+
 def _handle(gpus: dict):
     """nvmlDeviceGetHandleByIndex: a GPU given as an NVMLError is one NVML counts and refuses to open, as it refuses a
     GPU that fell off the bus (GPU is lost) or failed to initialise (Unknown Error)."""
@@ -89,6 +95,9 @@ def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Excep
     m.nvmlSystemGetDriverVersion = lambda: driver
     m.nvmlSystemGetCudaDriverVersion = lambda: 13000
     m.nvmlSystemGetNvlinkBwMode = lambda: _value(nvlink_bw_mode)
+    # each GPU's "p2p_read": its nvmlGpuP2PStatus_t toward every peer (0 OK); else Not Supported, as no capture says it
+    m.nvmlDeviceGetP2PStatus = _p2p_status
+    m.NVML_P2P_CAPS_INDEX_READ = 0
     m.nvmlDeviceGetCount = lambda: len(gpus)
     m.nvmlDeviceGetHandleByIndex = _handle(gpus)
     m.nvmlDeviceGetName = lambda h: h["name"]
@@ -235,7 +244,8 @@ def _field_values(m) -> None:
     unless a test gives a GPU's "recovery": another value, or "ERR" for a driver that does not know the field (NVML
     then sets that field's nvmlReturn to Not Supported, and the call succeeds); and for a link's state
     (NVML_FI_DEV_NVLINK_GET_STATE, scoped to the link) from a GPU's "nvlink_field_state" {link: value}, else Not
-    Supported; the GPU's NVLink count from its "nvlink_count", else Not Supported (no capture says it); Blackwell's
+    Supported; the GPU's NVLink count from its "nvlink_count", else Not Supported (no capture says it); its NVLink
+    speed (MB/s) from its "nvlink_speed", else Not Supported; Blackwell's
     NVLink 5 counters summed over its links (scope UINT_MAX) from its "nvlink5" {name: count}, else Not Supported,
     as a GPU before Blackwell answers; its NVLink-C2C links from its "c2c" [(status, MB/s[, power state]) per
     link], else Not Supported, as a PCIe GPU answers (and a power state not given); its clock event counters (ns) from
@@ -247,6 +257,7 @@ def _field_values(m) -> None:
     from nodecheck.probes.nvml_nvlink5 import ALL_LINKS, NVLINK5_COUNTERS
 
     for name in ("NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", "NVML_FI_DEV_NVLINK_GET_STATE", "NVML_FI_DEV_NVLINK_LINK_COUNT",
+                 "NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON",
                  "NVML_VALUE_TYPE_UNSIGNED_INT", "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", "c_nvmlFieldValue_t",
                  "NVML_FI_DEV_C2C_LINK_COUNT", "NVML_FI_DEV_C2C_LINK_GET_STATUS", "NVML_FI_DEV_C2C_LINK_GET_MAX_BW",
                  "NVML_FI_DEV_C2C_LINK_POWER_STATE",
@@ -262,6 +273,8 @@ def _field_values(m) -> None:
             return h.get("nvlink_field_state", {}).get(scope, "ERR")
         if field_id == m.NVML_FI_DEV_NVLINK_LINK_COUNT:
             return h.get("nvlink_count", "ERR")
+        if field_id == m.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON:
+            return h.get("nvlink_speed", "ERR")
         if field_id in nvlink5 and scope == ALL_LINKS:
             return h.get("nvlink5", {}).get(nvlink5[field_id], "ERR")
         if field_id in clocks:
