@@ -5,6 +5,8 @@
 - An error-only signal whose path's last measurements all passed is a warning, not a drain: the link errs but
   carries its bandwidth (the NVLink "unhealthy" for 13 days while NCCL measured 843 GB/s). A drain-now class
   (a drain Xid, fatal AER, link_downed rising) stays an error whatever was measured.
+- A PCIe replay rate past its limit is a warning, as DCGM's PCIe watch says it, and an error when a bandwidth test
+  over that link failed too.
 - A measurement below its threshold on a GPU another process held (NVML's list: not nodecheck's, not its job's) is
   a warning naming the process: it measured the sharing, not the link (`bench` beside a job).
 """
@@ -27,6 +29,8 @@ SIGNALS = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal", "pcie_link_errors", "ib
 # gpu_xid only when repeated, not of a drain-now Xid
 TEMPERED = ("pcie_link_errors", "pcie_replays", "ib_port_errors", "nvlink_errors", "gpu_xid", "nic_link_errors")
 DRAIN_NOW_XID = "no Xid"  # the expected figure of a drain-now Xid's finding
+# warnings that become errors when a bandwidth test over their path failed (DCGM's PCIe watch warns on replays alone)
+ESCALATED = ("pcie_replays",)
 # what an NVSwitch carries: on an HGX board every GPU links to every switch, so GPU pairs and the in-node
 # all-reduce cross each of them, and no host link does
 NVSWITCH_FABRIC = "nvswitch-fabric"
@@ -109,6 +113,12 @@ def on_path(measurement, devices: list[str], used: set[str] | None = None) -> bo
     return False
 
 
+def _failed(measurement) -> bool:
+    """A test that did not complete, or measured below the threshold it was judged by."""
+    threshold = (measurement.details or {}).get("threshold")
+    return not measurement.ok or measurement.ratio is not None and threshold is not None and measurement.ratio < threshold
+
+
 def passed(measurement) -> bool:
     threshold = (measurement.details or {}).get("threshold")
     return measurement.ok and measurement.ratio is not None and threshold is not None and measurement.ratio >= threshold
@@ -134,6 +144,13 @@ def joined(report: Report, measurements: list, findings: list[Finding]) -> list[
                 finding = dataclasses.replace(finding, severity="warning", message=(
                     f"{finding.message} (its path's last bandwidth test passed: {figures}; a warning, not a drain, "
                     "until the bandwidth drops or the errors grow)"))
+        elif finding.kind in ESCALATED and finding.severity == "warning":
+            devices = dict((id(f), d) for f, d in signals).get(id(finding), [])
+            failing = [m for m in measurements if devices and on_path(m, devices, used[id(m)]) and _failed(m)]
+            if failing:
+                figures = ", ".join(f"{m.test} on {m.path} " + (f"{m.ratio:.2f} of spec" if m.ok else "failed") for m in failing[:3])
+                finding = dataclasses.replace(finding, severity="error", message=(
+                    f"{finding.message} (and its path's bandwidth test failed: {figures}: an error)"))
         out.append(finding)
     return out
 

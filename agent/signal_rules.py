@@ -18,6 +18,7 @@ from collections import defaultdict
 from nodecheck.config import Config
 from nodecheck.events import Acknowledgement, XidEvent
 from nodecheck.findings import Finding
+from nodecheck.gpu_error_rules import RECOVERY_ACTIONS
 from nodecheck.model import Report
 from nodecheck.pci import normal_pci
 from nodecheck.probes.kernel_log import NIC_MODULE_ERROR, NIC_SLOT_POWER
@@ -150,6 +151,9 @@ def _xid_finding(report: Report, config: Config, subject: str, code: int, events
                  sympathetic: list[XidEvent]) -> Finding:
     entry = xid_entry(code)
     now = entry.drains_now([e.driver_word for e in events])
+    asked = _recovery_action(report, subject) if not entry.listed else None
+    if asked:  # an Xid newer than the catalog, after which the driver asks for a recovery: its word decides
+        now = True
     recent = _within_window(report, config, events)
     repeated = len(recent) >= config.errors.xid_repeat_count
     pci = events[0].pci
@@ -160,6 +164,8 @@ def _xid_finding(report: Report, config: Config, subject: str, code: int, events
     said = _in_line(entry, events)
     if now or repeated:
         why = "drain now" if now else "repeated"
+        if asked:
+            why = f"drain now: NVML's recovery action for the GPU is {asked}"
         message = (f"{subject}{where} logged Xid {code} ({entry.name}) {window}{said}{followed}: {why}; "
                    f"{entry.advice(subject)}, then `nodecheck clear gpu_xid --gpu {_gpu_argument(subject)}` once it is dealt with")
     else:
@@ -167,6 +173,15 @@ def _xid_finding(report: Report, config: Config, subject: str, code: int, events
                    f"{config.errors.xid_repeat_count} within {config.errors.xid_repeat_window_s:g} s ([errors]); {entry.advice(subject)}")
     return Finding("gpu_xid", "error" if now or repeated else "warning", subject, f"Xid {code} {entry.label}",
                    "no Xid" if now else f"< {config.errors.xid_repeat_count} in {config.errors.xid_repeat_window_s:g} s", message)
+
+
+def _recovery_action(report: Report, subject: str) -> str | None:
+    """The recovery action NVML reads for this GPU now, in words, when it is not none; else None."""
+    gpu = next((g for g in report.gpus if f"gpu{g.index}" == subject), None)
+    action = gpu.signals.recovery_action if gpu is not None and gpu.signals is not None else None
+    if not action:
+        return None
+    return f"{action} ({RECOVERY_ACTIONS.get(action, ('not one nodecheck knows',))[0]})"
 
 
 def _in_line(entry, events: list[XidEvent]) -> str:

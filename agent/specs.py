@@ -95,6 +95,18 @@ def nvlink_speed(mbps: int | None) -> tuple[float, str] | None:
     return None
 
 
+def nvlink_signalling_mbps(arch_number: int | None, gpu_name: str | None) -> int | None:
+    """What NVML's speed field and `nvidia-smi nvlink -s` say per link, MB/s, for this GPU (specs.toml [nvlink_speeds]:
+    the row of its board, else of its architecture): the figure to compare theirs with, like with like."""
+    board = nvlink_board(gpu_name)
+    wanted = (board or {}).get("signalling_mbps")
+    if wanted:
+        return int(wanted)
+    arch, _ = architecture(arch_number, gpu_name)
+    said = table()["nvml_architecture"].get(str(arch), {}).get("nvlink_signalling_mbps") if arch is not None else None
+    return int(said) if said else None
+
+
 def nvlink_for_gpu(arch_number: int | None, gpu_name: str | None, version_enum: int | None, links: int,
                    speed_mbps: int | None = None) -> tuple[Spec | None, str]:
     """The one-way rate of `links` NVLinks of this GPU: NVML's own per-link speed where the driver gives it and the

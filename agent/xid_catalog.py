@@ -108,11 +108,18 @@ def source() -> dict[str, str]:
     return dict(shipped_table("xid.toml")["source"])
 
 
+def catalog_revision() -> str:
+    """When the copy of NVIDIA's Xid catalog nodecheck's rows come from was generated ("2025-10-29")."""
+    return str(shipped_table("xid.toml")["source"]["revision"])
+
+
 def xid_entry(code: int) -> XidEntry:
-    """The catalog's row for an Xid; one nodecheck has no row for is watched, named by its number."""
+    """The catalog's row for an Xid; one nodecheck has no row for is watched, named by its number and the catalog's
+    revision (an Xid newer than it)."""
     row = shipped_table("xid.toml")["xid"].get(str(code))
     if row is None:
-        return XidEntry(code, f"Xid {code} (not in nodecheck's catalog)", "watch", listed=False, short="not in nodecheck's catalog")
+        return XidEntry(code, f"Xid {code} (not in nodecheck's catalog of {catalog_revision()})", "watch", listed=False,
+                        short="not in nodecheck's catalog")
     return XidEntry(code, row["name"], row["action"], bool(row.get("sympathetic")), True, row["resolution"],
                     row.get("short", ""), row.get("when") == "sustained", row.get("severity") == "in-line", row.get("path", ""))
 

@@ -6,10 +6,13 @@ beside it, in one table. The first run on an A100 or H100 HGX settles issue 20 (
 
 Columns: gpu, name, NVML architecture (number and name), the version enums of its active links, links
 active/reported and NVML's own count of the GPU's links (NVML_FI_DEV_NVLINK_LINK_COUNT; "-" where it refuses:
-whether it agrees with the links enumerated decides whether nodecheck may judge against it), nodecheck's per-link rate (GB/s, one direction) and its basis, and nvidia-smi's rate
-for link 0 (nvidia-smi prints the per-link rate per direction: "Link 0: 25 GB/s" on an A100), and the GPU's
-NVLink fabric registration (NVML's fabric state/status: completed/Success on a healthy NVSwitch node). A row
-whose two rates differ says MISMATCH, and the exit status is 1. Above the table, the node's NVLink bandwidth mode;
+whether it agrees with the links enumerated decides whether nodecheck may judge against it), nodecheck's per-link
+data rate (GB/s, one direction) and its basis, the per-link figure the driver is expected to print (NVML's speed
+field where it gives it, else specs.toml's: 25.0 A100, 14.062 GA102 boards, 26.562 Hopper, 53.125 Blackwell: the
+links' signalling figure, which on Hopper is above NVLink 4's 25 GB/s of data) and nvidia-smi's own for link 0
+("Link 0: 26.562 GB/s" on an H100), and the GPU's NVLink fabric registration (NVML's fabric state/status:
+completed/Success on a healthy NVSwitch node). A row whose expected and printed figures differ (like with like, to
+nvidia-smi's three decimals) says MISMATCH, and the exit status is 1. Above the table, the node's NVLink bandwidth mode;
 below it, per GPU, the NVLink error counters NVML answers (Blackwell's NVLink 5 counters among them), its
 NVLink-C2C links (GH200/GB200) and its own NVLink bandwidth mode (Blackwell: nvmlDeviceGetNvlinkBwMode, "best" or
 "reduced"), so the first node of a kind confirms what nodecheck reads there.
@@ -48,8 +51,8 @@ def main() -> int:
         return 2
     mismatches = 0
     print(f"NVLink bandwidth mode (nvmlSystemGetNvlinkBwMode): {facts.nvlink_bw_mode or '- (NVML does not say)'}")
-    print(f"{'gpu':>3}  {'name':<26} {'arch':<14} {'enums':<8} {'links':<6} {'count':>5} {'nodecheck':>9}  {'nvidia-smi':>10}  "
-          f"{'fabric':<20} basis")
+    print(f"{'gpu':>3}  {'name':<26} {'arch':<14} {'enums':<8} {'links':<6} {'count':>5} {'nodecheck':>9}  {'expected':>8}  "
+          f"{'nvidia-smi':>10}  {'fabric':<20} basis")
     for gpu in facts.gpus:
         active = [version for _, on, version in gpu.nvlinks if on]
         enums = sorted({v for v in active if v is not None})
@@ -57,12 +60,14 @@ def main() -> int:
         ours = spec.bytes_per_second / 1e9 if spec else None
         theirs = driver_link_rates(gpu.index)
         arch = specs.architecture(gpu.architecture, None)[1].replace("NVML architecture ", "")
+        expected = gpu.nvlink_speed_mbps or specs.nvlink_signalling_mbps(gpu.architecture, gpu.name)
         verdict = ""
-        if ours is not None and theirs and abs(theirs[0] - ours) > 0.5:
+        if expected is not None and theirs and abs(theirs[0] - expected / 1000) > 0.002:
             verdict, mismatches = "  MISMATCH", mismatches + 1
         print(f"{gpu.index:>3}  {(gpu.name or '?')[:26]:<26} {arch[:14]:<14} {','.join(map(str, enums)) or '-':<8} "
               f"{len(active)}/{len(gpu.nvlinks):<4} {_or_dash(gpu.nvlink_count):>5} {ours if ours is not None else '-':>9}  "
-              f"{theirs[0] if theirs else '-':>10}  {_fabric(gpu.fabric):<20} {spec.basis if spec else why}{verdict}")
+              f"{expected / 1000 if expected else '-':>8}  {theirs[0] if theirs else '-':>10}  {_fabric(gpu.fabric):<20} "
+              f"{spec.basis if spec else why}{verdict}")
     modes = {raw.get("index"): raw.get("nvlink_bw_mode") for raw in dump.get("gpus", []) if isinstance(raw, dict)}
     for gpu in facts.gpus:  # what nodecheck reads beyond the links, for the first node of a kind to confirm
         c2c = gpu.c2c or {}

@@ -36,6 +36,8 @@ _ADDRESS = r"([0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2})"  # the driver
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?" + _ADDRESS + r"(?:\.[0-7])?\): (\d{1,6}),")
 _SXID = re.compile(r"nvidia-nvswitch(\d{1,4}): SXid \(PCI:" + _ADDRESS + r"(?:\.[0-7])?\): (\d{1,6}),")
 _OFF_BUS_ONE_LINE = re.compile(r"NVRM: GPU " + _ADDRESS + r"\.[0-7]: GPU has fallen off the bus")
+# older drivers' one line: "NVRM: GPU at 0000:01:00.0 has fallen off the bus." (also "GPU at PCI:0000:01:00")
+_OFF_BUS_OLD = re.compile(r"NVRM: GPU at (?:PCI:)?" + _ADDRESS + r"(?:\.[0-7])?:? has fallen off the bus")
 _OFF_BUS_FIRST = re.compile(r"NVRM: The NVIDIA GPU " + _ADDRESS + r"\.[0-7]")
 _CAUSED_BY = re.compile(r"caused by previous Xid (\d{1,6})")
 _SXID_LINK = re.compile(r"\s{0,4}(?:Fatal|Non-fatal), Link (\d{1,4})\b")
@@ -79,7 +81,7 @@ def parse_kernel_log(text: str) -> list[XidEvent]:
             link = _SXID_LINK.match(raw, sxid.end())
             events.append(_event("sxid", sxid[2], sxid[3], raw, sxid.end(), number, usec, switch=int(sxid[1]),
                                  link=int(link[1]) if link else None))
-        elif one := _OFF_BUS_ONE_LINE.search(raw):
+        elif one := _OFF_BUS_ONE_LINE.search(raw) or _OFF_BUS_OLD.search(raw):
             events.append(_event("xid", one[1], str(XID_FALLEN_OFF_THE_BUS), raw, one.end(), number, usec, implied=True))
         elif first := _OFF_BUS_FIRST.search(raw):
             off_bus_started[first[1]] = number

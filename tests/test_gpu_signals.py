@@ -51,10 +51,41 @@ def test_replays_above_the_links_limit(tmp_path, monkeypatch):
     gpu = dict(captured(), replay=300)
     before = CounterSample(940.0, {"gpu/0000:00:06.0/pcie_replays": 0})
     (finding,) = gpu_findings(report_of(tmp_path, gpu, monkeypatch, [before]), Config())
-    assert (finding.kind, finding.subject, finding.measured, finding.expected) == (
-        "pcie_replays", "gpu0", "PCIe replays 300/min", "<= 31/min")
+    assert (finding.kind, finding.severity, finding.subject, finding.measured, finding.expected) == (
+        "pcie_replays", "warning", "gpu0", "PCIe replays 300/min", "<= 31/min")  # DCGM's PCIe watch: WARN
     calm = dict(captured(), replay=20)
     assert gpu_findings(report_of(tmp_path, calm, monkeypatch, [before]), Config()) == []
+
+
+def test_replays_are_an_error_when_the_links_bandwidth_test_failed_too(tmp_path, monkeypatch):
+    """DCGM's PCIe health watch warns on a replay rate past its limit (DcgmHealthWatch: DCGM_HEALTH_RESULT_WARN); the
+    prolog drains on it only where a test over that link measured it slow as well."""
+    from helpers import make_measurement
+
+    from nodecheck.verdicts import with_measurements
+
+    before = CounterSample(940.0, {"gpu/0000:00:06.0/pcie_replays": 0})
+    report = report_of(tmp_path, dict(captured(), replay=300), monkeypatch, [before])
+    report.findings = gpu_findings(report, Config())
+    for ratio, severity in ((0.41, "error"), (0.87, "warning")):
+        h2d = make_measurement("gpu0:host", "h2d", ratio * 63e9, 63e9, direction="unidirectional", details={"path_kind": "pcie"})
+        judged = with_measurements(report, [h2d], 1000.0, Config())
+        (replays,) = [f for f in judged.findings if f.kind == "pcie_replays"]
+        assert replays.severity == severity, replays.message
+    assert "its path's bandwidth test failed: h2d on gpu0:host 0.41 of spec" in [
+        f.message for f in with_measurements(report, [make_measurement("gpu0:host", "h2d", 0.41 * 63e9, 63e9, details={
+            "path_kind": "pcie"})], 1000.0, Config()).findings if f.kind == "pcie_replays"][0]
+
+
+def test_one_nvlink_replay_between_samples_fails_as_dcgm_fails_it(tmp_path, monkeypatch):
+    """DcgmHealthWatch: `nvLinkError >= DCGM_LIMIT_MAX_NVLINK_ERROR` (1): one replay or recovery in a sample fails."""
+    gpu = copy.deepcopy(captured())
+    gpu["nvlink"] = [[0, 1, 4]]
+    gpu["nvlink_errors"] = {0: [1, 0, 0, 0]}
+    key = "gpu/0000:00:06.0/nvlink_"
+    before = CounterSample(940.0, {key + "replay": 0, key + "recovery": 0, key + "crc_flit": 0, key + "crc_data": 0})
+    (finding,) = gpu_findings(report_of(tmp_path, gpu, monkeypatch, [before]), Config())
+    assert (finding.kind, finding.measured, finding.expected) == ("nvlink_errors", "NVLink replay +1", "< 1 per sample")
 
 
 def test_nvlink_crc_replay_and_recovery(tmp_path, monkeypatch):

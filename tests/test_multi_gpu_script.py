@@ -73,16 +73,22 @@ def test_the_in_node_all_reduce_beside_all_reduce_perf_s_1_gib_row():
     text = (NCCL / "aws-batch-p5-all_reduce_perf-mpirun-tagged.txt").read_text()
     assert script.nccl_row_busbw(text) == 441.81  # its 1 GiB row, out of place (the capture's line 31)
     mine = Measurement.measured("allreduce:node-8-gpus", "allreduce", 433.0e9, 450e9, 1 << 30, "torch.distributed nccl", "busbw")
-    on, off = script.allreduce_rows(bench(mine), text, None)
+    on, off = script.allreduce_rows({"on": (bench(mine), text), "off": (bench(mine), None)})
     assert (on.verdict, round(on.ratio, 3)) == ("ok", 0.98) and off.verdict.startswith("n/a")
+    assert on.figure == "all-reduce 1 GiB, NVLS on: vs nccl-tests"
     low = Measurement.measured("allreduce:node-8-gpus", "allreduce", 400.0e9, 450e9, 1 << 30, "torch.distributed nccl", "busbw")
-    assert script.allreduce_rows(bench(low), text, text)[0].verdict == "LOW"
+    assert script.allreduce_rows({"off": (bench(low), text)})[0].verdict == "LOW"
+    # symmetric: nodecheck 3% above its reference passes, a figure far above says the two ran differently
+    high = Measurement.measured("allreduce:node-8-gpus", "allreduce", 452.0e9, 450e9, 1 << 30, "torch.distributed nccl", "busbw")
+    assert script.allreduce_rows({"on": (bench(high), text)})[0].verdict == "ok"
+    nvls_beside_ring = Measurement.measured("allreduce:node-8-gpus", "allreduce", 480.0e9, 450e9, 1 << 30, "t", "busbw")
+    assert script.allreduce_rows({"off": (bench(nvls_beside_ring), text)})[0].verdict == "HIGH"
     no_gib_row = (NCCL / "tinybox-6x-rtx4090-p2p-patched-all_reduce_perf-single-size.txt").read_text()
     assert script.nccl_row_busbw(no_gib_row) is None
-    assert script.allreduce_rows(bench(mine), no_gib_row, None)[0].verdict == "n/a (no 1 GiB row in all_reduce_perf's output)"
+    assert script.allreduce_rows({"on": (bench(mine), no_gib_row)})[0].verdict == "n/a (no 1 GiB row in all_reduce_perf's output)"
     failed = "gpu-node-7: Test NCCL failure common.cu:1279 'unhandled cuda error'\n"  # all_reduce_perf that failed at start
     assert script.nccl_row_busbw(failed) is None  # once a ParseError out of the script
-    assert script.allreduce_rows(bench(mine), failed, None)[0].verdict.startswith("n/a")
+    assert script.allreduce_rows({"on": (bench(mine), failed)})[0].verdict.startswith("n/a")
 
 
 def test_h2d_one_worker_beside_a_process_per_gpu_and_the_wall_times():
@@ -105,15 +111,16 @@ def test_replay_of_a_run_folder_prints_every_figure_and_exits_on_its_verdicts(tm
     nccl = (NCCL / "aws-batch-p5-all_reduce_perf-mpirun-tagged.txt").read_text()
     (tmp_path / "nccl-nvls-on.txt").write_text(nccl)
     (tmp_path / "nccl-nvls-off.txt").write_text(nccl)
-    (tmp_path / "allreduce.json").write_text(json.dumps(bench(Measurement.measured(
-        "allreduce:node-8-gpus", "allreduce", 437.0e9, 450e9, 1 << 30, "torch.distributed nccl", "busbw"))))
+    for label in ("on", "off"):
+        (tmp_path / f"allreduce-nvls-{label}.json").write_text(json.dumps(bench(Measurement.measured(
+            "allreduce:node-8-gpus", "allreduce", 437.0e9, 450e9, 1 << 30, "torch.distributed nccl", "busbw"))))
     (tmp_path / "nvml.txt").write_text("gpu  name ...\n  0  NVIDIA H100 80GB HBM3  Hopper  4  18/18  25.0  25.0  NVLink 4\n")
     (tmp_path / "steps.json").write_text(json.dumps({"nvml": {"rc": 0, "wall_s": 1.2}, "quick-1": {"rc": 0, "wall_s": 38.0}}))
     code = script.main(["--replay", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 2  # every made figure passed; h2d was not run here: said, and no pass
     assert "p2p ratios: min 1.000, median 1.000, max 1.000 over 56 pairs" in out
-    assert "all-reduce 1 GiB busbw vs nccl-tests NVLS on" in out and "0.989" in out
+    assert "all-reduce 1 GiB, NVLS on: vs nccl-tests" in out and "0.989" in out
     (tmp_path / "nvml.txt").write_text("  3  NVIDIA H100 80GB HBM3  Hopper  4  18/18  25.0  50.0  NVLink 4  MISMATCH\n")
     (tmp_path / "steps.json").write_text(json.dumps({"nvml": {"rc": 1, "wall_s": 1.2}}))
     assert script.main(["--replay", str(tmp_path)]) == 1

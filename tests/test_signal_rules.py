@@ -208,6 +208,36 @@ def test_kernel_log_refuses_what_it_cannot_read(tmp_path):
 def test_unknown_xids_are_watched_by_number():
     _, (finding,) = judged([xid_line(999, 150)])
     assert (finding.severity, finding.measured) == ("warning", "Xid 999 not in nodecheck's catalog")
+    assert "not in nodecheck's catalog of 2025-10-29" in finding.message  # the catalog's revision, named
+
+
+def test_the_old_drivers_fallen_off_the_bus_line_is_an_xid_79():
+    """Older drivers wrote one line without an Xid: "NVRM: GPU at 0000:01:00.0 has fallen off the bus." (NVIDIA's
+    forums and nvidia-bug-report logs of the 3xx-4xx drivers): a dead GPU, drained."""
+    report, (finding,) = judged(["[  412.345678] NVRM: GPU at 0000:9b:00.0 has fallen off the bus."])
+    assert (finding.subject, finding.severity, finding.measured) == ("gpu3", "error", "Xid 79 fallen off the bus")
+    assert judged(["[  412.345678] NVRM: GPU at PCI:0000:9b:00: has fallen off the bus"])[1][0].severity == "error"
+
+
+def test_an_unlisted_xid_drains_when_nvml_asks_for_a_recovery():
+    """An Xid newer than the catalog, on a GPU whose NVML recovery action is 1 (GPU reset): the driver's own word that
+    the GPU is not to be used until it is done; with the action none, it is watched."""
+    from nodecheck.model_gpu import GpuSignals
+
+    asking = [make_gpu(3, pci_bus_id=GPU3, signals=GpuSignals(recovery_action=1))]
+    _, (finding,) = judged([xid_line(999, 150)], gpus=asking)
+    assert finding.severity == "error" and "NVML's recovery action for the GPU is 1 (GPU reset)" in finding.message
+    calm = [make_gpu(3, pci_bus_id=GPU3, signals=GpuSignals(recovery_action=0))]
+    assert [f.severity for f in judged([xid_line(999, 150)], gpus=calm)[1]] == ["warning"]
+
+
+@pytest.mark.parametrize("code,severity", [(169, "error"), (167, "error"), (171, "error"), (172, "error"), (137, "warning")])
+def test_xids_newer_than_the_old_catalog(code, severity):
+    """NVIDIA's catalog (gpud's generated copy, 2025-10-29): 169 SEC2_HALT_ERROR is 62's "Internal micro-controller
+    halt"; 167 PCIE_FATAL_TIMEOUT; 171/172 uncorrectable DRAM/SRAM errors beside Xid 48; 137 NVLink Privilege Error
+    (IGNORE): each was a warning as an Xid with no row."""
+    _, (finding,) = judged([xid_line(code, 150)])
+    assert finding.severity == severity and "not in nodecheck's catalog" not in finding.measured
 
 
 def test_kernel_log_json_keeps_the_address_as_printed(tmp_path):
