@@ -32,24 +32,45 @@ class NcclRun:
     net_device_names: dict[str, dict[str, str]] = field(default_factory=dict)  # per host: "N" -> HCA:port (NET/IB : Using)
     nccl_lines: int = 0  # lines that were NCCL's own (0: this is not an NCCL debug log)
     settings: dict[str, str] = field(default_factory=dict)  # "NCCL_X set by environment to V": the job's or nccl.conf's
+    ofi_provider: str | None = None  # aws-ofi-nccl's "NET/OFI Selected provider is tcp": the libfabric provider under it
+    nranks: int | None = None  # the job's ranks: the largest "nranks N" a comm line names, or rank + 1 a channel names
 
 
 MAX_QUOTED = 10  # NCCL warnings turned into findings, each quoted; the rest counted in the last
+# libfabric providers that carry data over TCP/IP: aws-ofi-nccl on them is a socket network under the plugin's name
+# ("Using network AWS Libfabric" reads the same either way; "NET/OFI Selected provider is tcp" tells them apart)
+SOCKET_PROVIDERS = ("tcp", "sockets", "udp")
 GID_SETTINGS = ("NCCL_IB_GID_INDEX", "NCCL_IB_ADDR_FAMILY", "NCCL_IB_ROCE_VERSION_NUM", "NCCL_IB_ADDR_RANGE")
 
 
 def nccl_findings(run: NcclRun, report) -> list:
     """What the log says went wrong on a node like `report` (this node, or a snapshot's)."""
     findings = []
-    # NCCL's network is sockets ("NET/IB : No device found" then NET/Socket) and data crossed nodes: NET channels,
-    # or records from more than one host (an excerpt without channel lines). One node over loopback is no fallback.
-    over_sockets = any(t.startswith("NET/Socket") for t in run.inter_node_transports) or (
-        run.network == "Socket" and (bool(run.inter_node_transports) or len(run.nodes) > 1))
+    # NCCL's network is sockets ("NET/IB : No device found" then NET/Socket; aws-ofi-nccl on libfabric's tcp provider)
+    # and data crossed nodes: NET channels, records from more than one host (an excerpt without channel lines), or more
+    # ranks than this node has GPUs (a container's or an anonymised host's paste names one host). One node over
+    # loopback is no fallback.
+    across = bool(run.inter_node_transports) or len(run.nodes) > 1 or bool(
+        run.nranks and report.gpus and run.nranks > len(report.gpus))
+    socket_network = run.network == "Socket" or run.ofi_provider in SOCKET_PROVIDERS
+    over_sockets = across and (socket_network or any(t.startswith("NET/Socket") for t in run.inter_node_transports))
     rdma_up = [n.rdma_device for n in report.rdma_nics_up()]
-    if over_sockets and rdma_up:
-        findings.append(Finding("nccl_socket_fallback", "warning", "nccl", "NET/Socket", ", ".join(rdma_up),
-                                f"NCCL sent inter-node traffic over TCP sockets while RDMA NICs are up ({', '.join(rdma_up)}): "
-                                "check NCCL_IB_DISABLE, NCCL_IB_HCA, the net plugin, and `NCCL INFO NET/IB` in the log"))
+    # every line names one host, its ranks fit this node's GPUs, yet channels went through the network (a host name
+    # shared by two machines, "ubuntu", names more ranks than one node holds)
+    one_host = (len(run.nodes) == 1 and bool(run.inter_node_transports) and bool(run.nranks) and bool(report.gpus)
+                and run.nranks <= len(report.gpus))
+    if one_host:  # every line names one host, yet channels went through the network: NCCL saw several hosts
+        findings.append(Finding("nccl_p2p_disabled", "warning", "nccl", ", ".join(run.inter_node_transports[:3]), "P2P or SHM",
+                                f"NCCL's channels between GPUs of one host ({run.nodes[0][:60]}) went through the network "
+                                f"({', '.join(run.inter_node_transports[:3])}): NCCL took its ranks for different hosts "
+                                "(NCCL_HOSTID, containers with their own hostname or /dev/shm, a rank that sees only its own "
+                                "GPU), so they do not use NVLink or PCIe peer-to-peer"))
+    elif (over_sockets or run.ofi_provider in SOCKET_PROVIDERS) and rdma_up:  # the plugin found no RDMA device
+        under = f" (aws-ofi-nccl on libfabric's {run.ofi_provider} provider)" if run.ofi_provider in SOCKET_PROVIDERS else ""
+        findings.append(Finding("nccl_socket_fallback", "warning", "nccl", f"NET/Socket{under}", ", ".join(rdma_up),
+                                f"NCCL sent inter-node traffic over TCP sockets{under} while RDMA NICs are up "
+                                f"({', '.join(rdma_up)}): check NCCL_IB_DISABLE, NCCL_IB_HCA, the net plugin (FI_PROVIDER, "
+                                "the EFA or CXI devices in the container), and `NCCL INFO NET/IB` in the log"))
     if run.gdr is False and not over_sockets:
         findings.append(Finding("nccl_no_gdr", "warning", "nccl", ", ".join(run.inter_node_transports), "/GDRDMA",
                                 "NCCL's network channels run without GPUDirect RDMA: inter-node data is staged through "
@@ -139,6 +160,7 @@ _SHAPES = {
     "intra_node_transports": _strings, "warnings": _strings, "nodes": _strings,
     "gdr": lambda v: isinstance(v, bool), "nvls": lambda v: isinstance(v, bool),
     "warning_count": lambda v: type(v) is int and v >= 0, "nccl_lines": lambda v: type(v) is int and v >= 0,
+    "ofi_provider": lambda v: isinstance(v, str) and len(v) <= 40, "nranks": lambda v: type(v) is int and 0 < v < 1 << 24,
     "gpu_net_devices": _per_host(lambda v: isinstance(v, list) and all(type(i) is int for i in v)),
     "net_device_names": _per_host(lambda v: isinstance(v, str)),
     "settings": lambda v: isinstance(v, dict) and len(v) <= MAX_SETTINGS and all(

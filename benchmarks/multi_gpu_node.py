@@ -59,7 +59,9 @@ NVML_GOAL_S = 10.0
 def parse_nvbandwidth(text: str) -> dict[str, dict]:
     """{testcase: {"cells": {(row, col): GB/s}, "sum": GB/s or None, "failed": why or None}} from nvbandwidth's
     plain output: each "Running TESTCASE." followed by its matrix (a header of column numbers, then one row per
-    GPU or CPU; N/A and the diagonal are no figure), and its "SUM TESTCASE VALUE" line when the version prints one."""
+    GPU or CPU; N/A and the diagonal are no figure), and its "SUM TESTCASE VALUE" line when the version prints one. A
+    matrix pasted without its "Running" line is kept under the name its title implies ("memcpy CE GPU(row) <-
+    GPU(column)": device_to_device_memcpy_write_ce; "... -> ...": _read_ce; SM copies _sm), else "unnamed"."""
     out: dict[str, dict] = {}
     current, columns = None, []
     for line in text.splitlines():
@@ -68,6 +70,12 @@ def parse_nvbandwidth(text: str) -> dict[str, dict]:
             current = out.setdefault(started[1], {"cells": {}, "sum": None, "failed": None})
             columns = []
             continue
+        if current is None and (title := re.match(r"\s*memcpy (CE|SM) GPU\(row\) (<-|->) GPU\(column\)", line)):
+            name = f"device_to_device_memcpy_{'write' if title[2] == '<-' else 'read'}_{title[1].lower()}"
+            current, columns = out.setdefault(name, {"cells": {}, "sum": None, "failed": None}), []
+            continue
+        if current is None and re.fullmatch(r"\s*(?:\d{1,3}\s+){1,255}\d{1,3}\s*", line):  # a matrix with no title at all
+            current, columns = out.setdefault("unnamed", {"cells": {}, "sum": None, "failed": None}), []
         if current is None:
             continue
         total = re.match(r"\s*SUM (\w+) ([0-9.]+)\s*$", line)

@@ -148,3 +148,14 @@ def test_the_nvlink_remote_ends_are_counted_or_said_unread():
     assert (row.value, row.verdict) == ("18 links to 4 devices", "ok")
     assert script.remote_rows("NVLink is not supported\n")[0].verdict.startswith("n/a (format not read")
     assert script.remote_rows(None)[0].verdict == "n/a (not run)"
+
+
+def test_an_nvbandwidth_matrix_pasted_without_its_running_line_is_read():
+    """The README's write-CE matrix with its "Running ..." line cut off (as pastes lose it): its title names the
+    testcase; a matrix without even the title is kept as "unnamed"."""
+    text = (NVB / "nvbandwidth-readme-8gpu-d2d-write-ce-fragment.txt").read_text()
+    whole = script.parse_nvbandwidth(text)["device_to_device_memcpy_write_ce"]["cells"]
+    titled = text.split("\n", 1)[1]
+    assert script.parse_nvbandwidth(titled)["device_to_device_memcpy_write_ce"]["cells"] == whole and len(whole) == 56
+    bare = titled.split("\n", 1)[1]
+    assert script.parse_nvbandwidth(bare)["unnamed"]["cells"] == whole

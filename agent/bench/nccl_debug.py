@@ -29,18 +29,25 @@ _HOSTNAME = re.compile(r"[\w.-]*[A-Za-z_-]")  # a host name holds a letter, '-' 
 # time of day) or rank tag
 _STAMP = re.compile(r"\[?(?:\d{4}-\d{2}-\d{2}(?:T[\d:.,]+(?:Z|[+-]\d{2}:?\d{2})?)?|\d{10,13}|\d{2}:\d{2}:\d{2}(?:[.,]\d+)?Z?)\]?|\[\d+\]")
 _VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
-_NETWORK = re.compile(r"^Using network (.+?)\s*$")
+_NETWORK = re.compile(r"^Using (?:internal )?[Nn]etwork (.+?)\s*$")  # NCCL 2.3: "Using internal Network Socket"
 _SOCKET = re.compile(r"^(?:Bootstrap|NET/Socket) : Using (.*)$")
 _SOCKET_IFACE = re.compile(r"(?:\[\d+\])?([A-Za-z0-9_.@-]+):[0-9a-fA-F.:%]+<\d+>")
 _IB = re.compile(r"^NET/(IB\S*) : Using (.*)$")
 _IB_DEVICE = re.compile(r"\[(\d+)\]([A-Za-z0-9_.-]+:\d+)")  # [index]HCA:port
-_CHANNEL = re.compile(r"^Channel \d+(?:/\d+)? : (?P<src>\d+)\[(?P<src_gpu>[0-9a-fA-F]+)\] -> (?P<dst>\d+)\[(?P<dst_gpu>[0-9a-fA-F]+)\]"
-                      r"(?: \[(?P<side>send|receive)\])? via (?P<via>.+?)\s*$")
+# "Channel 00/0 : 0[0] -> 1[1] via P2P/IPC"; NCCL before 2.7 printed "Ring 00 : 15 -> 0 [send] via NET/Socket/0"
+_CHANNEL = re.compile(r"^(?:Channel|Ring) \d{1,4}(?:/\d{1,4})? : (?P<src>\d{1,7})(?:\[(?P<src_gpu>[0-9a-fA-F]{1,16})\])? -> "
+                      r"(?P<dst>\d{1,7})(?:\[(?P<dst_gpu>[0-9a-fA-F]{1,16})\])?(?: \[(?P<side>send|receive)\])? via (?P<via>\S.*)$")
+_RANKS = re.compile(r"\brank (\d{1,7}) n[Rr]anks (\d{1,7})\b")  # "comm 0x.. rank 3 nranks 16", "rank 1 nRanks 2 nNodes 1"
+_OFI_PROVIDER = re.compile(r"^NET/OFI Selected [Pp]rovider is ([A-Za-z0-9_;.-]{1,40})")
+# What NCCL prints after its "host:pid:tid [dev] NCCL INFO" head, as a paste that lost the head has it (a grep, a
+# README's excerpt): read as NCCL's own lines only where the whole text holds no headed line at all
+_BARE = re.compile(r"^(?:NET/OFI |NET/IB ?: |NET/Socket ?: |NET/Plugin|Using network |Channel \d{1,4}/\d{1,4} : \d|NCCL version \d)")
 # a parameter NCCL took from its environment, where /etc/nccl.conf's values land too (src/misc/param.cc)
 _SET_BY = re.compile(r"^(NCCL_[A-Z0-9_]{1,64}) set by environment to (.{0,128})$")
 _NVLS_CHANNELS = re.compile(r"\b(\d+) nvls channels\b")
 _NVLS_UNAVAILABLE = re.compile(r"NVLS (?:multicast support is not available|disabled)", re.I)
 _NVLS_IN_USE = re.compile(r"\bNVLS (?:comm|multicast support is available)", re.I)
+_STAMP_HEAD = re.compile(r"^(?:\[[\d\-T:.,Z ]{8,40}\]\s*)")  # "[2026-01-15 02:30:45] NET/OFI ..."
 _TESTS_HOST = re.compile(r"^#\s+Rank\s+\d+\b.*?\bon\s+(\S+)\s+device\b")
 MAX_WARNINGS = 50  # quoted warnings kept; the count is always whole
 
@@ -51,6 +58,7 @@ def parse_nccl_debug(text: str) -> NcclRun:
         raise ParseError(f"NCCL log: more than {MAX_COMMAND_OUTPUT >> 20} MiB: not read")
     run = NcclRun()
     inter, intra, net_names, nodes, warnings = set(), set(), [], {}, {}
+    headed = bool(_RECORD.search(text))  # any "NCCL INFO/WARN" line: then bare lines are not read as NCCL's
     header_nodes: dict[str, None] = {}  # nccl-tests' "# Rank N ... on HOST": the same machines, maybe spelled otherwise
     nvls_channels: list[int] = []
     for raw in text.splitlines():
@@ -60,11 +68,16 @@ def parse_nccl_debug(text: str) -> NcclRun:
         if tests_host := _TESTS_HOST.match(line):
             header_nodes.setdefault(tests_host[1], None)
             continue
-        for host, level, body in records(line):
+        found = records(line)
+        if not found and not headed and _BARE.match(bare := _STAMP_HEAD.sub("", line.strip())):
+            found = [(None, "INFO", bare.rstrip())]
+        for host, level, body in found:
             run.nccl_lines += 1
             if host:
                 nodes.setdefault(host, None)
             if level == "WARN":
+                if provider := _OFI_PROVIDER.match(body):  # aws-ofi-nccl warns it when no RDMA provider was found
+                    run.ofi_provider = run.ofi_provider or provider[1].rstrip(",").lower()
                 run.warning_count += 1
                 if len(warnings) < MAX_WARNINGS:
                     warnings.setdefault(body, None)
@@ -101,8 +114,12 @@ def records(line: str) -> list[tuple[str | None, str, str]]:
 
 
 def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_names: list, nvls_channels: list) -> None:
+    if ranks := _RANKS.search(body):
+        run.nranks = max(run.nranks or 0, int(ranks[2]))
     if network := _NETWORK.match(body):
         run.network = run.network or network[1]
+    elif provider := _OFI_PROVIDER.match(body):
+        run.ofi_provider = run.ofi_provider or provider[1].rstrip(",").lower()
     elif socket := _SOCKET.match(body):
         for token in socket[1].split():  # one interface per token, each matched at its start: linear
             iface = _SOCKET_IFACE.match(token)
@@ -118,7 +135,8 @@ def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_n
         if ib[1] not in net_names:
             net_names.append(ib[1])
     elif channel := _CHANNEL.match(body):
-        via = channel["via"]
+        via = channel["via"].rstrip()
+        run.nranks = max(run.nranks or 0, int(channel["src"]) + 1, int(channel["dst"]) + 1)
         if via.startswith("NET/"):
             inter.add(via)
             _note_rail(run, host, channel)
@@ -146,6 +164,8 @@ def _note_rail(run: NcclRun, host: str, channel: re.Match) -> None:
     if len(parts) < 3 or not parts[2].isdecimal():  # '²' is a digit that int() refuses
         return
     gpu = channel["dst_gpu"] if channel["side"] == "receive" else channel["src_gpu"]
+    if gpu is None:  # NCCL before 2.7 named no GPU in its ring lines
+        return
     gpus = run.gpu_net_devices.setdefault(host, {}) if len(run.gpu_net_devices) < MAX_HOSTS else {}
     devices = gpus.setdefault(gpu.lower(), []) if len(gpus) < MAX_NET_DEVICES else []
     if int(parts[2]) not in devices and len(devices) < MAX_NET_DEVICES:
