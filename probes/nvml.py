@@ -137,11 +137,9 @@ def _dump_gpu(pynvml, index: int, handle) -> dict:
         "nvlinks": _dump_nvlinks(pynvml, handle),
         "nvlink5_errors": dump_nvlink5(pynvml, handle, lambda code: _error_text(pynvml, code)),
         "c2c": dump_c2c(pynvml, handle, lambda code: _error_text(pynvml, code)),
-        # how many NVLinks the GPU says it has: recorded, not yet judged (benchmarks/nvml_nvlink_check.py prints it
-        # beside the links enumerated, for the first multi-GPU node to say whether the two agree)
+        # how many NVLinks the GPU says it has: recorded, not judged (benchmarks/nvml_nvlink_check.py prints it)
         "nvlink_count": _field_value(pynvml, handle, "NVML_FI_DEV_NVLINK_LINK_COUNT"),
-        # the per-link speed its active links share, MB/s, as `nvidia-smi nvlink -s` prints it (26562 on Hopper,
-        # 14062 on GA102 boards): decides the NVLink rate where the table knows the reading (agent/specs.py)
+        # its links' per-link speed, MB/s, as `nvidia-smi nvlink -s` prints it (26562 Hopper): agent/specs.py reads it
         "nvlink_speed_mbps": _field_value(pynvml, handle, "NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON"),
         "fabric": dump_fabric(pynvml, handle, lambda code: _error_text(pynvml, code)),
         "nvlink_bw_mode": dump_bw_mode(pynvml, handle),  # Blackwell's, per GPU (Hopper's is the node's, below)
