@@ -84,8 +84,9 @@ def build_job(node: Path) -> dict:
               "nodes": members}  # every rank, as the worker gathers them
     measurement = measurement_from_worker(f"allreduce:{len(members)}-ranks", result)
     measurement.details["path_kind"] = "infiniband"  # as bench marks a job over the RDMA rails (distributed.py)
-    measurement.details["example"] = ("rows: CoreWeave's published nccl-tests all_reduce_perf on 64 H100s (8 nodes, "
-                                      "InfiniBand NDR with SHARP); not measured by nodecheck")
+    measurement.details["example"] = ("rows: CoreWeave's published nccl-tests all_reduce_perf over InfiniBand NDR with "
+                                      "SHARP (96 H100 ranks by its rows' busbw/algbw, 8 per node, where its README says "
+                                      "64), replayed as this 8-node job's; not measured by nodecheck")
     document = with_measurements(report, [measurement], TAKEN_AT + 120, Config()).to_dict()
     document["generated_at"], document["source"] = TAKEN_AT, "examples/hgx-h100-8gpu"
     for probe in document["probes"]:
