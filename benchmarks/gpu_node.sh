@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU node: every GPU path of nodecheck, each step printed with its command, exit status and wall
 # time, into DIR/log.txt (DIR = $OUT, else ./gpu-node-run). Used for the "Measured on" table of README.md.
-#   bash benchmarks/gpu_node.sh [steps...]     steps: facts install gpu inspect one bench h2d nccl prolog suite multi
+#   bash benchmarks/gpu_node.sh [steps...]     steps: facts install gpu inspect one bench h2d nccl prolog nvlink suite multi
 # (multi is not in the default list: it is for a node with several GPUs, and takes up to an hour; suite is not
 # either: the whole suite needs the test extra, which an offline node lacks, and CI runs it)
 # Offline nodes (the lent GPU machine): run benchmarks/gpu_carry.sh here first and carry .whl, .hw and .shared.
@@ -110,6 +110,20 @@ nccl() {
 prolog() {
   printf '[prolog]\nbench = ["h2d"]\ntimeout_s = 30\n' >"$TMP/prolog.toml"
   step 60 "$PY" -m nodecheck prolog --dry-run --json --config "$TMP/prolog.toml"
+}
+
+# NVLink as NVML gives it on this GPU (issue 47, item 14): each slot's state and per-link field state, NVML's speed
+# field, the P2P status, the architecture (nvml_nvlink_check.py beside `nvidia-smi nvlink -s`), kept as the snapshot's
+# nvml.json; then `inspect` and `prolog --dry-run` on it: a GPU whose NVLink peers are outside the machine (a one-GPU
+# slice of an SXM board) must not be drained for them
+nvlink() {
+  step 60 nvidia-smi nvlink -s
+  step 60 nvidia-smi topo -p2p r
+  step 60 "$PY" benchmarks/nvml_nvlink_check.py
+  step 120 "$PY" -m nodecheck snapshot "$DIR/nvlink-snapshot.tar.gz"
+  step 60 sh -c "$PY -m nodecheck inspect --json --from $DIR/nvlink-snapshot.tar.gz > $DIR/nvlink-inspect.json"
+  step 60 "$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print([(g['index'], g.get('nvlink_speed_mbps'), g.get('nvlinks_wired'), g.get('p2p_read'), [(l['link'], l['active']) for l in g['nvlinks']]) for g in r['gpus']]); print([f['kind'] for f in r['findings'] if f['kind'].startswith('nvlink')])" "$DIR/nvlink-inspect.json"
+  step 60 "$PY" -m nodecheck prolog --dry-run --json
 }
 
 suite() { step 330 "$PY" -m pytest -ra -q -p no:cacheprovider --timeout 120; }
