@@ -28,10 +28,12 @@ def wired_nvlinks(report: Report, config: Config) -> dict[int, tuple[int, str]]:
     board is a bridged card with none up (a card without a bridge is no fault). A GPU nothing links by NVLink, and a
     one-GPU VM whose NVLink peers are outside it, get no entry."""
     pairs = {tuple(sorted((l.a, l.b))): l.type for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)}
-    best: dict[str, tuple[int, int]] = {}
+    by_model: dict[str, list[tuple[int, int]]] = {}  # model -> (active links, index), most first
     for gpu in report.gpus:
-        if gpu.name and not gpu.mig_enabled and _active(gpu) > best.get(gpu.name, (0, -1))[0]:
-            best[gpu.name] = (_active(gpu), gpu.index)
+        if gpu.name and not gpu.mig_enabled:
+            by_model.setdefault(gpu.name, []).append((_active(gpu), gpu.index))
+    for siblings in by_model.values():
+        siblings.sort(key=lambda s: (-s[0], s[1]))
     wired = {}
     for gpu in report.gpus:
         if gpu.mig_enabled:
@@ -47,8 +49,8 @@ def wired_nvlinks(report: Report, config: Config) -> dict[int, tuple[int, str]]:
         bridged = (board or {}).get("bridged_links")
         if bridged and active:
             said.append((min(bridged, slots or bridged), f"its board's {bridged} bridged links"))
-        sibling, by = best.get(gpu.name or "", (0, -1))
-        if sibling and by != gpu.index and not (bridged and not active):
+        sibling, by = next((s for s in by_model.get(gpu.name or "", []) if s[1] != gpu.index), (0, -1))  # another's most
+        if sibling and not (bridged and not active):
             said.append((min(sibling, slots or sibling), f"gpu{by}, a sibling of the same model, has {sibling} up"))
         if said:
             wired[gpu.index] = max(said)

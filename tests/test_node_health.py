@@ -102,7 +102,7 @@ def test_conditions_name_the_gravest_finding_of_each_area_from_real_snapshots(re
     broken = {c["type"]: c for c in conditions(reports["nvlink_down"], "error")}
     assert set(broken) == set(CONDITIONS.values())
     gpu = broken["NodecheckGpuProblem"]
-    assert (gpu["status"], gpu["reason"]) == ("True", "NvlinkInactive") and gpu["message"].startswith("gpu3 NVLink link(s) 7 inactive")
+    assert (gpu["status"], gpu["reason"]) == ("True", "NvlinkInactive") and gpu["message"].startswith("gpu3 17 of 18 NVLinks active")
     assert (broken["NodecheckFabricProblem"]["status"], broken["NodecheckFabricProblem"]["reason"]) == ("False", "NodecheckFabricOk")
     bandwidth = broken["NodecheckBandwidthProblem"]  # serve measures nothing by itself: never "ok" unmeasured
     assert (bandwidth["status"], bandwidth["reason"]) == ("Unknown", "NodecheckBandwidthUnknown")
@@ -125,7 +125,7 @@ def test_the_exact_requests_of_a_first_round(tls, api, reports):
     now = "2026-11-18T11:06:40Z"
     assert api.requests[1]["body"] == {"status": {"conditions": [
         {"type": "NodecheckGpuProblem", "status": "True", "reason": "NvlinkInactive",
-         "message": "gpu3 NVLink link(s) 7 inactive: check `nvidia-smi nvlink -s`, fabric manager, and the NVSwitch tray",
+         "message": "gpu3 17 of 18 NVLinks active (gpu0, a sibling of the same model, has 18 up); slot(s) 7 inactive: check `nvidia-smi nvlink -s`, the NVLink bridges, fabric manager, and the NVSwitch tray",
          "lastHeartbeatTime": now, "lastTransitionTime": now},
         {"type": "NodecheckFabricProblem", "status": "False", "reason": "NodecheckFabricOk",
          "message": "fabric: ok (14 check(s) unknown)", "lastHeartbeatTime": now, "lastTransitionTime": now},

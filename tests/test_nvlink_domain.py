@@ -20,22 +20,27 @@ from nodecheck.bench.distributed import DistEnv, run_allreduce
 from nodecheck.bench.nccl_tests import parse_nccl_log
 from nodecheck.config import Config
 from nodecheck.findings import Finding
+from nodecheck.model import Imex
 from nodecheck.pairing import exchange_spec, job_bound, one_nvlink_domain
 from nodecheck.rails import rank_nvlink
 from nodecheck.signal_join import joined
 from nodecheck.verdicts import measurement_findings
 
 DOMAIN = "9c6f5af3-53bf-49b5-a436-b66766c413c3/4026"  # gpud's GB200: ClusterUUID / CliqueId
+IMEX_READY = Imex("READY", "UP")  # nvidia-imex-ctl -q READY, -N -j status UP
 NVLINK5 = 900e9  # 18 NVLink 5 links at 50 GB/s one way
 RAIL = 50e9  # one 400 Gbit/s NDR port
 
 
-def gb200_tray(tmp_path, fabric=None):
+def gb200_tray(tmp_path, fabric=None, imex: Imex | None = IMEX_READY):
     """A GB200 compute tray as the worker's inputs see it: Blackwell GPUs (NVML architecture 10) with 18 active
-    NVLink 5 links each (version enum 7), registered in gpud's GB200 domain, and a 400G NDR rail per GPU."""
+    NVLink 5 links each (version enum 7), registered in gpud's GB200 domain, a 400G NDR rail per GPU, and IMEX
+    READY with its domain UP (without IMEX no GPU shares memory with another node's: a job takes the rails)."""
     gpus = hgx_nvml(18, version=7, arch=10, name="NVIDIA GB200", fabric=fabric or published()["gb200-healthy"])
     devices = [(f"mlx5_{i}", "400 Gb/sec (4X NDR)", "InfiniBand") for i in range(8)]
-    return gpu_node_with_rdma(tmp_path / "gb200", "hgx-h100-8gpu-8nic-sglang30401.txt", gpus, devices)
+    report = gpu_node_with_rdma(tmp_path / "gb200", "hgx-h100-8gpu-8nic-sglang30401.txt", gpus, devices)
+    report.imex = imex
+    return report
 
 
 def member(rank, node, domain=DOMAIN, rate=NVLINK5):
@@ -53,6 +58,9 @@ def test_a_ranks_gpu_in_a_registered_domain_is_bound_by_its_nvlink(tmp_path):
     assert rank_nvlink(hgx, hgx.gpus[5], {}) is None  # an HGX board's NVSwitch: no cluster, the rails carry a job
     pending = gb200_tray(tmp_path / "p", fabric=published()["gb200-healthy"] | {"state": 2})
     assert rank_nvlink(pending, pending.gpus[5], {}) is None  # not registered: CUDA refuses work, NCCL cannot take NVLink
+    for imex in (None, Imex("READY", "DEGRADED"), Imex("INITIALIZING", None)):  # IMEX unread or not ready: the rails
+        no_imex = gb200_tray(tmp_path / f"i{id(imex)}", imex=imex)
+        assert rank_nvlink(no_imex, no_imex.gpus[5], {}) is None
 
 
 def test_the_jobs_bound_is_nvlink_in_one_domain_and_none_across_domains():

@@ -287,9 +287,15 @@ def test_a_log_across_nodes_past_any_algorithm_or_without_rails_is_said(tmp_path
 
     gb200 = make_snapshot(tmp_path / "gb200", topo="hgx-h100-8gpu-8nic-sglang30401.txt",
                           nvml_gpus=hgx_nvml(fabric=published()["gb200-healthy"]))
-    out, human = judged(nvl72, gb200)
+    out, human = judged(nvl72, gb200, "--nodes", "18")  # IMEX not read: GPUs share no memory across nodes, the rails
+    assert out["measurement"]["details"]["path_kind"] != "nvlink" and "RDMA rails" in human
+    from nodecheck.probes import imex
+
+    (gb200 / imex.DAEMON_SOURCE).write_text("READY\n")
+    (gb200 / imex.DOMAIN_SOURCE).write_text(json.dumps({"nodes": {}, "status": "UP"}))
+    out, human = judged(nvl72, gb200, "--nodes", "18")
     assert out["measurement"]["details"]["path_kind"] == "nvlink" and out["measurement"]["ratio"] is None
-    assert "multi-node NVLink domain" in human
+    assert "multi-node NVLink domain (IMEX READY, its domain UP)" in human
 
 
 def test_a_log_of_one_node_says_it_was_judged_as_one(tmp_path):
