@@ -50,23 +50,23 @@ def nccl_findings(run: NcclRun, report) -> list:
     # and data crossed nodes: NET channels, records from more than one host (an excerpt without channel lines), or more
     # ranks than this node has GPUs (a container's or an anonymised host's paste names one host). One node over
     # loopback is no fallback.
-    across = bool(run.inter_node_transports) or len(run.nodes) > 1 or bool(
-        run.nranks and report.gpus and run.nranks > len(report.gpus))
-    socket_network = run.network == "Socket" or run.ofi_provider in SOCKET_PROVIDERS
+    beyond_node = bool(run.nranks and report.gpus and run.nranks > len(report.gpus))  # more ranks than this node's GPUs
+    tcp_provider = run.ofi_provider in SOCKET_PROVIDERS
+    across = bool(run.inter_node_transports) or len(run.nodes) > 1 or beyond_node
+    socket_network = run.network == "Socket" or tcp_provider
     over_sockets = across and (socket_network or any(t.startswith("NET/Socket") for t in run.inter_node_transports))
     rdma_up = [n.rdma_device for n in report.rdma_nics_up()]
     # every line names one host, its ranks fit this node's GPUs, yet channels went through the network (a host name
     # shared by two machines, "ubuntu", names more ranks than one node holds)
-    one_host = (len(run.nodes) == 1 and bool(run.inter_node_transports) and bool(run.nranks) and bool(report.gpus)
-                and run.nranks <= len(report.gpus))
+    one_host = len(run.nodes) == 1 and bool(run.inter_node_transports) and bool(run.nranks and report.gpus) and not beyond_node
     if one_host:  # every line names one host, yet channels went through the network: NCCL saw several hosts
         findings.append(Finding("nccl_p2p_disabled", "warning", "nccl", ", ".join(run.inter_node_transports[:3]), "P2P or SHM",
                                 f"NCCL's channels between GPUs of one host ({run.nodes[0][:60]}) went through the network "
                                 f"({', '.join(run.inter_node_transports[:3])}): NCCL took its ranks for different hosts "
                                 "(NCCL_HOSTID, containers with their own hostname or /dev/shm, a rank that sees only its own "
                                 "GPU), so they do not use NVLink or PCIe peer-to-peer"))
-    elif (over_sockets or run.ofi_provider in SOCKET_PROVIDERS) and rdma_up:  # the plugin found no RDMA device
-        under = f" (aws-ofi-nccl on libfabric's {run.ofi_provider} provider)" if run.ofi_provider in SOCKET_PROVIDERS else ""
+    elif (over_sockets or tcp_provider) and rdma_up:  # the plugin found no RDMA device
+        under = f" (aws-ofi-nccl on libfabric's {run.ofi_provider} provider)" if tcp_provider else ""
         findings.append(Finding("nccl_socket_fallback", "warning", "nccl", f"NET/Socket{under}", ", ".join(rdma_up),
                                 f"NCCL sent inter-node traffic over TCP sockets{under} while RDMA NICs are up "
                                 f"({', '.join(rdma_up)}): check NCCL_IB_DISABLE, NCCL_IB_HCA, the net plugin (FI_PROVIDER, "

@@ -18,6 +18,16 @@ def _active(gpu) -> int:
     return sum(1 for link in gpu.nvlinks if link["active"])
 
 
+def nvlink_pairs(report: Report) -> dict[tuple[int, int], str]:
+    """GPU pair (lower index first) -> its `nvidia-smi topo -m` link type (NV18, SYS ...)."""
+    return {tuple(sorted((l.a, l.b))): l.type for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)}
+
+
+def pair_nvlinks(pairs: dict[tuple[int, int], str], index: int) -> int:
+    """The NVLinks of GPU `index` summed over its NV# pairs (an NVSwitch board's NV18 to each peer sums past its slots)."""
+    return sum(nvlink_count(t) or 0 for (a, b), t in pairs.items() if index in (a, b))
+
+
 def wired_nvlinks(report: Report, config: Config) -> dict[int, tuple[int, str]]:
     """GPU index -> (how many of its NVLinks should be up, what says so), for the GPUs something says it of. NVML
     lists every NVLink slot of the chip and answers NVML_FEATURE_DISABLED for a slot no bridge is wired to as for a
@@ -27,7 +37,7 @@ def wired_nvlinks(report: Report, config: Config) -> dict[int, tuple[int, str]]:
     of its links is up (specs.toml [[nvlink_boards]]); the most any sibling of the same model has up, unless the
     board is a bridged card with none up (a card without a bridge is no fault). A GPU nothing links by NVLink, and a
     one-GPU VM whose NVLink peers are outside it, get no entry."""
-    pairs = {tuple(sorted((l.a, l.b))): l.type for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)}
+    pairs = nvlink_pairs(report)
     by_model: dict[str, list[tuple[int, int]]] = {}  # model -> (active links, index), most first
     for gpu in report.gpus:
         if gpu.name and not gpu.mig_enabled:
@@ -42,7 +52,7 @@ def wired_nvlinks(report: Report, config: Config) -> dict[int, tuple[int, str]]:
         if config.nvlinks_per_gpu:
             said.append((config.nvlinks_per_gpu, "[gpus] nvlinks_per_gpu"))
         for links, where in ((config.links, "the config's [links]"), (pairs, "`nvidia-smi topo -m`")):
-            total = sum(nvlink_count(t) or 0 for (a, b), t in links.items() if gpu.index in (a, b))
+            total = pair_nvlinks(links, gpu.index)
             if total and slots:
                 said.append((min(total, slots), f"{where} NV# pairs"))
         board = nvlink_board(gpu.name)

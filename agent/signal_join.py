@@ -128,6 +128,7 @@ def joined(report: Report, measurements: list, findings: list[Finding]) -> list[
     """The findings with each signal joined to its path's verdict (see the module's text)."""
     hops = device_hops(report)
     signals = [(f, signal_devices(report, f, hops)) for f in findings if f.kind in SIGNALS]
+    devices_of = {id(f): devices for f, devices in signals}
     used = {id(m): nics_used(report, m) for m in measurements}
     out = []
     held = held_gpus(report)
@@ -137,7 +138,7 @@ def joined(report: Report, measurements: list, findings: list[Finding]) -> list[
             if measurement is not None:
                 finding = _shared(_naming_signals(finding, measurement, signals, used[id(measurement)]), measurement, held)
         elif finding.kind in TEMPERED and finding.severity == "error" and finding.expected != DRAIN_NOW_XID:
-            devices = dict((id(f), d) for f, d in signals).get(id(finding), [])
+            devices = devices_of.get(id(finding), [])
             crossing = [m for m in measurements if devices and on_path(m, devices, used[id(m)])]
             if crossing and all(passed(m) for m in crossing):
                 figures = ", ".join(f"{m.test} on {m.path} {m.ratio:.2f} of spec" for m in crossing[:3])
@@ -145,7 +146,7 @@ def joined(report: Report, measurements: list, findings: list[Finding]) -> list[
                     f"{finding.message} (its path's last bandwidth test passed: {figures}; a warning, not a drain, "
                     "until the bandwidth drops or the errors grow)"))
         elif finding.kind in ESCALATED and finding.severity == "warning":
-            devices = dict((id(f), d) for f, d in signals).get(id(finding), [])
+            devices = devices_of.get(id(finding), [])
             failing = [m for m in measurements if devices and on_path(m, devices, used[id(m)]) and _failed(m)]
             if failing:
                 figures = ", ".join(f"{m.test} on {m.path} " + (f"{m.ratio:.2f} of spec" if m.ok else "failed") for m in failing[:3])

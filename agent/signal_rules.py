@@ -132,9 +132,7 @@ def _recovery_xid(report: Report, subject: str, events: list[XidEvent]) -> list[
     if asked is None:
         return None
     action, label = asked
-    gpu = next((g for g in report.gpus if f"gpu{g.index}" == subject), None)
-    live = gpu.signals.recovery_action if gpu is not None and gpu.signals is not None else None
-    if action == 0 or live == 0:
+    if action == 0 or _live_recovery_action(report, subject) == 0:
         return []
     where = f" ({events[-1].pci})" if not subject.startswith("pci:") else ""
     return [Finding("gpu_xid", "error", subject, f"Xid 154 {label}", "no Xid",
@@ -175,10 +173,15 @@ def _xid_finding(report: Report, config: Config, subject: str, code: int, events
                    "no Xid" if now else f"< {config.errors.xid_repeat_count} in {config.errors.xid_repeat_window_s:g} s", message)
 
 
+def _live_recovery_action(report: Report, subject: str) -> int | None:
+    """The recovery action NVML reads for the GPU `subject` names now (NVML_GPU_RECOVERY_ACTION_*); None where unread."""
+    gpu = next((g for g in report.gpus if f"gpu{g.index}" == subject), None)
+    return gpu.signals.recovery_action if gpu is not None and gpu.signals is not None else None
+
+
 def _recovery_action(report: Report, subject: str) -> str | None:
     """The recovery action NVML reads for this GPU now, in words, when it is not none; else None."""
-    gpu = next((g for g in report.gpus if f"gpu{g.index}" == subject), None)
-    action = gpu.signals.recovery_action if gpu is not None and gpu.signals is not None else None
+    action = _live_recovery_action(report, subject)
     if not action:
         return None
     return f"{action} ({RECOVERY_ACTIONS.get(action, ('not one nodecheck knows',))[0]})"

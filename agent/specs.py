@@ -67,6 +67,12 @@ def architecture(number: int | None, gpu_name: str | None) -> tuple[int | None, 
     return None, f"{said}, GPU name {gpu_name[:80]!r} not recognised" if gpu_name else said
 
 
+def architecture_row(number: int | None, gpu_name: str | None) -> dict:
+    """The specs.toml [nvml_architecture] row of this GPU (by NVML's number, else its name); {} where unknown."""
+    arch, _ = architecture(number, gpu_name)
+    return table()["nvml_architecture"].get(str(arch), {}) if arch is not None else {}
+
+
 def nvlink_version_enum(value: int | None) -> tuple[str, int | None]:
     """What nvmlDeviceGetNvLinkVersion's enum names: ("enum 5 = NVLink 3.1", 3); the generation is None
     when the value is not one NVML defines."""
@@ -102,8 +108,7 @@ def nvlink_signalling_mbps(arch_number: int | None, gpu_name: str | None) -> int
     wanted = (board or {}).get("signalling_mbps")
     if wanted:
         return int(wanted)
-    arch, _ = architecture(arch_number, gpu_name)
-    said = table()["nvml_architecture"].get(str(arch), {}).get("nvlink_signalling_mbps") if arch is not None else None
+    said = architecture_row(arch_number, gpu_name).get("nvlink_signalling_mbps")
     return int(said) if said else None
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from nodecheck.link_types import nvlink_count
 from nodecheck.model import PathSpec, Report
+from nodecheck.nvlink_rules import nvlink_pairs, pair_nvlinks
 from nodecheck.verdicts import PARTIAL_MESH
 
 # GeForce boards have no peer-to-peer in NVIDIA's driver (nccl-tests#287: 4x RTX 5090, "CANNOT Access Peer", NCCL
@@ -22,21 +22,17 @@ def slowest_pair(report: Report) -> PathSpec | None:
     pairs = [p for p in report.paths if p.scope == "gpu-pair"]
     if not pairs or not all(p.bytes_per_second for p in pairs):
         return None
-    return nvlink_total(report) or min(pairs, key=lambda p: p.bytes_per_second)
+    return nvlink_total(report, pairs) or min(pairs, key=lambda p: p.bytes_per_second)
 
 
-def nvlink_total(report: Report) -> PathSpec | None:
-    """On a partial NVLink mesh (every GPU linked to some peer by NVLink, some pairs not): the smallest per-GPU sum of
-    its NVLinks' one-way rates, each GPU's links from `nvidia-smi topo -m`'s NV# pairs; None elsewhere."""
+def nvlink_total(report: Report, pairs: list[PathSpec]) -> PathSpec | None:
+    """On a partial NVLink mesh (every GPU linked to some peer by NVLink, some of the node's GPU pairs `pairs` not): the
+    smallest per-GPU sum of its NVLinks' one-way rates, each GPU's links from `nvidia-smi topo -m`'s NV# pairs; None
+    elsewhere."""
     from nodecheck.build import gpu_nvlink_spec
 
-    links: dict[int, int] = {g.index: 0 for g in report.gpus}
-    for link in report.links:
-        if isinstance(link.a, int) and isinstance(link.b, int) and link.a < link.b and (count := nvlink_count(link.type)):
-            for end in (link.a, link.b):
-                if end in links:
-                    links[end] += count
-    pairs = [p for p in report.paths if p.scope == "gpu-pair"]
+    topo = nvlink_pairs(report)
+    links = {g.index: pair_nvlinks(topo, g.index) for g in report.gpus}
     if len(links) < 3 or not all(links.values()) or all(p.kind == "nvlink" for p in pairs):
         return None
     totals = []
@@ -54,12 +50,11 @@ def nvlink_total(report: Report) -> PathSpec | None:
 def calibration(report: Report, ranks: int, kind: str | None) -> str | None:
     """The calibration variant of a collective inside the node over NVLink: "gen5x4" for 4 ranks on NVLink 5 (a
     GB200/GB300 tray's GPUs, which reach less of NVLink than 8 A100s do: specs.toml [thresholds]); None elsewhere."""
-    from nodecheck.specs import architecture, table
+    from nodecheck.specs import architecture_row
 
     if kind != "nvlink" or not report.gpus:
         return None
-    arch, _ = architecture(report.gpus[0].architecture, report.gpus[0].name)
-    generation = table()["nvml_architecture"].get(str(arch), {}).get("nvlink_generation") if arch is not None else None
+    generation = architecture_row(report.gpus[0].architecture, report.gpus[0].name).get("nvlink_generation")
     return f"gen{generation}x{ranks}" if generation else None
 
 

@@ -76,8 +76,7 @@ def parse_nccl_debug(text: str) -> NcclRun:
             if host:
                 nodes.setdefault(host, None)
             if level == "WARN":
-                if provider := _OFI_PROVIDER.match(body):  # aws-ofi-nccl warns it when no RDMA provider was found
-                    run.ofi_provider = run.ofi_provider or provider[1].rstrip(",").lower()
+                _note_provider(run, body)  # aws-ofi-nccl warns it when no RDMA provider was found
                 run.warning_count += 1
                 if len(warnings) < MAX_WARNINGS:
                     warnings.setdefault(body, None)
@@ -116,10 +115,9 @@ def records(line: str) -> list[tuple[str | None, str, str]]:
 def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_names: list, nvls_channels: list) -> None:
     if ranks := _RANKS.search(body):
         run.nranks = max(run.nranks or 0, int(ranks[2]))
+    _note_provider(run, body)  # a NET/OFI line: none of the lines below
     if network := _NETWORK.match(body):
         run.network = run.network or network[1]
-    elif provider := _OFI_PROVIDER.match(body):
-        run.ofi_provider = run.ofi_provider or provider[1].rstrip(",").lower()
     elif socket := _SOCKET.match(body):
         for token in socket[1].split():  # one interface per token, each matched at its start: linear
             iface = _SOCKET_IFACE.match(token)
@@ -155,6 +153,13 @@ def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_n
         run.nvls = False
     elif _NVLS_IN_USE.search(body) and run.nvls is None:
         run.nvls = True
+
+
+def _note_provider(run: NcclRun, body: str) -> None:
+    """aws-ofi-nccl's "NET/OFI Selected provider is tcp, ..." (an INFO line, or a WARN where no RDMA provider was
+    found): the first provider named is kept."""
+    if provider := _OFI_PROVIDER.match(body):
+        run.ofi_provider = run.ofi_provider or provider[1].rstrip(",").lower()
 
 
 def _note_rail(run: NcclRun, host: str, channel: re.Match) -> None:
