@@ -22,6 +22,7 @@ from nodecheck.events import NVLINK5_XID, KernelLog, XidEvent
 from nodecheck.limits import MAX_COMMAND_OUTPUT
 from nodecheck.pci import normal_pci
 from nodecheck.probes.base import Probe
+from nodecheck.probes.kernel_lines import kernel_message
 
 KMSG = "/dev/kmsg"
 # after /dev/kmsg, (the file a snapshot records it in, the command), tried in order
@@ -29,9 +30,7 @@ COMMANDS = (("journalctl-k.txt", ["journalctl", "-k", "-b", "--no-pager", "-o", 
             ("dmesg.txt", ["dmesg"]))
 
 MAX_EVENTS = 10_000  # the newest kept: a log that repeats one Xid forever costs bounded memory
-_KMSG = re.compile(r"^\d{1,3},\d{1,20},(\d{1,20}),[^;]{0,64};")  # /dev/kmsg: prio,seq,usec,flags;message
 _KMSG_SEQ = re.compile(r"^\d{1,3},(\d{1,20}),(\d{1,20}),")
-_MONOTONIC = re.compile(r"^\[\s{0,12}(\d{1,10})\.(\d{1,9})\]")  # dmesg, journalctl -o short-monotonic: [ 8312.000001]
 _ADDRESS = r"([0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2})"  # the driver drops the function: 0000:9b:00
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?" + _ADDRESS + r"(?:\.[0-7])?\): (\d{1,6}),")
 _SXID = re.compile(r"nvidia-nvswitch(\d{1,4}): SXid \(PCI:" + _ADDRESS + r"(?:\.[0-7])?\): (\d{1,6}),")
@@ -49,6 +48,7 @@ XID_FALLEN_OFF_THE_BUS = 79
 # core/events.c; gpud's infiniband kmsg matcher reads the same): "mlx5_core 0000:5c:00.0: port_module:254:(pid 0): Port
 # module event[error]: module 0, Cable error, High Temperature", "... mlx5_pcie_event:299:(pid 268269): Detected
 # insufficient power on the PCIe slot (27W)."
+NIC_MESSAGE = re.compile(r"mlx5_core |(?:mlx5_)?(?:port_module|pcie)(?:_event)?:\d")  # (gpud's matcher: the function alone)
 _MLX5 = re.compile(r"mlx5_core ([0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}\.[0-7]): ")
 _MODULE_ERROR = re.compile(r"Port module event\[error\]: module (\d{1,3}), [^,]{0,40}, ([^\r\n]{1,80})")
 _SLOT_POWER = re.compile(r"Detected insufficient power on the PCIe slot \((\d{1,4})W\)")
@@ -60,52 +60,56 @@ def _device(address: str) -> str | None:
 
 
 def parse_kernel_log(text: str) -> list[XidEvent]:
-    """Every Xid and SXid event in a kernel log, in order; [] when it holds none."""
+    """Every Xid and SXid event in a kernel log, in order; [] when it holds none. An event is a kernel message
+    that starts with the driver's words (probes/kernel_lines.py): the same words mid-sentence are not one."""
     if len(text) > MAX_COMMAND_OUTPUT:
         raise ParseError(f"kernel log: more than {MAX_COMMAND_OUTPUT >> 20} MiB: not read")
     events: deque[XidEvent] = deque(maxlen=MAX_EVENTS)  # the newest: the last events are the ones that matter now
     off_bus_started: dict[str, int] = {}  # GPU -> line of "The NVIDIA GPU ..." awaiting "fallen off the bus"
     for number, raw in enumerate(text.splitlines(), start=1):
-        usec = _since_boot(raw)
-        if "NVRM" not in raw and "SXid" not in raw:
-            if "mlx5" in raw and (nic := _nic_event(raw, number, usec)):
-                events.append(nic)
+        if "NVRM" not in raw and "SXid" not in raw and "mlx5" not in raw:
             continue
-        if xid := _XID.search(raw):
-            nvlink5 = NVLINK5_XID.match(raw, xid.end())
+        message, usec, _ = kernel_message(raw)
+        if NIC_MESSAGE.match(message):
+            if nic := _nic_event(message, number, usec):
+                events.append(nic)
+        elif xid := _XID.match(message):
+            nvlink5 = NVLINK5_XID.match(message, xid.end())
             link = int(nvlink5[2]) if nvlink5 and int(nvlink5[2]) >= 0 else None  # -1: an error of no one link
-            events.append(_event("xid", xid[1], xid[2], raw, xid.end(), number, usec, link=link))
-        elif sxid := _SXID.search(raw):
-            if _SXID_MORE.match(raw, sxid.end()) and _continues(events, int(sxid[1]), int(sxid[3]), number):
+            events.append(_event("xid", xid[1], xid[2], message, xid.end(), number, usec, link=link))
+        elif sxid := _SXID.match(message):
+            if _SXID_MORE.match(message, sxid.end()) and _continues(events, int(sxid[1]), int(sxid[3]), number):
                 continue
-            link = _SXID_LINK.match(raw, sxid.end())
-            events.append(_event("sxid", sxid[2], sxid[3], raw, sxid.end(), number, usec, switch=int(sxid[1]),
+            link = _SXID_LINK.match(message, sxid.end())
+            events.append(_event("sxid", sxid[2], sxid[3], message, sxid.end(), number, usec, switch=int(sxid[1]),
                                  link=int(link[1]) if link else None))
-        elif one := _OFF_BUS_ONE_LINE.search(raw) or _OFF_BUS_OLD.search(raw):
-            events.append(_event("xid", one[1], str(XID_FALLEN_OFF_THE_BUS), raw, one.end(), number, usec, implied=True))
-        elif first := _OFF_BUS_FIRST.search(raw):
+        elif not message.startswith("NVRM: "):
+            continue
+        elif one := _OFF_BUS_ONE_LINE.match(message) or _OFF_BUS_OLD.match(message):
+            events.append(_event("xid", one[1], str(XID_FALLEN_OFF_THE_BUS), message, one.end(), number, usec, implied=True))
+        elif first := _OFF_BUS_FIRST.match(message):
             off_bus_started[first[1]] = number
-            if "fallen off the bus" in raw[first.end():]:
-                events.append(_event("xid", first[1], str(XID_FALLEN_OFF_THE_BUS), raw, first.end(), number, usec, implied=True))
+            if "fallen off the bus" in message[first.end():]:
+                events.append(_event("xid", first[1], str(XID_FALLEN_OFF_THE_BUS), message, first.end(), number, usec, implied=True))
                 off_bus_started.pop(first[1])
-        elif "fallen off the bus" in raw:
+        elif "fallen off the bus" in message:
             for address, started in list(off_bus_started.items()):
                 if number - started <= OFF_BUS_WITHIN:
-                    events.append(_event("xid", address, str(XID_FALLEN_OFF_THE_BUS), raw, 0, number, usec, implied=True))
+                    events.append(_event("xid", address, str(XID_FALLEN_OFF_THE_BUS), message, 0, number, usec, implied=True))
                     off_bus_started.pop(address)
     return _without_echoes(list(events))
 
 
 def _nic_event(raw: str, number: int, usec: int | None) -> XidEvent | None:
-    """A ConnectX NIC's module error or slot power event, its address where the line names one."""
-    device = _MLX5.search(raw)
-    pci = normal_pci(device[1]) if device else None
-    if module := _MODULE_ERROR.search(raw):
+    """A ConnectX NIC's module error or slot power event (a message that starts `mlx5_core ADDRESS: `)."""
+    device = _MLX5.match(raw)
+    pci, printed, at = (normal_pci(device[1]), device[1], device.end()) if device else (None, None, 0)
+    if module := _MODULE_ERROR.search(raw, at):
         return XidEvent("nic", pci, NIC_MODULE_ERROR, f"module {module[1]}: {module[2].strip()}"[:200], number, usec,
-                        printed=device[1] if device else None)
-    if power := _SLOT_POWER.search(raw):
+                        printed=printed)
+    if power := _SLOT_POWER.search(raw, at):
         return XidEvent("nic", pci, NIC_SLOT_POWER, f"insufficient power on the PCIe slot ({power[1]} W)", number, usec,
-                        printed=device[1] if device else None)
+                        printed=printed)
     return None
 
 
@@ -118,15 +122,6 @@ def _continues(events: deque[XidEvent], switch: int, code: int, number: int) -> 
         if event.kind == "sxid" and event.switch == switch and event.code == code:
             return True
     return False
-
-
-def _since_boot(raw: str) -> int | None:
-    """Microseconds since boot of a /dev/kmsg record or a monotonic dmesg/journalctl line; None for --ctime."""
-    if record := _KMSG.match(raw):
-        return int(record[1])
-    if stamp := _MONOTONIC.match(raw):
-        return int(stamp[1]) * 1_000_000 + int(stamp[2].ljust(6, "0")[:6])
-    return None
 
 
 def _event(kind: str, address: str, code: str, raw: str, end: int, line: int, usec: int | None, **more) -> XidEvent:
@@ -192,7 +187,7 @@ def _lost_before(source: str, text: str) -> int | None:
         if source != KMSG and BOOT_LINE in line:
             return None
         if source != KMSG and oldest is None:
-            oldest = _since_boot(line)
+            oldest = kernel_message(line)[1]
     return None if oldest is None or oldest < FROM_BOOT_USEC else oldest
 
 

@@ -14,7 +14,7 @@ def repeated(unit: str, size: int = MB) -> str:
 def _cases() -> dict:
     from nodecheck import slurm
     from nodecheck.bench import nccl_debug, nccl_tests
-    from nodecheck.probes import acs, kernel_log, nics, platform, topo
+    from nodecheck.probes import acs, kernel_lines, kernel_log, nics, platform, topo
 
     nccl_line = "h:1:1 [0] NCCL INFO "
     return {
@@ -35,10 +35,30 @@ def _cases() -> dict:
         "/proc/cmdline": (lambda line: platform.parse_cmdline(line), ["iommu=", " ", "\""]),
         "kernel log (Xid)": (lambda line: kernel_log.parse_kernel_log(f"{line}\n"),
                              ["NVRM: Xid (PCI:0000:18:00", "NVRM: Xid (", "6,1,1,-;", "0000:18:", "NVRM: The NVIDIA GPU 0000:18:00.0 ",
-                              "nvidia-nvswitch0: SXid (PCI:", "caused by previous Xid 1", "[ 8312."]),
+                              "nvidia-nvswitch0: SXid (PCI:", "caused by previous Xid 1", "[ 8312.", "Nov 29 09:06:40 ", " ",
+                              "1", "<4>", "gpu017 kernel: ", "[Sun Dec  1 14:54:40 2024] ", "kern  :err   : ",
+                              "mlx5_core 0000:1a:00.0: ", "Port module event[error]: module 0, ", "2026-11-29T09:06:40,"]),
+        "kernel log lines (is one a log line?)": (kernel_lines.has_kernel_line,
+                                                   ["<4>", "Nov 29 09:06:40 ", "[ 1.", "1,", " ", "\n", "2026-11-29T09:06:40,",
+                                                    "[Sun Dec  1 14:54:40 2024] ", "gpu017 kernel: "]),
+        "kernel log file (journal export, json)": (_journal_file,
+                                                   ["__CURSOR=", "MESSAGE=NVRM: Xid (", "=", "\n", '{"MESSAGE": "', "[[[["]),
         "scontrol show node": (lambda line: slurm.parse_node("n1", f"NodeName=n1 State=IDLE {line}\n"),
                                ["Reason= [", " ", "State="]),
     }
+
+
+def _journal_file(line: str) -> None:
+    import tempfile
+    from pathlib import Path
+
+    from nodecheck.limits import MAX_COMMAND_OUTPUT
+    from nodecheck.log_file import read_log_file
+
+    with tempfile.TemporaryDirectory() as folder:
+        for head in ("__CURSOR=s\n", '{"MESSAGE": "x"}\n'):
+            (Path(folder) / "log").write_text(head + line.replace("\\n", "\n"))
+            read_log_file(Path(folder) / "log", MAX_COMMAND_OUTPUT)
 
 
 def run_all(name: str) -> list[tuple[str, float]]:

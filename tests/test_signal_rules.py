@@ -201,7 +201,11 @@ def test_kernel_log_refuses_what_it_cannot_read(tmp_path):
     assert cli("kernel-log", "/dev/zero").returncode == 2
     empty = tmp_path / "empty.log"
     empty.write_text("")
-    result = cli("kernel-log", str(empty))
+    result = cli("kernel-log", str(empty))  # an empty file is no log, not a clean one
+    assert result.returncode == 2 and "empty" in result.stderr
+    clean = tmp_path / "clean.log"
+    clean.write_text("[    0.000000] Linux version 6.8.0\n[    1.000000] usb 1-1: new high-speed USB device\n")
+    result = cli("kernel-log", str(clean))
     assert result.returncode == 0 and "no NVIDIA Xid or SXid" in result.stdout
 
 

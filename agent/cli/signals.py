@@ -20,7 +20,8 @@ CLEARABLE = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal", "nic_module_error", "
 
 @app.command("kernel-log")
 def kernel_log(
-    path: Path = typer.Argument(..., help="A kernel log: `dmesg` (any format), `journalctl -k`, or /dev/kmsg records."),
+    path: Path = typer.Argument(..., help="A kernel log: `dmesg` (any format), `journalctl -k` (also -o export/json), "
+                                "kern.log or /dev/kmsg records; gzip, xz or bzip2 compressed; UTF-8 or UTF-16."),
     as_json: bool = typer.Option(False, "--json", help="Print events and findings as JSON (schema nodecheck.kernel_log)."),
     config_path: Optional[Path] = CONFIG_OPTION,
 ) -> None:
@@ -28,17 +29,21 @@ def kernel_log(
     power events, as nodecheck judges its own."""
     from nodecheck import config as config_module
     from nodecheck.events import KernelLog
-    from nodecheck.files import read_user_file
     from nodecheck.findings import at_or_above
     from nodecheck.limits import MAX_COMMAND_OUTPUT
+    from nodecheck.log_file import read_log_file
     from nodecheck.model import Report
     from nodecheck.nic_event_rules import nic_events
+    from nodecheck.probes.kernel_lines import has_kernel_line
     from nodecheck.probes.kernel_log import parse_kernel_log
     from nodecheck.signal_rules import gpu_xids, switch_xids
 
     try:
         config = config_module.load(config_path)
-        text = read_user_file(path, MAX_COMMAND_OUTPUT, "kernel log").decode("utf-8", errors="replace")
+        text = read_log_file(path, MAX_COMMAND_OUTPUT)
+        if not has_kernel_line(text):  # judged, prose would read as a clean log
+            raise NodecheckError(f"{path}: holds no kernel-log line (dmesg, journalctl -k, kern.log or /dev/kmsg "
+                                 "records; dmesg -t lines count only where they are NVIDIA's or mlx5's): nothing judged")
         log = KernelLog(True, None, str(path), parse_kernel_log(text))
     except NodecheckError as error:
         fail(str(error))
