@@ -13,6 +13,12 @@ from nodecheck.build import build_report
 from nodecheck.snapshot import SnapshotHost
 
 
+@pytest.fixture(autouse=True)
+def terminal_of_80_columns(monkeypatch):
+    """Lines wrap at the terminal's width (COLUMNS where there is no terminal, as under a pager)."""
+    monkeypatch.setenv("COLUMNS", "80")
+
+
 @pytest.fixture(scope="module")
 def hgx_report(tmp_path_factory):
     snap = make_snapshot(tmp_path_factory.mktemp("hgx") / "node", topo="hgx-h100-8gpu-8nic-sglang30401.txt",
@@ -455,3 +461,34 @@ def test_a_node_left_in_exclusive_process_mode_drifts_and_default_ones_keep_thei
     write(tmp_path / "fleet", [*default, exclusive])
     (drift,) = json.loads(cli("fleet", str(tmp_path / "fleet"), "--json").stdout)["groups"][0]["drift"]
     assert (drift["node"], drift["field"], drift["majority_nodes"]) == ("gpu-exclusive", "topology", 7)
+
+
+def test_judging_nothing_is_exit_2_with_a_sentence(tmp_path):
+    """An empty directory, or one of files that are no Reports, is no fleet: never "every node in line"."""
+    (tmp_path / "empty").mkdir()
+    result = cli("fleet", str(tmp_path / "empty"))
+    assert result.returncode == 2 and result.stdout == ""
+    assert "nothing to compare" in result.stderr and "holds no Report" in result.stderr
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "a.json").write_text("{}")
+    (junk / "pyproject.json").write_text("[project]\nname = 'x'\n")
+    result = cli("fleet", str(junk), "--json")
+    assert result.returncode == 2 and result.stdout == ""
+    assert "2 file(s) skipped" in result.stderr and "skipped a.json: not a nodecheck Report" in result.stderr
+
+
+def test_skip_reasons_wrap_at_the_terminal_and_names_are_made_plain(tmp_path, monkeypatch, hgx_report):
+    """A long reason wraps between words at the terminal's width, the file's name whole; a name holding a
+    terminal escape (OSC: set the window title) is printed with '?' for its control characters."""
+    write(tmp_path / "fleet", [node(hgx_report, f"gpu-{i:02d}") for i in range(5)])
+    long_name = "a-report-from-the-night-sweep-of-rack-17-" + "x" * 30 + ".json"
+    (tmp_path / "fleet" / long_name).write_text("{" + '"a": 1, ' * 40)
+    (tmp_path / "fleet" / "ev\x1b]0;owned\x07il.json").write_text("{}")
+    monkeypatch.setenv("COLUMNS", "60")
+    lines = cli("fleet", str(tmp_path / "fleet")).stdout.splitlines()
+    assert not any("\x1b" in line or "\x07" in line for line in lines)
+    assert any("ev?]0;owned?il.json" in line for line in lines)
+    (at,) = [n for n, line in enumerate(lines) if long_name in line]  # whole on one line, not cut
+    assert "skipped" in lines[at - 1] + lines[at] and lines[at + 1].startswith("  ")  # its reason wrapped below
+    assert all(len(line) <= 60 or long_name in line for line in lines), lines

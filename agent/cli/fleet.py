@@ -28,6 +28,7 @@ def fleet(
     is out of line."""
     from nodecheck.errors import NodecheckError
     from nodecheck.fleet import compare, out_of_line
+    from nodecheck.render.table import clean
 
     if (source is None) == (prometheus is None):
         fail("give a directory of Reports or --prometheus URL (one of them)")
@@ -40,6 +41,12 @@ def fleet(
             fail(str(error))
     else:
         views, skipped = _read_reports(source)
+    if not views:  # judging nothing is no verdict: never "every node in line"
+        for entry in skipped[:20]:
+            typer.echo(f"skipped {clean(entry['file'])}: {clean(entry['why'])}", err=True)
+        where = f"{source} holds no Report" if source is not None else f"{prometheus} knows no nodecheck node"
+        fail(f"nothing to compare: {where}" + (f" ({len(skipped)} file(s) skipped)" if skipped else
+                                              " (Reports are *.json files: inspect --json, bench --json)"))
     groups = compare(views, fraction)
     out = out_of_line(groups)
     if as_json:
