@@ -251,13 +251,14 @@ class Outcome:
                 "failing": [asdict(f) for f in verdict.failing] if verdict else []}
 
 
-def execute(mode: str, host, config, environ: dict[str, str], dry_run: bool) -> Outcome:
+def execute(mode: str, host, config, environ: dict[str, str], dry_run: bool, recorded: str | None = None) -> Outcome:
     """mode "prolog" or "healthcheck": run the checks, decide, and (unless dry_run) call scontrol.
-    All of it within [prolog] timeout_s: the checks end early enough to leave scontrol its time."""
+    All of it within [prolog] timeout_s: the checks end early enough to leave scontrol its time. `recorded`: the
+    host name a snapshot recorded, the node judged unless the config or $SLURMD_NODENAME names another."""
     from nodecheck.slurm import Scontrol, node_name
 
     deadline = time.monotonic() + config.prolog.timeout_s
-    node = node_name(config.slurm.node_name)
+    node = node_name(config.slurm.node_name, recorded)
     if mode == "prolog":
         why = skip_reason(environ, config.prolog)
         if why:

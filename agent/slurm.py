@@ -66,8 +66,10 @@ def slurm_env(conf: str | None) -> dict[str, str]:
     return env
 
 
-def node_name(configured: str | None) -> str:
-    return configured or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+def node_name(configured: str | None, recorded: str | None = None) -> str:
+    """The Slurm node judged: the config's, else slurmd's, else the snapshot's recorded host, else this machine."""
+    return (configured or os.environ.get("SLURMD_NODENAME") or (recorded or "").split(".")[0]
+            or socket.gethostname().split(".")[0])
 
 
 class Scontrol:

@@ -281,3 +281,24 @@ def test_a_gpu_that_fell_off_the_bus_drains_with_the_gpu_and_the_signal(tmp_path
     run = run_nodecheck("prolog", "--dry-run", "--json", "--from", str(snap))
     outcome = json.loads(run.stdout)
     assert (run.returncode, outcome["action"], outcome["detail"]) == (1, "drain", "nodecheck: gpu3 Xid 79 fallen off the bus"), outcome
+
+
+def test_a_snapshot_judged_names_the_recorded_node_and_drains_nothing(tmp_path):
+    """`prolog --dry-run --from SNAPSHOT` says it would drain the node the snapshot recorded (as `config check`
+    names it), not the machine it runs on; without --dry-run a snapshot is refused: another machine's state never
+    drains or resumes this one."""
+    from helpers import hgx_nvml, make_snapshot
+
+    nvml = hgx_nvml(inactive={3: [0, 1]})  # two NVLinks down: the prolog would drain
+    snap = make_snapshot(tmp_path / "snap", nvml_gpus=nvml)
+    (snap / "identity.json").write_text(json.dumps({"hostname": "gpu-17.cluster.example", "kernel": "6.8.0",
+                                                     "machine": "x86_64", "nodecheck_version": "0.1.0"}))
+    env = {"SLURMD_NODENAME": ""}  # as on a laptop: no slurmd names a node
+    run = run_nodecheck("prolog", "--dry-run", "--from", str(snap), env_extra=env)
+    would = [line for line in run.stdout.splitlines() if "would drain" in line]
+    assert run.returncode == 1 and would and would[0].startswith("nodecheck prolog: would drain gpu-17: "), run.stdout
+    assert json.loads(run_nodecheck("healthcheck", "--dry-run", "--json", "--from", str(snap), env_extra=env).stdout)["node"] == "gpu-17"
+    named = run_nodecheck("prolog", "--dry-run", "--json", "--from", str(snap))  # slurmd's name, where it gives one
+    assert json.loads(named.stdout)["node"] == "testnode"
+    acted = run_nodecheck("prolog", "--from", str(snap), env_extra=env)
+    assert acted.returncode == 2 and "add --dry-run" in acted.stderr and "drain" not in acted.stdout

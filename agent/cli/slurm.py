@@ -47,10 +47,13 @@ def _slurm_check(mode: str, dry_run: bool, as_json: bool, source: Optional[Path]
     from nodecheck import config as config_module
     from nodecheck import prolog as checks
     from nodecheck.host import LiveHost
+    from nodecheck.render.table import clean
     from nodecheck.slurm import DEFAULT_PATH
     from nodecheck.snapshot import open_snapshot
 
     os.environ.setdefault("PATH", DEFAULT_PATH)  # Slurm runs prologs and health checks without one
+    if source is not None and not dry_run:  # another machine's state never drains or resumes this one
+        fail(f"--from judges a recorded node and acts on none: add --dry-run ({mode} --dry-run --from {source})")
     try:
         config = config_module.load(config_path)
     except ConfigError as error:
@@ -59,7 +62,8 @@ def _slurm_check(mode: str, dry_run: bool, as_json: bool, source: Optional[Path]
         try:
             with tempfile.TemporaryDirectory(prefix="nodecheck-snapshot-") as workdir:
                 host = LiveHost() if source is None else open_snapshot(source, Path(workdir))
-                outcome = checks.execute(mode, host, config, dict(os.environ), dry_run)
+                recorded = None if source is None else str(host.identity().get("hostname") or source.name)
+                outcome = checks.execute(mode, host, config, dict(os.environ), dry_run, clean(recorded) if recorded else None)
         except NodecheckError as error:  # an unreadable --from snapshot
             fail(str(error))
     if as_json:
