@@ -61,7 +61,44 @@ def test_the_npd_config_asks_only_what_the_plugin_answers():
         assert args[:2] == ["check", "--npd"] and args[2] in AREAS, rule
         assert rule["type"] in ("permanent", "temporary") and (rule["type"] == "temporary" or rule["condition"] in conditions)
         assert rule["path"] == "/usr/local/bin/nodecheck"
-    assert {r["args"][2] for r in config["rules"] if r["type"] == "permanent"} == set(AREAS)
+    # bandwidth needs the file a bench wrote, which no shipped unit writes: shipped, it would be Unknown for ever
+    assert {r["args"][2] for r in config["rules"] if r["type"] == "permanent"} == set(AREAS) - {"bandwidth"}
+    assert all("--measurements" in r["args"] for r in config["rules"] if r["args"][2] == "bandwidth")
+
+
+def test_bandwidth_reads_the_measurements_a_bench_wrote(snapshots, tmp_path):
+    """`--npd bandwidth --measurements FILE` judges what `bench --json` wrote, as `serve --measurements` does: a
+    failing figure is a problem, a passing one ok; no file, another node's, or a week-old one is unknown; a wrong
+    area lists the valid ones."""
+    import time
+
+    from helpers import make_measurement
+
+    healthy = str(snapshots["healthy"])
+
+    def judged(ratio: float, measured_at: float, hostname: str | None = None) -> tuple[int, list[str]]:
+        m = make_measurement("gpu0:host", "h2d", rate=ratio * 64e9, spec=64e9, method="copy", direction="unidirectional")
+        document = {"schema": "nodecheck.measurements", "measured_at": measured_at, "measurements": [m.__dict__]}
+        if hostname:
+            document["node"] = {"hostname": hostname}
+        (tmp_path / "bench.json").write_text(json.dumps(document))
+        return plugin("--npd", "bandwidth", "--measurements", str(tmp_path / "bench.json"), "--from", healthy)
+
+    code, lines = judged(0.4, time.time() - 60)
+    assert (code, lines) == (1, ["gpu0:host bandwidth 0.40 of spec, >= 0.8 expected"])
+    code, lines = judged(0.9, time.time() - 60)
+    assert code == 0 and lines[0].startswith("bandwidth: ok"), lines
+    code, lines = judged(0.4, time.time() - 8 * 86400)
+    assert code == 2 and "days ago" in lines[0], lines
+    named = make_snapshot(tmp_path / "named", nvml_gpus=hgx_nvml())
+    (named / "identity.json").write_text(json.dumps({"hostname": "gpu-01", "kernel": "6.8.0", "machine": "x86_64"}))
+    healthy = str(named)
+    code, lines = judged(0.4, time.time() - 60, hostname="another-node")  # a shared path: another node's figures
+    assert code == 2 and lines[0].startswith("unknown:") and "another-node" in lines[0], lines
+    code, lines = plugin("--npd", "bandwidth", "--from", healthy)
+    assert code == 2 and "--measurements" in lines[0]
+    code, lines = plugin("--npd", "foo", "--from", healthy)
+    assert code == 2 and "gpu, fabric, bandwidth" in lines[0] and len(lines[0]) <= MAX_LINE
 
 
 def test_a_hung_nvidia_smi_is_answered_within_npd_s_timeout_and_leaves_nothing_running(tmp_path):

@@ -18,6 +18,7 @@ def check(
     textfile_dir: Optional[Path] = typer.Option(None, "--textfile-dir", help="node_exporter's textfile collector directory."),
     npd: Optional[str] = typer.Option(None, "--npd", help="Speak node-problem-detector's custom-plugin protocol for one area: gpu, fabric or bandwidth (exit 0 ok, 1 problem, 2 unknown; one line of at most 80 characters)."),
     npd_severity: str = typer.Option("error", "--npd-severity", help="With --npd: the least severity that is a problem (error for a condition; warning for NPD's temporary events)."),
+    measurements_file: Optional[Path] = typer.Option(None, "--measurements", help="With --npd bandwidth: the measurements this file holds (what `nodecheck bench --json` wrote), judged as `serve --measurements` judges them; older than 7 days, unknown."),
     source: Optional[Path] = FROM_OPTION,
     config_path: Optional[Path] = CONFIG_OPTION,
 ) -> None:
@@ -28,7 +29,9 @@ def check(
     if (textfile_dir is None) == (npd is None):
         fail("give --textfile-dir DIR or --npd AREA (one of them)")
     if npd is not None:
-        _npd(npd, npd_severity, source, config_path)
+        _npd(npd, npd_severity, source, config_path, measurements_file)
+    if measurements_file is not None:
+        fail("--measurements goes with --npd bandwidth")
     if not textfile_dir.is_dir():
         fail(f"--textfile-dir {textfile_dir} is not a directory")
     try:
@@ -41,23 +44,52 @@ def check(
     typer.echo(f"metrics written to {target} ({len(report.findings)} findings)")
 
 
-def _npd(area: str, severity: str, source: Optional[Path], config_path: Optional[Path]) -> None:
+def _npd(area: str, severity: str, source: Optional[Path], config_path: Optional[Path], measurements: Optional[Path]) -> None:
     """NPD reads the exit code and the first line of stdout; anything nodecheck cannot answer is unknown (2),
     never a problem: a broken config must not mark every node unhealthy."""
     from nodecheck.findings import SEVERITIES
     from nodecheck.npd import AREAS, NPD_UNKNOWN, npd_verdict
 
     if area not in AREAS or severity not in SEVERITIES:
-        typer.echo(f"unknown: --npd {area[:20]} --npd-severity {severity[:10]}"[:80])
+        typer.echo(f"unknown: --npd {area[:20]} (one of {', '.join(AREAS)}) --npd-severity {severity[:10]}"[:80])
+        raise typer.Exit(NPD_UNKNOWN)
+    if (measurements is not None) != (area == "bandwidth"):
+        typer.echo("unknown: --npd bandwidth reads --measurements FILE (bench --json's)"
+                   if measurements is None else "unknown: --measurements goes with --npd bandwidth")
         raise typer.Exit(NPD_UNKNOWN)
     try:
-        report, _ = load_report(source, config_path)
+        report, config = load_report(source, config_path)
+        if measurements is not None:
+            report = _with_measurements_file(report, config, measurements)
     except NodecheckError as error:
         typer.echo(" ".join(f"unknown: {error}".split())[:80])
         raise typer.Exit(NPD_UNKNOWN) from None
     code, line = npd_verdict(report, area, severity)
     typer.echo(line)
     raise typer.Exit(code)
+
+
+MEASUREMENTS_MAX_AGE_S = 7 * 86400  # as NodecheckBandwidthStale (deploy/prometheus/nodecheck-rules.yml) alerts
+
+
+def _with_measurements_file(report, config, path: Path):
+    """The Report judged with the measurements a bench wrote, as `serve --measurements` publishes them; a file
+    older than a week is no verdict (a bench timer that stopped keeps no node healthy)."""
+    import time
+
+    from nodecheck.bench.plan import read_measurements_file
+    from nodecheck.verdicts import with_measurements
+
+    try:
+        measurements, measured_at = read_measurements_file(path, report.node.get("hostname") or None)
+    except NodecheckError as error:  # NPD shows 80 characters: the file's name, not its directory
+        raise NodecheckError(str(error).replace(str(path), path.name, 1)) from None
+    if measured_at is None:
+        raise NodecheckError(f"{path}: says not when it was measured")
+    age = time.time() - measured_at
+    if age > MEASUREMENTS_MAX_AGE_S:
+        raise NodecheckError(f"{path.name}: measured {age / 86400:.0f} days ago (bench not run since)")
+    return with_measurements(report, measurements, measured_at, config)
 
 
 @app.command()
