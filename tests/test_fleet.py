@@ -492,3 +492,23 @@ def test_skip_reasons_wrap_at_the_terminal_and_names_are_made_plain(tmp_path, mo
     (at,) = [n for n, line in enumerate(lines) if long_name in line]  # whole on one line, not cut
     assert "skipped" in lines[at - 1] + lines[at] and lines[at + 1].startswith("  ")  # its reason wrapped below
     assert all(len(line) <= 60 or long_name in line for line in lines), lines
+
+
+def test_topology_drift_says_which_field_differs(tmp_path, hgx_report):
+    """The drift `config check` names as `mlx5_3 200 Gbit/s < 400 Gbit/s`, fleet names too: not two bare hashes
+    but the NIC that differs, and a GPU whose PCIe link or NUMA node is not its peers'."""
+    def with_nics(report, slow: str | None = None):
+        nics = [dataclasses.replace(n, kind="ib", speed_mbps=200_000 if n.name == slow else 400_000) for n in report.nics]
+        return dataclasses.replace(report, nics=nics)
+
+    peers = [with_nics(node(hgx_report, f"gpu-{i:02d}")) for i in range(6)]
+    slow = with_nics(node(hgx_report, "gpu-slow-nic"), slow="mlx5_3")
+    gpus = [dataclasses.replace(g, numa_node=1 - (g.numa_node or 0)) if g.index == 2 else g for g in hgx_report.gpus]
+    moved = dataclasses.replace(with_nics(node(hgx_report, "gpu-moved")), gpus=gpus)
+    write(tmp_path / "fleet", [*peers, slow, moved])
+    drift = {d["node"]: d for d in json.loads(cli("fleet", str(tmp_path / "fleet"), "--json").stdout)["groups"][0]["drift"]}
+    assert drift["gpu-slow-nic"]["field"] == "topology"
+    assert drift["gpu-slow-nic"]["differs"] == ["mlx5_3 ib 200 Gbit/s, most: ib 400 Gbit/s"]
+    assert drift["gpu-moved"]["differs"] == [f"gpu2 NUMA node {gpus[2].numa_node}, most: NUMA node {hgx_report.gpus[2].numa_node}"]
+    lines = cli("fleet", str(tmp_path / "fleet")).stdout.splitlines()
+    assert "    mlx5_3 ib 200 Gbit/s, most: ib 400 Gbit/s" in lines

@@ -18,7 +18,8 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
-from nodecheck.fingerprint import MIG, fingerprint
+from nodecheck.fingerprint import MIG, fingerprint, topology_facts
+from nodecheck.fleet.topology_diff import topology_differences
 from nodecheck.model import Report, measured_on
 from nodecheck.probes.nvml_clock_events import HARDWARE_BRAKES
 
@@ -38,6 +39,8 @@ class NodeView:
     fingerprint: dict[str, str]
     values: dict[str, float]  # "measured:allreduce/allreduce:node-8-gpus" -> ratio to spec; "fact:gpus" -> a number
     nccl_conf: dict[str, str] | None = None  # its /etc/nccl.conf where its Report holds it (not from Prometheus)
+    topology: dict | None = None  # what its topology hash covers, where its Report says (not from Prometheus)
+    nics: list[tuple[str, str, int]] = field(default_factory=list)  # (name, kind, Mb/s) of its physical NICs
 
 
 @dataclass
@@ -81,7 +84,8 @@ def node_view(report: Report, fallback_name: str) -> NodeView:
     values.update(_facts(report))
     name = str((report.node or {}).get("hostname") or fallback_name)
     labels = fingerprint(report).labels()
-    return NodeView(name, labels["sku"], labels, values, report.nccl_conf())
+    nics = [(n.name, n.kind, n.speed_mbps or 0) for n in report.nics if not n.virtual]
+    return NodeView(name, labels["sku"], labels, values, report.nccl_conf(), topology_facts(report), nics)
 
 
 def _facts(report: Report) -> dict[str, float]:
@@ -179,6 +183,7 @@ def compare(views: list[NodeView], fraction: float = DEFAULT_FRACTION) -> list[G
         for name in DRIFT_FIELDS:
             _drift(group, name, [(v.name, v.fingerprint.get(name, "")) for v in members])
         _conf_differences(group, members)
+        _topology_differences(group, members)
         for drift in (d for d in group.drift if d.field == "roce_gid" and d.majority):
             drift.differs = [f"jobs pinning NCCL_IB_GID_INDEX={drift.majority.split(',')[0]} fail their RoCE "
                              f"connections here (NCCL's GID: {drift.value or 'no RoCE rail'})"]
@@ -228,6 +233,17 @@ def _conf_differences(group: Group, members: list[NodeView]) -> None:
         usual, mine = usual or {}, mine or {}
         drift.differs = [f"{key.strip()[:40]}={mine.get(key, '(unset)')[:40]}, most: {usual.get(key, '(unset)')[:40]}"
                          for key in sorted(set(usual) | set(mine)) if usual.get(key) != mine.get(key)][:8]
+
+
+def _topology_differences(group: Group, members: list[NodeView]) -> None:
+    """Each topology drift with the fields that differ from a node of the majority's topology, where both
+    Reports hold them (Prometheus gives the hash alone)."""
+    by_name = {v.name: v for v in members}
+    for drift in (d for d in group.drift if d.field == "topology"):
+        usual = next((v.topology for v in members if v.fingerprint.get("topology") == drift.majority and v.topology), None)
+        mine = by_name[drift.node]
+        if usual is not None and mine.topology is not None:
+            drift.differs = topology_differences(mine.topology, usual, mine.nics)
 
 
 def out_of_line(groups: list[Group]) -> list[str]:
