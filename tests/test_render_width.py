@@ -128,3 +128,28 @@ def test_nccl_log_rows_drop_whole_columns_and_say_so(width):
     said = re.search(r"not shown at \d+ columns: (.+?) \(widen", " ".join(text.split()))
     assert set(said[1].split(", ") if said else []) == set(missing)
     assert (width == 200) == (not missing)
+
+
+@pytest.mark.parametrize("width", (80, 100, 120))
+def test_the_bandwidth_table_drops_columns_not_words(tmp_path, width):
+    """`bench` at 80 and 100 columns cut 'allreduc…', 'allreduce:64-ra…' and a command to paste
+    ('/opt/nodecheck/bin/py…'): every path, test and word of an error stays whole; columns go instead, named."""
+    import dataclasses
+
+    from helpers import make_measurement
+
+    from nodecheck.bench.plan import _failed
+    from nodecheck.errors import install_extra
+    from nodecheck.render.bench import render_measurements
+
+    failed = _failed("bench", "h2d", f"torch is not installed: {install_extra('bench')}")
+    measured = [make_measurement("allreduce:64-ranks-8-nodes", "allreduce", rate=300e9, spec=400e9),
+                make_measurement("gpu0:gpu1", "p2p_bidirectional", rate=700e9, spec=900e9), failed]
+    report = dataclasses.replace(hgx(tmp_path), measurements=measured, findings=[])
+    out = io.StringIO()
+    render_measurements(report, Console(width=width, file=out, force_terminal=False, color_system=None))
+    text = out.getvalue()
+    assert "…" not in text and not [line for line in text.splitlines() if len(line) > width], text
+    words = set(text.split())
+    assert {"allreduce:64-ranks-8-nodes", "allreduce", "p2p_bidirectional", "gpu0:gpu1", "FAILED"} <= words
+    assert set(failed.error.split()) <= words, text  # the command, word by word, whole

@@ -4,12 +4,11 @@ NCCL did."""
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from nodecheck.model import Report
 from nodecheck.render.report import render_findings
-from nodecheck.render.table import IDENTITY, SEVERITY_STYLE, cell, clean, esc, fitted_table, new_console
+from nodecheck.render.table import IDENTITY, SEVERITY_STYLE, TEXT, cell, clean, esc, fitted_table, new_console
 from nodecheck.units import format_path_rate, format_rate
 
 
@@ -72,18 +71,19 @@ def render_measurements(report: Report, console: Console | None = None) -> None:
 
 
 def measurement_tables(console: Console, report: Report) -> None:
-    """The measurements' table, then why a figure has no spec and what NCCL did in each run."""
-    table = Table(title="Bandwidth", title_justify="left")
-    for column in ("path", "test", "payload", "measured", "spec", "ratio", "method / error"):
-        table.add_column(column)
+    """The measurements' table, then why a figure has no spec and what NCCL did in each run. As inspect's tables:
+    no word is cut (a path, a test, a command to paste); where it does not fit, whole columns go, named."""
+    headers = [("path", IDENTITY), ("test", IDENTITY), ("payload", 1), ("measured", IDENTITY), ("spec", 2),
+               ("ratio", IDENTITY), ("method / error", TEXT)]
+    rows = []
     for m in report.measurements:
         ratio = f"{m.ratio:.2f}" if m.ratio is not None else "-"
         payload = f"{m.payload_bytes / (1 << 20):g} MiB" if m.payload_bytes else "-"
         measured = ("[red]FAILED[/red]" if not m.ok else "no data moved" if m.direction == "none"
                     else format_path_rate(m.scope, m.bytes_per_second))
-        table.add_row(cell(m.path), cell(m.test), payload, measured,
-                      format_path_rate(m.scope, m.spec_bytes_per_second), ratio, cell(m.method if m.ok else m.error))
-    console.print(table)
+        rows.append([cell(m.path), cell(m.test), payload, Text.from_markup(measured),
+                     format_path_rate(m.scope, m.spec_bytes_per_second), ratio, cell(m.method if m.ok else m.error)])
+    console.print(fitted_table(console, "Bandwidth", headers, rows))
     for m in report.measurements:  # why a figure has no spec, or may pass it (a job on one node, NVLS, a world of one)
         note = (m.details or {}).get("note") if isinstance(m.details, dict) else None
         if note:

@@ -8,7 +8,7 @@ import re
 import sys
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -61,7 +61,8 @@ def fitted_table(console: Console, title: str | None, headers: list[tuple[str, i
     cut, never dropped), LIST (names separated by ", ": wrapped between names, never inside one), TEXT
     (wraps, never dropped), or a positive number: the order in which the column is left out when the table
     would not fit (1 first).
-    Other text wraps instead of being cut. Says which columns it left out."""
+    Other text wraps instead of being cut; where even the identities leave it too little room, the TEXT column
+    goes under the table, a line per row named by its first identities. Says which columns it left out."""
     def text_of(cell) -> str:
         return cell.plain if isinstance(cell, Text) else str(cell)
 
@@ -86,6 +87,9 @@ def fitted_table(console: Console, title: str | None, headers: list[tuple[str, i
         victim = min((c for c in kept if c[1] > 0), key=lambda c: c[1])
         kept.remove(victim)
         dropped.append(victim[0])
+    # the identities alone leave the text too little room: it goes under the table, a line per row, words whole
+    below = [c for c in kept if c[1] == TEXT] if needed(kept) > console.width else []
+    kept = [c for c in kept if c not in below]
     plain = console.width >= PLAIN_WIDTH
     caption = f"not shown at {console.width} columns: {', '.join(dropped)} (widen the terminal, or --json)" if dropped else None
     table = Table(title=title, title_justify="left", box=None if plain else box.HEAVY_HEAD, caption=caption,
@@ -100,7 +104,12 @@ def fitted_table(console: Console, title: str | None, headers: list[tuple[str, i
                              ratio=1 if role == TEXT else None, justify=justify)
     for row in zip(*(cells for _, _, cells in kept), strict=True):
         table.add_row(*row)
-    return table
+    if not below:
+        return table
+    names = [cells for _, role, cells in kept if role == IDENTITY][:2]
+    notes = [Text(" ".join(text_of(c[n]) for c in names) + f" {header}: ") + (cells[n] if isinstance(cells[n], Text) else Text(str(cells[n])))
+             for header, _, cells in below for n in range(len(rows)) if text_of(cells[n]).strip()]
+    return Group(table, *notes)
 
 
 IDENTITY, LIST, TEXT = 0, -1, -2
