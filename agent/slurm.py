@@ -22,7 +22,8 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CONF_CANDIDATES = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/usr/local/etc/slurm.conf")
 MAX_REASON = 200  # a reason is read by people in `sinfo -R`; the rest is in the prolog's output
 _STATE = re.compile(r"(?:^|\s)State=(\S+)")
-_REASON = re.compile(r"(?:^|\s)Reason=(.*?)(?:\s+\[[^\]\s]*@[^\]\s]*\])?\s*$")
+_REASON = re.compile(r"(?:^|\s)Reason=")
+_REASON_BY = re.compile(r"\[[^\]\s]*@[^\]\s]*\]")  # the "[user@time]" Slurm appends
 
 
 @dataclass
@@ -52,7 +53,17 @@ def parse_node(name: str, text: str) -> NodeState:
     if line is None or state is None:
         raise ParseError(f"scontrol printed no state for node {name}: {text.strip()[:200]!r}")
     reason = _REASON.search(line)
-    return NodeState(name, state[1].rstrip("*$~#!%@^-").split("+"), reason[1].strip() if reason else None)
+    return NodeState(name, state[1].rstrip("*$~#!%@^-").split("+"), _reason_text(line[reason.end():]) if reason else None)
+
+
+def _reason_text(rest: str) -> str:
+    """The reason without the "[user@time]" Slurm appends. Cut with rfind and strip, not a pattern of lazy text
+    before optional spaces: that is quadratic in a run of spaces (50,000 took 7.8 s)."""
+    rest = rest.rstrip()
+    opening = rest.rfind("[")
+    if rest.endswith("]") and opening > 0 and rest[opening - 1].isspace() and _REASON_BY.fullmatch(rest, opening):
+        rest = rest[:opening]
+    return rest.strip()
 
 
 def slurm_env(conf: str | None) -> dict[str, str]:

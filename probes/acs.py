@@ -25,7 +25,7 @@ NEEDS_ROOT = "unknown (needs root): lspci could not read the extended config spa
 
 _DEVICE = re.compile(r"^(?P<bdf>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+\S")
 _ACS_CTL = re.compile(r"\bACSCtl:\s*(?P<flags>.*)$")
-_FLAG = re.compile(r"([A-Za-z0-9]+)([+-])")
+_FLAG = re.compile(r"([A-Za-z0-9]{1,40})([+-])")  # per whitespace-separated token: findall over a run was quadratic
 # LnkCap/LnkSta: found by linear searches, never one pattern with lazy and greedy runs over the line (a long line
 # made that quadratic: 210 KB froze the prolog for 49 s, the interpreter lock held throughout)
 _LINK_FIELD = re.compile(r"\b(LnkCap|LnkSta):")
@@ -88,7 +88,8 @@ def parse_lspci(text: str) -> list[PciDevice]:
             current = PciDevice(device["bdf"].lower())
             devices.append(current)
         elif acs := _ACS_CTL.search(line):
-            device_for("acs").acs_ctl = {name: sign == "+" for name, sign in _FLAG.findall(acs["flags"])}
+            flags = (_FLAG.fullmatch(token.rstrip(",")) for token in acs["flags"].split())
+            device_for("acs").acs_ctl = {flag[1]: flag[2] == "+" for flag in flags if flag}
         elif link := link_fields(line):
             field, speed, width = link
             target = device_for(field)

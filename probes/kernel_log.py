@@ -65,7 +65,8 @@ def parse_kernel_log(text: str) -> list[XidEvent]:
     if len(text) > MAX_COMMAND_OUTPUT:
         raise ParseError(f"kernel log: more than {MAX_COMMAND_OUTPUT >> 20} MiB: not read")
     events: deque[XidEvent] = deque(maxlen=MAX_EVENTS)  # the newest: the last events are the ones that matter now
-    off_bus_started: dict[str, int] = {}  # GPU -> line of "The NVIDIA GPU ..." awaiting "fallen off the bus"
+    # (line, GPU) of the last "The NVIDIA GPU ..." lines awaiting "fallen off the bus"
+    off_bus_started: deque[tuple[int, str]] = deque(maxlen=OFF_BUS_WITHIN + 1)
     for number, raw in enumerate(text.splitlines(), start=1):
         if "NVRM" not in raw and "SXid" not in raw and "mlx5" not in raw:
             continue
@@ -88,15 +89,15 @@ def parse_kernel_log(text: str) -> list[XidEvent]:
         elif one := _OFF_BUS_ONE_LINE.match(message) or _OFF_BUS_OLD.match(message):
             events.append(_event("xid", one[1], str(XID_FALLEN_OFF_THE_BUS), message, one.end(), number, usec, implied=True))
         elif first := _OFF_BUS_FIRST.match(message):
-            off_bus_started[first[1]] = number
             if "fallen off the bus" in message[first.end():]:
                 events.append(_event("xid", first[1], str(XID_FALLEN_OFF_THE_BUS), message, first.end(), number, usec, implied=True))
-                off_bus_started.pop(first[1])
+            else:  # at most one a line, the last few kept: a log of a million distinct GPUs costs a million steps
+                off_bus_started.append((number, first[1]))
         elif "fallen off the bus" in message:
-            for address, started in list(off_bus_started.items()):
-                if number - started <= OFF_BUS_WITHIN:
-                    events.append(_event("xid", address, str(XID_FALLEN_OFF_THE_BUS), message, 0, number, usec, implied=True))
-                    off_bus_started.pop(address)
+            begun = {address: None for line, address in off_bus_started if number - line <= OFF_BUS_WITHIN}
+            for address in begun:
+                events.append(_event("xid", address, str(XID_FALLEN_OFF_THE_BUS), message, 0, number, usec, implied=True))
+            off_bus_started.clear()
     return _without_echoes(list(events))
 
 

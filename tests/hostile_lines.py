@@ -1,5 +1,7 @@
-"""Hostile one-megabyte lines for every text parser: each parser's own keywords repeated, the shapes that
-make a backtracking regular expression quadratic (a 210 KB `LnkSta:` line froze the prolog for 49 s).
+r"""Hostile megabytes for every text parser, in three shapes: each parser's own keywords repeated; each keyword
+then a run of spaces, digits or separators and one last character (a lazy group before `\s*$` is quadratic in
+the run: 80 KB of spaces after `via` took 33.6 s); and many lines naming many distinct things (a list searched
+for each new name is quadratic in the names: 80,000 socket interfaces, 2.5 MB of fallen-off-the-bus addresses).
 Used by tests/test_linear_parsers.py (each parser must finish) and benchmarks/bench_parsers.py (how fast)."""
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def _cases() -> dict:
         "kernel log file (journal export, json)": (_journal_file,
                                                    ["__CURSOR=", "MESSAGE=NVRM: Xid (", "=", "\n", '{"MESSAGE": "', "[[[["]),
         "scontrol show node": (lambda line: slurm.parse_node("n1", f"NodeName=n1 State=IDLE {line}\n"),
-                               ["Reason= [", " ", "State="]),
+                               ["Reason= [", " ", "State=", "Reason="]),
+        "fleet (node types)": (None, []),  # many shapes only (_many)
     }
 
 
@@ -61,19 +64,69 @@ def _journal_file(line: str) -> None:
             read_log_file(Path(folder) / "log", MAX_COMMAND_OUTPUT)
 
 
+RUNS = (" ", "0", ":", "\t")  # what follows a keyword in the second shape
+
+
+def shapes(unit: str) -> list[tuple[str, str]]:
+    """(label, text) of one unit: repeated, and followed by each run and one last character."""
+    return [(repr(unit[:28]), repeated(unit))] + [(f"{unit[:16]!r}+{run!r}*", unit + run * MB + "x") for run in RUNS]
+
+
+def _many() -> dict:
+    """name of a parser -> [(label, text, parse)]: many lines, each naming something new."""
+    from nodecheck.bench import nccl_debug
+    from nodecheck.probes import kernel_log
+    from nodecheck.slurm import parse_node as slurm_parse
+
+    def lines(make) -> str:  # a megabyte of lines, each naming something new
+        out, size, i = [], 0, 0
+        while size < MB:
+            out.append(make(i))
+            size, i = size + len(out[-1]), i + 1
+        return "".join(out)
+
+    begun = lines(lambda i: f"NVRM: The NVIDIA GPU {i:08x}:01:00.0\n")
+    return {
+        "kernel log (Xid)": [("GPUs begun, then fallen off the bus", begun + "NVRM: fallen off the bus.\n" * begun.count("\n"),
+                              kernel_log.parse_kernel_log),
+                             ("a GPU begun, fallen, begun ...", lines(lambda i: f"NVRM: The NVIDIA GPU {i:08x}:01:00.0\n"
+                                                                                "NVRM: x fallen off the bus\n"), kernel_log.parse_kernel_log)],
+        "NCCL debug log": [("socket interfaces, one line", "h:1:1 [0] NCCL INFO NET/Socket : Using "
+                            + lines(lambda i: f"if{i}:10.0.0.1<0> ") + "\n", nccl_debug.parse_nccl_debug),
+                           ("socket interfaces, a line each", lines(lambda i: f"h:1:1 [0] NCCL INFO NET/Socket : Using if{i}:10.0.0.1<0>\n"),
+                            nccl_debug.parse_nccl_debug),
+                           ("NET/IB : Using lines", lines(lambda i: f"h{i}:1:1 [0] NCCL INFO NET/IB{i} : Using [0]mlx5_{i}:1/IB\n"),
+                            nccl_debug.parse_nccl_debug),
+                           ("NET channels", lines(lambda i: f"h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via NET/N{i}/0\n"),
+                            nccl_debug.parse_nccl_debug)],
+        "scontrol show node": [("Reason= then spaces", "NodeName=n1 State=IDLE Reason=" + " " * MB + "x [u@t]\n",
+                                lambda text: slurm_parse("n1", text))],
+        "fleet (node types)": [("8,000 node types, a node each", "", lambda _: _fleet_of_types(8000)),
+                               ("8,000 nodes of one type", "", lambda _: _fleet_of_types(1, 8000))],
+    }
+
+
+def _fleet_of_types(types: int, nodes_each: int = 1) -> None:
+    from nodecheck.fleet import NodeView, compare
+
+    views = [NodeView(f"n{t}-{k}", f"8x GPU model {t}", {"driver": "580"}, {"fact:gpus": 8.0})
+             for t in range(types) for k in range(nodes_each)]
+    compare(views)
+
+
 def run_all(name: str) -> list[tuple[str, float]]:
-    """(pattern, seconds) for each hostile line of one parser; a parser's own error is an answer, not a failure."""
+    """(shape, seconds) for each hostile input of one parser; a parser's own error is an answer, not a failure."""
     import contextlib
     import time
 
     parse, units = _cases()[name]
+    inputs = [(label, text, parse) for unit in units for label, text in shapes(unit)] + _many().get(name, [])
     out = []
-    for unit in units:
-        line = repeated(unit)
+    for label, text, call in inputs:
         started = time.perf_counter()
         with contextlib.suppress(Exception):  # ParseError and friends: what matters here is that it returned
-            parse(line)
-        out.append((unit, time.perf_counter() - started))
+            call(text)
+        out.append((label, time.perf_counter() - started))
     return out
 
 

@@ -29,7 +29,7 @@ _HOSTNAME = re.compile(r"[\w.-]*[A-Za-z_-]")  # a host name holds a letter, '-' 
 # time of day) or rank tag
 _STAMP = re.compile(r"\[?(?:\d{4}-\d{2}-\d{2}(?:T[\d:.,]+(?:Z|[+-]\d{2}:?\d{2})?)?|\d{10,13}|\d{2}:\d{2}:\d{2}(?:[.,]\d+)?Z?)\]?|\[\d+\]")
 _VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
-_NETWORK = re.compile(r"^Using (?:internal )?[Nn]etwork (.+?)\s*$")  # NCCL 2.3: "Using internal Network Socket"
+_NETWORK = re.compile(r"^Using (?:internal )?[Nn]etwork (\S.*)$")  # NCCL 2.3: "Using internal Network Socket"
 _SOCKET = re.compile(r"^(?:Bootstrap|NET/Socket) : Using (.*)$")
 _SOCKET_IFACE = re.compile(r"(?:\[\d+\])?([A-Za-z0-9_.@-]+):[0-9a-fA-F.:%]+<\d+>")
 _IB = re.compile(r"^NET/(IB\S*) : Using (.*)$")
@@ -50,6 +50,7 @@ _NVLS_IN_USE = re.compile(r"\bNVLS (?:comm|multicast support is available)", re.
 _STAMP_HEAD = re.compile(r"^(?:\[[\d\-T:.,Z ]{8,40}\]\s*)")  # "[2026-01-15 02:30:45] NET/OFI ..."
 _TESTS_HOST = re.compile(r"^#\s+Rank\s+\d+\b.*?\bon\s+(\S+)\s+device\b")
 MAX_WARNINGS = 50  # quoted warnings kept; the count is always whole
+MAX_NETWORKS = 16  # network names kept (IB, Socket, a plugin's): a log naming thousands is garbage past these
 
 
 def parse_nccl_debug(text: str) -> NcclRun:
@@ -116,21 +117,24 @@ def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_n
     if ranks := _RANKS.search(body):
         run.nranks = max(run.nranks or 0, int(ranks[2]))
     _note_provider(run, body)  # a NET/OFI line: none of the lines below
-    if network := _NETWORK.match(body):
-        run.network = run.network or network[1]
+    if network := _NETWORK.match(body):  # (\S.*) and rstrip: a lazy group before \s*$ is quadratic in trailing spaces
+        run.network = run.network or network[1].rstrip()[:64]
     elif socket := _SOCKET.match(body):
         for token in socket[1].split():  # one interface per token, each matched at its start: linear
             iface = _SOCKET_IFACE.match(token)
-            if iface and iface[1] not in run.socket_ifaces:
+            # a node has a few interfaces: past MAX_NET_DEVICES a log names garbage, and the list stays short to search
+            if iface and iface[1] not in run.socket_ifaces and len(run.socket_ifaces) < MAX_NET_DEVICES:
                 run.socket_ifaces.append(iface[1])
         if body.startswith("NET/Socket") and "Socket" not in net_names:
             net_names.append("Socket")
     elif ib := _IB.match(body):
         devices = _IB_DEVICE.findall(ib[2])
-        run.ib_devices += [name for _, name in devices if name not in run.ib_devices]
+        for _, name in devices[:MAX_NET_DEVICES]:
+            if name not in run.ib_devices and len(run.ib_devices) < MAX_NET_DEVICES:
+                run.ib_devices.append(name)
         if host not in run.net_device_names and len(run.net_device_names) < MAX_HOSTS:
             run.net_device_names[host] = dict(devices[:MAX_NET_DEVICES])
-        if ib[1] not in net_names:
+        if ib[1] not in net_names and len(net_names) < MAX_NETWORKS:
             net_names.append(ib[1])
     elif channel := _CHANNEL.match(body):
         via = channel["via"].rstrip()
@@ -139,7 +143,7 @@ def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_n
             inter.add(via)
             _note_rail(run, host, channel)
             name = via.split("/")[1]
-            if name not in net_names:
+            if name not in net_names and len(net_names) < MAX_NETWORKS:
                 net_names.append(name)
         else:
             intra.add(via)

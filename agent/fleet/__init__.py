@@ -14,6 +14,7 @@ Peers advise; they never drain a node (issue 24).
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ Z_OUT = -3.5  # Iglewicz and Hoaglin's cut for a modified z-score
 # facts worse when high, each with how far above its peers' median is out of line (the Prometheus alert's margin too):
 # percentage points of the time since boot a GPU spent on a hardware clock brake
 HIGHER_IS_WORSE = {"fact:gpu_hw_braked_pct_max": 1.0}
+_COUNT = re.compile(r"[0-9]{1,6}")
 DRIFT_FIELDS = ("driver", "cuda", "vbios", "nic_firmware", "kernel", "topology", "nccl_conf", "roce_gid")
 
 
@@ -126,11 +128,11 @@ def _models(sku: str) -> Counter:
     models = Counter()
     for part in sku.split(" + "):
         count, _, name = part.partition("x ")
-        models[name] += int(count) if count.isdigit() else 0
+        models[name] += int(count) if _COUNT.fullmatch(count) else 0  # ASCII digits: str.isdigit takes '²', int() not
     return models
 
 
-def _partitioned_apart(sku: str, views: list[NodeView]) -> str:
+def _partitioned_apart(sku: str, sizes: Counter) -> str:
     """For a group whose sku names MIG GPUs: how many nodes of the same GPUs have none in MIG mode, and what a GPU
     in MIG mode by mistake costs ("; 7 node(s) of 8x ... have no GPU in MIG mode; ..."); else ""."""
     if MIG not in sku:
@@ -139,12 +141,24 @@ def _partitioned_apart(sku: str, views: list[NodeView]) -> str:
     for name, count in _models(sku).items():
         models[name.removesuffix(MIG)] += count
     plain = " + ".join(f"{n}x {name}" for name, n in models.most_common())
-    peers = sum(1 for v in views if v.sku == plain)
+    peers = sizes.get(plain, 0)
     return (f"; {peers} node(s) of {plain} have no GPU in MIG mode"
             "; a GPU in MIG mode by mistake has no NVLink: [gpus] mig requires a mode") if peers else ""
 
 
-def _short_of_gpus(sku: str, members: list[NodeView], views: list[NodeView]) -> tuple[str, list[Drift]]:
+def _judged_single_model(sizes: Counter) -> dict[str, list[tuple[int, str, int]]]:
+    """GPU model -> (nodes, sku, GPUs) of each type large enough to judge whose GPUs are all that model: found
+    once per comparison (per small group, a fleet of 8,000 node types took 59 s)."""
+    out: dict[str, list[tuple[int, str, int]]] = {}
+    for full, n in sizes.items():
+        kinds = _models(full)
+        if n >= MIN_PEERS + 1 and len(kinds) == 1:
+            ((model, count),) = kinds.items()
+            out.setdefault(model, []).append((n, full, count))
+    return out
+
+
+def _short_of_gpus(sku: str, members: list[NodeView], single: dict[str, list[tuple[int, str, int]]]) -> tuple[str, list[Drift]]:
     """For a group too small to judge whose GPUs are all of one model, where a judged group (MIN_PEERS + 1 nodes or
     more) holds more GPUs of that model: each node lost GPUs its type has (fallen off the bus or never enumerated,
     which no check of its own sees without [gpus] count). The clause to say and a Drift per node; else ("", [])."""
@@ -154,11 +168,8 @@ def _short_of_gpus(sku: str, members: list[NodeView], views: list[NodeView]) -> 
     ((model, count),) = models.items()
     if not model or MIG in model:  # "no GPU", or MIG GPUs (_partitioned_apart)
         return "", []
-    fuller = []  # (nodes, sku, GPUs) of each judged type holding more GPUs of this model alone
-    for full, n in Counter(v.sku for v in views).items():
-        kinds = _models(full)
-        if n >= MIN_PEERS + 1 and set(kinds) == {model} and kinds[model] > count:
-            fuller.append((n, full, kinds[model]))
+    # (nodes, sku, GPUs) of each judged type holding more GPUs of this model alone
+    fuller = [entry for entry in single.get(model, []) if entry[2] > count]
     if not fuller:
         return "", []
     nodes, full, usual = max(fuller)
@@ -169,13 +180,18 @@ def _short_of_gpus(sku: str, members: list[NodeView], views: list[NodeView]) -> 
 
 def compare(views: list[NodeView], fraction: float = DEFAULT_FRACTION) -> list[Group]:
     groups = []
-    for sku in sorted({v.sku for v in views}):
-        members = sorted((v for v in views if v.sku == sku), key=lambda v: v.name)
+    by_sku: dict[str, list[NodeView]] = {}
+    for view in views:
+        by_sku.setdefault(view.sku, []).append(view)
+    sizes = Counter({sku: len(members) for sku, members in by_sku.items()})
+    single = _judged_single_model(sizes)
+    for sku in sorted(by_sku):
+        members = sorted(by_sku[sku], key=lambda v: v.name)
         names = [v.name for v in members]
         if len(members) < MIN_PEERS + 1:
-            short, lost = _short_of_gpus(sku, members, views)
+            short, lost = _short_of_gpus(sku, members, single)
             groups.append(Group(sku, names, False, f"{len(members)} node(s): fewer than {MIN_PEERS} peers each, nothing judged"
-                                + _partitioned_apart(sku, views) + short, drift=lost))
+                                + _partitioned_apart(sku, sizes) + short, drift=lost))
             continue
         group = Group(sku, names, True)
         for key in sorted({k for v in members for k in v.values}):
