@@ -31,6 +31,32 @@ def read_regular(path: Path, limit: int) -> bytes:
         return file.read(limit + 1)
 
 
+def untrusted_why(path: Path) -> str | None:
+    """None when no one but root and this user can have written `path`: each directory from / down and the file
+    itself owned by root or this user and writable by no one else (a sticky directory such as /tmp is fine: no
+    one else can replace an entry in it), or lying under a root-owned directory no one else may enter (systemd's
+    /var/lib/private of DynamicUser= services). Else why not, as sshd refuses a key file others could change.
+    A path that does not exist yet is trusted as far as it goes: its creator is this process."""
+    euid, current = os.geteuid(), Path("/")
+    real = Path(os.path.realpath(path))
+    for part in real.parts[1:] + ("",):
+        try:
+            st = os.lstat(current)
+        except OSError:
+            return None
+        directory = stat.S_ISDIR(st.st_mode)
+        if directory and st.st_uid == 0 and not st.st_mode & 0o077 and current != real:
+            return None  # a root-private subtree: no one else reaches what lies below
+        if st.st_uid not in (0, euid):
+            return f"{current} is owned by uid {st.st_uid}, not root"
+        if st.st_mode & 0o022 and not (directory and st.st_mode & stat.S_ISVTX):
+            return f"{current} is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+        if not part:
+            break
+        current = current / part
+    return None
+
+
 def read_user_file(path: Path, limit: int, what: str) -> bytes:
     """A file a person named (a config, a log): its bytes, or NodecheckError naming the file and why (absent,
     not a regular file, larger than `limit`)."""

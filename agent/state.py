@@ -11,6 +11,8 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
+import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from nodecheck.events import (
     XidEvent,
     union_events,
 )
-from nodecheck.files import atomic_file, read_bounded
+from nodecheck.files import atomic_file, read_bounded, untrusted_why
 from nodecheck.model import from_json
 
 DEFAULT_DIR = "/var/lib/nodecheck"
@@ -48,9 +50,12 @@ def boot_id(read=lambda path: read_bounded(Path(path), 4096)) -> str | None:
 
 def read_state(directory: Path | None = None) -> dict | None:
     """The state file's JSON object; None when absent, unreadable or not an object (a broken file is
-    forgotten, never fatal: the worst it costs is an acknowledgement)."""
+    forgotten, never fatal: the worst it costs is an acknowledgement). NodecheckError when another user could
+    have written it (_trusted): its remembered Xids would drain and its acknowledgements hide real ones."""
+    target = (directory or state_dir()) / STATE_FILE
+    _trusted(target)
     try:
-        text = read_bounded((directory or state_dir()) / STATE_FILE, MAX_STATE_BYTES)
+        text = read_bounded(target, MAX_STATE_BYTES)
         data = typed_json.loads(text) if text is not None else None
     except (NodecheckError, ValueError, RecursionError):
         return None
@@ -69,15 +74,43 @@ def _cannot_write(directory: Path, error: OSError) -> NodecheckError:
                           "run as root, or set STATE_DIRECTORY to a directory you may write")
 
 
+def _trusted(path: Path) -> None:
+    if why := untrusted_why(path):
+        raise NodecheckError(f"nodecheck's state {path} is not trusted: {why} (another user could write what it "
+                             "remembers; make it root's alone: chown root: and chmod go-w)")
+
+
+LOCK_WAIT_S = 5.0  # a state update waits this long for the lock, then the round is kept in memory: never for ever
+LOCK_POLL_S = 0.05
+
+
 @contextlib.contextmanager
-def _locked(directory: Path):
+def _locked(directory: Path, wait_s: float = LOCK_WAIT_S):
+    """The state directory's lock, held by one nodecheck process at a time. The lock file is this user's alone
+    (0600: no one else may open it, so no one else may hold it); one not had within `wait_s` is a
+    NodecheckError (the caller keeps its round in memory), never a wait for ever."""
     try:
         directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-        fd = os.open(directory / ".lock", os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)  # root and the units share it
+        _trusted(directory / ".lock")
+        fd = os.open(directory / ".lock", os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
     except OSError as error:
         raise _cannot_write(directory, error) from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        held = os.fstat(fd)
+        if held.st_uid not in (0, os.geteuid()) or not stat.S_ISREG(held.st_mode):
+            raise NodecheckError(f"{directory / '.lock'}: not a file of root's: the state is not updated")
+        if held.st_mode & 0o077:  # an older nodecheck made it 0644: anyone could open it and hold it
+            os.fchmod(fd, 0o600)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise NodecheckError(f"nodecheck's state lock {directory / '.lock'} is held by another process "
+                                         f"for over {wait_s:g} s: this round is kept in memory") from None
+                time.sleep(LOCK_POLL_S)
         yield
     finally:
         os.close(fd)
@@ -142,6 +175,24 @@ def log_memory_from(raw) -> LogMemory:
     return LogMemory(sorted(events, key=lambda e: e.usec), *stretch)
 
 
+def fitted(data: dict) -> bytes:
+    """The state as its reader will read it: within MAX_STATE_BYTES, the oldest counter samples dropped first,
+    then the oldest remembered events; never an acknowledgement (a file over the bound is forgotten whole, and
+    with it every acknowledgement). Compact: 7,000 counters a sample already filled 1 MiB indented."""
+    def encoded() -> bytes:
+        return json.dumps(data, separators=(",", ":")).encode()
+
+    out = encoded()
+    while len(out) > MAX_STATE_BYTES and data.get("samples"):
+        data["samples"] = data["samples"][1:]
+        out = encoded()
+    events = (data.get("kernel_log") or {}).get("events") if isinstance(data.get("kernel_log"), dict) else None
+    while len(out) > MAX_STATE_BYTES and events:
+        del events[:max(1, len(events) // 4)]
+        out = encoded()
+    return out
+
+
 def _update(directory: Path, change, boot: str | None = None) -> Path:
     with _locked(directory):
         data = this_boot(read_state(directory), boot or boot_id())
@@ -149,7 +200,7 @@ def _update(directory: Path, change, boot: str | None = None) -> Path:
         target = directory / STATE_FILE
         try:  # a lock anyone may open does not make the directory writable (root made it; this run is not root)
             with atomic_file(target) as out:
-                out.write(json.dumps(data, indent=1).encode())
+                out.write(fitted(data))
         except OSError as error:
             raise _cannot_write(directory, error) from None
     return target

@@ -13,6 +13,8 @@ from nodecheck.probes.base import Probe
 from nodecheck.state import MAX_ACKNOWLEDGEMENTS, MAX_COUNTERS, MAX_SAMPLES, log_memory_from, this_boot
 
 FIELDS = {f.name for f in fields(Acknowledgement)}
+MAX_COUNT = 1 << 64  # counters are at most 64-bit: a sample of -10**300 or 10**300 is garbage, not a rate
+MAX_UPTIME_S = 1e10  # three centuries
 
 
 def history_from(raw: dict) -> History:
@@ -40,9 +42,10 @@ def _samples(raw) -> list[CounterSample]:
     for entry in raw[-MAX_SAMPLES:] if isinstance(raw, list) else []:
         counters = entry.get("counters") if isinstance(entry, dict) else None
         uptime = entry.get("uptime_s") if isinstance(entry, dict) else None
-        if (isinstance(uptime, (int, float)) and not isinstance(uptime, bool) and isinstance(counters, dict)
-                and len(counters) <= MAX_COUNTERS
-                and all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in counters.items())):
+        if (isinstance(uptime, (int, float)) and not isinstance(uptime, bool) and 0 <= uptime < MAX_UPTIME_S
+                and isinstance(counters, dict) and len(counters) <= MAX_COUNTERS
+                and all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_COUNT
+                        for k, v in counters.items())):
             out.append(CounterSample(float(uptime), dict(counters)))
     return sorted(out, key=lambda s: s.uptime_s)
 
