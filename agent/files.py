@@ -10,7 +10,7 @@ import re
 import stat
 import tempfile
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from nodecheck.errors import NoData, NodecheckError, ProbeFailed, TimedOut
 
@@ -29,6 +29,64 @@ def read_regular(path: Path, limit: int) -> bytes:
         raise
     with file:
         return file.read(limit + 1)
+
+
+MAX_LINKS_FOLLOWED = 40  # as the kernel's own limit on links in one path
+
+
+def open_beneath(root: Path, relative: str, directory: bool = False) -> int | None:
+    """A descriptor for root/relative opened one component at a time from root's descriptor, never following a
+    link in the kernel: a link is read (readlinkat) and its target walked the same way, so no one who swaps
+    entries between the steps can lead the open outside root (as openat2's RESOLVE_BENEATH). None when a
+    component is absent or not a directory; ProbeFailed when the path, or a link on it, leads outside root."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    stack = [os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+    pending, followed = list(reversed(PurePosixPath(relative.lstrip("/")).parts)), 0
+    try:
+        while pending:
+            name = pending.pop()
+            if name in ("", ".", "/"):
+                continue
+            if name == "..":
+                if len(stack) == 1:
+                    raise ProbeFailed(f"{relative[:120]!r} leads outside {root}: refused")
+                os.close(stack.pop())
+                continue
+            try:
+                fd = os.open(name, flags, dir_fd=stack[-1])
+            except OSError as error:
+                if error.errno != errno.ELOOP:
+                    if error.errno in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+                        return None
+                    raise ProbeFailed(f"{relative[:120]!r}: {error.strerror}") from None
+                followed += 1
+                target = os.readlink(name, dir_fd=stack[-1])
+                if followed > MAX_LINKS_FOLLOWED or target.startswith("/"):
+                    raise ProbeFailed(f"{relative[:120]!r} is a link that leads outside {root}: refused") from None
+                pending.extend(reversed(PurePosixPath(target).parts))
+                continue
+            is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+            if pending or directory:
+                if not is_dir:
+                    os.close(fd)
+                    return None
+                if pending:
+                    stack.append(fd)
+                    continue
+            return fd
+        return os.dup(stack[-1]) if directory else None
+    finally:
+        for fd in stack:
+            os.close(fd)
+
+
+def read_fd(fd: int, limit: int, name: str) -> str | None:
+    """A regular file's text from its descriptor (closed here); None when it is not a regular file; ProbeFailed
+    past `limit` bytes."""
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            return None
+        return _text(Path(name), file.read(limit + 1), limit)
 
 
 def untrusted_why(path: Path) -> str | None:

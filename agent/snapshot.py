@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 
 from nodecheck import typed_json
 from nodecheck.errors import NoData, NodecheckError, NotRecorded, ProbeFailed, TimedOut
-from nodecheck.files import atomic_file, read_bounded
+from nodecheck.files import atomic_file, open_beneath, read_fd
 from nodecheck.host import Host, stop_at_deadline
 from nodecheck.limits import (
     MAX_COMMAND_OUTPUT,
@@ -172,17 +172,21 @@ class SnapshotHost:
         self.links = self._json("fs-links.json", _links_shape) or {}
         self.dirs = self._json("fs-dirs.json", _dirs_shape) or {}
 
-    def _inside(self, relative: str) -> Path:
-        """root/relative with every link resolved; ProbeFailed when that leaves the root."""
+    def _open(self, relative: str, directory: bool = False) -> int | None:
+        """A descriptor for root/relative, opened beneath the root's (files.open_beneath: no link swapped in
+        between a check and the open leads out); ProbeFailed when the path or a link on it leaves the root."""
         if ".." in PurePosixPath(relative).parts:
             raise ProbeFailed(f"snapshot: {relative[:120]!r} climbs out of the snapshot with '..': refused")
-        resolved = os.path.realpath(self.root / relative.lstrip("/"))
-        if resolved != str(self.root) and not resolved.startswith(str(self.root) + os.sep):
-            raise ProbeFailed(f"snapshot: {relative[:120]!r} is a link that leads outside the snapshot: refused")
-        return Path(resolved)
+        try:
+            return open_beneath(self.root, relative, directory)
+        except ProbeFailed as error:
+            raise ProbeFailed(f"snapshot: {str(error).replace(str(self.root), 'the snapshot')}") from None
+        except OSError:  # the snapshot's root itself is gone
+            return None
 
     def _read(self, relative: str, limit: int) -> str | None:
-        return read_bounded(self._inside(relative), limit)
+        fd = self._open(relative)
+        return None if fd is None else read_fd(fd, limit, str(self.root / relative.lstrip("/")))
 
     def _json(self, name: str, shape=None):
         text = self._read(name, MAX_JSON_DOCUMENT)
@@ -230,8 +234,14 @@ class SnapshotHost:
         if path in self.dirs:
             names = self.dirs[path][:MAX_DIR_ENTRIES]  # a recorded listing is bounded like a live one
         else:
-            directory = self._inside("fs/" + path.lstrip("/"))
-            names = sorted(itertools.islice((p.name for p in directory.iterdir()), MAX_DIR_ENTRIES)) if directory.is_dir() else []
+            fd = self._open("fs/" + path.lstrip("/"), directory=True)
+            names = []
+            if fd is not None:
+                try:
+                    with os.scandir(fd) as entries:
+                        names = sorted(e.name for e in itertools.islice(entries, MAX_DIR_ENTRIES))
+                finally:
+                    os.close(fd)
         # a listed name is one path component: `../../etc` would walk out of the tree
         return [name for name in names if name not in ("", ".", "..") and "/" not in name and "\0" not in name]
 

