@@ -7,10 +7,14 @@ Retry-After. Anything else (401, 403, 404, 409, 422) is an ApiError at once, wit
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import random
+import re
+import socket
 import ssl
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,15 +114,33 @@ class ApiClient:
             data = json.dumps(body, separators=(",", ":")).encode()
             headers["Content-Type"] = content_type
         connection = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=self.context)
+        # the socket's timeout is per read: a server that trickles a header byte every few seconds never trips it.
+        # The whole call has one deadline; past it the socket is shut, and the blocked read returns an error.
+        cutoff = threading.Timer(self.timeout, _cut, (connection,))
+        cutoff.daemon = True
+        cutoff.start()
         try:
             connection.request(method, path, body=data, headers=headers)
             response = connection.getresponse()
             answer = _read_bounded(response, time.monotonic() + self.timeout)
+            if cutoff.finished.is_set():  # cut mid-header, http.client may read the rest as an empty answer
+                return 0, b"no answer within the call's deadline", None
             return response.status, answer, _retry_after(response.getheader("Retry-After"))
-        except (OSError, http.client.HTTPException, ApiError) as error:  # refused, reset, timed out, TLS, too large
-            return 0, str(getattr(error, "strerror", None) or error or type(error).__name__).encode(), None
+        except (OSError, http.client.HTTPException, ApiError, ValueError) as error:  # refused, reset, cut, TLS, too large
+            said = "no answer within the call's deadline" if cutoff.finished.is_set() else (
+                getattr(error, "strerror", None) or error or type(error).__name__)
+            return 0, str(said).encode(), None
         finally:
+            cutoff.cancel()
             connection.close()
+
+
+def _cut(connection: http.client.HTTPSConnection) -> None:
+    """End a call past its deadline: shut its socket (a read blocked on it returns at once)."""
+    sock = connection.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 def _read_bounded(response: http.client.HTTPResponse, deadline: float) -> bytes:
@@ -144,7 +166,7 @@ def _retry_after(value: str | None) -> float | None:
 def _object(answer: bytes, method: str, path: str) -> dict:
     try:
         document = typed_json.loads(answer)
-    except ValueError:
+    except (ValueError, RecursionError):  # a deep answer: an error, not a traceback every round
         document = None
     if not isinstance(document, dict):
         raise ApiError(0, f"{method} {path}: the answer is not a JSON object")
@@ -154,11 +176,19 @@ def _object(answer: bytes, method: str, path: str) -> dict:
 def _status_text(status: int, answer: bytes) -> str:
     """The API server's Status message when it sent one ("nodes "x" is forbidden: User ... cannot patch ...")."""
     if not status:
-        return f"no answer ({answer.decode('utf-8', 'replace')[:200]})"
+        return f"no answer ({_plain(answer.decode('utf-8', 'replace')[:200])})"
     try:
         document = typed_json.loads(answer)
         message = document.get("message") if isinstance(document, dict) else None
-    except ValueError:
+    except (ValueError, RecursionError):
         message = None
     text = message if isinstance(message, str) and message else answer.decode("utf-8", "replace")
-    return f"{status} {' '.join(text.split())[:300]}"
+    return f"{status} {_plain(' '.join(text.split())[:300])}"
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _plain(text: str) -> str:
+    """An API server's words as they go into the log: control characters (terminal escapes) as '?'."""
+    return _CONTROL.sub("?", text)

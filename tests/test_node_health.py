@@ -10,6 +10,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -193,8 +194,11 @@ def test_what_npd_writes_is_what_its_shipped_config_says_and_never_what_serve_wr
     from nodecheck.findings import FINDING_KINDS
 
     config = json.loads((REPO / "deploy/kubernetes/npd-nodecheck.json").read_text())
-    assert {rule["reason"] for rule in config["rules"] if rule["type"] == "permanent"} == NPD_REASONS  # conditions
-    assert {c["message"] for c in config["conditions"]} == NPD_MESSAGES
+    # the bandwidth condition is not shipped (it needs a bench's file: docs/kubernetes.md gives its rule)
+    shipped = {rule["reason"] for rule in config["rules"] if rule["type"] == "permanent"}
+    assert shipped <= NPD_REASONS and NPD_REASONS - shipped == {"NodecheckBandwidthFailing"}
+    messages = {c["message"] for c in config["conditions"]}
+    assert messages <= NPD_MESSAGES and len(NPD_MESSAGES - messages) == 1
     assert not {reason_of(kind) for kind in FINDING_KINDS} & NPD_REASONS
 
 
@@ -495,4 +499,82 @@ def test_the_manifests_agree_with_the_code():
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     npd = json.loads((REPO / "deploy/kubernetes/npd-nodecheck.json").read_text())
     assert {(c["type"], c["reason"]) for c in npd["conditions"]} == {
-        (kind, f"Nodecheck{area.capitalize()}Ok") for area, kind in CONDITIONS.items()}
+        (kind, f"Nodecheck{area.capitalize()}Ok") for area, kind in CONDITIONS.items() if area != "bandwidth"}
+
+
+class TricklingServer:
+    """A TLS server that answers every request with a status line and then one header byte every 0.2 s, for
+    ever: a per-read timeout never trips on it."""
+
+    def __init__(self, context) -> None:
+        import socket as sockets
+
+        self.listener = sockets.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.context, self.stop = context, threading.Event()
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+
+    def serve(self) -> None:
+        self.listener.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                raw, _ = self.listener.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self.trickle, args=(raw,), daemon=True).start()
+
+    def trickle(self, raw) -> None:
+        try:
+            with self.context.wrap_socket(raw, server_side=True) as conn:
+                conn.settimeout(5)
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\n")
+                while not self.stop.wait(0.2):
+                    conn.sendall(b"X")
+        except OSError:
+            pass
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.listener.close()
+
+
+def test_a_server_that_trickles_its_header_is_cut_off_at_the_calls_deadline(tls, reports, caplog):
+    """It hung `serve --kubernetes-conditions` for ever with nodecheck_kubernetes_publish_success at 1 and no log
+    line. Each call now has one deadline for the whole of it: past it the call fails, is logged and exported."""
+    caplog.set_level(logging.INFO, "nodecheck.serve")
+    with TricklingServer(tls[0]) as server:
+        api = ApiClient("127.0.0.1", server.port, tls[1], timeout=1.0, backoff=Backoff(attempts=2), wait=lambda s: False,
+                        jitter=lambda d: d)
+        started = time.monotonic()
+        with pytest.raises(ApiError, match="deadline"):
+            api.request("GET", f"/api/v1/nodes/{NAME}")
+        assert time.monotonic() - started < 10  # two attempts of 1 s each, not for ever
+        publisher = NodeHealth(api, NAME, "error", False, clock=Clock())
+        stop = threading.Event()
+        worker = threading.Thread(target=publisher.follow, args=(stop,), daemon=True)
+        worker.start()
+        try:
+            publisher.offer(reports["nvlink_down"])
+            wait_until(lambda: "Kubernetes conditions not published" in caplog.text, 30, "the failure logged")
+            assert "nodecheck_kubernetes_publish_success 0.0" in publisher.exposition().decode()
+        finally:
+            stop.set()
+            publisher.offer(reports["healthy"])
+            worker.join(30)
+        assert not worker.is_alive()
+
+
+def test_an_api_servers_words_reach_the_log_plain_and_a_deep_answer_is_an_error(tls, api):
+    api.fail_next(500, {"kind": "Status", "message": "boom \x1b]0;owned\x07 here", "code": 500})
+    with pytest.raises(ApiError) as raised:
+        client(tls, api.port, attempts=1).request("GET", f"/api/v1/nodes/{NAME}")
+    assert "\x1b" not in str(raised.value) and "boom ?]0;owned? here" in str(raised.value)
+    api.fail_next(200, b"[" * 100_000)
+    with pytest.raises(ApiError, match="not a JSON object"):
+        client(tls, api.port, attempts=1).request("GET", f"/api/v1/nodes/{NAME}")
