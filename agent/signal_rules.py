@@ -154,10 +154,18 @@ def _xid_finding(report: Report, config: Config, subject: str, code: int, events
         now = True
     recent = _within_window(report, config, events)
     repeated = len(recent) >= config.errors.xid_repeat_count
+    processes = None
+    if entry.resolution == "RESTART_APP" and not _live_recovery_action(report, subject):
+        # NVIDIA's catalog resolves these by restarting the application, and the driver's line names its process:
+        # one job's faults are that job's; only faults of several processes count against the GPU
+        processes = _processes(recent)
+        repeated = processes >= config.errors.xid_repeat_count
     pci = events[0].pci
     where = f" ({pci})" if not subject.startswith("pci:") else ""
     timed = all(e.usec is not None for e in events) and not now
-    window = since_boot(events) + (f" ({len(recent)} within {config.errors.xid_repeat_window_s:g} s)" if timed else "")
+    from_processes = f", from {processes} process(es)" if processes is not None else ""
+    window = since_boot(events) + (f" ({len(recent)} within {config.errors.xid_repeat_window_s:g} s{from_processes})"
+                                   if timed else from_processes and f" ({from_processes[2:]})")
     followed = f"; followed by {len(sympathetic)} sympathetic Xid(s) {_codes(sympathetic)}" if sympathetic else ""
     said = _in_line(entry, events)
     if now or repeated:
@@ -167,10 +175,22 @@ def _xid_finding(report: Report, config: Config, subject: str, code: int, events
         message = (f"{subject}{where} logged Xid {code} ({entry.name}) {window}{said}{followed}: {why}; "
                    f"{entry.advice(subject)}, then `nodecheck clear gpu_xid --gpu {_gpu_argument(subject)}` once it is dealt with")
     else:
+        by = " from as many processes (one job's own faults are the job's)" if processes is not None else ""
         message = (f"{subject}{where} logged Xid {code} ({entry.name}) {window}{said}{followed}: watched, an error at "
-                   f"{config.errors.xid_repeat_count} within {config.errors.xid_repeat_window_s:g} s ([errors]); {entry.advice(subject)}")
+                   f"{config.errors.xid_repeat_count} within {config.errors.xid_repeat_window_s:g} s{by} ([errors]); "
+                   f"{entry.advice(subject)}")
     return Finding("gpu_xid", "error" if now or repeated else "warning", subject, f"Xid {code} {entry.label}",
                    "no Xid" if now else f"< {config.errors.xid_repeat_count} in {config.errors.xid_repeat_window_s:g} s", message)
+
+
+_PID = re.compile(r"\bpid=(\d{1,10})\b")
+
+
+def _processes(events: list[XidEvent]) -> int:
+    """How many processes the events come from, by the driver's `pid=N` (an event that names none is a process of
+    its own: it cannot be laid on another's)."""
+    pids = {pid[1] for e in events if (pid := _PID.search(e.message))}
+    return len(pids) + sum(1 for e in events if not _PID.search(e.message))
 
 
 def _live_recovery_action(report: Report, subject: str) -> int | None:

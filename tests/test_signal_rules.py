@@ -11,6 +11,7 @@ from helpers import PUBLIC, cli, make_gpu, make_report, need
 from nodecheck.config import Config
 from nodecheck.coverage import unmade_checks
 from nodecheck.events import Acknowledgement, History, KernelLog
+from nodecheck.model_gpu import GpuSignals
 from nodecheck.probes.kernel_log import parse_kernel_log
 from nodecheck.prolog import drain_reason, failing_findings
 from nodecheck.rules import evaluate
@@ -71,8 +72,11 @@ def test_a_watched_xid_is_a_warning_until_it_repeats_within_the_window():
     assert once.severity == "warning" and once.expected == "< 3 in 60 s"
     _, (spread,) = judged([xid_line(13, s) for s in (10, 100, 190)], config=config)  # only one within the last 60 s
     assert spread.severity == "warning"
-    _, (burst,) = judged([xid_line(13, s) for s in (150, 160, 170)], config=config)
-    assert burst.severity == "error" and "3 within 60 s" in burst.message
+    _, (burst,) = judged([xid_line(13, s, tail=f"pid={s}, name=python") for s in (150, 160, 170)], config=config)
+    assert burst.severity == "error" and "3 within 60 s, from 3 process(es)" in burst.message
+    # one job's own faults (RESTART_APP: the driver's line names the job's process) are that job's, not the GPU's
+    _, (one_job,) = judged([xid_line(13, s, tail="pid=4242, name=python") for s in (150, 160, 170)], config=config)
+    assert one_job.severity == "warning" and "from 1 process(es)" in one_job.message
     _, (sustained,) = judged([xid_line(92, 150)], config=config)  # 92 drains only when sustained
     assert sustained.severity == "warning"
     _, (sustained,) = judged([xid_line(92, s) for s in (150, 160, 170)], config=config)
@@ -82,7 +86,7 @@ def test_a_watched_xid_is_a_warning_until_it_repeats_within_the_window():
 def test_a_log_without_time_stamps_counts_every_event_since_boot():
     config = Config()
     config.errors.xid_repeat_count = 2
-    lines = [f"[Tue Jun 11 10:0{n}:00 2024] NVRM: Xid (PCI:0000:9b:00): 31, pid=1, fault" for n in range(2)]
+    lines = [f"[Tue Jun 11 10:0{n}:00 2024] NVRM: Xid (PCI:0000:9b:00): 31, pid={n}, fault" for n in range(2)]
     _, (finding,) = judged(lines, config=config)
     assert finding.severity == "error"
 
@@ -314,3 +318,15 @@ def test_kernel_log_json_says_each_154_by_the_action_it_changes_to(tmp_path):
                               xid_line(154, 95.0, tail=RECOVERY_NONE)]) + "\n")
     document = json.loads(cli("kernel-log", str(log), "--json").stdout)
     assert [(e["xid"], e["severity"]) for e in document["events"]] == [(79, "error"), (154, "error"), (154, "info")]
+
+
+def test_a_users_own_page_faults_do_not_drain_but_a_gpu_reset_asked_does():
+    """Five Xid 31 of one process within the hour drained the node, though NVIDIA resolves 31 by restarting the
+    application. With NVML's recovery action asking for a reset, the same events count against the GPU."""
+    lines = [xid_line(31, 100 + s, tail="pid=3234, name=train.py, Ch 00000008, intr 00000000. MMU Fault") for s in range(6)]
+    _, (finding,) = judged(lines)
+    assert finding.severity == "warning" and "from 1 process(es)" in finding.message
+    gpu = make_gpu(3, pci_bus_id=GPU3)
+    gpu.signals = GpuSignals(recovery_action=2)
+    _, findings = judged(lines, gpus=[gpu])
+    assert any(f.kind == "gpu_xid" and f.severity == "error" for f in findings)
