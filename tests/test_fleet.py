@@ -5,6 +5,7 @@ three and no other; fewer than five nodes of a type are not judged."""
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from helpers import cli, hgx_nvml, make_measurement, make_snapshot
@@ -163,9 +164,9 @@ def test_serve_reads_the_measurements_a_bench_run_wrote(tmp_path, hgx_report):
     from nodecheck.errors import NodecheckError
 
     report = node(hgx_report, "n", ratio=0.9)
-    (tmp_path / "bench.json").write_text(json.dumps(dict(report.to_dict(), measured_at=1.8e9)))
+    (tmp_path / "bench.json").write_text(json.dumps(dict(report.to_dict(), measured_at=1.79e9)))
     measurements, when = read_measurements_file(tmp_path / "bench.json")
-    assert [(m.test, round(m.ratio, 2)) for m in measurements] == [("allreduce", 0.9)] and when == 1.8e9
+    assert [(m.test, round(m.ratio, 2)) for m in measurements] == [("allreduce", 0.9)] and when == 1.79e9
     (tmp_path / "bad.json").write_text('{"measurements": [{"path": 5}]}')
     with pytest.raises(NodecheckError, match="bad.json"):
         read_measurements_file(tmp_path / "bad.json")
@@ -176,6 +177,39 @@ def test_serve_reads_the_measurements_a_bench_run_wrote(tmp_path, hgx_report):
     (tmp_path / "no-ok.json").write_text(json.dumps(document))
     with pytest.raises(NodecheckError, match="Measurement.ok: missing"):
         read_measurements_file(tmp_path / "no-ok.json")
+    assert measurements[0].details["source"] == f"file {tmp_path / 'bench.json'}"  # where the figure came from
+
+
+def test_a_measurements_file_from_the_future_or_another_user_is_refused(tmp_path, hgx_report):
+    """measured_at 1e12 silenced the stale-bandwidth alert for good, and a file any user wrote became a finding,
+    a condition and a taint: a time in the future is refused, and so is a file another user could write."""
+    import os
+    import shutil
+    import tempfile
+
+    from nodecheck.bench.plan import read_measurements_file
+    from nodecheck.errors import NodecheckError
+
+    report = node(hgx_report, "n", ratio=0.4)
+    (tmp_path / "future.json").write_text(json.dumps(dict(report.to_dict(), measured_at=1e12)))
+    with pytest.raises(NodecheckError, match="lies in the future"):
+        read_measurements_file(tmp_path / "future.json")
+    if os.geteuid() != 0:
+        return
+    shared = Path(tempfile.mkdtemp(prefix="nodecheck-bench-", dir="/tmp"))
+    try:
+        shared.chmod(0o755)
+        planted = shared / "bench.json"
+        planted.write_text(json.dumps(dict(report.to_dict(), measured_at=1.79e9)))
+        planted.chmod(0o666)
+        with pytest.raises(NodecheckError, match="writable by others"):
+            read_measurements_file(planted)
+        planted.chmod(0o644)
+        os.chown(planted, 65534, 65534)
+        with pytest.raises(NodecheckError, match="owned by uid 65534"):
+            read_measurements_file(planted)
+    finally:
+        shutil.rmtree(shared)
 
 
 def test_five_peers_means_six_nodes_as_in_the_prometheus_rules(tmp_path, hgx_report):

@@ -55,7 +55,7 @@ def node_snapshot(root, ratio: float = 0.95, driver: str | None = None, x8: int 
         (snap / "nvml.json").write_text(json.dumps(dict(dump, driver_version=driver)))
     allreduce = make_measurement("allreduce:node-8-gpus", "allreduce", rate=ratio * 400e9, spec=400e9,
                                  details={"path_kind": "nvlink"})
-    (root / "measurements.json").write_text(json.dumps({"schema": "nodecheck.measurements", "measured_at": 1.8e9,
+    (root / "measurements.json").write_text(json.dumps({"schema": "nodecheck.measurements", "measured_at": time.time() - 600,
                                                         "measurements": [allreduce.__dict__]}))
     return snap, allreduce
 

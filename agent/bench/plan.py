@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from importlib.util import find_spec
+from pathlib import Path
 
 from nodecheck import typed_json
 from nodecheck.errors import NodecheckError, TimedOut, install_extra
@@ -96,14 +97,21 @@ def _failed(path: str, test: str, error: str) -> Measurement:
     return Measurement.failed(path, test, "-", "-", error)
 
 
+CLOCK_SKEW_S = 300  # a bench on this node wrote the file: its clock is this one's, give or take NTP
+
+
 def read_measurements_file(path, this_host: str | None = None) -> tuple[list[Measurement], float | None]:
     """The measurements of a file `bench --json` (a Report) or `bench --measure-only` wrote, and when they were
     taken: what `serve --measurements FILE` publishes: this node's own (a job's Report also holds its other nodes'
     in-node figures, which are theirs). NodecheckError naming the file when it is neither, or when the Report
     names a node other than `this_host` (a path shared by every node: another node's figures)."""
-    from nodecheck.files import read_user_file
+    import time
+
+    from nodecheck.files import read_user_file, untrusted_why
     from nodecheck.limits import MAX_JSON_DOCUMENT
 
+    if why := untrusted_why(Path(path)):  # its figures become findings, conditions and taints: root's alone
+        raise NodecheckError(f"{path}: not trusted: {why} (make it root's alone: chown root: and chmod go-w)")
     try:
         document = typed_json.loads(read_user_file(path, MAX_JSON_DOCUMENT, "measurements"))
         measurements = [from_json(Measurement, m) for m in document["measurements"]]
@@ -115,9 +123,14 @@ def read_measurements_file(path, this_host: str | None = None) -> tuple[list[Mea
         raise NodecheckError(f"{path}: written by `nodecheck bench` on {written_on[:100]!r}, not on this node ({this_host!r}): "
                              "another node's figures are not this node's (is the path shared?)")
     when = document.get("measured_at")
+    when = float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None
+    if when is not None and when > time.time() + CLOCK_SKEW_S:  # 1e12 silenced the stale-bandwidth alert for good
+        raise NodecheckError(f"{path}: measured_at {when:.0f} lies in the future: not read")
     # a job's other nodes' figures are theirs to publish; so is a job's slow all-reduce its exchanges blamed on them
     measurements = [m for m in measurements if measured_on(m.path) is None and not blames_other_nodes(m, written_on)]
-    return measurements, float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None
+    for m in measurements:  # where a figure came from, in the Report and its findings' details
+        m.details["source"] = f"file {str(path)[:200]}"
+    return measurements, when
 
 
 def blames_other_nodes(m: Measurement, host: str | None) -> bool:
