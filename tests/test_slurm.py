@@ -248,7 +248,7 @@ def test_an_allreduce_across_the_allocation_leaves_the_jobs_report(slurm, tmp_pa
     report = json.loads(out.read_text())
     (allreduce,) = [m for m in report["measurements"] if m["test"] == "allreduce"]
     assert allreduce["ok"] and allreduce["ranks"] == 2, allreduce
-    assert f"nodecheck-allreduce: the job's Report is in {out}" in text and not list(tmp_path.glob("*.tmp"))
+    assert f"nodecheck-allreduce: the job's Report is in {out}" in text and not list(tmp_path.glob(".nodecheck-allreduce.*"))
     shown = nodecheck("inspect", "--from", str(out))
     assert shown.returncode == 0 and allreduce["path"] in shown.stdout, shown.stdout + shown.stderr
 
