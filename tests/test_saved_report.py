@@ -225,3 +225,16 @@ def test_config_check_counts_measurements_in_a_sweeps_reports(tmp_path):
     assert out.returncode == 1, out.stdout + out.stderr
     assert "h100-b (h100-b.json): the prolog would drain it: nodecheck: gpu0:host bandwidth 0.44 of spec, >= 0.75 expected" \
         in out.stdout and "1 of 2 pass" in out.stdout, out.stdout
+
+
+def test_a_report_with_more_gpus_nics_or_links_than_a_node_is_refused(tmp_path):
+    """10,000 GPUs in a saved Report took `inspect --from` 150 s and 2.7 GB (50,000: a MemoryError): a Report is
+    bounded as a snapshot is (agent/limits.py), and refused naming the count."""
+    document = _job()
+    gpu = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-0", "pci_bus_id": "00000000:18:00.0"}
+    for key, entry, count in (("gpus", gpu, 10_000), ("nics", {"name": "eth0"}, 5_000),
+                              ("links", {"a": 0, "b": 1, "type": "NV18"}, 60_000)):
+        big = dict(document, **{key: [dict(entry, index=n) if key == "gpus" else entry for n in range(count)]})
+        (tmp_path / f"{key}.json").write_text(json.dumps(big))
+        run = cli("inspect", "--from", str(tmp_path / f"{key}.json"))
+        assert run.returncode == 2 and f"{count} {key}, more than a node holds" in run.stderr, run.stderr

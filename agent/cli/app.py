@@ -100,6 +100,17 @@ def read_report_directory(directory: Path):
             yield path, None, str(error).removeprefix(f"{path}: ")
 
 
+def _within_a_nodes_bounds(document: dict) -> None:
+    """ValueError when a Report holds more GPUs, NICs or links than any node (agent/limits.py, as a snapshot is
+    bounded): 10,000 GPUs took inspect --from 150 s and 2.7 GB, 50,000 a MemoryError."""
+    from nodecheck.limits import MAX_GPUS, MAX_NICS, MAX_TOPO_DEVICES
+
+    for key, bound in (("gpus", MAX_GPUS), ("nics", MAX_NICS), ("links", MAX_TOPO_DEVICES * MAX_TOPO_DEVICES // 2)):
+        value = document.get(key)
+        if isinstance(value, list) and len(value) > bound:
+            raise ValueError(f"{len(value)} {key}, more than a node holds ({bound}): not read")
+
+
 def read_report_file(path: Path):
     """A Report saved as JSON (`inspect --json`, `bench --json`: a job's rank 0 writes every node's figures), of
     any size such a job writes; NodecheckError naming the file when it is not one (another of nodecheck's
@@ -116,6 +127,7 @@ def read_report_file(path: Path):
         schema = document.get("schema") if isinstance(document, dict) else None
         if schema != REPORT_SCHEMA:
             raise ValueError(f"its schema is {str(schema)[:60]!r}, not {REPORT_SCHEMA!r}" if schema else "it has no schema")
+        _within_a_nodes_bounds(document)
         return Report.from_dict(document)
     except (ValueError, TypeError, RecursionError) as error:
         raise NodecheckError(f"{path}: not a nodecheck Report: {str(error)[:300]}") from None
