@@ -7,14 +7,11 @@ Retry-After. Anything else (401, 403, 404, 409, 422) is an ApiError at once, wit
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import random
 import re
-import socket
 import ssl
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +19,7 @@ from typing import Callable
 
 from nodecheck import typed_json
 from nodecheck.errors import NodecheckError
+from nodecheck.http_call import cut_at_deadline
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 MAX_ANSWER = 4 * 1024 * 1024  # a Node with a few hundred images listed is ~100 KiB
@@ -116,9 +114,7 @@ class ApiClient:
         connection = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=self.context)
         # the socket's timeout is per read: a server that trickles a header byte every few seconds never trips it.
         # The whole call has one deadline; past it the socket is shut, and the blocked read returns an error.
-        cutoff = threading.Timer(self.timeout, _cut, (connection,))
-        cutoff.daemon = True
-        cutoff.start()
+        cutoff = cut_at_deadline(connection, self.timeout)
         try:
             connection.request(method, path, body=data, headers=headers)
             response = connection.getresponse()
@@ -133,14 +129,6 @@ class ApiClient:
         finally:
             cutoff.cancel()
             connection.close()
-
-
-def _cut(connection: http.client.HTTPSConnection) -> None:
-    """End a call past its deadline: shut its socket (a read blocked on it returns at once)."""
-    sock = connection.sock
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 def _read_bounded(response: http.client.HTTPResponse, deadline: float) -> bytes:

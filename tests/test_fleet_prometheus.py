@@ -105,3 +105,73 @@ def test_the_fleet_alerts_and_both_fleet_commands_name_the_same_nodes(tmp_path, 
     from_reports = json.loads(cli("fleet", str(reports), "--json").stdout)
     assert sorted(names[i] for i in from_prometheus["out_of_line"]) == from_reports["out_of_line"] == [
         "node-2x", "node-hot", "node-olddriver", "node-slow", "node-x8"]
+
+
+class ScriptedServer:
+    """A TCP server on loopback that answers each connection with `reply` (bytes, or a callable given the socket)."""
+
+    def __init__(self, reply) -> None:
+        import socket as sockets
+        import threading
+
+        self.listener = sockets.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.reply, self.stop = reply, threading.Event()
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+
+    def serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                continue
+            with conn:
+                try:
+                    conn.settimeout(5)
+                    conn.recv(65536)
+                    self.reply(conn, self.stop) if callable(self.reply) else conn.sendall(self.reply)
+                except OSError:
+                    pass
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.listener.close()
+
+
+def trickle(conn, stop) -> None:
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+    while not stop.wait(0.2):
+        conn.sendall(b" ")
+
+
+@pytest.mark.parametrize("reply, said", [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 200013\r\n\r\n" + b"[" * 200_000 + b"]" * 13, "not an instant-query answer"),
+    (b"SSH-2.0-OpenSSH_9.6\r\n", "not an HTTP answer"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n{\"status\": \"succ", "cut short"),
+    (b"HTTP/1.1 302 Found\r\nLocation: ftp://example.invalid/x\r\nContent-Length: 0\r\n\r\n", "not followed"),
+    (b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n", "answered 500"),
+    (trickle, "within 2 s"),
+])
+def test_a_broken_prometheus_is_a_named_error_within_the_deadline(reply, said):
+    """Tracebacks on deep JSON, a non-HTTP reply and a cut body; a trickled reply ran past 400 s (the timeout was
+    per read); a redirect to ftp:// was followed. Each is now a NodecheckError naming it, within one deadline."""
+    from nodecheck.errors import NodecheckError
+    from nodecheck.fleet.prometheus import query
+
+    with ScriptedServer(reply) as server:
+        started = time.monotonic()
+        with pytest.raises(NodecheckError, match=said):
+            query(server.url, "nodecheck_node_fingerprint_info", timeout=2.0)
+        assert time.monotonic() - started < 10
+
+
+def test_the_fleet_command_says_so_and_exits_2():
+    with ScriptedServer(b"SSH-2.0-OpenSSH_9.6\r\n") as server:
+        run = cli("fleet", "--prometheus", server.url)
+    assert run.returncode == 2 and "not an HTTP answer" in run.stderr and "Traceback" not in run.stderr

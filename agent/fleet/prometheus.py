@@ -5,14 +5,13 @@ timeout and a bounded answer; a node is named by its `instance` label."""
 from __future__ import annotations
 
 import math
-import urllib.error
 import urllib.parse
-import urllib.request
 
 from nodecheck import typed_json
 from nodecheck.errors import NodecheckError
 from nodecheck.fingerprint import FIELDS
 from nodecheck.fleet import NodeView
+from nodecheck.http_call import get
 from nodecheck.model import measured_on
 
 MAX_ANSWER = 64 * 1024 * 1024  # 10,000 nodes x a few dozen series
@@ -33,24 +32,20 @@ FACTS = {  # the numeric facts agent/fleet.py takes from a Report, as PromQL ove
 
 
 def query(base: str, promql: str, timeout: float = TIMEOUT_S) -> list[dict]:
-    """An instant query's result vector: [{"metric": {...}, "value": [time, "text"]}]."""
+    """An instant query's result vector: [{"metric": {...}, "value": [time, "text"]}]; the whole call within
+    `timeout` (agent/http_call.py), its answer within MAX_ANSWER; NodecheckError naming what went wrong."""
     url = base.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    if not url.startswith(("http://", "https://")):
-        raise NodecheckError(f"--prometheus {base!r}: expected an http:// or https:// URL")
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as answer:  # noqa: S310 - the scheme is checked above
-            body = answer.read(MAX_ANSWER + 1)
-    except (urllib.error.URLError, OSError, ValueError) as error:
-        raise NodecheckError(f"Prometheus at {base}: {getattr(error, 'reason', error)}") from None
-    if len(body) > MAX_ANSWER:
-        raise NodecheckError(f"Prometheus at {base}: an answer larger than {MAX_ANSWER >> 20} MiB")
+        body = get(url, timeout, MAX_ANSWER)
+    except NodecheckError as error:
+        raise NodecheckError(f"Prometheus at {base[:200]}: {error}") from None
     try:
         document = typed_json.loads(body)
         result = document["data"]["result"] if document.get("status") == "success" else None
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         result = None
     if not isinstance(result, list):
-        raise NodecheckError(f"Prometheus at {base}: not an instant-query answer to {promql[:80]!r}")
+        raise NodecheckError(f"Prometheus at {base[:200]}: not an instant-query answer to {promql[:80]!r}")
     return [r for r in result if isinstance(r, dict) and isinstance(r.get("metric"), dict)]
 
 
