@@ -15,6 +15,7 @@ import urllib.parse
 
 import pytest
 from helpers import REPO, cli, free_port, hgx_nvml, make_measurement, make_snapshot
+from scripted_server import ScriptedServer
 from test_prometheus_server import get_json, processes, wait_for  # noqa: F401 - processes is a fixture
 
 from nodecheck.build import build_report
@@ -105,43 +106,6 @@ def test_the_fleet_alerts_and_both_fleet_commands_name_the_same_nodes(tmp_path, 
     from_reports = json.loads(cli("fleet", str(reports), "--json").stdout)
     assert sorted(names[i] for i in from_prometheus["out_of_line"]) == from_reports["out_of_line"] == [
         "node-2x", "node-hot", "node-olddriver", "node-slow", "node-x8"]
-
-
-class ScriptedServer:
-    """A TCP server on loopback that answers each connection with `reply` (bytes, or a callable given the socket)."""
-
-    def __init__(self, reply) -> None:
-        import socket as sockets
-        import threading
-
-        self.listener = sockets.create_server(("127.0.0.1", 0))
-        self.listener.settimeout(0.2)
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.reply, self.stop = reply, threading.Event()
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-
-    def serve(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                continue
-            with conn:
-                try:
-                    conn.settimeout(5)
-                    conn.recv(65536)
-                    self.reply(conn, self.stop) if callable(self.reply) else conn.sendall(self.reply)
-                except OSError:
-                    pass
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(5)
-        self.listener.close()
 
 
 def trickle(conn, stop) -> None:

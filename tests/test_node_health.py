@@ -27,6 +27,7 @@ from helpers import (
     wait_until,
 )
 from kube_api_server import ACCOUNT, MERGE, NODE, STRATEGIC, FakeApiServer, granted
+from scripted_server import ScriptedServer
 
 from nodecheck.build import build_report
 from nodecheck.errors import NodecheckError
@@ -502,53 +503,18 @@ def test_the_manifests_agree_with_the_code():
         (kind, f"Nodecheck{area.capitalize()}Ok") for area, kind in CONDITIONS.items() if area != "bandwidth"}
 
 
-class TricklingServer:
-    """A TLS server that answers every request with a status line and then one header byte every 0.2 s, for
-    ever: a per-read timeout never trips on it."""
-
-    def __init__(self, context) -> None:
-        import socket as sockets
-
-        self.listener = sockets.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.context, self.stop = context, threading.Event()
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-
-    def serve(self) -> None:
-        self.listener.settimeout(0.2)
-        while not self.stop.is_set():
-            try:
-                raw, _ = self.listener.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self.trickle, args=(raw,), daemon=True).start()
-
-    def trickle(self, raw) -> None:
-        try:
-            with self.context.wrap_socket(raw, server_side=True) as conn:
-                conn.settimeout(5)
-                conn.recv(65536)
-                conn.sendall(b"HTTP/1.1 200 OK\r\n")
-                while not self.stop.wait(0.2):
-                    conn.sendall(b"X")
-        except OSError:
-            pass
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(5)
-        self.listener.close()
+def trickled_header(conn, stop) -> None:
+    """A status line, then one header byte every 0.2 s, for ever: a per-read timeout never trips on it."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\n")
+    while not stop.wait(0.2):
+        conn.sendall(b"X")
 
 
 def test_a_server_that_trickles_its_header_is_cut_off_at_the_calls_deadline(tls, reports, caplog):
     """It hung `serve --kubernetes-conditions` for ever with nodecheck_kubernetes_publish_success at 1 and no log
     line. Each call now has one deadline for the whole of it: past it the call fails, is logged and exported."""
     caplog.set_level(logging.INFO, "nodecheck.serve")
-    with TricklingServer(tls[0]) as server:
+    with ScriptedServer(trickled_header, tls[0]) as server:
         api = ApiClient("127.0.0.1", server.port, tls[1], timeout=1.0, backoff=Backoff(attempts=2), wait=lambda s: False,
                         jitter=lambda d: d)
         started = time.monotonic()
