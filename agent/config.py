@@ -292,7 +292,9 @@ def _errors(table: dict, errors: ErrorSettings, source: str) -> None:
     check_known_keys(table, ("xid_repeat_count", "xid_repeat_window_s", "kernel_log_lookback_s", "limits"), "errors.", source)
     limits = _table(table, "limits", source, "errors.")
     check_known_keys(limits, tuple(error_limit_names()), "errors.limits.", source)
-    errors.limits = {name: _number(limits, name, source, "errors.limits.", 0, 1e12, 0) for name in limits}
+    # a rate needs time between its samples: an interval of 0 divided by zero (the prolog drained "internal error")
+    errors.limits = {name: _number(limits, name, source, "errors.limits.", 1 if name == "min_rate_interval_s" else 0, 1e12, 0)
+                     for name in limits}
     errors.xid_repeat_count = _int(table, "xid_repeat_count", source, "errors.", 2, 1_000_000) or errors.xid_repeat_count
     errors.xid_repeat_window_s = _number(table, "xid_repeat_window_s", source, "errors.", 1, 366 * 86400, errors.xid_repeat_window_s)
     errors.kernel_log_lookback_s = _number(table, "kernel_log_lookback_s", source, "errors.", 0, 366 * 86400,

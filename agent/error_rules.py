@@ -79,7 +79,7 @@ def previous_sample(report: Report, config: Config, key: str):
     history = report.history
     if history is None or history.uptime_s is None:
         return None, "unknown: nodecheck's state (the previous sample) could not be read"
-    least = config.errors.limit("min_rate_interval_s")[0]
+    least = max(config.errors.limit("min_rate_interval_s")[0], 1.0)  # never a rate over no time
     earlier = [s for s in history.samples if history.uptime_s - s.uptime_s >= least and key in s.counters]
     return (earlier[-1], None) if earlier else (None, FIRST_SAMPLE)
 

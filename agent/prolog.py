@@ -94,7 +94,7 @@ def run_checks(host, config, environ: dict[str, str], node: str, before_job: boo
     # proximity findings are warnings by default, so its time-out is too (it must never drain a node)
     built: dict = {}  # the node check's Report: the bench's measurements are judged against it
     job = environ.get("SLURM_JOB_ID", "")
-    job_id = int(job) if before_job and job.isdigit() and len(job) < 13 else None
+    job_id = int(job) if before_job and job.isascii() and job.isdigit() and len(job) < 13 else None
     checks = {"node": (lambda: _node_check(host, config, first_share, built, before_job or idle, job_id), "error"),
               "proximity": (lambda: _proximity_check(host, environ, config, node, first_share), config.proximity.severity)}
     runs = _run_bounded(checks, first_deadline)

@@ -146,7 +146,7 @@ def _read_bounded(response: http.client.HTTPResponse, deadline: float) -> bytes:
 
 def _retry_after(value: str | None) -> float | None:
     try:
-        return float(value) if value is not None and value.strip().isdigit() else None
+        return float(value) if value is not None and value.strip().isascii() and value.strip().isdigit() else None
     except ValueError:
         return None
 

@@ -158,12 +158,18 @@ class BasicAuth:
         import bcrypt
 
         hashed = self.users.get(user)
-        matches = bcrypt.checkpw(password.encode(), hashed or self._decoy)
+        secret = password.encode()
+        # bcrypt reads 72 bytes at most (bcrypt 5 refuses more with ValueError: an empty reply where a 401 belongs):
+        # a longer password fails, after the same bcrypt work as any other
+        matches = bcrypt.checkpw(secret[:BCRYPT_MAX_BYTES], hashed or self._decoy) and len(secret) <= BCRYPT_MAX_BYTES
         if hashed is None or not matches:
             return False
         with self._lock:
             self._passed.add(digest)
         return True
+
+
+BCRYPT_MAX_BYTES = 72
 
 
 def _cost(hashed: bytes) -> int:
@@ -174,9 +180,9 @@ def _cost(hashed: bytes) -> int:
 def _credentials(header: str | None) -> tuple[str, str] | None:
     if not header or not header.startswith("Basic "):
         return None
-    try:
+    try:  # a header with non-ASCII characters is ValueError to b64decode: a malformed header, a 401
         user, _, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
-    except (binascii.Error, UnicodeDecodeError):
+    except (binascii.Error, UnicodeDecodeError, ValueError):
         return None
     return user, password
 

@@ -85,3 +85,30 @@ def test_unknown_users_cost_what_the_costliest_known_user_costs():
 
     users = {"cheap": bcrypt.hashpw(b"a", bcrypt.gensalt(rounds=4)), "dear": bcrypt.hashpw(b"b", bcrypt.gensalt(rounds=6))}
     assert _cost(BasicAuth(users)._decoy) == 6
+
+
+def test_a_rate_interval_of_zero_is_a_config_error_not_a_division(tmp_path):
+    """`[errors.limits] min_rate_interval_s = 0`, which the config accepted, divided by zero: the prolog drained
+    "internal error". It is refused as the config error it is."""
+    config = tmp_path / "node.toml"
+    config.write_text("[errors.limits]\nmin_rate_interval_s = 0\n")
+    run = nodecheck("config", "check", str(config))
+    no_traceback(run)
+    assert run.returncode == 2 and "min_rate_interval_s': expected a number from 1" in run.stderr
+
+
+@pytest.mark.parametrize("name", ["²", "1²", "٣"])
+def test_a_superscript_or_other_script_digit_is_no_gpu_index(name):
+    """str.isdigit takes '²' and '٣', int() does not: `clear --gpu ²` raised a traceback."""
+    run = nodecheck("clear", "gpu_xid", "--gpu", name)
+    no_traceback(run)
+    assert run.returncode in (0, 2)
+
+
+def test_a_gpu_model_named_with_a_superscript_count_is_compared_not_a_traceback():
+    from nodecheck.fleet import NodeView, compare
+
+    views = [NodeView(f"n{i}", "²x NVIDIA H100" if i == 0 else "8x NVIDIA H100", {"driver": "580"}, {"fact:gpus": 8.0})
+             for i in range(7)]
+    groups = compare(views)
+    assert {g.sku for g in groups} == {"²x NVIDIA H100", "8x NVIDIA H100"}

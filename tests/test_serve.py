@@ -107,6 +107,11 @@ def test_basic_auth(tmp_path):
             time.sleep(0.2)
         assert get("prometheus", "s3cret") == 200
         assert get("prometheus", "wrong") == 401 and get("nobody", "s3cret") == 401
+        # a password past bcrypt's 72 bytes, and a header that is not ASCII, got an empty reply where a 401 belongs
+        assert get("prometheus", "s3cret" + "x" * 80) == 401
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+            raw.sendall(b"GET /metrics HTTP/1.1\r\nAuthorization: Basic \xc3\xa9t\xc3\xa9\r\n\r\n")
+            assert raw.recv(4096).startswith(b"HTTP/1.1 401 ")
         with pytest.raises(urllib.error.HTTPError) as anonymous:
             urllib.request.urlopen(url, timeout=5)
         assert anonymous.value.code == 401 and anonymous.value.headers["WWW-Authenticate"] == 'Basic realm="nodecheck"'

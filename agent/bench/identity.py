@@ -57,7 +57,7 @@ def rank_gpu(gpus: list, environ: dict[str, str], local_rank: int) -> tuple[obje
         want = normal_uuid(entry)
         found = [g for g in gpus if g.uuid and normal_uuid(g.uuid).startswith(want)]  # CUDA takes a UUID's prefix
         how = f"by UUID {entry} from CUDA_VISIBLE_DEVICES"
-    elif entry.isdigit():
+    elif entry.isascii() and entry.isdigit() and len(entry) < 6:  # a superscript is a digit to isdigit, not int()
         found = [g for g in gpus if g.index == int(entry)]
         how = f"by index {entry}" + (" from CUDA_VISIBLE_DEVICES" if visible is not None else " (its local rank)")
     else:

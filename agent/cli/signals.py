@@ -136,7 +136,7 @@ def _clear_counts(report, kind: str, wanted: str | None, who: str) -> list[str]:
 def _subject(gpu: str) -> str:
     from nodecheck.pci import normal_pci
 
-    if gpu.isdigit():
+    if gpu.isascii() and gpu.isdigit() and len(gpu) < 6:  # ASCII digits: str.isdigit takes a superscript
         return f"gpu{int(gpu)}"
     if gpu.startswith("nvswitch") or gpu.startswith("gpu") or ":" not in gpu:  # a GPU, switch or NIC by name
         return gpu

@@ -45,7 +45,8 @@ def new_console() -> Console:
     """A terminal's own width; piped (`| less`), the width of the terminal the command runs in (stderr or
     stdin is still that terminal) or $COLUMNS; with no terminal at all (cron, a file), plain output."""
     console = Console()
-    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+    columns = os.environ.get("COLUMNS", "")
+    if console.is_terminal or (columns.isascii() and columns.isdigit() and 0 < len(columns) < 6):
         return console
     for stream in (sys.stderr, sys.stdin):
         try:
