@@ -80,13 +80,24 @@ def open_beneath(root: Path, relative: str, directory: bool = False) -> int | No
             os.close(fd)
 
 
-def read_fd(fd: int, limit: int, name: str) -> str | None:
+def read_fd(fd: int, limit: int, name: str, head: bool = False) -> str | None:
     """A regular file's text from its descriptor (closed here); None when it is not a regular file; ProbeFailed
-    past `limit` bytes."""
+    past `limit` bytes, or with `head` its first `limit` bytes."""
     with os.fdopen(fd, "rb") as file:
         if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
             return None
-        return _text(Path(name), file.read(limit + 1), limit)
+        data = file.read(limit + 1)
+        return _text(Path(name), data[:limit] if head else data, limit)
+
+
+def read_head(path: Path, limit: int) -> str | None:
+    """A regular file's first `limit` bytes as text (a file read as its reader reads it, whatever its size);
+    None when it does not exist or cannot be read."""
+    try:
+        data = read_regular(path, limit)
+    except OSError:
+        return None
+    return data[:limit].decode("utf-8", errors="replace")
 
 
 def untrusted_why(path: Path) -> str | None:

@@ -18,8 +18,8 @@ from typing import Callable, Protocol, TypeVar
 
 from nodecheck import __version__
 from nodecheck.errors import NO_DRIVER, NoData, NodecheckError, ProbeFailed, TimedOut
-from nodecheck.files import PORT_COUNTER, read_bounded, read_kmsg, read_port_counter
-from nodecheck.limits import MAX_COMMAND_OUTPUT, MAX_DIR_ENTRIES, MAX_SYSFS_FILE
+from nodecheck.files import PORT_COUNTER, read_bounded, read_head, read_kmsg, read_port_counter
+from nodecheck.limits import MAX_COMMAND_OUTPUT, MAX_CONF_FILE, MAX_DIR_ENTRIES, MAX_SYSFS_FILE, READ_HEAD
 
 T = TypeVar("T")
 
@@ -329,6 +329,8 @@ class LiveHost:
         stop_at_deadline(path)
         if counter := PORT_COUNTER.match(path):
             return read_port_counter(self._path(path), counter[1], self._refused, MAX_SYSFS_FILE)
+        if path in READ_HEAD:  # NCCL reads /etc/nccl.conf whole: one past 64 KiB is still read, not a failed probe
+            return read_head(self._path(path), MAX_CONF_FILE)
         return read_bounded(self._path(path), MAX_SYSFS_FILE)
 
     def read_link(self, path: str) -> str | None:

@@ -14,6 +14,8 @@ MAX_LINK_MBPS = 10_000_000
 # bytes read from one source
 MAX_COMMAND_OUTPUT = 16 * 1024 * 1024  # lstopo's XML of a large node is a few MB
 MAX_SYSFS_FILE = 64 * 1024  # sysfs attributes are a page at most
+MAX_CONF_FILE = 1024 * 1024  # a config file read as its reader reads it: its first megabyte, whatever its size
+READ_HEAD = frozenset({"/etc/nccl.conf"})  # read_text reads these so (NCCL reads the file whole)
 MAX_JSON_DOCUMENT = 16 * 1024 * 1024
 MAX_DIR_ENTRIES = 16_384  # names read from one directory (IOMMU groups, PCI devices: thousands on the largest nodes)
 

@@ -173,7 +173,12 @@ def _proximity_check(host, environ: dict[str, str], config, node: str, share: fl
         return [], []
     local = {node, socket.gethostname().split(".")[0]}
     try:
-        peers = collect_peers(host, expand_nodelist(nodelist), local, config.proximity, max(0.5, share * 0.8))
+        names = expand_nodelist(nodelist)
+    except NodecheckError as error:  # a list nodecheck refuses says nothing against this node: [proximity] severity
+        return [Finding("check_failed", config.proximity.severity, "proximity", "failed", "completed",
+                        f"check proximity failed: {error}")], []
+    try:
+        peers = collect_peers(host, names, local, config.proximity, max(0.5, share * 0.8))
     except NoData:  # a replayed snapshot reaches no other node
         return [], []
     return judge_peers(peers, config.proximity), [asdict(p) for p in peers]

@@ -29,11 +29,13 @@ from nodecheck.files import atomic_file, open_beneath, read_fd
 from nodecheck.host import Host, stop_at_deadline
 from nodecheck.limits import (
     MAX_COMMAND_OUTPUT,
+    MAX_CONF_FILE,
     MAX_DIR_ENTRIES,
     MAX_JSON_DOCUMENT,
     MAX_SNAPSHOT_BYTES,
     MAX_SNAPSHOT_MEMBERS,
     MAX_SYSFS_FILE,
+    READ_HEAD,
 )
 
 KMSG = "kmsg.txt"  # the /dev/kmsg records read, as they were
@@ -223,6 +225,9 @@ class SnapshotHost:
 
     def read_text(self, path: str) -> str | None:
         stop_at_deadline(path)
+        if path in READ_HEAD:
+            fd = self._open("fs/" + path.lstrip("/"))
+            return None if fd is None else read_fd(fd, MAX_CONF_FILE, path, head=True)
         return self._read("fs/" + path.lstrip("/"), MAX_SYSFS_FILE)
 
     def read_link(self, path: str) -> str | None:

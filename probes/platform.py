@@ -16,6 +16,7 @@ PEER_MEMORY_MODULES = ("nvidia_peermem", "nv_peer_mem")
 TRANSLATED = ("DMA", "DMA-FQ")  # /sys/kernel/iommu_groups/N/type; "identity" is pass-through
 _IOMMU_PARAMS = ("iommu", "intel_iommu", "amd_iommu", "iommu.passthrough", "iommu.strict")
 MAX_GROUPS = 4096
+MAX_IOMMU_DEVICES = 16_384  # devices listed in all groups together
 NCCL_CONF = "/etc/nccl.conf"  # what every NCCL job on the node reads, unless its environment says otherwise
 MAX_NCCL_CONF_LINES = 256
 _NCCL_CONF_FIELD = 1023  # NCCL copies a name and a value into 1024-byte buffers
@@ -31,8 +32,10 @@ def collect(host, timeout: float) -> Platform:
     peer_memory = next((m for m in PEER_MEMORY_MODULES if m in modules), None)
     iommu = {}
     for group in host.list_dir("/sys/kernel/iommu_groups")[:MAX_GROUPS]:
+        if len(iommu) >= MAX_IOMMU_DEVICES:  # a node's PCI functions: thousands; a hostile tree, groups x names
+            break
         kind = (host.read_text(f"/sys/kernel/iommu_groups/{group}/type") or "").strip()
-        for device in host.list_dir(f"/sys/kernel/iommu_groups/{group}/devices"):
+        for device in host.list_dir(f"/sys/kernel/iommu_groups/{group}/devices")[:MAX_IOMMU_DEVICES - len(iommu)]:
             iommu[device] = kind or "unknown"
     driver = host.read_text("/proc/driver/nvidia/version")
     open_modules = None if driver is None else "Open Kernel Module" in driver

@@ -149,3 +149,19 @@ def test_a_rail_the_topology_names_by_its_netdev_is_still_a_rail():
                          platform=Platform(None, False, nccl_conf={"NCCL_IB_HCA": "=mlx5_1"}))
     (finding,) = nccl_conf_findings(report)
     assert "leaves out mlx5_0" in finding.message and finding.expected == "every rail (2)"
+
+
+def test_a_conf_past_64_kib_is_read_as_nccl_reads_it_not_a_failed_probe(tmp_path):
+    """An /etc/nccl.conf over 64 KiB (a long comment block) failed the whole platform probe: NCCL reads it whole,
+    so nodecheck reads its first megabyte, live and from a snapshot."""
+    from nodecheck.host import LiveHost
+
+    big = "# " + "x" * 100 + "\n"
+    text = "NCCL_IB_HCA=mlx5\n" + big * 1000 + "NCCL_DEBUG=WARN\n"
+    report, _ = judged(tmp_path / "big", text)
+    assert report.platform.nccl_conf == {"NCCL_IB_HCA": "mlx5", "NCCL_DEBUG": "WARN"}
+    assert not [p for p in report.probes if p.name == "platform" and not p.ok]
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "nccl.conf").write_text(text)
+    assert LiveHost(root).read_text("/etc/nccl.conf") == text

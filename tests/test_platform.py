@@ -109,3 +109,27 @@ def test_dma_buf_capability():
     assert [dma_buf_capable(True, "5.12.0"), dma_buf_capable(True, "5.11.22"), dma_buf_capable(False, "6.1"),
             dma_buf_capable(None, "6.1"), dma_buf_capable(True, None), dma_buf_capable(True, "garbage")] == [
         True, False, False, None, None, None]
+
+
+def test_the_iommu_listing_is_bounded_in_all(tmp_path):
+    """4,096 groups of 16,384 names each was 67 million entries read: the devices of all groups together stop at
+    MAX_IOMMU_DEVICES."""
+    from nodecheck.probes import platform
+
+    class Listing:
+        def list_dir(self, path):
+            if path.endswith("iommu_groups"):
+                return [f"g{n}" for n in range(8)]
+            if "iommu_groups/g" not in path:
+                return ["nvidia"]  # /sys/module
+            group = int(path.split("/")[-2][1:])
+            return [f"{group:04x}:{n:06x}.0" for n in range(5000)]
+
+        def read_text(self, path):
+            return "DMA\n" if path.endswith("/type") else None
+
+        def identity(self):
+            return {}
+
+    found = platform.collect(Listing(), 5.0)
+    assert len(found.iommu) == platform.MAX_IOMMU_DEVICES  # 40,000 offered

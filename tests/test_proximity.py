@@ -194,3 +194,15 @@ def test_a_dead_resolver_and_a_large_job_never_drain_and_end_in_budget(tmp_path)
     proximity = next(c for c in outcome["checks"] if c["name"] == "proximity")
     assert {f["severity"] for f in proximity["findings"]} == {"warning"} and proximity["findings"]
     assert wall < 4 + 10, f"the prolog took {wall:.1f} s on a 4 s budget"  # unbounded, it took minutes
+
+
+def test_a_node_list_nodecheck_refuses_fails_proximity_at_its_own_severity():
+    """A node list too large to expand failed the proximity check at error, though [proximity] severity is
+    warning: the prolog drained the node for the job's list. It is a check_failed at the proximity severity."""
+    from nodecheck.config import Config
+    from nodecheck.prolog import _proximity_check
+
+    findings, _ = _proximity_check(None, {"SLURM_JOB_NODELIST": "n[1-10000000]"}, Config(), "n1", 5.0)
+    (finding,) = findings
+    assert (finding.kind, finding.severity) == ("check_failed", Config().proximity.severity) == ("check_failed", "warning")
+    assert "more than 65536 nodes" in finding.message
