@@ -24,7 +24,8 @@ except ModuleNotFoundError:  # Python 3.10
 GPU_LIMITS = {"count": (0, 1024), "pcie_gen": (1, 7), "pcie_width": (1, 32), "nvlinks_per_gpu": (0, 64)}
 
 DEFAULT_PATH = Path("/etc/nodecheck/config.toml")
-_PAIR = re.compile(r"^gpu(\d{1,4})-gpu(\d{1,4})$")  # a GPU index, not 5,000 digits int() refuses
+# a GPU index as nvidia-smi writes it: ASCII digits, no leading zero ("gpu0-gpu00" was one GPU paired with itself)
+_PAIR = re.compile(r"^gpu(0|[1-9][0-9]{0,3})-gpu(0|[1-9][0-9]{0,3})$")
 _NIC_STATES = ("up", "down", "any")
 # The Prometheus allocation list's range 9100-9999 is full; 10042 sits just above it and clashes with
 # nothing a GPU node runs (README, "Default port").
@@ -330,7 +331,24 @@ def parse_listen(text: str) -> tuple[str, int] | None:
     number = to_int(port)
     if not sep or number is None or not 0 < number < 65536:
         return None
-    return host.strip("[]") or "0.0.0.0", number  # noqa: S104 ":PORT" means every address, as node_exporter
+    host = host.strip("[]")
+    if host and not _listen_host(host):  # said now, by the option, not at bind as a socket error
+        return None
+    return host or "0.0.0.0", number  # noqa: S104 ":PORT" means every address, as node_exporter
+
+
+_HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
+
+
+def _listen_host(host: str) -> bool:
+    """An IP address, or a host name by RFC 1123's letters."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return bool(_HOSTNAME.fullmatch(host))
 
 
 def check_known_keys(table: dict, keys: tuple[str, ...], prefix: str, source) -> None:

@@ -242,10 +242,9 @@ def kill_running_commands() -> None:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    from nodecheck.process_tree import kill_tree
+
+    kill_tree(proc.pid)  # its group, and its children that left it with setsid()
     try:
         proc.communicate(timeout=2)
     except subprocess.TimeoutExpired:

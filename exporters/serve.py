@@ -179,9 +179,17 @@ def _tls_context(certfile: str, keyfile: str, client_cafile: str | None) -> ssl.
     """The standard library's TLS, configured as prometheus_client's start_http_server configures it."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(certfile, keyfile)
+    try:
+        context.load_cert_chain(certfile, keyfile)
+    except (ssl.SSLError, OSError) as error:  # OpenSSL's "[SSL] PEM lib" names no file: say which pair
+        raise NodecheckError(f"the TLS certificate {certfile} or its key {keyfile}: not a certificate and its "
+                             f"private key in PEM ({getattr(error, 'strerror', None) or error})") from None
     if client_cafile:
-        context.load_verify_locations(cafile=client_cafile)
+        try:
+            context.load_verify_locations(cafile=client_cafile)
+        except (ssl.SSLError, OSError) as error:
+            raise NodecheckError(f"the client CA file {client_cafile}: not PEM certificates "
+                                 f"({getattr(error, 'strerror', None) or error})") from None
         context.verify_mode = ssl.CERT_REQUIRED
     return context
 

@@ -6,6 +6,7 @@ import stat
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from fakes import fake_pynvml
@@ -272,3 +273,30 @@ def test_a_listing_is_bounded_like_a_file(tmp_path):
     for i in range(MAX_DIR_ENTRIES + 10):
         (wide / str(i)).touch()
     assert len(LiveHost(str(tmp_path)).list_dir("/wide")) == MAX_DIR_ENTRIES
+
+
+def test_a_hung_tools_setsid_grandchildren_die_with_it(tmp_path):
+    """A hung tool's children that called setsid() left its process group: the kill at the time limit missed them
+    and they outlived it. The whole tree is killed now, read from /proc before the kill."""
+    from helpers import fake_executable
+
+    from nodecheck.errors import TimedOut
+    from nodecheck.host import run_command
+
+    pidfile = tmp_path / "escaped"
+    tool = fake_executable(tmp_path / "tool", f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 600' &\nsleep 600\n")
+    with pytest.raises(TimedOut):
+        run_command([str(tool)], 1.0, what="tool")
+    escaped = int(pidfile.read_text())
+
+    def alive() -> bool:
+        try:
+            return "sleep" in (Path(f"/proc/{escaped}/cmdline").read_text()) and \
+                Path(f"/proc/{escaped}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(), f"pid {escaped} outlived the kill"

@@ -15,7 +15,7 @@ LAYERS = [
     ("bottom", ["nodecheck", "nodecheck.errors", "nodecheck.units", "nodecheck.limits", "nodecheck.specs",
                 "nodecheck.pairing", "nodecheck.pci", "nodecheck.link_types", "nodecheck.ifnames", "nodecheck.xid_catalog", "nodecheck.shipped"]),
     ("model", ["nodecheck.model", "nodecheck.model_gpu", "nodecheck.findings", "nodecheck.events", "nodecheck.typed_json"]),
-    ("host", ["nodecheck.host", "nodecheck.files", "nodecheck.log_file", "nodecheck.http_call", "nodecheck.netif", "nodecheck.snapshot", "nodecheck.state"]),
+    ("host", ["nodecheck.host", "nodecheck.files", "nodecheck.process_tree", "nodecheck.log_file", "nodecheck.http_call", "nodecheck.netif", "nodecheck.snapshot", "nodecheck.state"]),
     ("probes", ["nodecheck.probes"]),
     ("assembly", ["nodecheck.config", "nodecheck.config_init", "nodecheck.rails", "nodecheck.build", "nodecheck.log_memory", "nodecheck.rules", "nodecheck.nvlink_rules", "nodecheck.rail_rules", "nodecheck.pcie_rules", "nodecheck.nccl_conf_rules", "nodecheck.roce_rules", "nodecheck.signal_rules", "nodecheck.nic_event_rules", "nodecheck.error_rules", "nodecheck.gpu_error_rules", "nodecheck.gpu_process_rules", "nodecheck.compute_mode_rules", "nodecheck.gpu_presence", "nodecheck.fabric_rules", "nodecheck.imex_rules", "nodecheck.signal_join", "nodecheck.fingerprint", "nodecheck.verdicts", "nodecheck.nccl_run", "nodecheck.advice",
                   "nodecheck.coverage", "nodecheck.config_check", "nodecheck.npd"]),

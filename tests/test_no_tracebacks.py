@@ -112,3 +112,33 @@ def test_a_gpu_model_named_with_a_superscript_count_is_compared_not_a_traceback(
              for i in range(7)]
     groups = compare(views)
     assert {g.sku for g in groups} == {"²x NVIDIA H100", "8x NVIDIA H100"}
+
+
+@pytest.mark.parametrize("key", ["gpu0-gpu00", "gpu00-gpu1", "gpu٣-gpu1", "gpu1-gpu1"])
+def test_a_links_key_naming_one_gpu_twice_or_not_as_nvidia_smi_writes_it_is_refused(tmp_path, key):
+    """"gpu0-gpu00" was accepted: one GPU paired with itself."""
+    config = tmp_path / "node.toml"
+    config.write_text(f'[links]\n"{key}" = "NV18"\n')
+    run = nodecheck("config", "check", str(config))
+    no_traceback(run)
+    assert run.returncode == 2 and "expected a GPU pair like" in run.stderr
+
+
+@pytest.mark.parametrize("listen", ["bad host:9100", "x/y:9100", "é:9100", "a..b:9100"])
+def test_a_listen_host_that_is_no_host_is_refused_by_the_option(listen):
+    run = nodecheck("serve", "--listen", listen, "--from", "/nonexistent")
+    no_traceback(run)
+    assert run.returncode == 2 and "expected HOST:PORT" in run.stderr and "cannot serve" not in run.stderr
+
+
+def test_a_garbage_tls_certificate_is_named(tmp_path):
+    pytest.importorskip("yaml")
+    (tmp_path / "cert.pem").write_text("garbage\n")
+    (tmp_path / "key.pem").write_text("garbage\n")
+    (tmp_path / "web.yml").write_text(f"tls_server_config:\n  cert_file: {tmp_path}/cert.pem\n  key_file: {tmp_path}/key.pem\n")
+    from helpers import REPO, free_port
+
+    run = nodecheck("serve", "--listen", f"127.0.0.1:{free_port()}", "--web-config", str(tmp_path / "web.yml"),
+                    "--from", str(REPO / "examples" / "hgx-h100-8gpu"))
+    no_traceback(run)
+    assert run.returncode == 2 and f"the TLS certificate {tmp_path}/cert.pem or its key" in run.stderr
