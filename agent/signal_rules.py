@@ -163,7 +163,7 @@ def _xid_finding(report: Report, config: Config, subject: str, code: int, events
     pci = events[0].pci
     where = f" ({pci})" if not subject.startswith("pci:") else ""
     timed = all(e.usec is not None for e in events) and not now
-    from_processes = f", from {processes} process(es)" if processes is not None else ""
+    from_processes = f", from {processes} process(es)" if processes else ""
     window = since_boot(events) + (f" ({len(recent)} within {config.errors.xid_repeat_window_s:g} s{from_processes})"
                                    if timed else from_processes and f" ({from_processes[2:]})")
     followed = f"; followed by {len(sympathetic)} sympathetic Xid(s) {_codes(sympathetic)}" if sympathetic else ""

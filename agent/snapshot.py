@@ -143,7 +143,7 @@ class RecordingHost:
         return out
 
     def _write_dir(self, root: Path) -> None:
-        root.mkdir(parents=True, exist_ok=True)
+        root.mkdir(exist_ok=True)  # its parent must exist: a typo in a path creates no tree of directories
         for source, text in self.outputs.items():
             (root / source).write_text(text)
         identity = dict(self.documents.get("identity.json", {}), snapshot_taken_at=time.time())
@@ -345,8 +345,11 @@ def open_snapshot(path: Path, workdir: Path) -> SnapshotHost:
             members = _bounded_members(tar, path)
             safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
             tar.extractall(workdir, members=members, **safe)  # noqa: S202 members vetted by _bounded_members, and the data filter
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
-        raise NodecheckError(f"snapshot {path}: cannot read it as a tarball ({error})") from None
+    except (tarfile.ReadError, EOFError, zlib.error):  # tarfile lists each method it tried: one sentence instead
+        raise NodecheckError(f"{path}: neither a snapshot (a directory or a .tar.gz `nodecheck snapshot` wrote) nor a "
+                             "Report (`inspect --json`, `bench --json`)") from None
+    except (tarfile.TarError, OSError) as error:
+        raise NodecheckError(f"snapshot {path}: cannot read it as a tarball ({str(error).splitlines()[0][:200]})") from None
     tops = {Path(m.name).parts[0] for m in members}
     top = workdir / tops.pop() if len(tops) == 1 else workdir
     return SnapshotHost(_holding_a_snapshot(top if top.is_dir() else workdir, path), label=f"snapshot:{path}")

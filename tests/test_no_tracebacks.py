@@ -142,3 +142,54 @@ def test_a_garbage_tls_certificate_is_named(tmp_path):
                     "--from", str(REPO / "examples" / "hgx-h100-8gpu"))
     no_traceback(run)
     assert run.returncode == 2 and f"the TLS certificate {tmp_path}/cert.pem or its key" in run.stderr
+
+
+def test_a_file_that_is_neither_a_snapshot_nor_a_report_is_one_sentence(tmp_path):
+    from helpers import REPO
+
+    run = nodecheck("inspect", "--from", str(REPO / "pyproject.toml"))
+    no_traceback(run)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "neither a snapshot" in run.stderr
+
+
+def test_a_snapshot_into_a_directory_that_does_not_exist_creates_none(tmp_path):
+    for out in (tmp_path / "no" / "such" / "x", tmp_path / "no" / "such" / "x.tar.gz"):
+        run = nodecheck("snapshot", str(out))
+        no_traceback(run)
+        assert run.returncode == 2 and "does not exist" in run.stderr
+    assert not (tmp_path / "no").exists()
+
+
+def test_a_readme_is_no_nccl_log():
+    """"NCCL WARN lines" in a sentence was read as an NCCL log of one warning."""
+    from helpers import REPO
+
+    run = nodecheck("nccl-log", str(REPO / "README.md"))
+    no_traceback(run)
+    assert run.returncode == 2 and "no NCCL debug line" in run.stderr
+
+
+def test_bench_json_says_nothing_applies_with_an_empty_list(tmp_path):
+    """`bench --quick --json` where no test applies printed nothing on stdout: a Report with no measurements
+    comes, the reason on stderr, exit 2."""
+    run = subprocess.run([sys.executable, "-m", "nodecheck", "bench", "--quick", "--json"], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, PATH="/usr/bin:/bin", STATE_DIRECTORY=str(tmp_path)))
+    no_traceback(run)
+    report = json.loads(run.stdout)
+    if report.get("gpus"):
+        pytest.skip("a GPU is here: tests apply")
+    assert run.returncode == 2 and "no test applies" in run.stderr, run.stderr
+    assert report["measurements"] == []
+
+
+def test_a_gpu_test_on_a_node_without_a_gpu_says_no_gpu_not_torch(monkeypatch):
+    """A missing GPU was reported as "torch is not installed"."""
+    from helpers import make_report
+
+    from nodecheck.bench import plan
+    from nodecheck.config import Config
+
+    monkeypatch.setattr(plan, "find_spec", lambda name: None)
+    out = plan.run(make_report(gpus=[]), Config(), ["h2d", "allreduce"], "quick", 10, {}, None)
+    said = {m.test: m.error for m in out}
+    assert said["h2d"].startswith("no GPU to test") and said["allreduce"].startswith("torch is not installed")

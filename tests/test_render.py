@@ -65,3 +65,13 @@ def test_nccl_log_with_markup_prints_it(tmp_path):
     result = nodecheck("bench", "--nccl-log", str(log), env={"COLUMNS": "250"})
     assert result.returncode in (0, 1) and "Traceback" not in result.stderr, result.stderr[-1500:]
     assert "log[bold].txt" in result.stdout and "[/][b]?[2Jall_reduce_perf" in result.stdout and "\x1b[2J" not in result.stdout
+
+
+def test_config_check_folds_rows_that_expect_and_find_the_same():
+    """28 `links."gpuA-gpuB" expects NV18 has no such pair` lines, one per pair, read as one line."""
+    from nodecheck.render.slurm import folded
+
+    rows = [(f'links."gpu{a}-gpu{b}"', "NV18", "has no such pair") for a in range(8) for b in range(a + 1, 8)]
+    rows += [('links."gpu0-gpu9"', "NV18", "PIX"), ("thresholds.bandwidth_ratio", "0.8", "(bandwidth tests)")]
+    assert folded(rows) == [('links."gpu0-gpu1" ... "gpu6-gpu7" (28 keys)', "NV18", "has no such pair"),
+                            ('links."gpu0-gpu9"', "NV18", "PIX"), ("thresholds.bandwidth_ratio", "0.8", "(bandwidth tests)")]

@@ -48,6 +48,7 @@ _NVLS_CHANNELS = re.compile(r"\b(\d+) nvls channels\b")
 _NVLS_UNAVAILABLE = re.compile(r"NVLS (?:multicast support is not available|disabled)", re.I)
 _NVLS_IN_USE = re.compile(r"\bNVLS (?:comm|multicast support is available)", re.I)
 _STAMP_HEAD = re.compile(r"^(?:\[[\d\-T:.,Z ]{8,40}\]\s*)")  # "[2026-01-15 02:30:45] NET/OFI ..."
+_SOURCE_HEAD = re.compile(r"[\w.-]{0,64}:\d{1,10}:\d{1,10}(?: \[\d{1,4}\])? [\w./-]{1,80}:\d{1,6}")
 _TESTS_HOST = re.compile(r"^#\s+Rank\s+\d+\b.*?\bon\s+(\S+)\s+device\b")
 MAX_WARNINGS = 50  # quoted warnings kept; the count is always whole
 MAX_NETWORKS = 16  # network names kept (IB, Socket, a plugin's): a log naming thousands is garbage past these
@@ -99,7 +100,9 @@ def parse_nccl_debug(text: str) -> NcclRun:
 
 def records(line: str) -> list[tuple[str | None, str, str]]:
     """The NCCL records in one line of a log as pasted: (host or None, INFO or WARN, text)."""
-    starts = list(_RECORD.finditer(line))
+    # a record without its host:pid:tid head counts only where it starts the line (after time stamps and a table's
+    # '|'): "NCCL WARN lines" in a README's sentence is prose, not NCCL's
+    starts = [m for m in _RECORD.finditer(line) if m["pid"] is not None or _leads(line[:m.start()])]
     out = []
     for index, match in enumerate(starts):
         following = index + 1 < len(starts)
@@ -111,6 +114,15 @@ def records(line: str) -> list[tuple[str | None, str, str]]:
         host = match["host"] if match["host"] and _HOSTNAME.match(match["host"]) else None
         out.append((host, match["level"], text.strip()))
     return out
+
+
+def _leads(before: str) -> bool:
+    """Whether the text before a headless record is nothing a sentence would hold: stamps, '|', spaces, or NCCL
+    2.3's head with the source line between it and the level ("host:91:91 [0] misc/ibvwrap.cu:63 NCCL WARN")."""
+    if len(before) >= 160:
+        return False
+    return bool(_SOURCE_HEAD.fullmatch(before.strip())) or all(
+        _STAMP.fullmatch(token) for token in before.replace("|", " ").split()[:4])
 
 
 def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_names: list, nvls_channels: list) -> None:

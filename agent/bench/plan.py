@@ -37,8 +37,10 @@ def run(report: Report, config, tests: list[str], level: str, timeout: float, en
     tests = [t for t in tests if t != "nccl_tests"]
     if not tests:  # a binary of its own: needs no torch
         return [nccl_binary.run_nccl_tests(report, config, level, timeout, environ)] if nccl_tests else []
-    if find_spec("torch") is None:
-        out = [_failed("bench", t, f"torch is not installed: {install_extra('bench')}") for t in tests]
+    if find_spec("torch") is None:  # a GPU test on a node without a GPU says so first: torch would not help
+        no_gpu = f"no GPU to test: {report.gpus_absent_reason or 'no NVIDIA GPU found'}" if not report.gpus else None
+        out = [_failed("gpus", t, no_gpu) if no_gpu and t in GPU_ONLY else
+               _failed("bench", t, f"torch is not installed: {install_extra('bench')}") for t in tests]
         return out + ([nccl_binary.run_nccl_tests(report, config, level, timeout, environ)] if nccl_tests else [])
     wanted = set(tests)
     in_node = wanted & {"h2d", "d2h", "p2p"} | ({"allreduce"} if "allreduce" in wanted and not across else set())
@@ -97,6 +99,7 @@ def _failed(path: str, test: str, error: str) -> Measurement:
     return Measurement.failed(path, test, "-", "-", error)
 
 
+GPU_ONLY = ("h2d", "d2h", "p2p")  # tests with nothing to measure without a GPU (allreduce runs on CPUs with gloo)
 CLOCK_SKEW_S = 300  # a bench on this node wrote the file: its clock is this one's, give or take NTP
 
 

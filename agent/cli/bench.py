@@ -28,7 +28,8 @@ def bench(
     measure_only: bool = typer.Option(False, "--measure-only", hidden=True, help="Print the measurements alone, unjudged, as JSON (what `serve` and `prolog` run)."),
     config_path: Optional[Path] = CONFIG_OPTION,
 ) -> None:
-    """Measure bandwidth and compare it with the spec of its path; below thresholds.bandwidth_ratio is a finding.
+    """Measure bandwidth and compare it with the spec of its path; below the path's threshold (its calibrated share
+    of spec where healthy hardware cannot reach 0.8, else [thresholds] bandwidth_ratio) is a finding.
     Under torchrun or srun, `allreduce` runs across the job's nodes (NCCL on GPUs, gloo on CPUs)."""
     if nccl_log is not None:
         _read_nccl_log(nccl_log, as_json, source, config_path, nodes)
@@ -49,7 +50,7 @@ def bench(
     except NodecheckError as error:
         fail(str(error))
     across = env is not None and env.across_nodes
-    chosen = _chosen_tests(tests, report, config, across)
+    chosen = _chosen_tests(tests, report, config, across, as_json)
     level = "full" if full else "quick"
     measurements = _measure(lambda: plan.run(report, config, chosen, level, timeout, dict(os.environ), env),
                             None if as_json or measure_only else f"nodecheck bench: {', '.join(chosen)} ({level})")
@@ -72,7 +73,7 @@ def bench(
     raise typer.Exit(EXIT_FINDINGS if report.fails(config.fail_severity) else EXIT_OK)
 
 
-def _chosen_tests(tests: Optional[str], report, config, across: bool) -> list[str]:
+def _chosen_tests(tests: Optional[str], report, config, across: bool, as_json: bool = False) -> list[str]:
     """--tests as given, else every test that applies here; a usage error for a name not in BENCH_TESTS."""
     import os
 
@@ -87,8 +88,11 @@ def _chosen_tests(tests: Optional[str], report, config, across: bool) -> list[st
     if unknown:
         fail(f"unknown test(s): {', '.join(unknown)} (known: {', '.join(BENCH_TESTS)})")
     if not chosen:
-        fail("no test applies here: no GPU, and not launched by torchrun/srun (RANK, WORLD_SIZE, MASTER_ADDR) "
-             "for an all-reduce across nodes")
+        why = ("no test applies here: no GPU, and not launched by torchrun/srun (RANK, WORLD_SIZE, MASTER_ADDR) "
+               "for an all-reduce across nodes")
+        if as_json:  # a script reading the JSON gets a Report that says so: measurements [], nothing judged
+            typer.echo(json.dumps(dict(report.to_dict(), measurements=[]), indent=2))
+        fail(why)
     return chosen
 
 

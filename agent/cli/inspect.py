@@ -73,6 +73,8 @@ def snapshot(
         fail(f"{out} is a symbolic link: give the real path")
     if out.exists() and (out.is_file() or any(out.iterdir())):
         fail(f"{out} already exists and is not empty")
+    if not out.absolute().parent.is_dir():  # said before the probes run, and no directories made on a typo
+        fail(f"{out.absolute().parent} does not exist: create it, or give a path in a directory that does")
     try:
         recorder = RecordingHost(LiveHost())
         report = build_report(recorder, config_module.load(config_path))

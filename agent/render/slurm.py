@@ -49,7 +49,8 @@ def config_check_lines(name: str, where: str, report: Report, rows, findings, fa
     """`nodecheck config check` as text: each expectation beside the node's value, the findings (those that
     fail the prolog first), a saved Report's measurements judged by the config (config_check.as_the_prolog_judges:
     whether the prolog runs each), and what the prolog would do."""
-    width = max(len(key) for key, _, _ in rows)
+    rows = folded(rows)
+    width = max((len(key) for key, _, _ in rows), default=0)
     lines = [f"{clean(name)}: valid. On {clean(where)} ({clean(report.node.get('hostname') or 'host name unknown')}):"]
     lines += [f"  {clean(key):<{width}}  expects {clean(expected):<22} has {clean(has)}" for key, expected, has in rows]
     lines += [f"  {f.severity}: {clean(f.message)}" for f in failing + [f for f in findings if f not in failing]]
@@ -61,6 +62,27 @@ def config_check_lines(name: str, where: str, report: Report, rows, findings, fa
         return lines + [f"the prolog would drain {clean(where)} with this config: {clean(reason)}"]
     below = f" ({len(findings)} finding(s) below {fail_severity})" if findings else ""
     return lines + [f"the prolog's node check passes on {clean(where)} with this config{below}"]
+
+
+FOLD_AT = 4  # rows of one table with one expectation and one answer: past this many, one line says them all
+
+
+def folded(rows: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """Rows of one table ([links]) expecting the same and finding the same, folded into one row that names the first
+    and last keys and how many (28 `links."gpuA-gpuB" expects NV18 has no such pair` lines read as one)."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for key, expected, has in rows:
+        groups.setdefault((key.split(".", 1)[0], expected, has), []).append(key)
+    out, said = [], set()
+    for key, expected, has in rows:
+        group = (key.split(".", 1)[0], expected, has)
+        keys = groups[group]
+        if len(keys) < FOLD_AT:
+            out.append((key, expected, has))
+        elif group not in said:
+            said.add(group)
+            out.append((f"{keys[0]} ... {keys[-1].split('.', 1)[-1]} ({len(keys)} keys)", expected, has))
+    return out
 
 
 def config_check_nodes_lines(name: str, where: str, judged: list[tuple[str, str, str | None]], skipped: list[tuple[str, str]]) -> list[str]:
