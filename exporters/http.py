@@ -31,6 +31,7 @@ MAX_HEAD_BYTES = 16 * 1024  # request line and headers; Prometheus sends a few h
 # 1024), so idle clients can never starve a scrape of a descriptor. Past it the oldest idle one goes.
 MAX_CONNECTIONS = 512
 MAX_PENDING_AUTH = 8  # bcrypt checks queued at most; a flood of wrong passwords gets 429 past it
+HANDSHAKE, IDLE, BUSY, SENDING = "handshake", "idle", "busy", "sending"  # a connection's state
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
             429: "Too Many Requests", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
@@ -118,8 +119,10 @@ class ScrapeServer:
         self._sock, self._body, self._content_type, self._tls, self._auth = sock, body, content_type, tls, auth
         self._cached_body: bytes | None = None  # only touched from the loop's thread
         self._cached: dict[tuple[bool, bool], bytes] = {}
-        # open connections, oldest first, each marked idle (waiting for a request) or busy
-        self._connections: dict[asyncio.StreamWriter, bool] = {}
+        # open connections, oldest first, each in its state: HANDSHAKE (TLS), IDLE (awaiting a request), BUSY (being
+        # answered) or SENDING (its reply written, the client not yet reading it); and each one's task
+        self._connections: dict[asyncio.StreamWriter, str] = {}
+        self._tasks: dict[asyncio.StreamWriter, asyncio.Task] = {}
         soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self.max_connections = max(8, min(MAX_CONNECTIONS, soft_limit // 2 if soft_limit > 0 else MAX_CONNECTIONS))
         self._auth_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt") if auth else None
@@ -144,9 +147,12 @@ class ScrapeServer:
         self._loop.close()
 
     async def _serve(self) -> None:
-        server = await asyncio.start_server(
-            self._connection, sock=self._sock, ssl=self._tls, limit=MAX_HEAD_BYTES,
-            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if self._tls else None)
+        # TLS starts inside each connection, after it is counted: a client that never finishes its handshake holds a
+        # descriptor like any other (1,100 silent clients at nofile 1,024 took every one, outside the cap)
+        loop = asyncio.get_running_loop()
+        paused = self._tls is not None
+        server = await loop.create_server(
+            lambda: _Unread(asyncio.StreamReader(limit=MAX_HEAD_BYTES), self._connection, paused), sock=self._sock)
         async with server:
             await self._stopping.wait()
         # connections still open (kept alive, mid-reply) end with the server
@@ -156,21 +162,26 @@ class ScrapeServer:
         await asyncio.gather(*others, return_exceptions=True)
 
     def _admit(self, writer: asyncio.StreamWriter) -> bool:
-        """Make room for a new connection: past the cap the oldest idle one is closed; when none is
-        idle the new one is refused (closed unanswered)."""
+        """Make room for a new connection: past the cap the oldest connection that is idle or still in its TLS
+        handshake is ended, else the oldest slow reader (its reply unread): a new scraper always finds room. Only
+        when every connection is being answered is the new one refused (closed unanswered)."""
         if len(self._connections) >= self.max_connections:
-            oldest_idle = next((w for w, idle in self._connections.items() if idle), None)
-            if oldest_idle is None:
+            shed = next((w for w, state in self._connections.items() if state in (IDLE, HANDSHAKE)), None)
+            shed = shed or next((w for w, state in self._connections.items() if state == SENDING), None)
+            if shed is None:
                 return False
-            _end(oldest_idle)
-            self._connections.pop(oldest_idle, None)
-        self._connections[writer] = True
+            self._connections.pop(shed)
+            self._tasks.pop(shed).cancel()  # its task ends it: asyncio's TLS set-up cleans up after itself
+        self._connections[writer] = HANDSHAKE if self._tls else IDLE
+        self._tasks[writer] = asyncio.current_task()
         return True
 
     async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
         """Write and wait until the client has taken it, at most SEND_TIMEOUT_S: a client that pipelines
         requests and never reads cannot hold a connection (and its buffers) forever."""
         writer.write(data)
+        if writer in self._connections:
+            self._connections[writer] = SENDING
         await asyncio.wait_for(writer.drain(), SEND_TIMEOUT_S)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -184,10 +195,12 @@ class ScrapeServer:
             sock = writer.get_extra_info("socket")
             if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._tls is not None:  # the ClientHello is still unread (_Unread): TLS reads it from the start
+                await asyncio.wait_for(writer.start_tls(self._tls), TLS_HANDSHAKE_TIMEOUT_S)
             while True:
                 # a timer that closes an idle connection: half the cost of asyncio.wait_for per request
                 idle = loop.call_later(IDLE_TIMEOUT_S, writer.close)
-                self._connections[writer] = True
+                self._connections[writer] = IDLE
                 try:
                     head = await reader.readuntil(b"\r\n\r\n")
                 except asyncio.LimitOverrunError:
@@ -197,7 +210,7 @@ class ScrapeServer:
                     idle.cancel()
                 if writer not in self._connections:
                     break  # closed to make room while it waited
-                self._connections[writer] = False
+                self._connections[writer] = BUSY
                 request = parse_request(head)
                 if request is None:
                     await self._send(writer, response(400, b"not an HTTP/1.x request\n", keep_alive=False))
@@ -208,8 +221,12 @@ class ScrapeServer:
                     break
         except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError, ssl.SSLError, OSError):
             pass  # the client went away, idled out, did not read, or spoke garbage TLS: nothing to answer
+        except asyncio.CancelledError:
+            pass  # shed to make room, or the server stopping: the connection ends here
         finally:
             self._connections.pop(writer, None)
+            if self._tasks.get(writer) is asyncio.current_task():
+                del self._tasks[writer]
             _end(writer)
 
     async def _answer(self, request: Request) -> tuple[bytes, bool]:
@@ -263,12 +280,28 @@ class ScrapeServer:
             self._auth_pending -= 1
 
 
+class _Unread(asyncio.StreamReaderProtocol):
+    """A stream whose first bytes stay unread until TLS starts: asyncio's start_tls on the server side cannot see
+    a ClientHello the stream has already buffered, and a client speaks first (the handshake then stalled)."""
+
+    def __init__(self, reader: asyncio.StreamReader, connected, paused: bool) -> None:
+        super().__init__(reader, connected)
+        self._hold_first_bytes = paused  # (not _paused: FlowControlMixin keeps its write pause there)
+
+    def connection_made(self, transport) -> None:
+        if self._hold_first_bytes:
+            transport.pause_reading()  # start_tls resumes it under the TLS protocol
+        super().connection_made(transport)
+
+
 def _end(writer: asyncio.StreamWriter) -> None:
     """Close a connection now. With a reply still unsent (a client that stopped reading), close() waits for it
     to be taken, which never happens: the socket, its buffers (up to 4 MB of kernel memory) and its descriptor
     stayed after the connection had left the cap's count (1,100 such clients took the server to 1,024 of 1,024
     descriptors). abort() drops the unsent data and resets the connection."""
     transport = writer.transport
+    if transport is None or transport.is_closing():  # a TLS set-up that failed took it down already
+        return
     if transport.get_write_buffer_size() > 0:
         transport.abort()
     else:

@@ -324,3 +324,72 @@ def test_a_dropped_slow_reader_gives_its_descriptor_back(monkeypatch):
             wait_until(lambda: descriptors() == before + 1, 10, "the server's socket to be gone (the hog's own remains)")
     finally:
         scrape.stop()
+
+
+def test_clients_stuck_in_their_tls_handshake_count_against_the_cap(tmp_path):
+    """TLS handshakes ran before a connection was counted: 1,100 silent clients at nofile 1,024 took every
+    descriptor and a real scraper got 4 answers in 40 s. A handshake is inside the cap now; past it the oldest
+    silent one is shed, and every scraper is answered."""
+    import ssl
+
+    from helpers import make_ca_and_certs
+
+    make_ca_and_certs(tmp_path)
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(tmp_path / "server.pem", tmp_path / "server.key")
+    sock = listening_socket("127.0.0.1", 0)
+    scrape = ScrapeServer(sock, lambda: b"metric_a 1\n", "text/plain; version=0.0.4", tls=server_tls)
+    scrape.max_connections = 4
+    scrape.start()
+    port = sock.getsockname()[1]
+    silent = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(8)]  # never say hello
+    try:
+        wait_until(lambda: list(scrape._connections.values()) == [http.HANDSHAKE] * 4, 10, "the silent clients counted")
+        client_tls = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+                    client_tls.wrap_socket(raw, server_hostname="127.0.0.1") as conn:
+                conn.sendall(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+                answer = b""
+                while chunk := conn.recv(65536):
+                    answer += chunk
+                assert answer.startswith(b"HTTP/1.1 200 OK") and answer.endswith(b"metric_a 1\n")
+            assert len(scrape._connections) <= 4
+    finally:
+        for conn in silent:
+            conn.close()
+        scrape.stop()
+
+
+def test_slow_readers_are_shed_so_a_new_scraper_finds_room(monkeypatch):
+    """Slow readers (a reply written, never read) filled the cap and new scrapers were refused (cap 64: 257 ok,
+    3,777 failed). Past the cap the oldest slow reader is shed for the newcomer."""
+    monkeypatch.setattr(http, "SEND_TIMEOUT_S", 60)  # the hogs stay until shed, not timed out
+    port, scrape = start_server([b"x" * (4 << 20)])
+    scrape.max_connections = 4
+    hogs = [Client(port) for _ in range(4)]
+    try:
+        for hog in hogs:
+            hog.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            hog.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")  # megabytes into a 4 KiB window, never read
+        wait_until(lambda: list(scrape._connections.values()).count(http.SENDING) == 4, 10, "four slow readers")
+        for _ in range(3):
+            with Client(port) as newcomer:
+                newcomer.sendall(b"HEAD /metrics HTTP/1.1\r\n\r\n")
+                assert newcomer.reply(head_only=True)[0].endswith("200 OK")
+        assert len(scrape._connections) <= 4
+
+        def ends_short(hog: Client) -> bool:  # shed: the connection ends before the whole reply came
+            got, deadline = 0, time.monotonic() + 10
+            try:
+                while time.monotonic() < deadline and (chunk := hog.sock.recv(1 << 16)):
+                    got += len(chunk)
+            except (ConnectionResetError, TimeoutError):
+                pass
+            return got < 4 << 20
+
+        assert ends_short(hogs[0])
+    finally:
+        for hog in hogs:
+            hog.sock.close()
+        scrape.stop()
