@@ -253,3 +253,17 @@ def test_a_multi_node_nvlink_domain_crosses_nodes_at_nvlink_until_it_is_full(tmp
                 "--gpus-per-node", "4", "--nvlink-domain-gpus", "72", "--nodes", "32", "--json")
     rows = {r["gpus"]: r["busbw"] for r in json.loads(out.stdout)["rows"]}
     assert rows[64] == 800e9 and rows[128] == 400e9, out.stderr
+
+
+def test_a_share_the_inputs_give_no_figure_for_prints_no_nan():
+    """`scale` printed `nan%`: a share of no figure (inf over inf) reads '-'."""
+    import dataclasses
+
+    from nodecheck.render.scale import scale_lines
+
+    work = Workload(7e9, "bf16", 0.1)
+    fabric = Fabric(8, 10e9, 400e9, "by hand")
+    rows = table(work, fabric, 4, 0.9)
+    broken = [dataclasses.replace(r, efficiency=float("nan"), efficiency_overlap=float("nan")) for r in rows]
+    text = "\n".join(scale_lines(work, fabric, broken, [("lever", broken[-1])], 0.9))
+    assert "nan" not in text.lower() and " - " in text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from nodecheck.errors import NodecheckError, install_extra
 from nodecheck.units import format_bits
 
@@ -31,13 +33,18 @@ def scale_lines(work, fabric, rows, levers, target) -> list[str]:
               f"{'busbw for ' + format(target, '.0%'):>14} {'(overlap)':>11}")
     lines.append(header)
     for r in rows:
-        lines.append(f"{r.gpus:>5} {r.nodes:>5} {r.comm_s * 1000:>8.1f}ms {r.efficiency:>6.1%} {r.efficiency_overlap:>8.1%} "
+        lines.append(f"{r.gpus:>5} {r.nodes:>5} {r.comm_s * 1000:>8.1f}ms {_pct(r.efficiency):>6} {_pct(r.efficiency_overlap):>8} "
                    f"{r.speedup:>7.2f}x {rate(r.needed_busbw):>14} {rate(r.needed_busbw_overlap):>11}")
     lines.append(f"levers at {plural(rows[-1].gpus, 'GPU')} (each on top of the previous, no overlap):")
     width = max(58, *(len(label) for label, _ in levers))  # one column, however long the longest lever
     for label, r in levers:
-        lines.append(f"  {label:{width}} comm {r.comm_s * 1000:7.1f} ms  efficiency {r.efficiency:6.1%}  speed-up {r.speedup:.2f}x")
+        lines.append(f"  {label:{width}} comm {r.comm_s * 1000:7.1f} ms  efficiency {_pct(r.efficiency):>6}  speed-up {r.speedup:.2f}x")
     return lines
+
+
+def _pct(value: float) -> str:
+    """A share as a percentage; '-' where the inputs gave none (inf over inf is no figure, never 'nan%')."""
+    return f"{value:.1%}" if math.isfinite(value) else "-"
 
 
 def plot_scale(path, rows, work, fabric, target: float = 0.9) -> None:
