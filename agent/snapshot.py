@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 
 from nodecheck import typed_json
 from nodecheck.errors import NoData, NodecheckError, NotRecorded, ProbeFailed, TimedOut
-from nodecheck.files import atomic_file, open_beneath, read_fd
+from nodecheck.files import atomic_file, open_beneath, read_fd, starts_compressed
 from nodecheck.host import Host, stop_at_deadline
 from nodecheck.limits import (
     MAX_COMMAND_OUTPUT,
@@ -346,6 +346,8 @@ def open_snapshot(path: Path, workdir: Path) -> SnapshotHost:
             safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
             tar.extractall(workdir, members=members, **safe)  # noqa: S202 members vetted by _bounded_members, and the data filter
     except (tarfile.ReadError, EOFError, zlib.error):  # tarfile lists each method it tried: one sentence instead
+        if starts_compressed(path):
+            raise NodecheckError(f"snapshot {path}: cannot read it as a tarball (cut short or corrupt)") from None
         raise NodecheckError(f"{path}: neither a snapshot (a directory or a .tar.gz `nodecheck snapshot` wrote) nor a "
                              "Report (`inspect --json`, `bench --json`)") from None
     except (tarfile.TarError, OSError) as error:
