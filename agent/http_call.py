@@ -18,14 +18,19 @@ from nodecheck.errors import NodecheckError
 
 def cut_at_deadline(connection: http.client.HTTPConnection, seconds: float) -> threading.Timer:
     """A started timer that shuts the connection's socket after `seconds`: a read blocked on it returns at once.
-    Cancel it when the call is done; `finished.is_set()` before that means it fired."""
+    Cancel it when the call is done; `fired.is_set()` says it fired (set before the socket is shut: the Timer's own
+    `finished` is set after, and a reader woken by the shutdown could look before it)."""
+    fired = threading.Event()
+
     def cut() -> None:
+        fired.set()
         sock = connection.sock
         if sock is not None:
             with contextlib.suppress(OSError):
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
     timer = threading.Timer(seconds, cut)
+    timer.fired = fired
     timer.daemon = True
     timer.start()
     return timer
@@ -66,7 +71,7 @@ def get(url: str, timeout: float, limit: int) -> bytes:
         try:
             body = read_body(response, limit, started + timeout)
         finally:
-            if timer.finished.is_set():  # the cut ends a trickle mid-body: said as what it is
+            if timer.fired.is_set():  # the cut ends a trickle mid-body: said as what it is
                 raise NodecheckError(f"no whole answer within {timeout:g} s")
         if 300 <= response.status < 400:  # the URL given is the one asked: a redirect is named, not followed
             location = (response.getheader("Location") or "")[:120]
@@ -77,7 +82,7 @@ def get(url: str, timeout: float, limit: int) -> bytes:
     except http.client.IncompleteRead:
         raise NodecheckError("the answer was cut short") from None
     except (http.client.HTTPException, ssl.SSLError, OSError) as error:
-        if timer.finished.is_set():
+        if timer.fired.is_set():
             raise NodecheckError(f"no whole answer within {timeout:g} s") from None
         what = "not an HTTP answer" if isinstance(error, http.client.BadStatusLine) else (
             getattr(error, "strerror", None) or str(error) or type(error).__name__)

@@ -119,11 +119,11 @@ class ApiClient:
             connection.request(method, path, body=data, headers=headers)
             response = connection.getresponse()
             answer = _read_bounded(response, time.monotonic() + self.timeout)
-            if cutoff.finished.is_set():  # cut mid-header, http.client may read the rest as an empty answer
+            if cutoff.fired.is_set():  # cut mid-header, http.client may read the rest as an empty answer
                 return 0, b"no answer within the call's deadline", None
             return response.status, answer, _retry_after(response.getheader("Retry-After"))
         except (OSError, http.client.HTTPException, ApiError, ValueError) as error:  # refused, reset, cut, TLS, too large
-            said = "no answer within the call's deadline" if cutoff.finished.is_set() else (
+            said = "no answer within the call's deadline" if cutoff.fired.is_set() else (
                 getattr(error, "strerror", None) or error or type(error).__name__)
             return 0, str(said).encode(), None
         finally:
