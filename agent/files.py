@@ -126,17 +126,6 @@ def untrusted_why(path: Path) -> str | None:
     return None
 
 
-COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")  # gzip, bzip2, xz: how such a file begins
-
-
-def starts_compressed(path: Path) -> bool:
-    """Whether the file begins as gzip, bzip2 or xz does (a tarball or a log, broken or not)."""
-    try:
-        return read_regular(path, 5).startswith(COMPRESSED_MAGIC)  # regular files only: a FIFO never blocks it
-    except OSError:
-        return False
-
-
 def read_user_file(path: Path, limit: int, what: str) -> bytes:
     """A file a person named (a config, a log): its bytes, or NodecheckError naming the file and why (absent,
     not a regular file, larger than `limit`)."""

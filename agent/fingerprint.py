@@ -85,8 +85,8 @@ def topology_facts(report: Report) -> dict:
     }
 
 
-def topology_hash(report: Report) -> str:
-    return _digest(topology_facts(report))
+def topology_hash(report: Report, facts: dict | None = None) -> str:
+    return _digest(topology_facts(report) if facts is None else facts)
 
 
 def nccl_conf_hash(report: Report) -> str:
@@ -99,7 +99,8 @@ def _digest(facts) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
-def fingerprint(report: Report) -> Fingerprint:
+def fingerprint(report: Report, topology: dict | None = None) -> Fingerprint:
+    """The node's fingerprint; `topology`: its topology_facts where the caller has them already."""
     node = report.node or {}
     cuda = node.get("cuda_driver_version")
     return Fingerprint(
@@ -109,7 +110,7 @@ def fingerprint(report: Report) -> Fingerprint:
         vbios=",".join(sorted({g.vbios for g in report.gpus if g.vbios})),
         nic_firmware=",".join(sorted({n.firmware for n in report.nics if n.firmware})),
         kernel=str(node.get("kernel") or ""),
-        topology=topology_hash(report),
+        topology=topology_hash(report, topology),
         nccl_conf=nccl_conf_hash(report),
         roce_gid=",".join(str(i) for i in sorted({index for _, index, _ in nccl_roce_ports(report)})),
     )

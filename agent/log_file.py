@@ -14,13 +14,22 @@ import zlib
 from pathlib import Path
 
 from nodecheck.errors import NodecheckError
-from nodecheck.files import read_user_file
+from nodecheck.files import read_regular, read_user_file
 
 # (magic, name, opener) of the compressions logrotate and people use; zstd and the journal's own files are named
 _COMPRESSED = ((b"\x1f\x8b", "gzip", lambda raw: gzip.GzipFile(fileobj=raw)), (b"\xfd7zXZ\x00", "xz", lzma.LZMAFile), (b"BZh", "bzip2", bz2.BZ2File))
 _REFUSED = ((b"\x28\xb5\x2f\xfd", "zstd-compressed: decompress it first (zstd -dc FILE > FILE.log)"),
             (b"LPKSHHRH", "a systemd journal file: read it with journalctl --file FILE -k -o short-monotonic"))
 _JOURNAL_FIELDS = ("MESSAGE", "_SOURCE_MONOTONIC_TIMESTAMP", "__MONOTONIC_TIMESTAMP")
+
+
+def starts_compressed(path: Path) -> bool:
+    """Whether the file begins as gzip, xz or bzip2 does (a tarball or a log, broken or not)."""
+    try:
+        head = read_regular(path, 5)  # regular files only: a FIFO never blocks it
+    except OSError:
+        return False
+    return head.startswith(tuple(magic for magic, _, _ in _COMPRESSED))
 
 
 def read_log_file(path: Path, limit: int, what: str = "kernel log") -> str:

@@ -189,8 +189,8 @@ _PID = re.compile(r"\bpid=(\d{1,10})\b")
 def _processes(events: list[XidEvent]) -> int:
     """How many processes the events come from, by the driver's `pid=N` (an event that names none is a process of
     its own: it cannot be laid on another's)."""
-    pids = {pid[1] for e in events if (pid := _PID.search(e.message))}
-    return len(pids) + sum(1 for e in events if not _PID.search(e.message))
+    found = [_PID.search(e.message) for e in events]
+    return len({pid[1] for pid in found if pid}) + found.count(None)
 
 
 def _live_recovery_action(report: Report, subject: str) -> int | None:

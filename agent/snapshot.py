@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 
 from nodecheck import typed_json
 from nodecheck.errors import NoData, NodecheckError, NotRecorded, ProbeFailed, TimedOut
-from nodecheck.files import atomic_file, open_beneath, read_fd, starts_compressed
+from nodecheck.files import atomic_file, open_beneath, read_fd
 from nodecheck.host import Host, stop_at_deadline
 from nodecheck.limits import (
     MAX_COMMAND_OUTPUT,
@@ -37,6 +37,7 @@ from nodecheck.limits import (
     MAX_SYSFS_FILE,
     READ_HEAD,
 )
+from nodecheck.log_file import starts_compressed
 
 KMSG = "kmsg.txt"  # the /dev/kmsg records read, as they were
 _FAILURES = {"no_data": NoData, "failed": ProbeFailed, "timed_out": TimedOut}
@@ -186,9 +187,9 @@ class SnapshotHost:
         except OSError:  # the snapshot's root itself is gone
             return None
 
-    def _read(self, relative: str, limit: int) -> str | None:
+    def _read(self, relative: str, limit: int, head: bool = False) -> str | None:
         fd = self._open(relative)
-        return None if fd is None else read_fd(fd, limit, str(self.root / relative.lstrip("/")))
+        return None if fd is None else read_fd(fd, limit, str(self.root / relative.lstrip("/")), head)
 
     def _json(self, name: str, shape=None):
         text = self._read(name, MAX_JSON_DOCUMENT)
@@ -226,8 +227,7 @@ class SnapshotHost:
     def read_text(self, path: str) -> str | None:
         stop_at_deadline(path)
         if path in READ_HEAD:
-            fd = self._open("fs/" + path.lstrip("/"))
-            return None if fd is None else read_fd(fd, MAX_CONF_FILE, path, head=True)
+            return self._read("fs/" + path.lstrip("/"), MAX_CONF_FILE, head=True)
         return self._read("fs/" + path.lstrip("/"), MAX_SYSFS_FILE)
 
     def read_link(self, path: str) -> str | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.client
 import json
 import random
-import re
 import ssl
 import time
 from dataclasses import dataclass
@@ -19,7 +18,8 @@ from typing import Callable
 
 from nodecheck import typed_json
 from nodecheck.errors import NodecheckError
-from nodecheck.http_call import cut_at_deadline
+from nodecheck.findings import one_line
+from nodecheck.http_call import cut_at_deadline, read_body
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 MAX_ANSWER = 4 * 1024 * 1024  # a Node with a few hundred images listed is ~100 KiB
@@ -118,30 +118,17 @@ class ApiClient:
         try:
             connection.request(method, path, body=data, headers=headers)
             response = connection.getresponse()
-            answer = _read_bounded(response, time.monotonic() + self.timeout)
+            answer = read_body(response, MAX_ANSWER, time.monotonic() + self.timeout)
             if cutoff.fired.is_set():  # cut mid-header, http.client may read the rest as an empty answer
                 return 0, b"no answer within the call's deadline", None
             return response.status, answer, _retry_after(response.getheader("Retry-After"))
-        except (OSError, http.client.HTTPException, ApiError, ValueError) as error:  # refused, reset, cut, TLS, too large
+        except (OSError, http.client.HTTPException, NodecheckError, ValueError) as error:  # refused, reset, cut, TLS, too large
             said = "no answer within the call's deadline" if cutoff.fired.is_set() else (
                 getattr(error, "strerror", None) or error or type(error).__name__)
             return 0, str(said).encode(), None
         finally:
             cutoff.cancel()
             connection.close()
-
-
-def _read_bounded(response: http.client.HTTPResponse, deadline: float) -> bytes:
-    """At most MAX_ANSWER bytes, and no read after the deadline: a server that trickles is cut off."""
-    chunks, size = [], 0
-    while chunk := response.read1(64 * 1024):
-        size += len(chunk)
-        if size > MAX_ANSWER:
-            raise ApiError(0, f"an answer larger than {MAX_ANSWER >> 20} MiB")
-        if time.monotonic() > deadline:
-            raise ApiError(0, "the answer did not finish within the timeout")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -164,19 +151,11 @@ def _object(answer: bytes, method: str, path: str) -> dict:
 def _status_text(status: int, answer: bytes) -> str:
     """The API server's Status message when it sent one ("nodes "x" is forbidden: User ... cannot patch ...")."""
     if not status:
-        return f"no answer ({_plain(answer.decode('utf-8', 'replace')[:200])})"
+        return f"no answer ({one_line(answer.decode('utf-8', 'replace')[:200])})"
     try:
         document = typed_json.loads(answer)
         message = document.get("message") if isinstance(document, dict) else None
     except (ValueError, RecursionError):
         message = None
     text = message if isinstance(message, str) and message else answer.decode("utf-8", "replace")
-    return f"{status} {_plain(' '.join(text.split())[:300])}"
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def _plain(text: str) -> str:
-    """An API server's words as they go into the log: control characters (terminal escapes) as '?'."""
-    return _CONTROL.sub("?", text)
+    return f"{status} {one_line(' '.join(text.split())[:300])}"

@@ -21,9 +21,11 @@ _MONOTONIC = re.compile(r"\[\s{0,12}(\d{1,10})\.(\d{1,9})\] ?")  # dmesg, journa
 _CTIME = re.compile(r"\[[A-Z][a-z]{2} [A-Z][a-z]{2} {1,2}\d{1,2} \d\d:\d\d:\d\d \d{4}\] ?")  # dmesg --ctime / -T
 _HOST_KERNEL = re.compile(r"(?:[^\s:]{1,255} )?kernel: ?")  # the journal's and syslog's "gpu017 kernel: "
 _FACILITY = re.compile(r"kern {0,2}:[a-z]{3,6} {0,3}: ")  # dmesg -x: "kern  :err   : "
+# a ConnectX NIC's message: `mlx5_core ADDRESS: ...`, or mlx5's own function name where the device's prefix was cut
+# off (gpud's matcher reads those)
+NIC_MESSAGE = re.compile(r"mlx5_core |(?:mlx5_)?(?:port_module|pcie)(?:_event)?:\d")
 # how the messages nodecheck reads begin: with no stamp before them, a line is a kernel message only if it does
-# (mlx5's own function names where the device's prefix was cut off, as gpud's matcher reads them)
-BARE_MESSAGE = re.compile(r"NVRM: |nvidia-nvswitch\d{1,4}: |mlx5_core [0-9a-fA-F]{1,8}:|(?:mlx5_)?(?:port_module|pcie)(?:_event)?:\d")
+BARE_MESSAGE = re.compile(r"NVRM: |nvidia-nvswitch\d{1,4}: |" + NIC_MESSAGE.pattern)
 
 
 def kernel_message(line: str) -> tuple[str, int | None, bool]:

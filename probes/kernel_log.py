@@ -22,7 +22,7 @@ from nodecheck.events import NVLINK5_XID, KernelLog, XidEvent
 from nodecheck.limits import MAX_COMMAND_OUTPUT
 from nodecheck.pci import normal_pci
 from nodecheck.probes.base import Probe
-from nodecheck.probes.kernel_lines import kernel_message
+from nodecheck.probes.kernel_lines import NIC_MESSAGE, kernel_message
 
 KMSG = "/dev/kmsg"
 # after /dev/kmsg, (the file a snapshot records it in, the command), tried in order
@@ -48,7 +48,6 @@ XID_FALLEN_OFF_THE_BUS = 79
 # core/events.c; gpud's infiniband kmsg matcher reads the same): "mlx5_core 0000:5c:00.0: port_module:254:(pid 0): Port
 # module event[error]: module 0, Cable error, High Temperature", "... mlx5_pcie_event:299:(pid 268269): Detected
 # insufficient power on the PCIe slot (27W)."
-NIC_MESSAGE = re.compile(r"mlx5_core |(?:mlx5_)?(?:port_module|pcie)(?:_event)?:\d")  # (gpud's matcher: the function alone)
 _MLX5 = re.compile(r"mlx5_core ([0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}\.[0-7]): ")
 _MODULE_ERROR = re.compile(r"Port module event\[error\]: module (\d{1,3}), [^,]{0,40}, ([^\r\n]{1,80})")
 _SLOT_POWER = re.compile(r"Detected insufficient power on the PCIe slot \((\d{1,4})W\)")

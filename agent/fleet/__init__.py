@@ -85,9 +85,10 @@ def node_view(report: Report, fallback_name: str) -> NodeView:
             values[key] = min(values.get(key, m.ratio), m.ratio)
     values.update(_facts(report))
     name = str((report.node or {}).get("hostname") or fallback_name)
-    labels = fingerprint(report).labels()
+    topology = topology_facts(report)  # hashed for the fingerprint, kept to say what a drift is
+    labels = fingerprint(report, topology).labels()
     nics = [(n.name, n.kind, n.speed_mbps or 0) for n in report.nics if not n.virtual]
-    return NodeView(name, labels["sku"], labels, values, report.nccl_conf(), topology_facts(report), nics)
+    return NodeView(name, labels["sku"], labels, values, report.nccl_conf(), topology, nics)
 
 
 def _facts(report: Report) -> dict[str, float]:
