@@ -300,9 +300,9 @@ def _end(writer: asyncio.StreamWriter) -> None:
     stayed after the connection had left the cap's count (1,100 such clients took the server to 1,024 of 1,024
     descriptors). abort() drops the unsent data and resets the connection."""
     transport = writer.transport
-    if transport is None or transport.is_closing():  # a TLS set-up that failed took it down already
+    if transport is None:  # a TLS set-up that failed took it down already
         return
-    if transport.get_write_buffer_size() > 0:
+    if transport.get_write_buffer_size() > 0:  # closing or not: close() alone would wait on a reader that never reads
         transport.abort()
     else:
         writer.close()
