@@ -134,6 +134,7 @@ PartitionName=scratch Nodes=ALL MaxTime=INFINITE State=UP
                 self.wait_for(lambda pid=pid: not Path(f"/proc/{pid}").exists(), 15, f"{daemon} to stop")
             except (OSError, ValueError, TimeoutError):
                 pass
+        self._kill_leftover_steps()
         if self._munged is not None:  # stopped last: slurmd and slurmctld talk through it until they exit
             subprocess.run(["pkill", "-f", "--", f"--socket={self.munge_socket}"], capture_output=True, timeout=10)
             try:
@@ -141,6 +142,19 @@ PartitionName=scratch Nodes=ALL MaxTime=INFINITE State=UP
             except subprocess.TimeoutExpired:
                 self._munged.kill()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _kill_leftover_steps(self) -> None:
+        """A job's slurmstepd can outlive slurmd (one stayed for 40 minutes after a loaded run, its log deleted):
+        every process started under this cluster's slurm.conf is killed, so the suite leaves the host as it was."""
+        mine = f"SLURM_CONF={self.conf}".encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                if mine in (entry / "environ").read_bytes().split(b"\0"):
+                    os.kill(int(entry.name), signal.SIGKILL)
+            except OSError:
+                continue
 
     def configure(self, text: str) -> None:
         """nodecheck's config for both wrappers; [slurm] conf points at this cluster (the health check's
