@@ -16,8 +16,6 @@ from collections import Counter
 from nodecheck.findings import Finding
 from nodecheck.model import Report
 
-SETTINGS = ("default", "exclusive_process", "prohibited")  # what `[gpus] compute_mode` accepts (nvidia-smi -c 0, 3, 2)
-
 
 def compute_mode_findings(report: Report, config) -> list[Finding]:
     modes = {g.index: g.compute_mode for g in report.gpus if g.compute_mode is not None}

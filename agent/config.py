@@ -8,12 +8,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodecheck.compute_mode_rules import SETTINGS as COMPUTE_MODE_SETTINGS
 from nodecheck.errors import ConfigError
 from nodecheck.findings import SEVERITIES
 from nodecheck.limits import MAX_LINK_MBPS
 from nodecheck.link_types import LINK_TYPE
 from nodecheck.model import BENCH_TESTS
+from nodecheck.model_gpu import COMPUTE_MODE_SETTINGS
 
 try:
     import tomllib

@@ -10,7 +10,7 @@ from nodecheck.error_rules import unknown_rates
 from nodecheck.findings import FINDING_KINDS
 from nodecheck.model import Report
 from nodecheck.probes import DISABLED
-from nodecheck.roce_rules import active_roce_ports
+from nodecheck.roce_gid import active_roce_ports
 from nodecheck.rules import RULES
 
 MEASURED = ("bandwidth_below_spec", "bandwidth_above_bound", "bench_failed", "bench_wrong_result")

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 
 from nodecheck.findings import Finding
 from nodecheck.model import Report
-from nodecheck.roce_rules import nccl_roce_ports
+from nodecheck.roce_gid import nccl_roce_ports
 
 MIG = " (MIG)"  # after a GPU's name in the sku, for a GPU in MIG mode
 FIELDS = ("sku", "driver", "cuda", "vbios", "nic_firmware", "kernel", "topology", "nccl_conf", "roce_gid")

@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 
 from nodecheck.typed_json import ESSENTIAL
 
+# the compute modes `[gpus] compute_mode` accepts (nvidia-smi -c 0, 3, 2); NVML's names are probes/nvml.py COMPUTE_MODES
+COMPUTE_MODE_SETTINGS = ("default", "exclusive_process", "prohibited")
+
 
 @dataclass
 class GpuSignals:

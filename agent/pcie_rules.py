@@ -4,10 +4,10 @@ it is, with every device behind it. Pure: reads the Report."""
 
 from __future__ import annotations
 
-from nodecheck.build import gpu_hops
 from nodecheck.config import Config
 from nodecheck.findings import Finding
 from nodecheck.model import Report
+from nodecheck.paths import gpu_hops
 from nodecheck.pci import narrow_hops, normal_pci, slow_hops
 from nodecheck.specs import pcie, pcie_generation
 from nodecheck.units import format_bits

@@ -19,9 +19,9 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field
 
+from nodecheck.commands import run_until
 from nodecheck.errors import NoData, NodecheckError
 from nodecheck.findings import SEVERITIES, Finding, at_or_above, headline, one_line
-from nodecheck.host import run_until
 from nodecheck.slurm import MAX_REASON, REASON_PREFIX, NodeState
 
 SCONTROL_SHARE = 0.2  # of the budget, kept back from the checks for the drain or resume call
@@ -155,8 +155,8 @@ def _run_bounded(checks: dict, deadline: float) -> list[CheckRun]:
 def _node_check(host, config, share: float, built: dict, processes: bool = False, job: int | None = None):
     """The Report's findings; with `processes`, those of the processes holding the GPUs too, before `job` (the
     prolog's SLURM_JOB_ID; None where there is none)."""
-    from nodecheck.build import build_report
     from nodecheck.gpu_process_rules import before_job
+    from nodecheck.pipeline import build_report
 
     # probes get most of the share, so a hung source is named by its probe rather than by the check
     report = build_report(host, config, probe_timeout=max(1.0, share * 0.8))

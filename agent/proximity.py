@@ -15,10 +15,10 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from nodecheck.commands import run_until
 from nodecheck.config import ProximityPolicy  # noqa: F401 (where callers found it)
 from nodecheck.errors import NoData, NodecheckError, ParseError
 from nodecheck.findings import Finding
-from nodecheck.host import run_until
 
 
 @dataclass

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from nodecheck.build import nic_line_spec
 from nodecheck.config import Config
 from nodecheck.findings import Finding
 from nodecheck.model import Report
+from nodecheck.paths import nic_line_spec
 from nodecheck.units import format_bits
 
 NOT_UP = ("DOWN", "INIT", "ARMED")  # the port states sysfs names short of ACTIVE (and ACTIVE_DEFER)

@@ -4,10 +4,10 @@ bounds a job by them (agent/bench/distributed.py); `scale` predicts with them wh
 
 from __future__ import annotations
 
-from nodecheck.build import gpu_hops, gpu_nvlink_spec, nic_pcie_bound
 from nodecheck.ifnames import nccl_selection
 from nodecheck.model import Report
 from nodecheck.pairing import rails_capacity
+from nodecheck.paths import gpu_hops, gpu_nvlink_spec, nic_pcie_bound
 from nodecheck.pci import link_of, normal_pci
 
 

@@ -13,9 +13,9 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nodecheck.commands import run_command
 from nodecheck.errors import NodecheckError, ParseError
 from nodecheck.findings import one_line
-from nodecheck.host import run_command
 
 REASON_PREFIX = "nodecheck:"  # nodecheck resumes only nodes drained with a reason that starts so
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -24,9 +24,10 @@ import zlib
 from pathlib import Path, PurePosixPath
 
 from nodecheck import typed_json
+from nodecheck.commands import stop_at_deadline
 from nodecheck.errors import NoData, NodecheckError, NotRecorded, ProbeFailed, TimedOut
 from nodecheck.files import atomic_file, open_beneath, read_fd
-from nodecheck.host import Host, stop_at_deadline
+from nodecheck.host import Host
 from nodecheck.limits import (
     MAX_COMMAND_OUTPUT,
     MAX_CONF_FILE,

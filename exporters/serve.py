@@ -17,11 +17,11 @@ from typing import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from nodecheck.commands import kill_running_commands
 from nodecheck.config import DEFAULT_VIRTUAL_NICS
 from nodecheck.errors import NodecheckError
 from nodecheck.exporters.http import ScrapeServer, listening_socket
 from nodecheck.exporters.prometheus import exposition
-from nodecheck.host import kill_running_commands
 from nodecheck.model import Measurement, Report
 from nodecheck.signal_join import held_gpus
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from nodecheck.commands import probe_deadline, run_until
 from nodecheck.errors import NoData, NodecheckError, TimedOut
-from nodecheck.host import probe_deadline, run_until
 from nodecheck.probes import acs, history, imex, kernel_log, lstopo, nics, nvml, pcie, platform, topo
 from nodecheck.probes.base import Probe, ProbeResult
 

@@ -65,9 +65,9 @@ def build_node(root: Path) -> Path:
 def build_job(node: Path) -> dict:
     from nodecheck.bench.distributed import measurement_from_worker
     from nodecheck.bench.nccl_tests import parse_nccl_log
-    from nodecheck.build import build_report
     from nodecheck.config import Config
     from nodecheck.pairing import job_bound
+    from nodecheck.pipeline import build_report
     from nodecheck.rails import rail_rates, rank_rails
     from nodecheck.snapshot import SnapshotHost
     from nodecheck.verdicts import with_measurements

@@ -8,9 +8,9 @@ import pytest
 from helpers import h100_node_snapshot, make_gpu, make_report, nodecheck, without_gpus
 
 from nodecheck.bench import plan
-from nodecheck.build import build_report
 from nodecheck.config import Config
 from nodecheck.model import Measurement
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import SnapshotHost
 from nodecheck.verdicts import measurement_findings
 
@@ -185,7 +185,7 @@ def test_all_reduce_perf_dies_with_a_killed_bench(tmp_path):
 
     pid_file = tmp_path / "pid"
     bin_dir, _ = a100_node_with_all_reduce_perf(tmp_path, f"echo $$ > {pid_file}\nexec sleep 600\n")
-    bench = subprocess.Popen([sys.executable, "-c", "import sys; from nodecheck.bench import plan; from nodecheck.build import build_report; "
+    bench = subprocess.Popen([sys.executable, "-c", "import sys; from nodecheck.bench import plan; from nodecheck.pipeline import build_report; "
                               "from nodecheck.config import Config; from nodecheck.snapshot import SnapshotHost; "
                               "plan.run(build_report(SnapshotHost(sys.argv[1])), Config(), ['nccl_tests'], 'quick', 300, "
                               "{'PATH': sys.argv[2] + ':/usr/bin:/bin'}, None)", str(tmp_path / "a100"), str(bin_dir)],

@@ -106,8 +106,7 @@ def test_an_in_node_rank_under_torchrun_does_not_wait_for_torchruns_store(tmp_pa
     nodecheck bench --tests allreduce` hung 120 s on an H100 node. gloo shows it on any machine."""
     from helpers import free_port
 
-    from nodecheck.bench.distributed import measurement_from_worker
-    from nodecheck.bench.gpu import in_node_env
+    from nodecheck.bench.distributed import in_node_env, measurement_from_worker
 
     out = tmp_path / "rank0.json"
     job = dict(os.environ, TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="none", RANK="0", WORLD_SIZE="1")

@@ -10,9 +10,9 @@ import pytest
 from fakes import fake_pynvml
 from helpers import h100_nvml_records
 
-from nodecheck.build import build_report
 from nodecheck.config import Config
 from nodecheck.model import Measurement
+from nodecheck.pipeline import build_report
 from nodecheck.probes.nvml import dump_nvml
 from nodecheck.snapshot import SnapshotHost
 from nodecheck.verdicts import judge_measurements

@@ -9,8 +9,8 @@ from helpers import PUBLIC, REPO, h100_nvml_records, hgx_nvml, make_snapshot, ne
 from nodecheck.bench.bounds import peer_access, slowest_pair
 from nodecheck.bench.nccl_binary import _network_bound, measurement_from_log
 from nodecheck.bench.nccl_tests import collective_of, parse_nccl_log, ranks_from_rows
-from nodecheck.build import build_report
 from nodecheck.config import Config
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import SnapshotHost
 from nodecheck.verdicts import measurement_findings, with_threshold
 

@@ -8,11 +8,11 @@ from helpers import hgx_nvml, make_snapshot
 from test_gpu_signals import captured
 from test_prolog import run_nodecheck
 
-from nodecheck.build import build_report
 from nodecheck.compute_mode_rules import compute_mode_findings
 from nodecheck.config import Config, loads
 from nodecheck.config_init import generate
 from nodecheck.coverage import unmade_checks
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import SnapshotHost
 
 PROHIBITED, EXCLUSIVE_PROCESS = 2, 3

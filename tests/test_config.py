@@ -8,10 +8,10 @@ from helpers import REPO, hgx_nvml, make_snapshot, nodecheck, without_gpus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodecheck.build import build_report
 from nodecheck.config import load, parse
 from nodecheck.config_init import generate
 from nodecheck.errors import ConfigError
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import SnapshotHost
 
 

@@ -13,8 +13,8 @@ import yaml
 from helpers import REPO, hgx_nvml, kubernetes_objects, make_measurement, make_snapshot, nodecheck, write_pci_tree
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodecheck.build import build_report
 from nodecheck.exporters.prometheus import write_textfile
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import SnapshotHost
 
 DASHBOARD = REPO / "deploy" / "grafana" / "nodecheck-dashboard.json"

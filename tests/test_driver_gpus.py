@@ -9,8 +9,8 @@ import json
 import pytest
 from helpers import hgx_nvml, make_snapshot
 
-from nodecheck.build import build_report
 from nodecheck.config import Config, loads
+from nodecheck.pipeline import build_report
 from nodecheck.rules import evaluate
 from nodecheck.snapshot import SnapshotHost
 

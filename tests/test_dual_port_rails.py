@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodecheck import specs
-from nodecheck.build import build_report
 from nodecheck.pairing import exchange_spec, job_bound, rails_capacity, rank_rounds
+from nodecheck.pipeline import build_report
 from nodecheck.rails import fabric_nics, rail_rates, ring_bound
 from nodecheck.snapshot import SnapshotHost
 

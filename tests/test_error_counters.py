@@ -104,8 +104,8 @@ def test_two_real_runs_judge_what_moved_between_them(tmp_path, monkeypatch):
     """The real reader (LiveHost on a /sys tree: gpud's mlx5_0 port and a GPU behind a switch port with AER),
     twice, with the real state file: the first run's rates are unknown; between the runs the clock moves
     60 s, symbol_error +1200 and the bridge's correctable AER +40; the second run names both."""
-    from nodecheck.build import build_report
     from nodecheck.host import LiveHost
+    from nodecheck.pipeline import build_report
 
     monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
     root = tmp_path / "root"

@@ -5,9 +5,9 @@ import pytest
 from helpers import A100_SXM4, PUBLIC, hgx_nvml, make_snapshot, need
 
 from nodecheck.bench.nccl_tests import parse_nccl_log
-from nodecheck.build import build_report
 from nodecheck.config import Config
 from nodecheck.model import Measurement
+from nodecheck.pipeline import build_report
 from nodecheck.rails import fabric_nics, ring_bound
 from nodecheck.snapshot import SnapshotHost
 from nodecheck.verdicts import algorithm_bound, measurement_findings

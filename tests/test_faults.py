@@ -13,9 +13,10 @@ from fakes import fake_pynvml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodecheck.build import build_report
+from nodecheck.commands import kill_running_commands, run_command
 from nodecheck.errors import NoData, ParseError, ProbeFailed
-from nodecheck.host import LiveHost, kill_running_commands, run_command
+from nodecheck.host import LiveHost
+from nodecheck.pipeline import build_report
 from nodecheck.probes import PROBES, Probe, run_probes
 from nodecheck.probes.nics import parse_nics
 from nodecheck.probes.nvml import dump_nvml
@@ -209,7 +210,7 @@ def test_a_new_source_is_its_module_and_a_row(tmp_path, monkeypatch):
 
     dmi = Probe("dmi", collect, 5.0, fill)
     monkeypatch.setattr(registry, "PROBES", [*registry.PROBES, dmi])
-    monkeypatch.setattr("nodecheck.build.PROBES", registry.PROBES)
+    monkeypatch.setattr("nodecheck.pipeline.PROBES", registry.PROBES)
     snap = make_snapshot(tmp_path / "snap")
     (snap / "fs/sys/class/dmi/id").mkdir(parents=True)
     (snap / "fs/sys/class/dmi/id/product_name").write_text("ProLiant XL675d Gen10 Plus\n")
@@ -280,8 +281,8 @@ def test_a_hung_tools_setsid_grandchildren_die_with_it(tmp_path):
     and they outlived it. The whole tree is killed now, read from /proc before the kill."""
     from helpers import fake_executable
 
+    from nodecheck.commands import run_command
     from nodecheck.errors import TimedOut
-    from nodecheck.host import run_command
 
     pidfile = tmp_path / "escaped"
     tool = fake_executable(tmp_path / "tool", f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 600' &\nsleep 600\n")

@@ -7,10 +7,10 @@ import shutil
 
 from helpers import PUBLIC, hgx_nvml, make_snapshot, need
 
-from nodecheck.build import build_report
 from nodecheck.config import Config
 from nodecheck.fingerprint import fingerprint, topology_facts, vbios_mismatch
 from nodecheck.host import LiveHost
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import SnapshotHost
 
 TOPO = "hgx-h100-8gpu-8nic-sglang30401.txt"

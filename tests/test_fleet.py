@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import cli, hgx_nvml, make_measurement, make_snapshot
 
-from nodecheck.build import build_report
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import SnapshotHost
 
 

@@ -18,7 +18,7 @@ from helpers import REPO, cli, free_port, hgx_nvml, make_measurement, make_snaps
 from scripted_server import ScriptedServer
 from test_prometheus_server import get_json, processes, wait_for  # noqa: F401 - processes is a fixture
 
-from nodecheck.build import build_report
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import SnapshotHost
 from nodecheck.verdicts import with_measurements
 

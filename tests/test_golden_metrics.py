@@ -9,10 +9,10 @@ import os
 
 from helpers import REPO, hgx_nvml, make_snapshot, write_pci_tree
 
-from nodecheck.build import build_report
 from nodecheck.config import Config
 from nodecheck.exporters.prometheus import write_textfile
 from nodecheck.model import Measurement
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import SnapshotHost
 from nodecheck.verdicts import with_measurements
 

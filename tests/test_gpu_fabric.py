@@ -12,12 +12,12 @@ from fakes import fake_pynvml
 from gpu_fabric_cases import published
 from helpers import H100, HGX_FABRIC_REGISTERED, h100_nvml_records, hgx_nvml, make_snapshot, need, nodecheck
 
-from nodecheck.build import build_report
 from nodecheck.config import Config
 from nodecheck.coverage import unmade_checks
 from nodecheck.exporters.prometheus import ReportCollector
 from nodecheck.fabric_rules import fabric_findings
 from nodecheck.findings import headline
+from nodecheck.pipeline import build_report
 from nodecheck.probes.nvml import dump_nvml, parse_nvml
 from nodecheck.snapshot import SnapshotHost
 

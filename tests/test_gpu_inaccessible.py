@@ -10,11 +10,11 @@ from fakes import fake_pynvml
 from helpers import cli, hgx_nvml, make_snapshot
 
 from nodecheck.advice import binding_advice
-from nodecheck.build import build_report
 from nodecheck.config import Config, loads
 from nodecheck.errors import ParseError
 from nodecheck.findings import headline
 from nodecheck.model import Report
+from nodecheck.pipeline import build_report
 from nodecheck.probes.nvml import parse_nvml
 from nodecheck.rules import evaluate
 from nodecheck.snapshot import SnapshotHost

@@ -17,9 +17,9 @@ from helpers import make_snapshot
 from test_gpu_signals import captured
 from test_prolog import run_nodecheck
 
-from nodecheck.build import build_report
 from nodecheck.gpu_process_rules import before_job
 from nodecheck.host import LiveHost
+from nodecheck.pipeline import build_report
 from nodecheck.probes.nvml import collect
 from nodecheck.probes.nvml_processes import parse_processes
 from nodecheck.snapshot import SnapshotHost

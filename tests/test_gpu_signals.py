@@ -10,12 +10,12 @@ import pytest
 from fakes import fake_pynvml
 from helpers import H100, need
 
-from nodecheck.build import build_report
 from nodecheck.config import Config
 from nodecheck.coverage import unmade_checks
 from nodecheck.error_rules import counter_sample
 from nodecheck.events import CounterSample, History
 from nodecheck.gpu_error_rules import gpu_findings
+from nodecheck.pipeline import build_report
 from nodecheck.probes.nvml import dump_nvml
 from nodecheck.snapshot import SnapshotHost
 

@@ -7,10 +7,10 @@ import pytest
 from gpu_fabric_cases import published
 from helpers import REPO, h100_node_snapshot, h100_nvml_records, make_snapshot
 
-from nodecheck.build import build_report
 from nodecheck.coverage import unmade_checks
 from nodecheck.errors import NoData, ParseError
 from nodecheck.host import LiveHost
+from nodecheck.pipeline import build_report
 from nodecheck.probes import imex
 from nodecheck.snapshot import SnapshotHost
 

@@ -42,7 +42,7 @@ def write_kmsg(root, first_seq: int, first_usec: int, lines: list[str]) -> None:
 
 
 def judge(root):
-    from nodecheck.build import build_report
+    from nodecheck.pipeline import build_report
 
     return build_report(LiveHost(root), ONLY_THE_LOG)
 
@@ -185,7 +185,7 @@ def test_a_daemon_that_cannot_write_its_state_remembers_the_log_in_memory(tmp_pa
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv("STATE_DIRECTORY", str(blocker / "state"))
-    from nodecheck.build import build_report
+    from nodecheck.pipeline import build_report
 
     xid119 = real_lines("gpud-dmesg-xid119-dell-xe9680.log")
     root = host_root(tmp_path, 9_000)
@@ -278,7 +278,7 @@ def test_one_event_read_from_kmsg_and_from_a_late_stamping_journal_counts_once(t
 def test_a_snapshot_keeps_what_nodecheck_remembered(tmp_path, monkeypatch, no_journal):
     """`nodecheck snapshot` of a node whose ring buffer has wrapped records the state file beside the log, so
     `inspect --from` on another machine judges the remembered Xid as the node did."""
-    from nodecheck.build import build_report
+    from nodecheck.pipeline import build_report
     from nodecheck.snapshot import RecordingHost, SnapshotHost
 
     monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
@@ -315,7 +315,7 @@ def test_the_real_ring_buffer_wraps_and_the_xid_read_before_still_counts(tmp_pat
     import random
     import uuid
 
-    from nodecheck.build import build_report
+    from nodecheck.pipeline import build_report
 
     setting = "/proc/sys/kernel/printk_devkmsg"
     may_write_the_real_kernel_log()

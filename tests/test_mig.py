@@ -12,12 +12,12 @@ import pytest
 from helpers import hgx_nvml, make_snapshot
 
 from nodecheck.bench.plan import without_mig_gpus
-from nodecheck.build import build_report
 from nodecheck.config import Config, loads
 from nodecheck.config_init import generate
 from nodecheck.coverage import unmade_checks
 from nodecheck.exporters.prometheus import write_textfile
 from nodecheck.fingerprint import sku
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import SnapshotHost
 
 TOPO = "8x-h100-nv18-2numa-noNIC-mlengineering.txt"

@@ -10,7 +10,7 @@ from helpers import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodecheck.build import build_report
+from nodecheck.pipeline import build_report
 from nodecheck.probes.platform import MAX_NCCL_CONF_LINES, parse_nccl_conf
 from nodecheck.rails import fabric_nics
 from nodecheck.snapshot import SnapshotHost

@@ -9,9 +9,9 @@ from helpers import PUBLIC, answer_key, hgx_nvml, make_snapshot, need, nodecheck
 from test_fabric import hgx_h100_with_ndr
 
 from nodecheck.bench.nccl_debug import parse_nccl_debug
-from nodecheck.build import build_report
 from nodecheck.errors import ParseError
 from nodecheck.nccl_run import NcclRun, nccl_findings
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import SnapshotHost
 
 DEBUG = PUBLIC / "nccl-debug"

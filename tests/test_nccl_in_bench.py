@@ -10,7 +10,7 @@ import os
 from helpers import PUBLIC, need
 from test_fabric import hgx_h100_with_ndr
 
-from nodecheck.bench import gpu, plan
+from nodecheck.bench import distributed, plan
 from nodecheck.bench.nccl_debug import DEBUG_SUBSYS, debug_env, read_debug_files
 from nodecheck.config import Config
 from nodecheck.model import Report
@@ -62,8 +62,8 @@ def test_every_rank_of_the_node_allreduce_writes_its_debug_file(tmp_path, monkey
         uuids[rank] = argv[argv.index("--gpu-uuid") + 1]
         return {"rows": [{"size_bytes": 1 << 30, "busbw": 380e9, "seconds": 0.01}], "nodes": [], "world_size": 8}
 
-    monkeypatch.setattr(gpu, "run_worker", worker)
-    m = gpu.node_allreduce(report, "quick", 30, {"PATH": "/usr/bin:/bin"})
+    monkeypatch.setattr(distributed, "run_worker", worker)
+    m = distributed.node_allreduce(report, "quick", 30, {"PATH": "/usr/bin:/bin"})
     assert m.ok and m.details["nccl"]["gdr"] is False and len(seen) == 8
     assert uuids == {g.index: g.uuid for g in report.gpus}  # each rank names its NVML GPU, not only a CUDA ordinal
     assert not os.path.exists(seen[0])

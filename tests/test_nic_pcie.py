@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodecheck import specs
-from nodecheck.build import build_report
 from nodecheck.config import Config, loads
 from nodecheck.config_init import generate
 from nodecheck.pci import Hop, slow_hops
+from nodecheck.pipeline import build_report
 from nodecheck.rails import nic_rate
 from nodecheck.snapshot import SnapshotHost
 

@@ -11,8 +11,8 @@ import pytest
 import sysfs_trees
 from helpers import H100, PUBLIC, need, nodecheck, requires_root
 
-from nodecheck.build import nic_spec
 from nodecheck.host import LiveHost
+from nodecheck.paths import nic_spec
 from nodecheck.probes.nics import collect, parse_proc_route, pci_address_from_path
 
 
@@ -54,7 +54,8 @@ def test_infiniband_ports_from_sysfs(tmp_path, capture):
 def test_report_lists_rdma_devices_with_their_rate(tmp_path):
     sysfs_trees.ib_tree_from_ibstat(tmp_path, need(PUBLIC / "ib" / "ibstat-h100-node-ib-ndr-3-ports-down.txt").read_text())
     sysfs_trees.write(tmp_path / "sys/class/net/lo/operstate", "unknown")
-    from nodecheck.build import merge, path_specs
+    from nodecheck.build import merge
+    from nodecheck.paths import path_specs
     from nodecheck.probes import Probe, run_probes
 
     results = run_probes(TreeHost(tmp_path), [Probe("nics", lambda host, t: collect(host), 5)])
@@ -257,9 +258,9 @@ def test_real_virtual_nics_are_left_out_of_the_metrics_unless_configured(netns, 
 def test_physical_nics_and_bonds_are_exported_by_default(tmp_path):
     """node_exporter's sysfs tree: eth0 on PCI, and the bond masters bond0, dmz and int (no PCI device). dmz and int
     are bonds by their bonding/ directory, not their names: exported by default too, with their members."""
-    from nodecheck.build import build_report
     from nodecheck.config import loads
     from nodecheck.exporters.prometheus import write_textfile
+    from nodecheck.pipeline import build_report
     from nodecheck.snapshot import SnapshotHost
 
     report = build_report(SnapshotHost(peer_tree("node_exporter-sys")))

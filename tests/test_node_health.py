@@ -29,11 +29,11 @@ from helpers import (
 from kube_api_server import ACCOUNT, MERGE, NODE, STRATEGIC, FakeApiServer, granted
 from scripted_server import ScriptedServer
 
-from nodecheck.build import build_report
 from nodecheck.errors import NodecheckError
 from nodecheck.exporters.kube_api import ApiClient, ApiError, Backoff
 from nodecheck.exporters.node_health import CONDITIONS, EVENT_REPEAT_S, HEARTBEAT_S, TAINT_KEY, NodeHealth, conditions
 from nodecheck.findings import Finding
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import open_snapshot
 
 NAME = NODE["metadata"]["name"]

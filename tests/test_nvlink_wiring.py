@@ -8,10 +8,11 @@ A100 80GB PCIe without a bridge reports all 12 links down (NVIDIA/NVSentinel#148
 import pytest
 from helpers import A100_SXM4, h100_nvml_records, hgx_nvml, make_snapshot
 
-from nodecheck.build import build_report, pair_spec
 from nodecheck.config import Config
 from nodecheck.exporters.prometheus import exposition
 from nodecheck.model import Gpu, PathSpec
+from nodecheck.paths import pair_spec
+from nodecheck.pipeline import build_report
 from nodecheck.prolog import failing_findings
 from nodecheck.snapshot import SnapshotHost
 

@@ -13,8 +13,8 @@ import sys
 import pytest
 from helpers import REPO, h100_node_snapshot, requires_root, write_pci_tree
 
-from nodecheck.build import build_report
 from nodecheck.exporters.prometheus import exposition
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import SnapshotHost
 
 sys.path.insert(0, str(REPO / "benchmarks"))

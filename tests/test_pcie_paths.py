@@ -5,9 +5,9 @@ import json
 
 from helpers import hgx_nvml, make_snapshot, nodecheck, write_pci_tree
 
-from nodecheck.build import build_report
 from nodecheck.host import LiveHost
 from nodecheck.pci import Hop, narrow_hops
+from nodecheck.pipeline import build_report
 from nodecheck.probes.pcie import collect
 from nodecheck.snapshot import SnapshotHost
 

@@ -50,7 +50,7 @@ def with_platform(tmp_path, modules: list[str], groups: dict[str, tuple[str, lis
         (snap / "fs/proc/driver/nvidia/version").write_text(driver)
     if kernel is not None:
         (snap / "identity.json").write_text(json.dumps({"hostname": "hgx", "kernel": kernel}))
-    from nodecheck.build import build_report
+    from nodecheck.pipeline import build_report
     from nodecheck.snapshot import SnapshotHost
 
     assert report.gpus

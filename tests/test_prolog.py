@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from helpers import fake_executable, hgx_nvml, make_snapshot
 
-from nodecheck.build import build_report
 from nodecheck.config import Config, PrologSettings
 from nodecheck.errors import NoData, ParseError
 from nodecheck.findings import Finding, one_line
+from nodecheck.pipeline import build_report
 from nodecheck.prolog import Verdict, _run_bounded, drain_reason, failing_findings, plan_action, skip_reason
 from nodecheck.slurm import NodeState, parse_node, slurm_env
 from nodecheck.snapshot import SnapshotHost

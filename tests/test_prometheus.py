@@ -16,10 +16,10 @@ from helpers import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodecheck.build import build_report
 from nodecheck.config import Config
 from nodecheck.exporters.prometheus import write_textfile
 from nodecheck.findings import FINDING_KINDS
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import SnapshotHost
 
 

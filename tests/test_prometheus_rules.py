@@ -9,9 +9,9 @@ import pytest
 from helpers import REPO, hgx_nvml, make_measurement, make_snapshot
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodecheck.build import build_report
 from nodecheck.events import KernelLog
 from nodecheck.exporters.prometheus import write_textfile
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import SnapshotHost
 
 RULES = REPO / "deploy" / "prometheus"

@@ -126,7 +126,8 @@ def test_a_jobs_prologs_open_a_bounded_number_of_connections_on_each_peer():
     import threading
     from collections import Counter
 
-    from nodecheck.host import CONNECT_ATTEMPTS, LiveHost
+    from nodecheck.host import LiveHost
+    from nodecheck.network import CONNECT_ATTEMPTS
 
     received: Counter = Counter()
     with socket.create_server(("0.0.0.0", 0), backlog=1024) as server:

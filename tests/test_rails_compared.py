@@ -7,8 +7,8 @@ that node's unused ports), or up on two of its four lanes."""
 import pytest
 from examples_builder import build_node
 
-from nodecheck.build import build_report
 from nodecheck.config import loads
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import SnapshotHost
 
 RAIL_KINDS = ("nic_rail_down", "nic_rate_mismatch")

@@ -94,8 +94,8 @@ def test_a_low_collective_across_nodes_names_them_and_nothing_drains_on_them_alo
 
 def test_two_real_runs_of_the_reader_over_gpuds_port(tmp_path, monkeypatch):
     """The real reader (LiveHost) on a /sys tree holding gpud's mlx5_0 port, twice, with the real state file."""
-    from nodecheck.build import build_report
     from nodecheck.host import LiveHost
+    from nodecheck.pipeline import build_report
 
     monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
     root = tmp_path / "root"

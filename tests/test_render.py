@@ -8,9 +8,9 @@ import re
 from helpers import PUBLIC, REPO, h100_node_snapshot, need, nodecheck
 from rich.console import Console
 
-from nodecheck.build import build_report
 from nodecheck.errors import install_extra
 from nodecheck.model import Measurement
+from nodecheck.pipeline import build_report
 from nodecheck.render.bench import render_measurements
 from nodecheck.render.report import render
 from nodecheck.snapshot import SnapshotHost

@@ -12,7 +12,7 @@ import pytest
 from helpers import PUBLIC, hgx_nvml, make_snapshot, need
 from rich.console import Console
 
-from nodecheck.build import build_report
+from nodecheck.pipeline import build_report
 from nodecheck.render.report import render
 from nodecheck.render.table import PLAIN_WIDTH
 from nodecheck.snapshot import SnapshotHost

@@ -6,8 +6,8 @@ import json
 import pytest
 from helpers import hgx_nvml, make_snapshot
 
-from nodecheck.build import build_report
 from nodecheck.model import Measurement, Report, path_identity
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import SnapshotHost
 
 

@@ -17,7 +17,8 @@ from nodecheck.host import LiveHost
 from nodecheck.model import Platform
 from nodecheck.probes.nics import collect
 from nodecheck.probes.roce_gids import MAX_GIDS, ZERO_GID, parse_gid_table
-from nodecheck.roce_rules import nccl_gid_index, roce_gid_findings
+from nodecheck.roce_gid import nccl_gid_index
+from nodecheck.roce_rules import roce_gid_findings
 from nodecheck.snapshot import RecordingHost, SnapshotHost
 
 LINK_LOCAL = "fe80:0000:0000:0000:0ac0:ebff:feda:1cfb"
@@ -223,7 +224,7 @@ def test_an_address_range_narrows_nccls_walk_as_nccl_reads_it(tmp_path):
     """NCCL_IB_ADDR_RANGE in /etc/nccl.conf (NCCL's envIbAddrRange and matchGidAddrPrefix): a range holding the
     rail's address changes nothing; one that leaves it out leaves NCCL on the link-local GID, every job over the
     rail hanging, and is named as the cause; one NCCL cannot read (no '/', a length past 32) narrows nothing."""
-    from nodecheck.roce_rules import address_range, in_range
+    from nodecheck.roce_gid import address_range, in_range
 
     port = judged(tmp_path, NCCL_769)[0]
     assert nccl_gid_index(port, "AF_INET", 2, address_range("200.0.208.0/23", "AF_INET")) == 3

@@ -6,9 +6,9 @@ import pytest
 from helpers import h100_nvml_records, hgx_nvml, make_snapshot, nodecheck, without_gpus
 from rich.console import Console
 
-from nodecheck.build import build_report
 from nodecheck.config import Config, NicExpectation
 from nodecheck.model import Measurement
+from nodecheck.pipeline import build_report
 from nodecheck.render.report import render
 from nodecheck.snapshot import SnapshotHost
 

@@ -125,7 +125,7 @@ def test_a_saved_report_judged_again_gets_what_the_node_got(tmp_path):
     """`config check --from REPORT.json` judges a Report's facts again: for the same config it must find what the
     node found when it was probed (the same findings, path specs and advice), or it checks a config against
     something other than the node."""
-    from nodecheck.build import judged_again
+    from nodecheck.pipeline import judged_again
 
     compared = 0
     for snapshot, configs in _node_and_configs(tmp_path):

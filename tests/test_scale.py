@@ -10,7 +10,7 @@ import pytest
 from helpers import h100_node_snapshot, hgx_nvml, make_snapshot
 
 from nodecheck.bench.distributed import measurement_from_worker
-from nodecheck.build import build_report
+from nodecheck.pipeline import build_report
 from nodecheck.scale import Fabric, Workload, levers, needed_busbw, pick_row, row, table
 from nodecheck.snapshot import SnapshotHost
 

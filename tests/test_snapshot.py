@@ -5,7 +5,7 @@ import json
 import pytest
 from helpers import REPO, h100_node_snapshot, nodecheck
 
-from nodecheck.build import build_report
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import SnapshotHost
 
 CPU_VM = REPO / "tests" / "fixtures" / "cpu-vm-2core"

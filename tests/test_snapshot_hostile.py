@@ -14,9 +14,9 @@ import time
 import pytest
 from helpers import REPO, make_snapshot, nodecheck
 
-from nodecheck.build import build_report
 from nodecheck.errors import NodecheckError
 from nodecheck.limits import MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_MEMBERS
+from nodecheck.pipeline import build_report
 from nodecheck.snapshot import SnapshotHost, open_snapshot
 
 CPU_VM = REPO / "tests" / "fixtures" / "cpu-vm-2core"

@@ -199,7 +199,7 @@ def test_each_verdict_records_its_threshold_and_where_it_comes_from():
 
 
 def test_nccl_over_shm_on_a_pcie_node_is_judged_as_staged():
-    from nodecheck.bench.gpu import staged_if_shm
+    from nodecheck.bench.common import staged_if_shm
 
     def m(transports):
         return Measurement.measured("allreduce:node-4-gpus", "allreduce", 27e9, PCIE5_X16, 1, "m", "busbw",

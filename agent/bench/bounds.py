@@ -29,7 +29,7 @@ def nvlink_total(report: Report, pairs: list[PathSpec]) -> PathSpec | None:
     """On a partial NVLink mesh (every GPU linked to some peer by NVLink, some of the node's GPU pairs `pairs` not): the
     smallest per-GPU sum of its NVLinks' one-way rates, each GPU's links from `nvidia-smi topo -m`'s NV# pairs; None
     elsewhere."""
-    from nodecheck.build import gpu_nvlink_spec
+    from nodecheck.paths import gpu_nvlink_spec
 
     topo = nvlink_pairs(report)
     links = {g.index: pair_nvlinks(topo, g.index) for g in report.gpus}

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import socket
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodecheck.bench.bounds import slowest_pair
-from nodecheck.bench.gpu import staged_if_shm
+from nodecheck.bench.bounds import calibration, slowest_pair
+from nodecheck.bench.common import ABOVE_RING_BOUND, NVLS_NOTE, local_rank, staged_if_shm
 from nodecheck.bench.identity import rank_gpu
 from nodecheck.bench.nccl_debug import attach, debug_env, read_debug_files
-from nodecheck.bench.plan import local_rank
 from nodecheck.bench.results import run_worker
+from nodecheck.commands import run_until
 from nodecheck.errors import NodecheckError
 from nodecheck.ifnames import gloo_selection, nccl_selection
 from nodecheck.model import Measurement, Report, from_json
@@ -231,10 +233,6 @@ def _on_one_node(result: dict, report: Report) -> tuple[float | None, str | None
 ONE_NODE = "every rank ran on this node, so the traffic never left it"
 
 
-ABOVE_RING_BOUND = ("above the ring bound: NCCL's tree, SHARP (in-network reduction) or NVLS algorithms move less data "
-                    "between nodes than a ring, so busbw can exceed the rails' sum, up to 2(n-1)/n times it; not a fault")
-
-
 WORLD_OF_ONE = ("a world of one rank moves no data (on an H100, NCCL took ~40 us per call for 1 MiB and for 4 GiB "
                 "alike): the collective completing is the result; no bandwidth is reported and no spec compared")
 
@@ -276,3 +274,54 @@ def measurement_from_worker(path: str, result: dict) -> Measurement:
 
 def _failed(path: str, backend: str, error: str) -> Measurement:
     return Measurement.failed(path, "allreduce", METHOD.format(backend=backend), "busbw", error)
+
+
+NCCL_METHOD = "torch.distributed nccl all_reduce of float32, one process per GPU; busbw = algbw x 2(n-1)/n"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def in_node_env(environ: dict[str, str], rank: int, world: int, port: int) -> dict[str, str]:
+    """A rank of nodecheck's own in-node group. Under torchrun the job's TORCHELASTIC_* variables must go:
+    with TORCHELASTIC_USE_AGENT_STORE the worker would wait for torchrun's store on our private port and
+    hang until its time-out (seen on an H100 node under `torchrun --nproc-per-node 1`)."""
+    env = {k: v for k, v in environ.items() if not k.startswith("TORCHELASTIC_")}
+    return dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+
+def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str, str]) -> Measurement:
+    world = len(report.gpus)
+    path = f"allreduce:node-{world}-gpus"
+    pair = slowest_pair(report)
+    spec = pair.bytes_per_second if pair else None
+    plan = LEVELS["nccl"][level]
+    port = _free_port()
+    with tempfile.TemporaryDirectory(prefix="nodecheck-nccl-") as tmp:
+        def rank(r: int) -> dict:
+            env = debug_env(in_node_env(environ, r, world, port), tmp)
+            argv = [sys.executable, "-m", "nodecheck.bench.worker", "--backend", "nccl", "--sizes", ",".join(map(str, plan["sizes"])),
+                    "--warmup", str(plan["warmup"]), "--iters", str(plan["iters"]), "--timeout", str(timeout),
+                    "--spec", str(spec or 0), "--node", report.node.get("hostname") or "?", "--out", f"{tmp}/rank{r}.json"]
+            if report.gpus[r].uuid:  # rank r measures NVML's GPU r, whatever order CUDA lists them in (one rule: identity)
+                argv += ["--gpu-uuid", report.gpus[r].uuid]
+            return run_worker(argv, Path(f"{tmp}/rank{r}.json"), timeout + 15, env=env, what=f"NCCL rank {r}")
+
+        done = run_until({str(r): (lambda r=r: rank(r)) for r in range(world)}, time.monotonic() + timeout + 30, workers=world)
+        nccl = read_debug_files(tmp)
+    errors = [f"rank {r}: {done[str(r)]}" for r in range(world) if isinstance(done.get(str(r)), BaseException)]
+    result = done.get("0") if isinstance(done.get("0"), dict) else None
+    if errors or result is None:
+        return attach(Measurement.failed(path, "allreduce", NCCL_METHOD, "busbw",
+                                         f"NCCL all-reduce over {world} GPUs failed: " + ("; ".join(errors) or "no result")), nccl)
+    measurement = measurement_from_worker(path, result)
+    measurement.method = NCCL_METHOD
+    measurement.details["path_kind"] = pair.kind if pair else None
+    if variant := calibration(report, world, pair.kind if pair else None):
+        measurement.details["calibration"] = variant
+    if measurement.ratio and measurement.ratio > 1:
+        measurement.details["note"] = NVLS_NOTE
+    return staged_if_shm(attach(measurement, nccl))

@@ -4,18 +4,14 @@ time limit (nodecheck.bench.gpu_worker, nodecheck.bench.worker with NCCL). Never
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from nodecheck.bench.bounds import calibration, slowest_pair
 from nodecheck.bench.gpu_worker import VERIFY_ELEMENTS
-from nodecheck.bench.nccl_debug import attach, debug_env, read_debug_files
 from nodecheck.bench.results import run_worker
 from nodecheck.errors import NodecheckError
-from nodecheck.host import run_until
 from nodecheck.model import Measurement, Report
 
 MiB = 1 << 20
@@ -28,23 +24,11 @@ COPY_METHOD = ("torch copy_ with {memory} host memory, copies queued behind a GP
 PAIR_TIMEOUT_MIN = 10.0  # seconds a GPU pair may take before it counts as hung (a healthy pair takes well under 1 s)
 P2P_METHOD = ("torch copy_ between devices, copies queued behind a GPU sleep and timed by CUDA events on the source's "
               "stream, median of {repeats} samples")
-NCCL_METHOD = "torch.distributed nccl all_reduce of float32, one process per GPU; busbw = algbw x 2(n-1)/n"
-NVLS_NOTE = ("NCCL's NVLS/SHARP algorithms reduce inside the switch, so busbw can exceed the link rate "
-             "(nccl-tests issues #153, #312): above spec is not a fault")
 
 
 # A pair without peer access copies through host memory: on PCIe that is a path of its own, calibrated
 # (pcie-staged); between GPUs that NVLink links it is a fault of its own (nvlink-no-peer), with its advice.
 NO_PEER_KIND = {"pcie": "pcie-staged", "nvlink": "nvlink-no-peer"}
-
-
-def staged_if_shm(measurement: Measurement) -> Measurement:
-    """An NCCL collective over PCIe whose ranks talked only through host memory (SHM: no peer access, as on
-    GeForce cards) is judged as a staged path, like a p2p copy without peer access."""
-    transports = ((measurement.details.get("nccl") or {}).get("intra_node_transports")) or []
-    if measurement.details.get("path_kind") == "pcie" and transports and all(t.startswith("SHM") for t in transports):
-        measurement.details["path_kind"] = "pcie-staged"
-    return measurement
 
 
 def _spec(report: Report, path: str) -> float | None:
@@ -190,53 +174,3 @@ def p2p_tests(report: Report, level: str, timeout: float) -> list[Measurement]:
         out.append(Measurement.measured(f"gpu{a}<->gpu{b}", "p2p", pair["bidirectional"], 2 * spec if spec else None,
                             result["size_bytes"], method, "bidirectional", both))
     return out
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def in_node_env(environ: dict[str, str], rank: int, world: int, port: int) -> dict[str, str]:
-    """A rank of nodecheck's own in-node group. Under torchrun the job's TORCHELASTIC_* variables must go:
-    with TORCHELASTIC_USE_AGENT_STORE the worker would wait for torchrun's store on our private port and
-    hang until its time-out (seen on an H100 node under `torchrun --nproc-per-node 1`)."""
-    env = {k: v for k, v in environ.items() if not k.startswith("TORCHELASTIC_")}
-    return dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-
-
-def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str, str]) -> Measurement:
-    from nodecheck.bench.distributed import LEVELS, measurement_from_worker
-
-    world = len(report.gpus)
-    path = f"allreduce:node-{world}-gpus"
-    pair = slowest_pair(report)
-    spec = pair.bytes_per_second if pair else None
-    plan = LEVELS["nccl"][level]
-    port = _free_port()
-    with tempfile.TemporaryDirectory(prefix="nodecheck-nccl-") as tmp:
-        def rank(r: int) -> dict:
-            env = debug_env(in_node_env(environ, r, world, port), tmp)
-            argv = [sys.executable, "-m", "nodecheck.bench.worker", "--backend", "nccl", "--sizes", ",".join(map(str, plan["sizes"])),
-                    "--warmup", str(plan["warmup"]), "--iters", str(plan["iters"]), "--timeout", str(timeout),
-                    "--spec", str(spec or 0), "--node", report.node.get("hostname") or "?", "--out", f"{tmp}/rank{r}.json"]
-            if report.gpus[r].uuid:  # rank r measures NVML's GPU r, whatever order CUDA lists them in (one rule: identity)
-                argv += ["--gpu-uuid", report.gpus[r].uuid]
-            return run_worker(argv, Path(f"{tmp}/rank{r}.json"), timeout + 15, env=env, what=f"NCCL rank {r}")
-
-        done = run_until({str(r): (lambda r=r: rank(r)) for r in range(world)}, time.monotonic() + timeout + 30, workers=world)
-        nccl = read_debug_files(tmp)
-    errors = [f"rank {r}: {done[str(r)]}" for r in range(world) if isinstance(done.get(str(r)), BaseException)]
-    result = done.get("0") if isinstance(done.get("0"), dict) else None
-    if errors or result is None:
-        return attach(Measurement.failed(path, "allreduce", NCCL_METHOD, "busbw",
-                                         f"NCCL all-reduce over {world} GPUs failed: " + ("; ".join(errors) or "no result")), nccl)
-    measurement = measurement_from_worker(path, result)
-    measurement.method = NCCL_METHOD
-    measurement.details["path_kind"] = pair.kind if pair else None
-    if variant := calibration(report, world, pair.kind if pair else None):
-        measurement.details["calibration"] = variant
-    if measurement.ratio and measurement.ratio > 1:
-        measurement.details["note"] = NVLS_NOTE
-    return staged_if_shm(attach(measurement, nccl))

@@ -7,13 +7,12 @@ import shutil
 import sys
 
 from nodecheck.bench.bounds import calibration, peer_access, slowest_pair
-from nodecheck.bench.distributed import ABOVE_RING_BOUND
-from nodecheck.bench.gpu import NVLS_NOTE, staged_if_shm
+from nodecheck.bench.common import ABOVE_RING_BOUND, NVLS_NOTE, staged_if_shm
 from nodecheck.bench.lifeline import environment
 from nodecheck.bench.nccl_debug import attach, debug_env, debug_run
 from nodecheck.bench.nccl_tests import collective_of, parse_nccl_log, ranks_from_rows
+from nodecheck.commands import run_command
 from nodecheck.errors import NodecheckError
-from nodecheck.host import run_command
 from nodecheck.model import Measurement, Report
 from nodecheck.rails import fabric_nics, nic_rate, rail_rates, ring_bound
 from nodecheck.verdicts import PARTIAL_MESH

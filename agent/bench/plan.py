@@ -7,8 +7,9 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from nodecheck import typed_json
+from nodecheck.bench.common import local_rank
+from nodecheck.commands import run_command
 from nodecheck.errors import NodecheckError, TimedOut, install_extra
-from nodecheck.host import run_command
 from nodecheck.model import Measurement, Report, from_json, measured_on
 
 
@@ -59,7 +60,7 @@ def run(report: Report, config, tests: list[str], level: str, timeout: float, en
             elif test == "p2p":
                 out += gpu.p2p_tests(report, level, timeout)
             else:  # one GPU: a world of one rank, NCCL completing or not, no figure (NCCL refuses two ranks on one GPU)
-                out.append(gpu.node_allreduce(report, level, timeout, environ))
+                out.append(distributed.node_allreduce(report, level, timeout, environ))
     if nccl_tests:
         out.append(nccl_binary.run_nccl_tests(report, config, level, timeout, environ))
     if across and "allreduce" in wanted:
@@ -86,13 +87,6 @@ def without_mig_gpus(report: Report, tests: set[str]) -> tuple[Report, set[str]]
     testable = [g for g in report.gpus if not g.mig_enabled]
     kept = {t for t in tests if (t in ("h2d", "d2h") and testable) or (t in ("p2p", "allreduce") and len(testable) >= 2)}
     return replace(report, gpus=testable), kept
-
-
-def local_rank(environ: dict[str, str]) -> int:
-    """This process's rank on its node (torchrun's LOCAL_RANK, srun's SLURM_LOCALID); 0 when unknown."""
-    from nodecheck.units import to_int
-
-    return to_int(environ.get("LOCAL_RANK", environ.get("SLURM_LOCALID", "0"))) or 0
 
 
 def _failed(path: str, test: str, error: str) -> Measurement:

@@ -16,8 +16,8 @@ from typing import Callable
 
 from nodecheck import typed_json
 from nodecheck.bench.heartbeat import where_it_was
+from nodecheck.commands import run_command
 from nodecheck.errors import NodecheckError
-from nodecheck.host import run_command
 
 MAX_MESSAGE = 2000
 # Lines torch appends to every CUDA error (seen on an H100 node: "CUDA error: invalid device ordinal"

@@ -20,7 +20,7 @@ for _family in ("inspect", "bench", "serve", "scale", "slurm", "signals", "fleet
 def main() -> None:
     import signal
 
-    from nodecheck.host import kill_running_commands
+    from nodecheck.commands import kill_running_commands
 
     # SIGTERM (systemd, Slurm, a timeout) ends nodecheck like Ctrl-C: `finally` blocks remove temporary
     # files (an extracted snapshot), and commands it started are ended with it

@@ -35,8 +35,8 @@ def fail(message: str, code: int = EXIT_USAGE) -> None:
 
 def load_report(source: Optional[Path], config_path: Optional[Path], judge: bool = True):
     from nodecheck import config as config_module
-    from nodecheck.build import build_report
     from nodecheck.host import LiveHost
+    from nodecheck.pipeline import build_report
 
     config = config_module.load(config_path)
     if source is None:

@@ -152,7 +152,7 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
     this node or of the snapshot (its rails for a job across nodes): "is this log normal for this node?"."""
     from dataclasses import asdict
 
-    from nodecheck.bench.gpu import staged_if_shm
+    from nodecheck.bench.common import staged_if_shm
     from nodecheck.bench.nccl_binary import measurement_from_log
     from nodecheck.bench.nccl_debug import attach, parse_nccl_debug
     from nodecheck.bench.nccl_tests import parse_nccl_log

@@ -65,8 +65,8 @@ def snapshot(
 ) -> None:
     """Record every raw source the probes read (for `inspect --from` and support tickets)."""
     from nodecheck import config as config_module
-    from nodecheck.build import build_report
     from nodecheck.host import LiveHost
+    from nodecheck.pipeline import build_report
     from nodecheck.snapshot import RecordingHost
 
     if out.is_symlink():  # dangling or not: nodecheck runs as root and must not write where a link points
@@ -123,8 +123,8 @@ def config_check(
     findings, and whether the Slurm prolog would drain the node. Exit 0: valid, the node (every node) passes;
     1: the prolog would drain it (one of them); 2: invalid."""
     from nodecheck import config as config_module
-    from nodecheck.build import judged_again
     from nodecheck.config_check import as_the_prolog_judges, expectation_rows
+    from nodecheck.pipeline import judged_again
     from nodecheck.prolog import drain_reason, failing_findings
 
     if source is not None and is_report_directory(source):
@@ -153,8 +153,8 @@ def _check_reports(file: Path, directory: Path) -> None:
     """`config check FILE --from DIR`: the config against each node's saved Report, as the prolog's node check
     would judge that node; one line per node it would drain. Exits."""
     from nodecheck import config as config_module
-    from nodecheck.build import judged_again
     from nodecheck.config_check import as_the_prolog_judges
+    from nodecheck.pipeline import judged_again
     from nodecheck.prolog import drain_reason, failing_findings
     from nodecheck.render.slurm import config_check_nodes_lines
 

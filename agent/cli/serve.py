@@ -114,9 +114,9 @@ def serve(
     import threading
 
     from nodecheck import config as config_module
-    from nodecheck.build import build_report
     from nodecheck.exporters.serve import serve as run_server
     from nodecheck.host import LiveHost
+    from nodecheck.pipeline import build_report
     from nodecheck.snapshot import open_snapshot
 
     levels = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}

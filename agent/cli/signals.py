@@ -75,8 +75,8 @@ def clear(
     """Acknowledge the events a finding names (after a repair): they stop failing the node until the next one.
     Kept in nodecheck's state file ($STATE_DIRECTORY, else /var/lib/nodecheck) until the node reboots."""
     from nodecheck import config as config_module
-    from nodecheck.build import build_report
     from nodecheck.host import LiveHost
+    from nodecheck.pipeline import build_report
 
     if kind not in CLEARABLE:
         fail(f"{kind!r} cannot be cleared: one of {', '.join(CLEARABLE)} (other findings clear when their cause is fixed)")

@@ -7,8 +7,7 @@ from rich.console import Console
 from rich.text import Text
 
 from nodecheck.model import Report
-from nodecheck.render.report import render_findings
-from nodecheck.render.table import IDENTITY, SEVERITY_STYLE, TEXT, cell, clean, esc, fitted_table, new_console
+from nodecheck.render.table import IDENTITY, SEVERITY_STYLE, TEXT, cell, clean, esc, fitted_table, new_console, render_findings
 from nodecheck.units import format_path_rate, format_rate
 
 

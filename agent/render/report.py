@@ -10,9 +10,20 @@ from rich.text import Text
 from nodecheck.link_types import link_distance
 from nodecheck.model import Report
 from nodecheck.pci import normal_pci
+from nodecheck.render.bench import measurement_tables
 from nodecheck.render.kernel_log import counter_lines, kernel_log_lines
-from nodecheck.render.table import IDENTITY, LIST, SEVERITY_STYLE, TEXT, cell, clean, esc, fitted_table, new_console, unknown_cell
-from nodecheck.roce_rules import nccl_roce_ports
+from nodecheck.render.table import (
+    IDENTITY,
+    LIST,
+    cell,
+    clean,
+    esc,
+    fitted_table,
+    new_console,
+    render_findings,
+    unknown_cell,
+)
+from nodecheck.roce_gid import nccl_roce_ports
 from nodecheck.units import format_bits, format_rate, natural_key
 
 
@@ -41,8 +52,6 @@ def render(report: Report, console: Console | None = None, saved_in=None) -> Non
     for line in platform_lines(report) + process_lines(report) + kernel_log_lines(report) + counter_lines(report):
         console.print(clean(line), highlight=False, markup=False)
     if report.measurements:  # a saved bench Report: its figures before the findings they raised
-        from nodecheck.render.bench import measurement_tables  # it reads render_findings from here
-
         measurement_tables(console, report)
     render_findings(console, report)
     _advice(console, report)
@@ -238,16 +247,6 @@ def platform_lines(report: Report) -> list[str]:
                                  f"daemon {imex.daemon}, domain {imex.domain or 'unread'}"
                                  + (f" ({ready} of {len(imex.nodes)} listed nodes READY)" if imex.nodes else "")))
     return lines
-
-
-def render_findings(console: Console, report: Report) -> None:
-    if not report.findings:
-        console.print("[green]No findings.[/green]")
-        return
-    rows = [[Text(clean(f.severity), style=SEVERITY_STYLE.get(f.severity, "")), cell(f.subject), cell(f.measured),
-             cell(f.expected), cell(f.message)] for f in report.findings]
-    headers = [("severity", IDENTITY), ("subject", IDENTITY), ("measured", 2), ("expected", 1), ("what to do", TEXT)]
-    console.print(fitted_table(console, "Findings", headers, rows))
 
 
 def _advice(console: Console, report: Report) -> None:

@@ -116,3 +116,13 @@ def fitted_table(console: Console, title: str | None, headers: list[tuple[str, i
 IDENTITY, LIST, TEXT = 0, -1, -2
 WRAPPED_MIN = 16  # columns a wrapping column needs to stay readable
 TEXT_MIN = 40  # ... and the column that says what to do
+
+
+def render_findings(console: Console, report) -> None:
+    if not report.findings:
+        console.print("[green]No findings.[/green]")
+        return
+    rows = [[Text(clean(f.severity), style=SEVERITY_STYLE.get(f.severity, "")), cell(f.subject), cell(f.measured),
+             cell(f.expected), cell(f.message)] for f in report.findings]
+    headers = [("severity", IDENTITY), ("subject", IDENTITY), ("measured", 2), ("expected", 1), ("what to do", TEXT)]
+    console.print(fitted_table(console, "Findings", headers, rows))

@@ -56,12 +56,12 @@ def replayed(document: dict) -> str:
     """Build the Report from the mutated snapshot and show it every way nodecheck does."""
     from rich.console import Console
 
-    from nodecheck.build import build_report
     from nodecheck.config import loads
     from nodecheck.config_init import generate
     from nodecheck.errors import NodecheckError
     from nodecheck.exporters.prometheus import exposition
     from nodecheck.model import Report
+    from nodecheck.pipeline import build_report
     from nodecheck.prolog import drain_reason, failing_findings
     from nodecheck.render.report import render
     from nodecheck.slurm import MAX_REASON

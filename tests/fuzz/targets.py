@@ -131,8 +131,8 @@ def _config_seeds() -> list[str]:
 
     from helpers import h100_node_snapshot  # noqa: F401 (needs pytest only for need(): present in the suite)
 
-    from nodecheck.build import build_report
     from nodecheck.config_init import generate
+    from nodecheck.pipeline import build_report
     from nodecheck.snapshot import SnapshotHost
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -279,11 +279,11 @@ def _judged_again(document) -> list:
     """What `config check --from REPORT.json` does with a saved Report: read it, then judge its facts with a config
     of expectations (the example node's, as `config init` writes it, with every test in [prolog] bench), and its
     measurements by that config's thresholds, as the prolog would count them."""
-    from nodecheck.build import judged_again
     from nodecheck.config import loads
     from nodecheck.config_check import as_the_prolog_judges
     from nodecheck.config_init import generate
     from nodecheck.model import BENCH_TESTS, Report
+    from nodecheck.pipeline import judged_again
 
     bench = "\n[prolog]\nbench = [" + ", ".join(f'"{test}"' for test in BENCH_TESTS) + "]\n"
     config = loads(generate(_example_node()) + bench, "fuzz.toml")
@@ -293,7 +293,7 @@ def _judged_again(document) -> list:
 
 @functools.lru_cache(maxsize=1)
 def _example_node():
-    from nodecheck.build import build_report
+    from nodecheck.pipeline import build_report
     from nodecheck.snapshot import SnapshotHost
 
     return build_report(SnapshotHost(REPO / "examples/hgx-h100-8gpu"))
