@@ -44,21 +44,27 @@ def wall(argv: list[str], runs: int, env: dict | None = BYTECODE_ENV) -> list[fl
 
 
 def tree_at(revision: str | None, into: Path) -> Path:
-    """nodecheck's package as it was at `revision` (None: this working tree), laid out as pyproject's
-    package-dir installs it: both sides of the comparison import the same way."""
+    """nodecheck's package as it was at `revision` (None: this working tree), laid out as it installs: both
+    sides of the comparison import the same way. A revision from before src/nodecheck had its three folders
+    mapped by pyproject's package-dir."""
     import io
     import shutil
     import tarfile
 
     if revision is None:
-        for part in ("agent", "probes", "exporters"):
-            shutil.copytree(REPO / part, into / "src" / part, ignore=shutil.ignore_patterns("__pycache__"))
-    else:
-        archive = subprocess.run(["git", "-C", str(REPO), "archive", revision, "agent", "probes", "exporters"],
-                                 capture_output=True, timeout=60, check=True).stdout
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(into / "src", filter="data")
+        shutil.copytree(REPO / "src/nodecheck", into / "nodecheck", ignore=shutil.ignore_patterns("__pycache__"))
+        return into
+    src_layout = subprocess.run(["git", "-C", str(REPO), "ls-tree", "--name-only", revision, "src/nodecheck"],
+                                capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    parts = ["src/nodecheck"] if src_layout else ["agent", "probes", "exporters"]
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", revision, *parts],
+                             capture_output=True, timeout=60, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into / "src", filter="data")
     package = into / "nodecheck"
+    if src_layout:
+        (into / "src/src/nodecheck").rename(package)
+        return into
     (into / "src/agent").rename(package)
     (into / "src/probes").rename(package / "probes")
     (into / "src/exporters").rename(package / "exporters")

@@ -4,7 +4,7 @@ log's bytes read and split into lines by Python alone (the least any reader pays
 Xid 119 log (../shared/captures/public/health/xid) repeated to the bound, the same with every line an Xid,
 every line an SXid event's "Severity" line from eight switches in turn (each folds into its event: the
 parser looks back a few lines for it), and one hostile 16 MiB line. Then what remembering the log costs a run
-(agent/log_memory.py, agent/state.py) at its bounds: a log of 10,000 events merged with 500 remembered ones it
+(src/nodecheck/assemble/open_events.py, src/nodecheck/host/state.py) at its bounds: a log of 10,000 events merged with 500 remembered ones it
 no longer holds, beside sorting the log's events alone; and the state file's write of that round, beside the
 write of the counters alone (what a run wrote before it remembered the log).
 Run: .venv/bin/python benchmarks/bench_kernel_log.py"""
@@ -38,7 +38,7 @@ def _sxid_lines(size: int) -> str:
 
 
 def main() -> None:
-    from nodecheck.limits import MAX_COMMAND_OUTPUT
+    from nodecheck.core.limits import MAX_COMMAND_OUTPUT
     from nodecheck.probes.kernel_log import MAX_EVENTS, parse_kernel_log
 
     if not CAPTURE.exists():
@@ -65,9 +65,9 @@ def remembering(log_events: list) -> None:
     import tempfile
     from dataclasses import replace
 
-    from nodecheck.events import REMEMBERED_EVENTS, CounterSample, History, KernelLog, LogMemory
-    from nodecheck.log_memory import with_memory
-    from nodecheck.state import record_round
+    from nodecheck.assemble.open_events import with_memory
+    from nodecheck.host.state import record_round
+    from nodecheck.report.events import REMEMBERED_EVENTS, CounterSample, History, KernelLog, LogMemory
 
     log_events = [replace(e, usec=1_000_000 * (n + 1)) for n, e in enumerate(log_events)]
     gone = [replace(e, usec=e.usec // 1000, pci=f"0000:{n % 200:02x}:00.0") for n, e in enumerate(log_events[:REMEMBERED_EVENTS])]

@@ -61,7 +61,7 @@ def read_text(path: Path) -> str | None:
     """A file of the run's folder; None when absent or unreadable (its row says n/a). ValueError, which a replay
     names (judge_folder), for what no run writes: a FIFO or device in its place (an open would wait forever for a
     writer) or a file past MAX_READ (cut short, it would give a figure from part of the output)."""
-    from nodecheck.files import read_regular
+    from nodecheck.host.files import read_regular
 
     try:
         data = read_regular(path, MAX_READ)

@@ -100,7 +100,7 @@ def parse_nvbandwidth(text: str) -> dict[str, dict]:
 def nccl_row_busbw(text: str, size: int = 1 << 30) -> float | None:
     """The out-of-place busbw (GB/s) of the row of `size` bytes, read by nodecheck's own nccl-tests parser."""
     from nodecheck.bench.nccl_tests import parse_nccl_log
-    from nodecheck.errors import ParseError
+    from nodecheck.core.errors import ParseError
 
     try:
         log = parse_nccl_log(text)

@@ -25,8 +25,8 @@ import shutil
 import subprocess
 import sys
 
-from nodecheck import specs
-from nodecheck.errors import NodecheckError
+from nodecheck.core import specs
+from nodecheck.core.errors import NodecheckError
 from nodecheck.probes.nvml import dump_nvml, parse_nvml
 
 

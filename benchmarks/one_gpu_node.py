@@ -36,8 +36,8 @@ from pathlib import Path
 
 from figures import Row, exit_status, judge_folder, measurements, read_json, read_text, render, run_step, wall_time_row
 
+from nodecheck.core.units import parse_cpulist
 from nodecheck.probes.nvml_fabric import FABRIC_STATES
-from nodecheck.units import parse_cpulist
 
 REPO = Path(__file__).resolve().parent.parent
 QUICK_GOAL_S = 10.0  # one GPU: measured 4.2-6.4 s warm on the H100 VM (docs/measured-on-gpu.md)

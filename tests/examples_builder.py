@@ -63,14 +63,14 @@ def build_node(root: Path) -> Path:
 
 
 def build_job(node: Path) -> dict:
+    from nodecheck.assemble.rails import rail_rates, rank_rails
     from nodecheck.bench.distributed import measurement_from_worker
     from nodecheck.bench.nccl_tests import parse_nccl_log
     from nodecheck.config import Config
-    from nodecheck.pairing import job_bound
+    from nodecheck.core.pairing import job_bound
+    from nodecheck.host.snapshot import SnapshotHost
     from nodecheck.pipeline import build_report
-    from nodecheck.rails import rail_rates, rank_rails
-    from nodecheck.snapshot import SnapshotHost
-    from nodecheck.verdicts import with_measurements
+    from nodecheck.verdicts.bandwidth import with_measurements
 
     report = build_report(SnapshotHost(node))
     fabric = [n for n in report.nics if n.rdma_device and n.state == "up"]

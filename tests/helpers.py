@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nodecheck.model import Gpu, Measurement, Nic, Report
+from nodecheck.report.model import Gpu, Measurement, Nic, Report
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("NODECHECK_SHARED", REPO.parent / "shared"))

@@ -14,9 +14,9 @@ def repeated(unit: str, size: int = MB) -> str:
 
 
 def _cases() -> dict:
-    from nodecheck import slurm
     from nodecheck.bench import nccl_debug, nccl_tests
     from nodecheck.probes import acs, kernel_lines, kernel_log, nics, platform, topo
+    from nodecheck.slurm import scontrol as slurm
 
     nccl_line = "h:1:1 [0] NCCL INFO "
     return {
@@ -55,8 +55,8 @@ def _journal_file(line: str) -> None:
     import tempfile
     from pathlib import Path
 
-    from nodecheck.limits import MAX_COMMAND_OUTPUT
-    from nodecheck.log_file import read_log_file
+    from nodecheck.core.limits import MAX_COMMAND_OUTPUT
+    from nodecheck.host.log_file import read_log_file
 
     with tempfile.TemporaryDirectory() as folder:
         for head in ("__CURSOR=s\n", '{"MESSAGE": "x"}\n'):
@@ -76,7 +76,7 @@ def _many() -> dict:
     """name of a parser -> [(label, text, parse)]: many lines, each naming something new."""
     from nodecheck.bench import nccl_debug
     from nodecheck.probes import kernel_log
-    from nodecheck.slurm import parse_node as slurm_parse
+    from nodecheck.slurm.scontrol import parse_node as slurm_parse
 
     def lines(make) -> str:  # a megabyte of lines, each naming something new
         out, size, i = [], 0, 0

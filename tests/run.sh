@@ -54,5 +54,5 @@ else
   .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,bench,web,plot]'
 fi
 # lint first (pyflakes, bugbear, import order, bandit's security rules; pyproject.toml [tool.ruff])
-.venv/bin/ruff check agent probes exporters tests benchmarks
+.venv/bin/ruff check src tests benchmarks
 exec .venv/bin/python -m pytest -ra "$@"

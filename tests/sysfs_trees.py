@@ -15,7 +15,7 @@ _IB_PHYS = {"LinkUp": "5: LinkUp", "Disabled": "3: Disabled", "Polling": "2: Pol
 
 class CapturedTree:
     """A captured folder read as a host reads sysfs (read_text: its text, None when absent), for a reader that
-    takes paths relative to it (probes/ib_counters.read_port_counters)."""
+    takes paths relative to it (src/nodecheck/probes/ib_counters.read_port_counters)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root

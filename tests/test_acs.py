@@ -12,10 +12,10 @@ import pytest
 from helpers import PUBLIC, fake_executable, need
 from test_pcie_paths import switch_node
 
-from nodecheck.host import LiveHost
-from nodecheck.model import PcieAcs
+from nodecheck.checks.rules import evaluate
+from nodecheck.host.live import LiveHost
 from nodecheck.probes.acs import NEEDS_ROOT, collect, parse_lspci
-from nodecheck.rules import evaluate
+from nodecheck.report.model import PcieAcs
 
 LSPCI = PUBLIC / "lspci"
 CAPTURES = sorted(p.name for p in LSPCI.glob("*.txt")) if LSPCI.is_dir() else []
@@ -142,7 +142,7 @@ def test_acs_off_or_unread_raises_nothing(tmp_path):
 
 
 def test_a_hostile_snapshot_value_is_ignored():
-    from nodecheck.model import Report
+    from nodecheck.report.model import Report
 
     report = Report.from_dict({"gpus": [], "pcie_acs": {"known": True, "redirect": ["x"]},
                                "pcie_paths": {"0000:00:01.0": [{"bdf": 7}, "junk"]}})
@@ -150,7 +150,7 @@ def test_a_hostile_snapshot_value_is_ignored():
 
 
 def test_inspect_and_the_exporter_say_what_acs_is(tmp_path):
-    from nodecheck.exporters.prometheus import write_textfile
+    from nodecheck.prometheus.exposition import write_textfile
     from nodecheck.render.report import platform_lines
 
     report, _ = acs_findings(tmp_path / "on", lspci_for_switch(redirect=True))

@@ -350,8 +350,8 @@ def test_an_nccl_job_on_one_node_is_judged_against_its_slowest_gpu_pair(tmp_path
     from helpers import hgx_nvml, make_snapshot
 
     from nodecheck.bench.distributed import ONE_NODE, _on_one_node
+    from nodecheck.host.snapshot import SnapshotHost
     from nodecheck.pipeline import build_report
-    from nodecheck.snapshot import SnapshotHost
 
     hgx = build_report(SnapshotHost(make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt",
                                                   nvml_gpus=hgx_nvml())))

@@ -9,10 +9,10 @@ from helpers import h100_node_snapshot, make_gpu, make_report, nodecheck, withou
 
 from nodecheck.bench import plan
 from nodecheck.config import Config
-from nodecheck.model import Measurement
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost
-from nodecheck.verdicts import measurement_findings
+from nodecheck.report.model import Measurement
+from nodecheck.verdicts.bandwidth import measurement_findings
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def live_gpus():
     torch = pytest.importorskip("torch", reason="needs torch (sh deploy/install.sh bench)")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU here")
-    from nodecheck.host import LiveHost
+    from nodecheck.host.live import LiveHost
 
     return build_report(LiveHost())
 
@@ -186,7 +186,7 @@ def test_all_reduce_perf_dies_with_a_killed_bench(tmp_path):
     pid_file = tmp_path / "pid"
     bin_dir, _ = a100_node_with_all_reduce_perf(tmp_path, f"echo $$ > {pid_file}\nexec sleep 600\n")
     bench = subprocess.Popen([sys.executable, "-c", "import sys; from nodecheck.bench import plan; from nodecheck.pipeline import build_report; "
-                              "from nodecheck.config import Config; from nodecheck.snapshot import SnapshotHost; "
+                              "from nodecheck.config import Config; from nodecheck.host.snapshot import SnapshotHost; "
                               "plan.run(build_report(SnapshotHost(sys.argv[1])), Config(), ['nccl_tests'], 'quick', 300, "
                               "{'PATH': sys.argv[2] + ':/usr/bin:/bin'}, None)", str(tmp_path / "a100"), str(bin_dir)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -418,7 +418,7 @@ def test_gpu_paths_and_collectives_are_quoted_in_gigabytes_nics_in_gigabits():
     render_measurements(make_report(measurements=[h2d, job]), Console(file=out, width=200))
     table = out.getvalue()
     assert "30.0 GB/s" in table and "63.0 GB/s" in table and "5.0 GB/s" in table and "240 Gbit/s" not in table
-    from nodecheck.units import format_path_rate
+    from nodecheck.core.units import format_path_rate
 
     assert format_path_rate("nic", 50e9) == "400 Gbit/s" and format_path_rate("cluster", 386.56e9) == "386.6 GB/s"
 

@@ -11,7 +11,7 @@ from helpers import nodecheck
 
 from nodecheck.bench.plan import local_rank
 from nodecheck.bench.results import guarded, own_error, run_worker
-from nodecheck.errors import NodecheckError
+from nodecheck.core.errors import NodecheckError
 
 torch = pytest.importorskip("torch", reason="needs torch (sh deploy/install.sh bench)")
 
@@ -147,7 +147,7 @@ def test_a_ranks_gpu_is_the_one_it_sees_by_uuid():
     """Issue 20 (7): under srun --gpus-per-task=1 each task sees one GPU, named by UUID or index in
     CUDA_VISIBLE_DEVICES: local ranks 1-7 have a GPU (before: "no GPU of its own"), the right one."""
     from nodecheck.bench.identity import rank_gpu
-    from nodecheck.model import Gpu
+    from nodecheck.report.model import Gpu
 
     gpus = [Gpu(index=i, uuid=f"GPU-{i}c1752cd-3f0e-9a4b-2b7c-{i}8e5b1d2f6a0") for i in range(8)]
     third = gpus[3].uuid

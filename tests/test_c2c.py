@@ -11,11 +11,11 @@ from fakes import fake_pynvml
 from helpers import h100_nvml_records
 
 from nodecheck.config import Config
-from nodecheck.model import Measurement
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.probes.nvml import dump_nvml
-from nodecheck.snapshot import SnapshotHost
-from nodecheck.verdicts import judge_measurements
+from nodecheck.report.model import Measurement
+from nodecheck.verdicts.bandwidth import judge_measurements
 
 GH200_LINK_MBPS = 44712  # `nvidia-smi c2c -s` on a GH200: "C2C Link 0: 44.712 GB/s" ... "C2C Link 9"
 GH200_H2D = 346e9  # nvbandwidth host_to_device_memcpy_ce on a healthy GH200 (NVIDIA/nvbandwidth#23)
@@ -64,7 +64,7 @@ def test_a_gh200s_host_path_is_its_c2c_links(tmp_path, monkeypatch):
 def test_an_inactive_c2c_link_is_an_error_and_leaves_the_spec_of_the_others(tmp_path, monkeypatch):
     """A GB300 tray's GPU, as NCCL's topology dump shows one (`<c2c bw="44712" count="5"/>`), with one more link
     that NVML says is inactive."""
-    from nodecheck.exporters.prometheus import exposition
+    from nodecheck.prometheus.exposition import exposition
 
     report = grace_gpu(tmp_path, monkeypatch, [(1, GH200_LINK_MBPS)] * 5 + [(0, GH200_LINK_MBPS)], arch=10)
     metrics = exposition(report).decode()

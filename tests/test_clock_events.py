@@ -9,13 +9,13 @@ import pytest
 from fakes import fake_pynvml
 from test_gpu_signals import captured, report_of
 
+from nodecheck.checks.coverage import unmade_checks
+from nodecheck.checks.error_counters import counter_sample
+from nodecheck.checks.gpu_errors import gpu_findings
 from nodecheck.config import Config, ErrorSettings
-from nodecheck.coverage import unmade_checks
-from nodecheck.error_rules import counter_sample
-from nodecheck.events import CounterSample
-from nodecheck.gpu_error_rules import gpu_findings
 from nodecheck.probes.nvml import dump_nvml
 from nodecheck.probes.nvml_clock_events import CLOCK_EVENT_COUNTERS
+from nodecheck.report.events import CounterSample
 
 KEY = "gpu/0000:00:06.0/clock_"
 QUIET = dict.fromkeys(CLOCK_EVENT_COUNTERS, 0)

@@ -10,9 +10,9 @@ from nodecheck.bench.bounds import peer_access, slowest_pair
 from nodecheck.bench.nccl_binary import _network_bound, measurement_from_log
 from nodecheck.bench.nccl_tests import collective_of, parse_nccl_log, ranks_from_rows
 from nodecheck.config import Config
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost
-from nodecheck.verdicts import measurement_findings, with_threshold
+from nodecheck.verdicts.bandwidth import measurement_findings, with_threshold
 
 
 def _examples():
@@ -163,7 +163,7 @@ def test_a_gb200_job_without_imex_takes_the_rails(tmp_path):
     GPUs share no memory across nodes and NCCL takes the rails: a job at rail speed read 0.20 of NVLink."""
     from test_imex import DEGRADED, tray
 
-    from nodecheck.rails import rank_nvlink
+    from nodecheck.assemble.rails import rank_nvlink
 
     up = dict(json.loads(DEGRADED), status="UP")
     ready = tray(tmp_path / "up", domain=json.dumps(up))
@@ -187,7 +187,7 @@ def test_a_healthy_four_gpu_nvlink5_tray_passes_with_margin(ratio, name):
     from helpers import make_measurement, make_report
 
     from nodecheck.bench.bounds import calibration
-    from nodecheck.model import Gpu
+    from nodecheck.report.model import Gpu
 
     tray = make_report(gpus=[Gpu(i, name=f"NVIDIA {name}", architecture=10) for i in range(4)])
     variant = calibration(tray, 4, "nvlink")

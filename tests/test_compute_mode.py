@@ -1,4 +1,4 @@
-"""A GPU's compute mode (agent/compute_mode_rules.py), read by the real dump_nvml through the pynvml stand-in: the
+"""A GPU's compute mode (src/nodecheck/checks/compute_mode.py), read by the real dump_nvml through the pynvml stand-in: the
 captured H100 says "Compute Mode: Default" (NVML_COMPUTEMODE_DEFAULT, 0); NVML numbers the others 2 (prohibited)
 and 3 (exclusive process), as nvml.h and nvidia-ml-py's NVML_COMPUTEMODE_* do."""
 
@@ -8,12 +8,12 @@ from helpers import hgx_nvml, make_snapshot
 from test_gpu_signals import captured
 from test_prolog import run_nodecheck
 
-from nodecheck.compute_mode_rules import compute_mode_findings
+from nodecheck.checks.compute_mode import compute_mode_findings
+from nodecheck.checks.coverage import unmade_checks
 from nodecheck.config import Config, loads
-from nodecheck.config_init import generate
-from nodecheck.coverage import unmade_checks
+from nodecheck.config.init import generate
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost
 
 PROHIBITED, EXCLUSIVE_PROCESS = 2, 3
 
@@ -75,7 +75,7 @@ def test_the_mode_is_published(tmp_path):
 def test_a_mode_the_config_cannot_mean_is_refused():
     import pytest
 
-    from nodecheck.errors import ConfigError
+    from nodecheck.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="'gpus.compute_mode': expected one of default, exclusive_process, prohibited"):
         loads('[gpus]\ncompute_mode = "exclusive"\n', "t.toml")

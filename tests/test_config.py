@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodecheck.config import load, parse
-from nodecheck.config_init import generate
-from nodecheck.errors import ConfigError
+from nodecheck.config.init import generate
+from nodecheck.core.errors import ConfigError
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost
 
 
 def write(tmp_path, text):
@@ -144,7 +144,7 @@ def test_a_config_generated_where_a_name_holds_quotes_or_control_characters_load
     """A NIC's name from sysfs or a snapshot, and the host name in the first comment: a quote, a backslash or a
     newline there made `config init` write TOML that nodecheck then refused (a newline in the comment line turned
     the rest of the host name into a TOML statement)."""
-    from nodecheck.model import Report
+    from nodecheck.report.model import Report
 
     report = build_report(SnapshotHost(REPO / "examples" / "hgx-h100-8gpu"))
     nic = next(n for n in report.nics if n.state == "up" and not n.virtual and n.rdma_device)
@@ -163,7 +163,7 @@ def test_a_config_generated_where_a_name_holds_quotes_or_control_characters_load
 def test_a_config_generated_where_nvml_says_the_impossible_leaves_it_out_and_loads(tmp_path):
     """Found by the whole-snapshot fuzzer: a PCIe generation of 10^40 from a snapshot's NVML dump was written as
     `pcie_gen = 1000...`, which the reader (1 to 7) refused; now it is a comment, and the config loads."""
-    from nodecheck.model import Report
+    from nodecheck.report.model import Report
 
     document = build_report(SnapshotHost(REPO / "examples" / "hgx-h100-8gpu")).to_dict()
     for gpu in document["gpus"]:

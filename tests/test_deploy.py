@@ -13,9 +13,9 @@ import yaml
 from helpers import REPO, hgx_nvml, kubernetes_objects, make_measurement, make_snapshot, nodecheck, write_pci_tree
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodecheck.exporters.prometheus import write_textfile
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost
+from nodecheck.prometheus.exposition import write_textfile
 
 DASHBOARD = REPO / "deploy" / "grafana" / "nodecheck-dashboard.json"
 

@@ -9,10 +9,10 @@ import json
 import pytest
 from helpers import hgx_nvml, make_snapshot
 
+from nodecheck.checks.rules import evaluate
 from nodecheck.config import Config, loads
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.rules import evaluate
-from nodecheck.snapshot import SnapshotHost
 
 HGX_BDFS = [f"0000:{0x18 + i * 0x10:02x}:00.0" for i in range(8)]  # hgx_nvml's GPUs, as the driver names them
 MISMATCH = "NVML initialisation failed: RM has detected an NVML/RM version mismatch."

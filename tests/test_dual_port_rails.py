@@ -16,11 +16,11 @@ from helpers import PUBLIC, make_snapshot, need, write_pci_tree
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodecheck import specs
-from nodecheck.pairing import exchange_spec, job_bound, rails_capacity, rank_rounds
+from nodecheck.assemble.rails import fabric_nics, rail_rates, ring_bound
+from nodecheck.core import specs
+from nodecheck.core.pairing import exchange_spec, job_bound, rails_capacity, rank_rounds
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.rails import fabric_nics, rail_rates, ring_bound
-from nodecheck.snapshot import SnapshotHost
 
 GEN5, GEN4 = "32.0 GT/s PCIe", "16.0 GT/s PCIe"
 PORT = PUBLIC / "health/ib/gpud-sys-class-infiniband-h100/mlx5_4/ports/1"

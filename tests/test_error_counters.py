@@ -1,4 +1,4 @@
-"""PCIe AER and InfiniBand port error counters (probes/aer.py, probes/ib_counters.py, agent/error_rules.py):
+"""PCIe AER and InfiniBand port error counters (src/nodecheck/probes/aer.py, src/nodecheck/probes/ib_counters.py, src/nodecheck/checks/error_counters.py):
 parsed from the published sysfs trees of ../shared/captures/public/health (node_exporter's AER and IB trees,
 gpud's H100 NDR node with link_downed saturated at 255), then judged over two real runs of the real reader
 against a /sys tree whose counters move between them, the samples kept in a real state file."""
@@ -9,14 +9,14 @@ import pytest
 from helpers import PUBLIC, make_gpu, make_nic, make_report, need
 from sysfs_trees import CapturedTree, hca_below_switch_port
 
+from nodecheck.checks.coverage import unmade_checks
+from nodecheck.checks.error_counters import FIRST_SAMPLE, aer_findings, counter_sample, ib_findings
 from nodecheck.config import Config
-from nodecheck.coverage import unmade_checks
-from nodecheck.error_rules import FIRST_SAMPLE, aer_findings, counter_sample, ib_findings
-from nodecheck.events import CounterSample, History
-from nodecheck.model import IbPort
-from nodecheck.pci import Hop
+from nodecheck.core.pci import Hop
 from nodecheck.probes.aer import parse_aer_file, read_aer
 from nodecheck.probes.ib_counters import parse_counter, read_port_counters, saturated
+from nodecheck.report.events import CounterSample, History
+from nodecheck.report.model import IbPort
 
 HEALTH = PUBLIC / "health"
 GPUD = HEALTH / "ib" / "gpud-sys-class-infiniband-h100"
@@ -104,7 +104,7 @@ def test_two_real_runs_judge_what_moved_between_them(tmp_path, monkeypatch):
     """The real reader (LiveHost on a /sys tree: gpud's mlx5_0 port and a GPU behind a switch port with AER),
     twice, with the real state file: the first run's rates are unknown; between the runs the clock moves
     60 s, symbol_error +1200 and the bridge's correctable AER +40; the second run names both."""
-    from nodecheck.host import LiveHost
+    from nodecheck.host.live import LiveHost
     from nodecheck.pipeline import build_report
 
     monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
@@ -185,8 +185,8 @@ def test_a_port_whose_firmware_refuses_its_counters_is_asked_once_an_hour(tmp_pa
     import shutil
     import time
 
-    from nodecheck import files
-    from nodecheck.host import LiveHost
+    from nodecheck.host import files
+    from nodecheck.host.live import LiveHost
 
     shutil.copytree(need(GPUD), tmp_path / "sys/class/infiniband", symlinks=True)
     real, asked = files.read_regular, []

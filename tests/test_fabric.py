@@ -4,13 +4,13 @@ not the socket NIC: the spec is the ring bound over those rails."""
 import pytest
 from helpers import A100_SXM4, PUBLIC, hgx_nvml, make_snapshot, need
 
+from nodecheck.assemble.rails import fabric_nics, ring_bound
 from nodecheck.bench.nccl_tests import parse_nccl_log
 from nodecheck.config import Config
-from nodecheck.model import Measurement
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.rails import fabric_nics, ring_bound
-from nodecheck.snapshot import SnapshotHost
-from nodecheck.verdicts import algorithm_bound, measurement_findings
+from nodecheck.report.model import Measurement
+from nodecheck.verdicts.bandwidth import algorithm_bound, measurement_findings
 
 
 def gpu_node_with_rdma(root, topo: str, nvml_gpus: list[dict], devices: list[tuple[str, str, str]]):
@@ -145,7 +145,7 @@ def test_a_published_gb200_nvl72_rack_reads_as_healthy_against_nvlink5():
     through the switches (900 GB/s one way), so the bound is a GPU's NVLink rate, not a NIC's:
     0.93 of it, no finding. (The 20-rack run crosses racks over InfiniBand beneath NVLink domains: its
     bound is neither the rails' sum nor NVLink's, and nodecheck does not judge it.)"""
-    from nodecheck.specs import nvlink
+    from nodecheck.core.specs import nvlink
 
     spec = nvlink(5, 18).bytes_per_second
     log = parse_nccl_log(need(PUBLIC / "nccl" / "coreweave-gb200-nvl72-1rack-all_reduce_perf-partial.txt").read_text())
@@ -161,10 +161,10 @@ def test_one_rank_per_node_is_judged_against_its_one_rail(tmp_path, monkeypatch)
     and its one NIC. The rank hands the worker the rail nearest its GPU (before: the node's eight, so a
     healthy 45 GB/s read 0.11 and every node was named slow); the job's bound sums each node's distinct
     rails over its ranks."""
+    from nodecheck.assemble.rails import rank_rails
     from nodecheck.bench import distributed
     from nodecheck.bench.distributed import DistEnv, run_allreduce
-    from nodecheck.pairing import job_bound
-    from nodecheck.rails import rank_rails
+    from nodecheck.core.pairing import job_bound
 
     report = hgx_h100_with_ndr(tmp_path)
     fabric = fabric_nics(report, {})

@@ -13,14 +13,14 @@ from fakes import fake_pynvml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodecheck.commands import kill_running_commands, run_command
-from nodecheck.errors import NoData, ParseError, ProbeFailed
-from nodecheck.host import LiveHost
+from nodecheck.core.errors import NoData, ParseError, ProbeFailed
+from nodecheck.host.commands import kill_running_commands, run_command
+from nodecheck.host.live import LiveHost
+from nodecheck.host.snapshot import RecordingHost, SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.probes import PROBES, Probe, run_probes
 from nodecheck.probes.nics import parse_nics
 from nodecheck.probes.nvml import dump_nvml
-from nodecheck.snapshot import RecordingHost, SnapshotHost
 
 
 def fake_binary(tmp_path, name, body):
@@ -229,8 +229,8 @@ def test_each_probe_stops_at_its_own_deadline_not_the_slowests(tmp_path):
 
     from helpers import make_snapshot
 
+    from nodecheck.host.snapshot import SnapshotHost
     from nodecheck.probes import Probe, run_probes
-    from nodecheck.snapshot import SnapshotHost
 
     host = SnapshotHost(make_snapshot(tmp_path / "snap"))
     reads = []
@@ -262,9 +262,9 @@ def test_a_listing_is_bounded_like_a_file(tmp_path):
 
     from helpers import make_snapshot
 
-    from nodecheck.host import LiveHost
-    from nodecheck.limits import MAX_DIR_ENTRIES
-    from nodecheck.snapshot import SnapshotHost
+    from nodecheck.core.limits import MAX_DIR_ENTRIES
+    from nodecheck.host.live import LiveHost
+    from nodecheck.host.snapshot import SnapshotHost
 
     snap = make_snapshot(tmp_path / "snap")
     (snap / "fs-dirs.json").write_text(json.dumps({"/sys/kernel/iommu_groups": [str(i) for i in range(MAX_DIR_ENTRIES * 3)]}))
@@ -281,8 +281,8 @@ def test_a_hung_tools_setsid_grandchildren_die_with_it(tmp_path):
     and they outlived it. The whole tree is killed now, read from /proc before the kill."""
     from helpers import fake_executable
 
-    from nodecheck.commands import run_command
-    from nodecheck.errors import TimedOut
+    from nodecheck.core.errors import TimedOut
+    from nodecheck.host.commands import run_command
 
     pidfile = tmp_path / "escaped"
     tool = fake_executable(tmp_path / "tool", f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 600' &\nsleep 600\n")

@@ -1,4 +1,4 @@
-"""One registry of finding kinds (nodecheck.model.FINDING_KINDS): every kind the code raises is in it,
+"""One registry of finding kinds (nodecheck.report.model.FINDING_KINDS): every kind the code raises is in it,
 docs/report-schema.md lists exactly its kinds, and each has a drain-reason template that formats."""
 
 import ast
@@ -6,13 +6,13 @@ import re
 
 from helpers import REPO
 
-from nodecheck.findings import FINDING_KINDS
+from nodecheck.report.findings import FINDING_KINDS
 
 
 def raised_kinds() -> dict[str, str]:
     """kind -> where, for every Finding("kind", ...) written in the code."""
     found = {}
-    for folder in ("agent", "probes", "exporters"):
+    for folder in ("src",):
         for path in (REPO / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
                 if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Finding" and node.args
@@ -43,8 +43,8 @@ def test_every_drain_template_formats():
 def test_every_kind_has_one_home():
     """A kind is raised by one rule of rules.RULES (whose row names the probe it reads), by the judging of
     measurements or NCCL runs, or by the prolog: the exporter's check_healthy/check_unknown follow from it."""
-    from nodecheck.coverage import FROM_NCCL, MEASURED, PROLOG_ONLY
-    from nodecheck.rules import RULES
+    from nodecheck.checks.coverage import FROM_NCCL, MEASURED, PROLOG_ONLY
+    from nodecheck.checks.rules import RULES
 
     homes = [kind for rule in RULES for kind in rule.kinds] + [*MEASURED, *FROM_NCCL, *PROLOG_ONLY]
     assert sorted(homes) == sorted(FINDING_KINDS)

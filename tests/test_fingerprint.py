@@ -1,4 +1,4 @@
-"""A node's fingerprint (agent/fingerprint.py) from real sources: the HGX H100 topology with NVML values
+"""A node's fingerprint (src/nodecheck/assemble/fingerprint.py) from real sources: the HGX H100 topology with NVML values
 replayed from the H100 capture (its VBIOS as its `nvidia-smi -q` printed it), gpud's NDR node's NIC firmware
 through the real sysfs reader. The topology hash moves with what `inspect` shows differs, and with nothing else."""
 
@@ -7,11 +7,11 @@ import shutil
 
 from helpers import PUBLIC, hgx_nvml, make_snapshot, need
 
+from nodecheck.assemble.fingerprint import fingerprint, topology_facts, vbios_mismatch
 from nodecheck.config import Config
-from nodecheck.fingerprint import fingerprint, topology_facts, vbios_mismatch
-from nodecheck.host import LiveHost
+from nodecheck.host.live import LiveHost
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost
 
 TOPO = "hgx-h100-8gpu-8nic-sglang30401.txt"
 
@@ -72,8 +72,8 @@ def test_nic_firmware_from_sysfs(tmp_path):
 def test_the_nccl_conf_hash_is_the_file_as_nccl_reads_it(tmp_path):
     """Empty without a file; the same settings in another order or with comments hash alike (NCCL sees the same
     variables); another NCCL_IB_GID_INDEX does not (on RoCE, a node with it cannot connect to its peers)."""
-    from nodecheck.model import Platform
     from nodecheck.probes.platform import parse_nccl_conf
+    from nodecheck.report.model import Platform
 
     base = hgx(tmp_path)
     assert fingerprint(base).nccl_conf == ""

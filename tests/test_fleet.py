@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import cli, hgx_nvml, make_measurement, make_snapshot
 
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost
 
 
 @pytest.fixture(autouse=True)
@@ -70,8 +70,8 @@ def test_the_fleet_names_the_nodes_out_of_line_and_no_other(tmp_path, hgx_report
 
 def test_a_node_with_another_nccl_conf_drifts(tmp_path, hgx_report):
     """Seven nodes read one /etc/nccl.conf, one another NCCL_IB_GID_INDEX: named, with the majority's hash."""
-    from nodecheck.model import Platform
     from nodecheck.probes.platform import parse_nccl_conf
+    from nodecheck.report.model import Platform
 
     def conf(report, text):
         return dataclasses.replace(report, platform=Platform(None, False, nccl_conf=parse_nccl_conf(text)))
@@ -94,7 +94,7 @@ def test_a_node_whose_roce_gid_sits_elsewhere_drifts(tmp_path, hgx_report):
     but a job pinning NCCL_IB_GID_INDEX=3 fails there: named, with what it means."""
     from helpers import make_nic
 
-    from nodecheck.model import IbPort
+    from nodecheck.report.model import IbPort
 
     link_local, ipv4 = "fe80:0000:0000:0000:0ac0:ebff:feda:1cfb", "0000:0000:0000:0000:0000:ffff:c800:d106"
     ipv6 = "2001:0db8:0000:0000:0ac0:ebff:feda:1cfb"
@@ -161,7 +161,7 @@ def test_serve_reads_the_measurements_a_bench_run_wrote(tmp_path, hgx_report):
     """`serve --measurements FILE`: a `bench --json` Report or a `bench --measure-only` document; anything else
     is refused naming the file (serve logs it and keeps what it published)."""
     from nodecheck.bench.plan import read_measurements_file
-    from nodecheck.errors import NodecheckError
+    from nodecheck.core.errors import NodecheckError
 
     report = node(hgx_report, "n", ratio=0.9)
     (tmp_path / "bench.json").write_text(json.dumps(dict(report.to_dict(), measured_at=1.79e9)))
@@ -188,7 +188,7 @@ def test_a_measurements_file_from_the_future_or_another_user_is_refused(tmp_path
     import tempfile
 
     from nodecheck.bench.plan import read_measurements_file
-    from nodecheck.errors import NodecheckError
+    from nodecheck.core.errors import NodecheckError
 
     report = node(hgx_report, "n", ratio=0.4)
     (tmp_path / "future.json").write_text(json.dumps(dict(report.to_dict(), measured_at=1e12)))
@@ -239,8 +239,8 @@ def test_the_peer_alert_uses_the_fleet_commands_bars():
 def braked(report, name: str, ns: dict[int, dict] | None = None, uptime: float = 864000.0):
     """A node of `report` up `uptime` seconds whose GPUs' clock event counters (ns) are `ns` per GPU, else 0 each, as
     the H100 capture reads them."""
-    from nodecheck.events import History
-    from nodecheck.model import GpuSignals
+    from nodecheck.report.events import History
+    from nodecheck.report.model import GpuSignals
 
     quiet = {"hw_thermal_slowdown": 0, "hw_power_brake_slowdown": 0, "sw_thermal_slowdown": 0}
     gpus = [dataclasses.replace(g, signals=dataclasses.replace(g.signals or GpuSignals(),
@@ -390,7 +390,7 @@ def test_serve_publishes_a_jobs_report_for_its_own_node_only(tmp_path, hgx_repor
     """`serve --measurements` on rank 0's node, reading its job's Report: gpu-05's slow copy was published and judged
     as this node's, a bandwidth finding here (and with --kubernetes-taint, this node tainted for another's fault)."""
     from nodecheck.bench.plan import read_measurements_file
-    from nodecheck.verdicts import with_measurements
+    from nodecheck.verdicts.bandwidth import with_measurements
 
     slow_elsewhere = make_measurement("gpu-05/gpu0:host", "h2d", rate=0.3 * 55e9, spec=55e9, direction="unidirectional",
                                       details={"path_kind": "pcie", "node": "gpu-05"})
@@ -483,7 +483,7 @@ def test_a_node_left_in_exclusive_process_mode_drifts_and_default_ones_keep_thei
     """Alike within itself, so no in-node check names it: one node of eight whose GPUs were all set to
     exclusive_process (`nvidia-smi -c 3`) fails the jobs of several processes per GPU its peers run. Its topology
     hash differs; the default mode leaves every other node's hash as it was before compute modes were read."""
-    from nodecheck.fingerprint import topology_facts, topology_hash
+    from nodecheck.assemble.fingerprint import topology_facts, topology_hash
 
     default = [dataclasses.replace(node(hgx_report, f"gpu-{i:02d}"),
                                    gpus=[dataclasses.replace(g, compute_mode="default") for g in hgx_report.gpus])

@@ -18,9 +18,9 @@ from helpers import REPO, cli, free_port, hgx_nvml, make_measurement, make_snaps
 from scripted_server import ScriptedServer
 from test_prometheus_server import get_json, processes, wait_for  # noqa: F401 - processes is a fixture
 
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost
-from nodecheck.verdicts import with_measurements
+from nodecheck.verdicts.bandwidth import with_measurements
 
 DEADLINE = 120
 FLEET_ALERTS = ("NodecheckBelowPeers", "NodecheckFingerprintDrift", "NodecheckNarrowerThanPeers", "NodecheckNicsSlowerThanPeers",
@@ -125,7 +125,7 @@ def trickle(conn, stop) -> None:
 def test_a_broken_prometheus_is_a_named_error_within_the_deadline(reply, said):
     """Tracebacks on deep JSON, a non-HTTP reply and a cut body; a trickled reply ran past 400 s (the timeout was
     per read); a redirect to ftp:// was followed. Each is now a NodecheckError naming it, within one deadline."""
-    from nodecheck.errors import NodecheckError
+    from nodecheck.core.errors import NodecheckError
     from nodecheck.fleet.prometheus import query
 
     with ScriptedServer(reply) as server:

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodecheck.bench.nccl_tests import parse_nccl_log
-from nodecheck.errors import ParseError
+from nodecheck.core.errors import ParseError
 from nodecheck.probes.lstopo import parse_lstopo_xml
 from nodecheck.probes.nics import parse_proc_route
 from nodecheck.probes.topo import parse_topo_matrix

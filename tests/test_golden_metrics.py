@@ -10,11 +10,11 @@ import os
 from helpers import REPO, hgx_nvml, make_snapshot, write_pci_tree
 
 from nodecheck.config import Config
-from nodecheck.exporters.prometheus import write_textfile
-from nodecheck.model import Measurement
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost
-from nodecheck.verdicts import with_measurements
+from nodecheck.prometheus.exposition import write_textfile
+from nodecheck.report.model import Measurement
+from nodecheck.verdicts.bandwidth import with_measurements
 
 GOLDEN = REPO / "tests" / "golden" / "hgx-h100-8gpu.prom"
 
@@ -70,7 +70,7 @@ def test_docs_metrics_lists_exactly_the_exposed_series(tmp_path):
     without its row fails here."""
     import re
 
-    from nodecheck.exporters.node_health import NodeHealth
+    from nodecheck.kubernetes.node_health import NodeHealth
 
     publisher = NodeHealth(None, "node-1")  # serve --kubernetes-conditions adds its own series to /metrics
     publisher.record_round(True)

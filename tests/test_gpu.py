@@ -7,8 +7,8 @@ import shutil
 import pytest
 from helpers import nodecheck
 
-from nodecheck.errors import NoData
-from nodecheck.host import LiveHost
+from nodecheck.core.errors import NoData
+from nodecheck.host.live import LiveHost
 from nodecheck.probes.nvml import dump_nvml, parse_nvml
 from nodecheck.probes.topo import ARGV, parse_topo_matrix
 
@@ -34,7 +34,7 @@ def test_real_nvml(nvml_facts):
 def test_real_nvml_says_the_recovery_action_and_the_drivers_gpus(nvml_facts):
     """A healthy lent GPU asks for no recovery action (the captured H100, driver 580: "GPU Recovery Action: None"), every
     GPU NVML counts opens, and the kernel module's own list names each GPU NVML lists."""
-    from nodecheck.pci import normal_pci
+    from nodecheck.core.pci import normal_pci
 
     assert nvml_facts.unopened == []
     assert {g.recovery_action for g in nvml_facts.gpus} <= {0, None}

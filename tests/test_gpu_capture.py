@@ -7,7 +7,7 @@ import json
 import pytest
 from helpers import REPO, nodecheck, replayed_and_live_metrics
 
-from nodecheck.model import Report
+from nodecheck.report.model import Report
 
 FIXTURE = REPO / "tests" / "fixtures" / "h100-vm-1gpu"
 # what differs between two runs of the same node by nature: when, from where, how long each probe took
@@ -90,8 +90,8 @@ def test_the_live_h2d_sweep_of_that_node_judged_again():
     today's rules: no finding under the calibrated thresholds; under an operator's 0.9, one that points
     at the GPU's PCIe link. Pinned memory is at least 3x pageable at 1 GiB (README's payload table)."""
     from nodecheck.config import Config
-    from nodecheck.model import Measurement
-    from nodecheck.verdicts import measurement_findings
+    from nodecheck.report.model import Measurement
+    from nodecheck.verdicts.bandwidth import measurement_findings
 
     report = json.loads((FIXTURE / "live-bench-full.json").read_text())
     measurements = [Measurement(**m) for m in report["measurements"]]

@@ -12,14 +12,14 @@ from fakes import fake_pynvml
 from gpu_fabric_cases import published
 from helpers import H100, HGX_FABRIC_REGISTERED, h100_nvml_records, hgx_nvml, make_snapshot, need, nodecheck
 
+from nodecheck.checks.coverage import unmade_checks
+from nodecheck.checks.fabric import fabric_findings
 from nodecheck.config import Config
-from nodecheck.coverage import unmade_checks
-from nodecheck.exporters.prometheus import ReportCollector
-from nodecheck.fabric_rules import fabric_findings
-from nodecheck.findings import headline
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.probes.nvml import dump_nvml, parse_nvml
-from nodecheck.snapshot import SnapshotHost
+from nodecheck.prometheus.exposition import ReportCollector
+from nodecheck.report.findings import headline
 
 
 def hgx_report(tmp_path, fabric_of: dict, **gpu):
@@ -127,7 +127,7 @@ def test_a_refusal_or_a_driver_without_the_call_is_unknown_not_healthy(tmp_path,
     {"state": 3, "cluster_uuid": 7}, {"status": 0},
 ])
 def test_a_malformed_fabric_answer_is_a_parse_error(raw):
-    from nodecheck.errors import ParseError
+    from nodecheck.core.errors import ParseError
 
     with pytest.raises(ParseError, match="fabric"):
         parse_nvml({"gpus": [{"index": 0, "fabric": raw}]})

@@ -9,15 +9,15 @@ import pytest
 from fakes import fake_pynvml
 from helpers import cli, hgx_nvml, make_snapshot
 
-from nodecheck.advice import binding_advice
+from nodecheck.assemble.advice import binding_advice
+from nodecheck.checks.rules import evaluate
 from nodecheck.config import Config, loads
-from nodecheck.errors import ParseError
-from nodecheck.findings import headline
-from nodecheck.model import Report
+from nodecheck.core.errors import ParseError
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.probes.nvml import parse_nvml
-from nodecheck.rules import evaluate
-from nodecheck.snapshot import SnapshotHost
+from nodecheck.report.findings import headline
+from nodecheck.report.model import Report
 
 
 def judged(tmp_path, gpus: list, config: Config | None = None, topo: str | None = "hgx-h100-8gpu-8nic-sglang30401.txt") -> Report:

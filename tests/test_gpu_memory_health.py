@@ -1,4 +1,4 @@
-"""A GPU's memory and board health beyond its ECC counts (probes/nvml_memory.py), read by the real dump_nvml through
+"""A GPU's memory and board health beyond its ECC counts (src/nodecheck/probes/nvml_memory.py), read by the real dump_nvml through
 the pynvml stand-in. The captured H100 says all is well: "SRAM Threshold Exceeded: No", every SRAM uncorrectable
 count 0, "Retired Pages: N/A" (an H100 remaps rows: NVML answers Not Supported), no InfoROM warning (its
 `nvidia-smi -q`, driver 580.159.04). A V100 (NVML architecture 5, Volta) retires pages instead and has no SRAM
@@ -10,9 +10,9 @@ import pytest
 from fakes import fake_pynvml
 from test_gpu_signals import captured, report_of
 
+from nodecheck.checks.coverage import unmade_checks
+from nodecheck.checks.gpu_errors import gpu_findings
 from nodecheck.config import Config, loads
-from nodecheck.coverage import unmade_checks
-from nodecheck.gpu_error_rules import gpu_findings
 from nodecheck.probes.nvml import dump_nvml
 from nodecheck.probes.nvml_memory import parse_memory
 

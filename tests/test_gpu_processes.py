@@ -1,5 +1,5 @@
-"""The processes holding a GPU (probes/nvml_processes.py) and the prolog's judgment of them before a job
-(agent/gpu_process_rules.py). NVML's lists come through the real dump_nvml() reading the pynvml stand-in; who each
+"""The processes holding a GPU (src/nodecheck/probes/nvml_processes.py) and the prolog's judgment of them before a job
+(src/nodecheck/checks/gpu_processes.py). NVML's lists come through the real dump_nvml() reading the pynvml stand-in; who each
 process is comes from /proc: the real /proc of this machine, or a snapshot's copy. The cgroup lines of Slurm jobs
 are real nodes': "0::/system.slice/slurmstepd.scope/job_1392969/step_0/user/task_0" (cgroup v2, a compute node of
 the Fox cluster, 2025-03-13) and "10:devices:/slurm/uid_2101171/job_280678/step_interactive/task_0" (cgroup v1),
@@ -17,12 +17,12 @@ from helpers import make_snapshot
 from test_gpu_signals import captured
 from test_prolog import run_nodecheck
 
-from nodecheck.gpu_process_rules import before_job
-from nodecheck.host import LiveHost
+from nodecheck.checks.gpu_processes import before_job
+from nodecheck.host.live import LiveHost
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.probes.nvml import collect
 from nodecheck.probes.nvml_processes import parse_processes
-from nodecheck.snapshot import SnapshotHost
 
 FOX_V2 = "0::/system.slice/slurmstepd.scope/job_1392969/step_0/user/task_0\n"
 OLDER_V1 = "10:devices:/slurm/uid_2101171/job_280678/step_interactive/task_0\n"
@@ -184,8 +184,8 @@ def test_inspect_and_the_metrics_name_who_holds_each_gpu(tmp_path):
 def test_a_slow_copy_on_a_gpu_another_process_held_is_a_warning_naming_it(tmp_path):
     """`bench` beside a job: gpu0's h2d at half its spec measured the sharing, not the link; with the GPU free the
     same figure drains."""
-    from nodecheck.model import Measurement
-    from nodecheck.verdicts import with_measurements
+    from nodecheck.report.model import Measurement
+    from nodecheck.verdicts.bandwidth import with_measurements
 
     spec = 64e9
     h2d = Measurement.measured("gpu0:host", "h2d", 0.5 * spec, spec, 1 << 28, "cudaMemcpyAsync", "unidirectional",
@@ -199,7 +199,7 @@ def test_a_slow_copy_on_a_gpu_another_process_held_is_a_warning_naming_it(tmp_pa
 
 
 def test_the_exporters_bench_round_waits_while_another_process_holds_a_gpu(tmp_path):
-    from nodecheck.exporters.serve import busy_gpus
+    from nodecheck.prometheus.serve import busy_gpus
 
     held = build_report(node(tmp_path, [{"pid": 4242, "used_memory": 30 * GIB}], {4242: ("python3", "S", FOX_V2)}))
     assert held.gpus[0].utilization_percent == 0  # a job loading its data: idle by utilization
@@ -223,7 +223,7 @@ def test_a_hostile_proc_in_a_snapshot_is_read_bounded(tmp_path):
 
 def test_the_allowed_names_come_from_the_config():
     from nodecheck.config import Config, loads
-    from nodecheck.errors import ConfigError
+    from nodecheck.core.errors import ConfigError
 
     assert Config().prolog.gpu_process_allow == ["nvidia-cuda-mps-server"]
     assert loads('[prolog]\ngpu_process_allow = ["dcgmproftester"]\n', "t.toml").prolog.gpu_process_allow == ["dcgmproftester"]
@@ -234,7 +234,7 @@ def test_the_allowed_names_come_from_the_config():
 @pytest.mark.parametrize(("state", "idle"), [("IDLE", True), ("IDLE+DRAIN", True), ("IDLE+COMPLETING", False),
                                              ("MIXED", False), ("ALLOCATED+DRAIN", False), ("DOWN*", False)])
 def test_which_slurm_states_run_no_job(state, idle):
-    from nodecheck.slurm import parse_node
+    from nodecheck.slurm.scontrol import parse_node
 
     assert parse_node("gpu01", f"NodeName=gpu01 Arch=x86_64 CoresPerSocket=1 State={state} ThreadsPerCore=1\n").idle is idle
 

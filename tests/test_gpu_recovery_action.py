@@ -10,12 +10,12 @@ from fakes import fake_pynvml
 from test_gpu_signals import captured, report_of
 from test_signal_join import h2d, judged, report_with
 
+from nodecheck.checks.coverage import unmade_checks
+from nodecheck.checks.gpu_errors import gpu_findings
+from nodecheck.checks.rules import evaluate
 from nodecheck.config import Config
-from nodecheck.coverage import unmade_checks
-from nodecheck.findings import Finding, headline
-from nodecheck.gpu_error_rules import gpu_findings
 from nodecheck.probes.nvml import dump_nvml
-from nodecheck.rules import evaluate
+from nodecheck.report.findings import Finding, headline
 
 
 def test_the_h100_asks_for_nothing(tmp_path, monkeypatch):
@@ -72,7 +72,7 @@ def test_a_fine_bandwidth_does_not_temper_it():
 
 
 def test_published_and_raised_through_the_rules(tmp_path, monkeypatch):
-    from nodecheck.exporters.prometheus import exposition
+    from nodecheck.prometheus.exposition import exposition
 
     def render_metrics(report):
         return exposition(report).decode()

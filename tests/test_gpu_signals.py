@@ -10,14 +10,14 @@ import pytest
 from fakes import fake_pynvml
 from helpers import H100, need
 
+from nodecheck.checks.coverage import unmade_checks
+from nodecheck.checks.error_counters import counter_sample
+from nodecheck.checks.gpu_errors import gpu_findings
 from nodecheck.config import Config
-from nodecheck.coverage import unmade_checks
-from nodecheck.error_rules import counter_sample
-from nodecheck.events import CounterSample, History
-from nodecheck.gpu_error_rules import gpu_findings
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.probes.nvml import dump_nvml
-from nodecheck.snapshot import SnapshotHost
+from nodecheck.report.events import CounterSample, History
 
 
 def captured() -> dict:
@@ -62,7 +62,7 @@ def test_replays_are_an_error_when_the_links_bandwidth_test_failed_too(tmp_path,
     prolog drains on it only where a test over that link measured it slow as well."""
     from helpers import make_measurement
 
-    from nodecheck.verdicts import with_measurements
+    from nodecheck.verdicts.bandwidth import with_measurements
 
     before = CounterSample(940.0, {"gpu/0000:00:06.0/pcie_replays": 0})
     report = report_of(tmp_path, dict(captured(), replay=300), monkeypatch, [before])

@@ -16,7 +16,7 @@ from helpers import free_port, wait_until
 
 from nodecheck.bench.heartbeat import Step, beat_step, judge, sidecar, where_it_was
 from nodecheck.bench.results import run_worker
-from nodecheck.errors import NodecheckError
+from nodecheck.core.errors import NodecheckError
 
 pytest.importorskip("torch", reason="needs torch (sh deploy/install.sh bench)")
 

@@ -11,8 +11,8 @@ from helpers import wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodecheck.exporters import http
-from nodecheck.exporters.http import ScrapeServer, listening_socket, parse_request
+from nodecheck.prometheus import http
+from nodecheck.prometheus.http import ScrapeServer, listening_socket, parse_request
 
 
 def start_server(bodies: list, auth=None) -> tuple[int, ScrapeServer]:
@@ -263,7 +263,7 @@ def basic(user: str, password: str) -> str:
 
 def test_unknown_users_cost_the_same_bcrypt_work_as_known_ones(monkeypatch):
     bcrypt = pytest.importorskip("bcrypt")
-    from nodecheck.exporters.webconfig import BasicAuth
+    from nodecheck.prometheus.webconfig import BasicAuth
 
     auth = BasicAuth({"prometheus": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4))})
     checked = []
@@ -278,7 +278,7 @@ def test_unknown_users_cost_the_same_bcrypt_work_as_known_ones(monkeypatch):
 
 def test_a_flood_of_passwords_queues_bounded_bcrypt_work(monkeypatch):
     bcrypt = pytest.importorskip("bcrypt")
-    from nodecheck.exporters.webconfig import BasicAuth
+    from nodecheck.prometheus.webconfig import BasicAuth
 
     auth = BasicAuth({"prometheus": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4))})
     release, started = threading.Event(), []

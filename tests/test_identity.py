@@ -4,7 +4,7 @@ then (only when torch reports neither) by index; a hidden GPU is named, never si
 import pytest
 
 from nodecheck.bench.identity import pick_cuda_device
-from nodecheck.pci import normal_pci
+from nodecheck.core.pci import normal_pci
 
 # as CUDA numbers them fastest-first on a node whose NVML order is by PCI bus
 DEVICES = [{"ordinal": 0, "uuid": "c1752cd3-0000-0000-0000-000000000002", "pci": "0000:2a:00.0"},

@@ -3,7 +3,7 @@
 import pytest
 from helpers import make_nic, make_report
 
-from nodecheck.ifnames import gloo_selection, nccl_selection
+from nodecheck.core.ifnames import gloo_selection, nccl_selection
 
 NAMES = ["docker0", "eth0", "eth1", "ib0", "ib1", "lo", "mlx5_0", "mlx5_1", "mlx5_10", "enp1s0f0"]
 
@@ -31,7 +31,7 @@ def test_gloo_takes_exact_names_in_its_order():
 def test_loopback_is_an_interface_a_one_node_run_may_name():
     """Issue 20 (14): NCCL_SOCKET_IFNAME=lo failed with "NIC 'lo' ... does not exist here"."""
     from nodecheck.bench.distributed import DistEnv, traffic_nic
-    from nodecheck.errors import NodecheckError
+    from nodecheck.core.errors import NodecheckError
 
     eth = make_nic("eth0", driver="virtio_net", pci_address="0000:00:03.0", numa_node=0)
     report = make_report(nics=[eth])

@@ -7,12 +7,12 @@ import pytest
 from gpu_fabric_cases import published
 from helpers import REPO, h100_node_snapshot, h100_nvml_records, make_snapshot
 
-from nodecheck.coverage import unmade_checks
-from nodecheck.errors import NoData, ParseError
-from nodecheck.host import LiveHost
+from nodecheck.checks.coverage import unmade_checks
+from nodecheck.core.errors import NoData, ParseError
+from nodecheck.host.live import LiveHost
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.probes import imex
-from nodecheck.snapshot import SnapshotHost
 
 DEGRADED = (REPO / "tests/fixtures/imex/nvidia-imex-ctl-N-degraded.json").read_text()
 NODE_3 = "10.76.186.255"  # node 3 of the sample
@@ -54,7 +54,7 @@ def test_the_dcgm_sample_parses_as_a_degraded_domain_of_two_ready_nodes():
 def test_a_degraded_domain_is_a_warning_on_a_ready_node_and_an_error_on_the_node_at_fault(tmp_path):
     report = tray(tmp_path)
     assert report.imex.daemon == "READY" and report.imex.domain == "DEGRADED"
-    from nodecheck.exporters.prometheus import exposition
+    from nodecheck.prometheus.exposition import exposition
 
     metrics = exposition(report).decode()
     assert "nodecheck_imex_daemon_ready 1.0" in metrics and "nodecheck_imex_domain_up 0.0" in metrics

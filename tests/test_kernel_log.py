@@ -9,8 +9,8 @@ import subprocess
 import pytest
 from helpers import PUBLIC, may_write_the_real_kernel_log, need, raised_as_unit_user
 
+from nodecheck.core.xid_catalog import listed_codes, source, xid_entry
 from nodecheck.probes.kernel_log import parse_kernel_log
-from nodecheck.xid_catalog import listed_codes, source, xid_entry
 
 XID = PUBLIC / "health" / "xid"
 
@@ -82,8 +82,8 @@ def test_the_catalog_drains_what_the_issue_lists_and_watches_the_rest():
 
 
 def test_a_log_past_its_bound_is_refused_and_a_flood_is_capped():
-    from nodecheck.errors import ParseError
-    from nodecheck.limits import MAX_COMMAND_OUTPUT
+    from nodecheck.core.errors import ParseError
+    from nodecheck.core.limits import MAX_COMMAND_OUTPUT
     from nodecheck.probes import kernel_log
 
     with pytest.raises(ParseError):
@@ -100,9 +100,9 @@ def test_read_kmsg_else_journalctl_else_dmesg_else_a_named_unknown(tmp_path, mon
     without CAP_SYSLOG; then all refused; and a snapshot replays what was read."""
     from helpers import fake_executable
 
-    from nodecheck.host import LiveHost
+    from nodecheck.host.live import LiveHost
+    from nodecheck.host.snapshot import RecordingHost, SnapshotHost
     from nodecheck.probes.kernel_log import collect
-    from nodecheck.snapshot import RecordingHost, SnapshotHost
 
     lines = [line.split("] ", 1)[1] for line in need(XID / "gcm-test-xid-31-48.log").read_text().splitlines() if line]
     root = tmp_path / "root"
@@ -144,7 +144,7 @@ def test_the_real_kernel_hands_back_a_written_xid_through_dev_kmsg(tmp_path):
     on a kernel that restricts dmesg, /dev/kmsg says it needs CAP_SYSLOG."""
     import uuid
 
-    from nodecheck.host import LiveHost
+    from nodecheck.host.live import LiveHost
     from nodecheck.probes.kernel_log import collect
 
     may_write_the_real_kernel_log()
@@ -187,8 +187,8 @@ def test_inspect_names_each_gpus_events_with_the_catalog(tmp_path):
     """The XE9680's five Xid 119 on its GPU at 0000:9b:00.0, as inspect prints them; an unread log says why."""
     from helpers import make_gpu, make_report
 
-    from nodecheck.events import KernelLog
     from nodecheck.render.kernel_log import kernel_log_lines
+    from nodecheck.report.events import KernelLog
 
     events = parse_kernel_log(need(XID / "gpud-dmesg-xid119-dell-xe9680.log").read_text())
     report = make_report(gpus=[make_gpu(4, pci_bus_id="00000000:9B:00.0")], kernel_log=KernelLog(True, None, "dmesg", events))
@@ -206,7 +206,7 @@ def test_the_real_journalctl_with_no_journal_it_may_read_is_unknown_not_empty(tm
 
     from helpers import fake_executable
 
-    from nodecheck.host import LiveHost
+    from nodecheck.host.live import LiveHost
     from nodecheck.probes.kernel_log import collect
 
     journalctl = shutil.which("journalctl")
@@ -241,10 +241,10 @@ def test_a_context_switch_timeout_drains_as_nvidias_catalog_asks_a_reset():
     """Xid 109 (Context Switch Timeout Error, catalog resolution RESET_GPU), in the line format of the real Xid 48 of
     gcm's log: a drain-now error naming the reset, not the warning an unlisted Xid gets; 136 (NVLink link training,
     ALI) sits on the GPU's NVLink traffic only."""
+    from nodecheck.checks.signals import gpu_xids
     from nodecheck.config import Config
-    from nodecheck.events import KernelLog
-    from nodecheck.model import Report
-    from nodecheck.signal_rules import gpu_xids
+    from nodecheck.report.events import KernelLog
+    from nodecheck.report.model import Report
 
     line = need(XID / "gcm-test-xid-31-48.log").read_text().splitlines()[1]
     report = Report.from_dict({})

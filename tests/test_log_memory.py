@@ -1,6 +1,6 @@
 """The kernel's ring buffer overwrites its oldest messages: a drain-now Xid must not scroll out of the verdict.
 /dev/kmsg numbers its records from 0 at boot, so a first record past 0 says what was lost; the journal is read
-then, and what earlier runs of this boot read is remembered in the state file (agent/log_memory.py). The log
+then, and what earlier runs of this boot read is remembered in the state file (src/nodecheck/assemble/open_events.py). The log
 lines are the real ones of ../shared/captures/public/health/xid, written as /dev/kmsg records and journal
 lines under a host root, read by the real probes and judged by the real rules."""
 
@@ -11,11 +11,11 @@ import pytest
 from helpers import PUBLIC, fake_executable, may_write_the_real_kernel_log, need
 
 from nodecheck.config import Config
-from nodecheck.events import REMEMBERED_EVENTS, REMEMBERED_PER_CODE, XidEvent
-from nodecheck.host import LiveHost
+from nodecheck.host.live import LiveHost
+from nodecheck.host.state import STATE_FILE, boot_id, record_round, remember_round
 from nodecheck.probes import PROBES
 from nodecheck.probes.kernel_log import collect
-from nodecheck.state import STATE_FILE, boot_id, record_round, remember_round
+from nodecheck.report.events import REMEMBERED_EVENTS, REMEMBERED_PER_CODE, XidEvent
 
 XID = PUBLIC / "health" / "xid"
 BOOT = boot_id() or "4b9a4f2c-6f0e-4d3a-9a51-2f4f7d1a0c11"  # this machine's: `nodecheck clear` writes on its boot
@@ -146,8 +146,8 @@ def test_a_gap_between_runs_is_said_and_what_was_read_before_it_still_counts(tmp
 def test_the_memory_is_bounded_and_keeps_the_acknowledgements(tmp_path):
     """A node that logs an Xid flood: the state file keeps the newest events per device and code and in all,
     each message cut, well inside the 1 MiB it may hold, so the operators' acknowledgements are never lost."""
-    from nodecheck.events import Acknowledgement, LogMemory
-    from nodecheck.state import acknowledge, read_state
+    from nodecheck.host.state import acknowledge, read_state
+    from nodecheck.report.events import Acknowledgement, LogMemory
 
     acknowledge(Acknowledgement("gpu_xid", "gpu3", 10, 1, "ops", 1.0), tmp_path)  # on this machine's boot
     flood = [XidEvent("xid", f"0000:{n % 40:02x}:00.0", 13 if n % 2 else 31, "x" * 200, n, 1000 + n) for n in range(10_000)]
@@ -199,8 +199,8 @@ def test_a_daemon_that_cannot_write_its_state_remembers_the_log_in_memory(tmp_pa
 
 def test_two_writers_keep_each_others_events(tmp_path):
     """The prolog (root, /dev/kmsg) and the daemon (the journal) share the state file: each run adds to it."""
-    from nodecheck.events import LogMemory
-    from nodecheck.state import read_state
+    from nodecheck.host.state import read_state
+    from nodecheck.report.events import LogMemory
 
     one = XidEvent("xid", "0000:9b:00.0", 119, "a", 3, 8312_000_001)
     two = XidEvent("xid", "0000:18:00.0", 79, "b", 9, 8400_000_000)
@@ -240,7 +240,7 @@ def test_the_real_ring_buffer_says_whether_it_reaches_back_to_boot():
 
 def test_the_remembered_stretch_reaches_the_metrics_and_json(tmp_path, monkeypatch, no_journal):
     monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
-    from nodecheck.exporters.prometheus import exposition
+    from nodecheck.prometheus.exposition import exposition
 
     root = host_root(tmp_path, 90_000)
     write_kmsg(root, 48_211, 50_000_000_000, NOISE)
@@ -278,8 +278,8 @@ def test_one_event_read_from_kmsg_and_from_a_late_stamping_journal_counts_once(t
 def test_a_snapshot_keeps_what_nodecheck_remembered(tmp_path, monkeypatch, no_journal):
     """`nodecheck snapshot` of a node whose ring buffer has wrapped records the state file beside the log, so
     `inspect --from` on another machine judges the remembered Xid as the node did."""
+    from nodecheck.host.snapshot import RecordingHost, SnapshotHost
     from nodecheck.pipeline import build_report
-    from nodecheck.snapshot import RecordingHost, SnapshotHost
 
     monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
     root = host_root(tmp_path, 9_000)

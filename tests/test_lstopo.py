@@ -11,10 +11,10 @@ from helpers import H100, PUBLIC, SHARED, answer_key, need
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodecheck.errors import ParseError
-from nodecheck.host import LiveHost
+from nodecheck.core.errors import ParseError
+from nodecheck.core.units import parse_cpulist
+from nodecheck.host.live import LiveHost
 from nodecheck.probes.lstopo import ARGV, parse_lstopo_xml
-from nodecheck.units import parse_cpulist
 
 KEY = answer_key("lstopo") if (PUBLIC / "lstopo" / "EXPECTED.json").exists() else {}
 

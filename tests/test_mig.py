@@ -11,14 +11,14 @@ import re
 import pytest
 from helpers import hgx_nvml, make_snapshot
 
+from nodecheck.assemble.fingerprint import sku
 from nodecheck.bench.plan import without_mig_gpus
+from nodecheck.checks.coverage import unmade_checks
 from nodecheck.config import Config, loads
-from nodecheck.config_init import generate
-from nodecheck.coverage import unmade_checks
-from nodecheck.exporters.prometheus import write_textfile
-from nodecheck.fingerprint import sku
+from nodecheck.config.init import generate
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost
+from nodecheck.prometheus.exposition import write_textfile
 
 TOPO = "8x-h100-nv18-2numa-noNIC-mlengineering.txt"
 

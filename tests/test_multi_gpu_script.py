@@ -10,7 +10,7 @@ import sys
 import pytest
 from helpers import REPO, SHARED, answer_key
 
-from nodecheck.model import Measurement
+from nodecheck.report.model import Measurement
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import multi_gpu_node as script  # noqa: E402

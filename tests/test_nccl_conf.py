@@ -1,5 +1,5 @@
-"""/etc/nccl.conf read as NCCL reads it (probes/platform.py parse_nccl_conf: NCCL's src/misc/param.cc setEnvFile)
-and judged against the node (agent/nccl_conf_rules.py): the shipped HGX H100 example node (examples/hgx-h100-8gpu:
+"""/etc/nccl.conf read as NCCL reads it (src/nodecheck/probes/platform.py parse_nccl_conf: NCCL's src/misc/param.cc setEnvFile)
+and judged against the node (src/nodecheck/checks/nccl_conf.py): the shipped HGX H100 example node (examples/hgx-h100-8gpu:
 eight NDR rails, mlx5_0 to mlx5_7, each nearest a GPU) with a conf file added. Every finding a warning: the file
 comes with the node's image, and an error would drain every node of the image at once."""
 
@@ -10,10 +10,10 @@ from helpers import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nodecheck.assemble.rails import fabric_nics
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.probes.platform import MAX_NCCL_CONF_LINES, parse_nccl_conf
-from nodecheck.rails import fabric_nics
-from nodecheck.snapshot import SnapshotHost
 
 EXAMPLE = REPO / "examples" / "hgx-h100-8gpu"
 DOCS_EXAMPLE = "NCCL_DEBUG=WARN\nNCCL_SOCKET_IFNAME==ens1f0\n"  # NCCL's environment documentation, verbatim
@@ -119,9 +119,9 @@ def test_a_socket_selection_on_a_real_node(tmp_path):
 def test_read_live_recorded_and_replayed(tmp_path):
     """The live reader (LiveHost over a root holding /etc/nccl.conf), recorded into a snapshot and replayed: the
     same settings, quirks and all."""
-    from nodecheck.host import LiveHost
+    from nodecheck.host.live import LiveHost
+    from nodecheck.host.snapshot import RecordingHost
     from nodecheck.probes.platform import collect
-    from nodecheck.snapshot import RecordingHost
 
     root = tmp_path / "root"
     (root / "etc").mkdir(parents=True)
@@ -137,8 +137,8 @@ def test_a_rail_the_topology_names_by_its_netdev_is_still_a_rail():
     way mlx5_0 is gpu0's rail, and a selection leaving it out is named, as bench's rails (rails.near_gpus) see it."""
     from helpers import make_gpu, make_nic, make_report
 
-    from nodecheck.model import IbPort, Platform
-    from nodecheck.nccl_conf_rules import nccl_conf_findings
+    from nodecheck.checks.nccl_conf import nccl_conf_findings
+    from nodecheck.report.model import IbPort, Platform
 
     def hca(name, device):
         port = IbPort(device, 1, "ACTIVE", "LinkUp", "400 Gb/sec (4X NDR)", "InfiniBand")
@@ -154,7 +154,7 @@ def test_a_rail_the_topology_names_by_its_netdev_is_still_a_rail():
 def test_a_conf_past_64_kib_is_read_as_nccl_reads_it_not_a_failed_probe(tmp_path):
     """An /etc/nccl.conf over 64 KiB (a long comment block) failed the whole platform probe: NCCL reads it whole,
     so nodecheck reads its first megabyte, live and from a snapshot."""
-    from nodecheck.host import LiveHost
+    from nodecheck.host.live import LiveHost
 
     big = "# " + "x" * 100 + "\n"
     text = "NCCL_IB_HCA=mlx5\n" + big * 1000 + "NCCL_DEBUG=WARN\n"

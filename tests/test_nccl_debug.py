@@ -9,10 +9,10 @@ from helpers import PUBLIC, answer_key, hgx_nvml, make_snapshot, need, nodecheck
 from test_fabric import hgx_h100_with_ndr
 
 from nodecheck.bench.nccl_debug import parse_nccl_debug
-from nodecheck.errors import ParseError
-from nodecheck.nccl_run import NcclRun, nccl_findings
+from nodecheck.core.errors import ParseError
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost
+from nodecheck.verdicts.nccl_run import NcclRun, nccl_findings
 
 DEBUG = PUBLIC / "nccl-debug"
 KEYED = ("nccl_version", "network", "ib_devices", "socket_ifaces", "inter_node_transports", "intra_node_transports",
@@ -115,7 +115,7 @@ def test_a_gpu_on_an_hca_that_is_not_its_rail(tmp_path):
 
 
 def test_nccl_bus_ids():
-    from nodecheck.nccl_run import nccl_bus_id
+    from nodecheck.verdicts.nccl_run import nccl_bus_id
 
     assert (nccl_bus_id("0000:92:00.0"), nccl_bus_id("00000000:4A:00.0"), nccl_bus_id(None), nccl_bus_id("x")) == (
         0x92000, 0x4A000, None, None)
@@ -254,12 +254,12 @@ def test_a_debugging_variable_the_run_took_is_said(tmp_path):
 
 def test_a_job_selecting_fewer_rails_than_the_node_has_is_said(tmp_path):
     """bench across nodes in a job that set NCCL_IB_HCA=mlx5_0,mlx5_1 on an eight-rail HGX node: its all-reduce is
-    judged against the two rails it selected (agent/rails.fabric_nics), so a job on a quarter of the node's rails
+    judged against the two rails it selected (src/nodecheck/assemble/rails.fabric_nics), so a job on a quarter of the node's rails
     passed without a word. The run's settings name the rails left out; one that selects none says every job's data
     went over sockets; the same value already in /etc/nccl.conf is nccl_config's to say, not said twice."""
     import dataclasses
 
-    from nodecheck.model import Platform
+    from nodecheck.report.model import Platform
 
     report = hgx_h100_with_ndr(tmp_path)
     (finding,) = [f for f in nccl_findings(NcclRun(settings={"NCCL_IB_HCA": "=mlx5_0,mlx5_1"}), report)

@@ -8,9 +8,9 @@ from helpers import REPO, h100_nvml_records, make_snapshot
 from test_fabric import hgx_h100_with_ndr
 
 from nodecheck.bench.nccl_debug import parse_nccl_debug
-from nodecheck.nccl_run import nccl_findings
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost
+from nodecheck.verdicts.nccl_run import nccl_findings
 
 FORMS = REPO / "tests" / "fixtures" / "nccl-debug"
 

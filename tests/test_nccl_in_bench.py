@@ -13,8 +13,8 @@ from test_fabric import hgx_h100_with_ndr
 from nodecheck.bench import distributed, plan
 from nodecheck.bench.nccl_debug import DEBUG_SUBSYS, debug_env, read_debug_files
 from nodecheck.config import Config
-from nodecheck.model import Report
-from nodecheck.verdicts import with_measurements
+from nodecheck.report.model import Report
+from nodecheck.verdicts.bandwidth import with_measurements
 
 NO_GDR = PUBLIC / "nccl-debug" / "2node-a100-ib-no-gdr-p2p-direct-pointer-read.txt"
 TABLE = PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt"
@@ -88,6 +88,6 @@ def test_a_hostile_nccl_detail_is_ignored(tmp_path):
 
 
 def plan_measurement():
-    from nodecheck.model import Measurement
+    from nodecheck.report.model import Measurement
 
     return Measurement.measured("allreduce:node-8-gpus", "allreduce", 380e9, 400e9, 1 << 30, "nccl", "busbw", {})

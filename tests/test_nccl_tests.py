@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodecheck.bench.nccl_tests import parse_nccl_log
-from nodecheck.errors import ParseError
+from nodecheck.core.errors import ParseError
 
 KEY = answer_key("nccl") if (PUBLIC / "nccl" / "EXPECTED.json").exists() else {}
 

@@ -9,12 +9,12 @@ import json
 from helpers import cli, make_measurement, make_report
 from test_roce_gids import NCCL_769, roce_node
 
+from nodecheck.checks.nic_events import nic_events
 from nodecheck.config import Config
-from nodecheck.events import KernelLog
-from nodecheck.model import Platform
-from nodecheck.nic_event_rules import nic_events
 from nodecheck.probes.kernel_log import NIC_MODULE_ERROR, NIC_SLOT_POWER, parse_kernel_log
 from nodecheck.probes.nics import collect
+from nodecheck.report.events import KernelLog
+from nodecheck.report.model import Platform
 
 # as gpud quotes them (its node ny2g1r12hh2, and its matcher's test lines), the address moved to this test's HCA
 HOT = "mlx5_core 0000:1a:00.0: mlx5_port_module_event:1131:(pid 0): Port module event[error]: module 0, Cable error, High Temperature"
@@ -50,7 +50,7 @@ def test_each_event_is_a_warning_naming_the_nic_and_joins_its_rails_verdict(tmp_
     """Three High Temperature events and one slot power event on bond0's HCA: one warning each, subject bond0; a slow
     all-reduce across nodes over it names them, a slow host copy does not; an event whose line names no address is
     the node's (nic?), never a GPU's."""
-    from nodecheck.verdicts import with_measurements
+    from nodecheck.verdicts.bandwidth import with_measurements
 
     report = report_with(tmp_path, log_of(HOT, HOT, POWER, HOT, NO_ADDRESS))
     found = {(f.kind, f.subject): f for f in nic_events(report, Config())}

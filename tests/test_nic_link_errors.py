@@ -1,5 +1,5 @@
-"""An Ethernet NIC's link going down and frames arriving damaged (probes/nics.py NETDEV_COUNTERS,
-agent/error_rules.py netdev_findings): what `ip -s link` shows an operator first on a RoCE rail or the socket NIC
+"""An Ethernet NIC's link going down and frames arriving damaged (src/nodecheck/probes/nics.py NETDEV_COUNTERS,
+src/nodecheck/checks/error_counters.py netdev_findings): what `ip -s link` shows an operator first on a RoCE rail or the socket NIC
 of a gloo job. Read from the real sysfs trees of node_exporter's and procfs's fixtures (../shared/peer/sysfs: igb's
 ens10f0 up after one carrier drop, ice's enp162s0f0np0 down), and judged over two
 samples. The kernel's counter itself is read from a real veth whose peer goes down and up in
@@ -8,14 +8,14 @@ tests/test_nics.py."""
 import pytest
 from helpers import SHARED, make_measurement, make_nic, make_report, need
 
+from nodecheck.checks.coverage import unmade_checks
+from nodecheck.checks.error_counters import counter_sample, netdev_findings
+from nodecheck.checks.rules import evaluate
 from nodecheck.config import Config
-from nodecheck.coverage import unmade_checks
-from nodecheck.error_rules import counter_sample, netdev_findings
-from nodecheck.events import CounterSample, History
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.probes.nics import collect
-from nodecheck.rules import evaluate
-from nodecheck.snapshot import SnapshotHost
-from nodecheck.verdicts import with_measurements
+from nodecheck.report.events import CounterSample, History
+from nodecheck.verdicts.bandwidth import with_measurements
 
 PEER = SHARED / "peer" / "sysfs"
 

@@ -15,13 +15,13 @@ from helpers import PUBLIC, hgx_nvml, make_snapshot, need, write_pci_tree
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodecheck import specs
+from nodecheck.assemble.rails import nic_rate
 from nodecheck.config import Config, loads
-from nodecheck.config_init import generate
-from nodecheck.pci import Hop, slow_hops
+from nodecheck.config.init import generate
+from nodecheck.core import specs
+from nodecheck.core.pci import Hop, slow_hops
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.rails import nic_rate
-from nodecheck.snapshot import SnapshotHost
 
 GEN5, GEN4, GEN1 = "32.0 GT/s PCIe", "16.0 GT/s PCIe", "2.5 GT/s PCIe"
 NDR_PORT = PUBLIC / "health/ib/gpud-sys-class-infiniband-h100/mlx5_4/ports/1"

@@ -11,8 +11,8 @@ import pytest
 import sysfs_trees
 from helpers import H100, PUBLIC, need, nodecheck, requires_root
 
-from nodecheck.host import LiveHost
-from nodecheck.paths import nic_spec
+from nodecheck.assemble.paths import nic_spec
+from nodecheck.host.live import LiveHost
 from nodecheck.probes.nics import collect, parse_proc_route, pci_address_from_path
 
 
@@ -54,8 +54,8 @@ def test_infiniband_ports_from_sysfs(tmp_path, capture):
 def test_report_lists_rdma_devices_with_their_rate(tmp_path):
     sysfs_trees.ib_tree_from_ibstat(tmp_path, need(PUBLIC / "ib" / "ibstat-h100-node-ib-ndr-3-ports-down.txt").read_text())
     sysfs_trees.write(tmp_path / "sys/class/net/lo/operstate", "unknown")
-    from nodecheck.build import merge
-    from nodecheck.paths import path_specs
+    from nodecheck.assemble.fusion import merge
+    from nodecheck.assemble.paths import path_specs
     from nodecheck.probes import Probe, run_probes
 
     results = run_probes(TreeHost(tmp_path), [Probe("nics", lambda host, t: collect(host), 5)])
@@ -156,7 +156,7 @@ def test_a_real_carrier_down_counts_once_on_the_other_end(netns):
     """The kernel's carrier_down_count (what nic_link_errors judges on a physical NIC), read by the real reader in
     the namespace: the peer's end set down and up again is one carrier drop on n0 (a veth is virtual: read, not
     judged)."""
-    read = ("import json, sys; from nodecheck.host import LiveHost; from nodecheck.probes.nics import read_netdev; "
+    read = ("import json, sys; from nodecheck.host.live import LiveHost; from nodecheck.probes.nics import read_netdev; "
             "print(json.dumps(read_netdev(LiveHost(), sys.argv[1])))")
 
     def counters() -> dict:
@@ -196,8 +196,8 @@ def peer_tree(case: str) -> Path:
 def test_node_exporters_sysfs_tree_bonding_masters_is_not_a_nic():
     """node_exporter's fixture: bonding_masters is a plain file in /sys/class/net whenever the bonding
     driver is loaded; every other entry is a netdev."""
+    from nodecheck.host.snapshot import SnapshotHost
     from nodecheck.probes.nics import collect
-    from nodecheck.snapshot import SnapshotHost
 
     tree = peer_tree("node_exporter-sys")
     facts = collect(SnapshotHost(tree))
@@ -212,9 +212,9 @@ def test_node_exporters_sysfs_tree_bonding_masters_is_not_a_nic():
 def test_every_ib_rate_in_the_peer_trees_gets_a_data_rate_spec(case):
     """Each port's spec is its data rate: 8b/10b for SDR/DDR/QDR (the kernel prints SDR without a name:
     '10 Gb/sec (4X)'), 64b/66b from FDR on."""
-    from nodecheck import specs
+    from nodecheck.core import specs
+    from nodecheck.host.snapshot import SnapshotHost
     from nodecheck.probes.nics import collect
-    from nodecheck.snapshot import SnapshotHost
 
     facts = collect(SnapshotHost(peer_tree(case)))
     ports = [port for ports in facts.rdma_devices.values() for port in ports]
@@ -259,9 +259,9 @@ def test_physical_nics_and_bonds_are_exported_by_default(tmp_path):
     """node_exporter's sysfs tree: eth0 on PCI, and the bond masters bond0, dmz and int (no PCI device). dmz and int
     are bonds by their bonding/ directory, not their names: exported by default too, with their members."""
     from nodecheck.config import loads
-    from nodecheck.exporters.prometheus import write_textfile
+    from nodecheck.host.snapshot import SnapshotHost
     from nodecheck.pipeline import build_report
-    from nodecheck.snapshot import SnapshotHost
+    from nodecheck.prometheus.exposition import write_textfile
 
     report = build_report(SnapshotHost(peer_tree("node_exporter-sys")))
     default = metrics_of(write_textfile(report, tmp_path).read_text())
@@ -276,12 +276,12 @@ def test_physical_nics_and_bonds_are_exported_by_default(tmp_path):
 
 
 def test_interface_addresses_are_what_ip_addr_shows(netns):
-    """agent/netif.py (getifaddrs through ctypes, which replaced psutil) against iproute2's own listing, in a
+    """src/nodecheck/host/netif.py (getifaddrs through ctypes, which replaced psutil) against iproute2's own listing, in a
     namespace whose NIC has a secondary IPv4 address, a /30 and an IPv6 one."""
     node, link = netns["node"], netns["up"]
     for address in ("198.18.7.9/24", "198.19.0.5/30", "2001:db8:7::2/64"):
         subprocess.run(["ip", "-n", node, "addr", "add", address, "dev", link], check=True, capture_output=True, timeout=10)
-    code = "import json; from nodecheck.netif import interface_addresses; print(json.dumps(interface_addresses()))"
+    code = "import json; from nodecheck.host.netif import interface_addresses; print(json.dumps(interface_addresses()))"
     ours = json.loads(subprocess.run(["ip", "netns", "exec", node, *nodecheck_argv()[:1], "-c", code], capture_output=True,
                                      text=True, timeout=30, check=True).stdout)
     shown = json.loads(subprocess.run(["ip", "-n", node, "-j", "addr", "show"], capture_output=True, text=True, timeout=10,

@@ -60,8 +60,8 @@ def test_scale_refuses_a_step_time_that_underflows_or_overflows():
 def test_a_tls_file_that_is_a_pipe_is_refused_not_waited_on(tmp_path):
     """OpenSSL opening a FIFO waits for a writer: serve blocked at start-up forever, saying nothing."""
     pytest.importorskip("yaml")
-    from nodecheck.errors import ConfigError
-    from nodecheck.exporters.webconfig import load_web_config
+    from nodecheck.core.errors import ConfigError
+    from nodecheck.prometheus.webconfig import load_web_config
 
     pipe = tmp_path / "tls.crt"
     os.mkfifo(pipe)
@@ -81,7 +81,7 @@ def test_unknown_users_cost_what_the_costliest_known_user_costs():
     """Users hashed at different bcrypt costs: an unknown name was checked against the cheapest (1.9 ms
     against a known user's 60 ms), telling names apart; the decoy now has the highest cost in use."""
     bcrypt = pytest.importorskip("bcrypt")
-    from nodecheck.exporters.webconfig import BasicAuth, _cost
+    from nodecheck.prometheus.webconfig import BasicAuth, _cost
 
     users = {"cheap": bcrypt.hashpw(b"a", bcrypt.gensalt(rounds=4)), "dear": bcrypt.hashpw(b"b", bcrypt.gensalt(rounds=6))}
     assert _cost(BasicAuth(users)._decoy) == 6

@@ -29,12 +29,12 @@ from helpers import (
 from kube_api_server import ACCOUNT, MERGE, NODE, STRATEGIC, FakeApiServer, granted
 from scripted_server import ScriptedServer
 
-from nodecheck.errors import NodecheckError
-from nodecheck.exporters.kube_api import ApiClient, ApiError, Backoff
-from nodecheck.exporters.node_health import CONDITIONS, EVENT_REPEAT_S, HEARTBEAT_S, TAINT_KEY, NodeHealth, conditions
-from nodecheck.findings import Finding
+from nodecheck.core.errors import NodecheckError
+from nodecheck.host.snapshot import open_snapshot
+from nodecheck.kubernetes.api import ApiClient, ApiError, Backoff
+from nodecheck.kubernetes.node_health import CONDITIONS, EVENT_REPEAT_S, HEARTBEAT_S, TAINT_KEY, NodeHealth, conditions
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import open_snapshot
+from nodecheck.report.findings import Finding
 
 NAME = NODE["metadata"]["name"]
 TOKEN = "eyJhbGciOiJSUzI1NiJ9.nodecheck-test-token.c2lnbmF0dXJl"  # noqa: S105 - the fake server's own
@@ -191,8 +191,8 @@ def test_npd_writing_the_same_conditions_is_named_in_the_log_and_an_event(tls, a
 
 
 def test_what_npd_writes_is_what_its_shipped_config_says_and_never_what_serve_writes():
-    from nodecheck.exporters.node_health import NPD_MESSAGES, NPD_REASONS, reason_of
-    from nodecheck.findings import FINDING_KINDS
+    from nodecheck.kubernetes.node_health import NPD_MESSAGES, NPD_REASONS, reason_of
+    from nodecheck.report.findings import FINDING_KINDS
 
     config = json.loads((REPO / "deploy/kubernetes/npd-nodecheck.json").read_text())
     # the bandwidth condition is not shipped (it needs a bench's file: docs/kubernetes.md gives its rule)

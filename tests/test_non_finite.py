@@ -9,11 +9,11 @@ import sys
 import pytest
 from helpers import REPO, cli
 
-from nodecheck import typed_json
 from nodecheck.config import Config
-from nodecheck.errors import NodecheckError
-from nodecheck.model import Measurement
-from nodecheck.verdicts import measurement_findings
+from nodecheck.core import typed_json
+from nodecheck.core.errors import NodecheckError
+from nodecheck.report.model import Measurement
+from nodecheck.verdicts.bandwidth import measurement_findings
 
 NOT_NUMBERS = ["NaN", "[Infinity]", '{"ratio": -Infinity}', "1e999", "-1e400", "1" + "0" * 309]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO, fake_executable, h100_node_snapshot, hgx_nvml, make_snapshot
 
-from nodecheck.findings import FINDING_KINDS
-from nodecheck.npd import AREAS, MAX_LINE
+from nodecheck.kubernetes.npd import AREAS, MAX_LINE
+from nodecheck.report.findings import FINDING_KINDS
 
 CONFIG = REPO / "deploy/kubernetes/npd-nodecheck.json"
 
@@ -117,8 +117,8 @@ def test_a_hung_nvidia_smi_is_answered_within_npd_s_timeout_and_leaves_nothing_r
 def test_a_name_with_a_newline_or_an_escape_is_one_printable_line():
     """NPD's output and a node condition's message (`kubectl describe node` prints it raw): a NIC name from a config
     or sysfs holding a newline and an escape sequence stays on one line, the escape a '?'."""
-    from nodecheck.findings import Finding
-    from nodecheck.npd import AreaVerdict
+    from nodecheck.kubernetes.npd import AreaVerdict
+    from nodecheck.report.findings import Finding
 
     hostile = Finding("nic_missing", "error", "eth9\nState=IDLE\x1b[2J", "absent", "present",
                       "eth9\nState=IDLE\x1b[2J is missing:\tcheck the cable")

@@ -1,5 +1,5 @@
 """Blackwell's NVLink 5 Xids (144-150) are judged by the severity the driver writes into each line, and an NVLink or
-C2C Xid joins only the paths its traffic takes (agent/xid_catalog.py, agent/signal_rules.py, agent/signal_join.py).
+C2C Xid joins only the paths its traffic takes (src/nodecheck/core/xid_catalog.py, src/nodecheck/checks/signals.py, src/nodecheck/verdicts/signal_join.py).
 
 Every one of 144-150 drained the node now, whatever the line said: a GB200 whose driver logged a corrected
 ("Nonfatal") RLW_RXPIPE event on one of its 18 links was taken out of service. The lines below are real GB200 lines
@@ -11,13 +11,13 @@ import json
 
 from helpers import cli, make_gpu, make_measurement, make_report
 
+from nodecheck.checks.signals import gpu_xids
 from nodecheck.config import Config
-from nodecheck.events import History, KernelLog
+from nodecheck.core.xid_catalog import xid_entry
 from nodecheck.probes.kernel_log import parse_kernel_log
 from nodecheck.render.kernel_log import event_record, kernel_log_lines
-from nodecheck.signal_rules import gpu_xids
-from nodecheck.verdicts import with_measurements
-from nodecheck.xid_catalog import xid_entry
+from nodecheck.report.events import History, KernelLog
+from nodecheck.verdicts.bandwidth import with_measurements
 
 GPU3 = "00000000:9B:00.0"
 NONFATAL = ("NVRM: Xid (PCI:0000:9b:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0 Link 13 "

@@ -15,16 +15,16 @@ from gpu_fabric_cases import published
 from helpers import PUBLIC, free_port, hgx_nvml, need
 from test_fabric import gpu_node_with_rdma
 
+from nodecheck.assemble.rails import rank_nvlink
 from nodecheck.bench import distributed
 from nodecheck.bench.distributed import DistEnv, run_allreduce
 from nodecheck.bench.nccl_tests import parse_nccl_log
 from nodecheck.config import Config
-from nodecheck.findings import Finding
-from nodecheck.model import Imex
-from nodecheck.pairing import exchange_spec, job_bound, one_nvlink_domain
-from nodecheck.rails import rank_nvlink
-from nodecheck.signal_join import joined
-from nodecheck.verdicts import measurement_findings
+from nodecheck.core.pairing import exchange_spec, job_bound, one_nvlink_domain
+from nodecheck.report.findings import Finding
+from nodecheck.report.model import Imex
+from nodecheck.verdicts.bandwidth import measurement_findings
+from nodecheck.verdicts.signal_join import joined
 
 DOMAIN = "9c6f5af3-53bf-49b5-a436-b66766c413c3/4026"  # gpud's GB200: ClusterUUID / CliqueId
 IMEX_READY = Imex("READY", "UP")  # nvidia-imex-ctl -q READY, -N -j status UP

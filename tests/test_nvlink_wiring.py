@@ -8,13 +8,13 @@ A100 80GB PCIe without a bridge reports all 12 links down (NVIDIA/NVSentinel#148
 import pytest
 from helpers import A100_SXM4, h100_nvml_records, hgx_nvml, make_snapshot
 
+from nodecheck.assemble.paths import pair_spec
 from nodecheck.config import Config
-from nodecheck.exporters.prometheus import exposition
-from nodecheck.model import Gpu, PathSpec
-from nodecheck.paths import pair_spec
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.prolog import failing_findings
-from nodecheck.snapshot import SnapshotHost
+from nodecheck.prometheus.exposition import exposition
+from nodecheck.report.model import Gpu, PathSpec
+from nodecheck.slurm.prolog import failing_findings
 
 NVL_UNWIRED = (4, 5, 10, 11, 16, 17)  # Azure/azurehpc-health-checks#162: inactive by design on H100 PCIe/NVL
 

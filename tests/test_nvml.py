@@ -10,7 +10,7 @@ from helpers import H100, need
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodecheck.errors import NoData, ParseError, ProbeFailed
+from nodecheck.core.errors import NoData, ParseError, ProbeFailed
 from nodecheck.probes.nvml import dump_nvml, parse_nvml
 
 

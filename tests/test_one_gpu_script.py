@@ -13,9 +13,9 @@ import sys
 import pytest
 from helpers import REPO, h100_node_snapshot, requires_root, write_pci_tree
 
-from nodecheck.exporters.prometheus import exposition
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost
+from nodecheck.prometheus.exposition import exposition
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import one_gpu_node as script  # noqa: E402

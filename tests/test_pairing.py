@@ -4,7 +4,7 @@ local rank k meets local rank k of another node, each exchange judged against it
 
 import pytest
 
-from nodecheck.pairing import exchange_spec, job_bound, node_groups, pairings, rank_ratio, rank_rounds, slow_ranks
+from nodecheck.core.pairing import exchange_spec, job_bound, node_groups, pairings, rank_ratio, rank_rounds, slow_ranks
 
 GB = 1e9
 
@@ -114,8 +114,8 @@ def test_a_slow_rail_names_its_node_and_rank_among_eight():
 
 def test_rules_name_both_ends_of_a_two_node_slow_pair():
     from nodecheck.config import Config
-    from nodecheck.model import Measurement
-    from nodecheck.verdicts import measurement_findings
+    from nodecheck.report.model import Measurement
+    from nodecheck.verdicts.bandwidth import measurement_findings
 
     details = {"nodes": [{"rank": 0, "node": "a", "address": "198.18.0.1"}, {"rank": 1, "node": "b", "address": "198.18.0.2"}],
                "pair_exchanges": exchanges(2, {1}, fast=100.0, slow=40.0)}
@@ -126,8 +126,8 @@ def test_rules_name_both_ends_of_a_two_node_slow_pair():
 
 def test_rules_name_the_node_and_rail_of_a_slow_rank_among_eight_per_node():
     from nodecheck.config import Config
-    from nodecheck.model import Measurement
-    from nodecheck.verdicts import measurement_findings
+    from nodecheck.report.model import Measurement
+    from nodecheck.verdicts.bandwidth import measurement_findings
 
     job = hgx_job(4, 8)
     rounds = rank_rounds(job)

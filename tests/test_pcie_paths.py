@@ -5,11 +5,11 @@ import json
 
 from helpers import hgx_nvml, make_snapshot, nodecheck, write_pci_tree
 
-from nodecheck.host import LiveHost
-from nodecheck.pci import Hop, narrow_hops
+from nodecheck.core.pci import Hop, narrow_hops
+from nodecheck.host.live import LiveHost
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.probes.pcie import collect
-from nodecheck.snapshot import SnapshotHost
 
 
 def test_this_machine():
@@ -76,7 +76,7 @@ def test_what_is_not_narrow():
 def test_the_host_link_spec_is_the_slowest_hop_on_the_way_to_the_cpu(tmp_path):
     """NVML says gen5 x16 for each GPU; behind a gen4 switch uplink (or one trained at x8) the GPU moves no
     more than that hop to the host, and h2d/d2h are judged against it."""
-    from nodecheck import specs
+    from nodecheck.core import specs
 
     def host_spec(report, gpu=0):
         return next(p for p in report.paths if p.path == f"gpu{gpu}:host")

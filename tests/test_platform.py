@@ -7,7 +7,7 @@ import json
 from helpers import REPO, nodecheck
 from test_fabric import gpu_node_with_rdma, hgx_h100_with_ndr
 
-from nodecheck.host import LiveHost
+from nodecheck.host.live import LiveHost
 from nodecheck.probes.platform import collect, parse_cmdline
 
 
@@ -50,8 +50,8 @@ def with_platform(tmp_path, modules: list[str], groups: dict[str, tuple[str, lis
         (snap / "fs/proc/driver/nvidia/version").write_text(driver)
     if kernel is not None:
         (snap / "identity.json").write_text(json.dumps({"hostname": "hgx", "kernel": kernel}))
+    from nodecheck.host.snapshot import SnapshotHost
     from nodecheck.pipeline import build_report
-    from nodecheck.snapshot import SnapshotHost
 
     assert report.gpus
     return build_report(SnapshotHost(snap))

@@ -14,12 +14,12 @@ import pytest
 from helpers import fake_executable, hgx_nvml, make_snapshot
 
 from nodecheck.config import Config, PrologSettings
-from nodecheck.errors import NoData, ParseError
-from nodecheck.findings import Finding, one_line
+from nodecheck.core.errors import NoData, ParseError
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.prolog import Verdict, _run_bounded, drain_reason, failing_findings, plan_action, skip_reason
-from nodecheck.slurm import NodeState, parse_node, slurm_env
-from nodecheck.snapshot import SnapshotHost
+from nodecheck.report.findings import Finding, one_line
+from nodecheck.slurm.prolog import Verdict, _run_bounded, drain_reason, failing_findings, plan_action, skip_reason
+from nodecheck.slurm.scontrol import NodeState, parse_node, slurm_env
 
 NODECHECK = str(Path(sys.executable).parent / "nodecheck")
 # `scontrol show node vm --oneliner` on this machine's Slurm 22.05.8, drained by nodecheck
@@ -177,10 +177,10 @@ def test_bench_tests_that_do_not_fit_the_budget_are_skipped_and_never_drain(monk
     """The first test is stopped at the budget's end (a real `nodecheck bench` subprocess killed by its
     time limit is what run_in_subprocess reports then); the second has no time left to start. Both
     are named at warning, and the prolog would not drain."""
-    from nodecheck import prolog
     from nodecheck.bench import plan
     from nodecheck.config import Config
-    from nodecheck.model import Measurement
+    from nodecheck.report.model import Measurement
+    from nodecheck.slurm import prolog
 
     calls = []
 
@@ -202,10 +202,10 @@ def test_bench_tests_that_do_not_fit_the_budget_are_skipped_and_never_drain(monk
 
 
 def test_a_bench_test_that_fails_in_time_is_still_an_error(monkeypatch):
-    from nodecheck import prolog
     from nodecheck.bench import plan
     from nodecheck.config import Config
-    from nodecheck.model import Measurement
+    from nodecheck.report.model import Measurement
+    from nodecheck.slurm import prolog
 
     monkeypatch.setattr(plan, "run_in_subprocess", lambda tail, timeout, env: [
         Measurement.failed("gpu0:host", "h2d", "copy", "unidirectional", "RuntimeError: CUDA error: uncorrectable ECC error")])
@@ -219,7 +219,7 @@ def test_a_replayed_snapshot_reaches_no_other_node(tmp_path):
     to (proximity goes through the host, and a snapshot host reaches no other node)."""
     from helpers import h100_node_snapshot
 
-    from nodecheck.snapshot import PEERS_NOT_IN_SNAPSHOT, SnapshotHost
+    from nodecheck.host.snapshot import PEERS_NOT_IN_SNAPSHOT, SnapshotHost
 
     snap = h100_node_snapshot(tmp_path / "h100")
     with pytest.raises(NoData, match="other nodes are not reached"):
@@ -237,10 +237,10 @@ def test_the_prolog_judges_its_bench_as_bench_does(tmp_path, monkeypatch):
     (the judgment behind with_measurements) against the node check's Report, so what NCCL chose (details.nccl) raises the nccl_* findings there too."""
     from test_fabric import hgx_h100_with_ndr
 
-    from nodecheck import prolog
     from nodecheck.bench import plan
     from nodecheck.config import Config
-    from nodecheck.model import Measurement
+    from nodecheck.report.model import Measurement
+    from nodecheck.slurm import prolog
 
     report = hgx_h100_with_ndr(tmp_path)
     sockets = {"network": "Socket", "inter_node_transports": ["NET/Socket/0"]}
@@ -269,7 +269,7 @@ def test_the_bench_child_prints_measurements_only():
 def test_the_bench_tests_are_listed_once():
     from helpers import REPO
 
-    listed = [p for p in (REPO / "agent").rglob("*.py") if '"h2d", "d2h", "p2p", "allreduce"' in p.read_text()]
+    listed = [p for p in (REPO / "src").rglob("*.py") if '"h2d", "d2h", "p2p", "allreduce"' in p.read_text()]
     assert [p.name for p in listed] == ["model.py"]
 
 

@@ -17,10 +17,10 @@ from helpers import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodecheck.config import Config
-from nodecheck.exporters.prometheus import write_textfile
-from nodecheck.findings import FINDING_KINDS
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost
+from nodecheck.prometheus.exposition import write_textfile
+from nodecheck.report.findings import FINDING_KINDS
 
 
 def samples(text: str) -> dict:
@@ -106,7 +106,7 @@ def test_textfile_write_leaves_nothing_when_interrupted(tmp_path, monkeypatch):
     import os
     import time
 
-    from nodecheck.exporters import prometheus
+    from nodecheck.prometheus import exposition as prometheus
 
     report = build_report(SnapshotHost(make_snapshot(tmp_path / "s", nvml_gpus=hgx_nvml())))
     stale = tmp_path / ".nodecheck.prom.killed.tmp"  # what a SIGKILLed run leaves
@@ -159,9 +159,9 @@ def test_two_findings_of_one_kind_on_one_subject_are_one_series(tmp_path):
     """Two rates of one InfiniBand port above their limits (symbol errors and receive errors on mlx5_0/1) are two
     findings of one kind, severity and subject: one series, as Prometheus and node_exporter's textfile collector
     require (a second with the same labels is dropped, or the whole file refused)."""
-    from nodecheck.events import CounterSample, History
-    from nodecheck.model import IbPort
-    from nodecheck.rules import evaluate
+    from nodecheck.checks.rules import evaluate
+    from nodecheck.report.events import CounterSample, History
+    from nodecheck.report.model import IbPort
 
     port = IbPort("mlx5_0", 1, "ACTIVE", "LinkUp", "400 Gb/sec (4X NDR)", "InfiniBand",
                   {"symbol_error": 1200, "port_rcv_errors": 1200})

@@ -9,10 +9,10 @@ import pytest
 from helpers import REPO, hgx_nvml, make_measurement, make_snapshot
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodecheck.events import KernelLog
-from nodecheck.exporters.prometheus import write_textfile
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost
+from nodecheck.prometheus.exposition import write_textfile
+from nodecheck.report.events import KernelLog
 
 RULES = REPO / "deploy" / "prometheus"
 
@@ -46,7 +46,7 @@ def test_every_metric_in_the_rules_is_exported(tmp_path):
     report = build_report(SnapshotHost(snap))
     report.measurements.append(make_measurement())
     report.kernel_log = KernelLog(True, None, "/dev/kmsg", [])
-    from nodecheck.exporters.node_health import NodeHealth
+    from nodecheck.kubernetes.node_health import NodeHealth
 
     publisher = NodeHealth(None, "node-1")  # what serve --kubernetes-conditions adds to /metrics
     publisher.record_round(True)
@@ -68,7 +68,7 @@ def test_every_error_finding_reaches_an_alert():
     names would be silent). A new kind is caught by it until it has an alert of its own."""
     import yaml
 
-    from nodecheck.findings import FINDING_KINDS
+    from nodecheck.report.findings import FINDING_KINDS
 
     rules = [r for g in yaml.safe_load((RULES / "nodecheck-rules.yml").read_text())["groups"] for r in g["rules"]]
     (catch_all,) = [r for r in rules if r.get("alert") == "NodecheckFindingError"]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import requires_root
 
-from nodecheck.errors import ParseError
-from nodecheck.proximity import (
+from nodecheck.core.errors import ParseError
+from nodecheck.slurm.proximity import (
     Peer,
     ProximityPolicy,
     chosen_peers,
@@ -126,8 +126,8 @@ def test_a_jobs_prologs_open_a_bounded_number_of_connections_on_each_peer():
     import threading
     from collections import Counter
 
-    from nodecheck.host import LiveHost
-    from nodecheck.network import CONNECT_ATTEMPTS
+    from nodecheck.host.live import LiveHost
+    from nodecheck.host.network import CONNECT_ATTEMPTS
 
     received: Counter = Counter()
     with socket.create_server(("0.0.0.0", 0), backlog=1024) as server:
@@ -201,7 +201,7 @@ def test_a_node_list_nodecheck_refuses_fails_proximity_at_its_own_severity():
     """A node list too large to expand failed the proximity check at error, though [proximity] severity is
     warning: the prolog drained the node for the job's list. It is a check_failed at the proximity severity."""
     from nodecheck.config import Config
-    from nodecheck.prolog import _proximity_check
+    from nodecheck.slurm.prolog import _proximity_check
 
     findings, _ = _proximity_check(None, {"SLURM_JOB_NODELIST": "n[1-10000000]"}, Config(), "n1", 5.0)
     (finding,) = findings

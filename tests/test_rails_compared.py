@@ -8,8 +8,8 @@ import pytest
 from examples_builder import build_node
 
 from nodecheck.config import loads
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost
 
 RAIL_KINDS = ("nic_rail_down", "nic_rate_mismatch")
 

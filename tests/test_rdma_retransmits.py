@@ -1,4 +1,4 @@
-"""Transport retransmissions (probes/ib_counters.py TRANSPORT_COUNTERS, agent/error_rules.py): the hw_counters an
+"""Transport retransmissions (src/nodecheck/probes/ib_counters.py TRANSPORT_COUNTERS, src/nodecheck/checks/error_counters.py): the hw_counters an
 operator reads first when NCCL across nodes is slow on RoCE or InfiniBand. Read from gpud's H100 node
 (../shared/captures/public/health/ib: every port's at 0 there, as on a healthy idle fabric), then judged over two
 samples: any rise is a warning naming the counters, never a drain, and a collective across nodes that measured
@@ -8,14 +8,14 @@ import pytest
 from helpers import PUBLIC, make_measurement, make_nic, make_report, need
 from sysfs_trees import CapturedTree, hca_below_switch_port
 
+from nodecheck.checks.coverage import unmade_checks
+from nodecheck.checks.error_counters import counter_sample, ib_findings
+from nodecheck.checks.rules import evaluate
 from nodecheck.config import Config
-from nodecheck.coverage import unmade_checks
-from nodecheck.error_rules import counter_sample, ib_findings
-from nodecheck.events import CounterSample, History
-from nodecheck.model import IbPort
 from nodecheck.probes.ib_counters import TRANSPORT_COUNTERS, parse_counter, read_port_counters
-from nodecheck.rules import evaluate
-from nodecheck.verdicts import with_measurements
+from nodecheck.report.events import CounterSample, History
+from nodecheck.report.model import IbPort
+from nodecheck.verdicts.bandwidth import with_measurements
 
 GPUD = PUBLIC / "health/ib/gpud-sys-class-infiniband-h100"
 NODE_EXPORTER_IB = PUBLIC / "health/ib/node_exporter-sys/class/infiniband"
@@ -94,7 +94,7 @@ def test_a_low_collective_across_nodes_names_them_and_nothing_drains_on_them_alo
 
 def test_two_real_runs_of_the_reader_over_gpuds_port(tmp_path, monkeypatch):
     """The real reader (LiveHost) on a /sys tree holding gpud's mlx5_0 port, twice, with the real state file."""
-    from nodecheck.host import LiveHost
+    from nodecheck.host.live import LiveHost
     from nodecheck.pipeline import build_report
 
     monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))

@@ -8,12 +8,12 @@ import re
 from helpers import PUBLIC, REPO, h100_node_snapshot, need, nodecheck
 from rich.console import Console
 
-from nodecheck.errors import install_extra
-from nodecheck.model import Measurement
+from nodecheck.core.errors import install_extra
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.render.bench import render_measurements
 from nodecheck.render.report import render
-from nodecheck.snapshot import SnapshotHost
+from nodecheck.report.model import Measurement
 
 HOSTILE = "evil[/]node[bold red]X\x1b[2J\x1b]0;owned\x07"
 
@@ -52,7 +52,7 @@ def test_help_keeps_bracketed_names():
 
 def test_no_hint_names_the_unpublished_package():
     """nodecheck is not on PyPI: `pip install 'nodecheck[bench]'` fails with "No matching distribution"."""
-    shipped = [p for d in ("agent", "exporters", "probes", "deploy", "systemd", "docs") for p in (REPO / d).rglob("*")
+    shipped = [p for d in ("src", "deploy", "systemd", "docs") for p in (REPO / d).rglob("*")
                if p.is_file() and p.suffix in (".py", ".md", ".sh", ".yaml", ".toml", "")] + [REPO / "README.md"]
     said = [str(p.relative_to(REPO)) for p in shipped if re.search(r"pip install \S*nodecheck\[", p.read_text(errors="replace"))]
     assert not said

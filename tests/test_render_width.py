@@ -12,10 +12,10 @@ import pytest
 from helpers import PUBLIC, hgx_nvml, make_snapshot, need
 from rich.console import Console
 
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.render.report import render
 from nodecheck.render.table import PLAIN_WIDTH
-from nodecheck.snapshot import SnapshotHost
 
 WIDTHS = (80, 120, 200)
 
@@ -139,7 +139,7 @@ def test_the_bandwidth_table_drops_columns_not_words(tmp_path, width):
     from helpers import make_measurement
 
     from nodecheck.bench.plan import _failed
-    from nodecheck.errors import install_extra
+    from nodecheck.core.errors import install_extra
     from nodecheck.render.bench import render_measurements
 
     failed = _failed("bench", "h2d", f"torch is not installed: {install_extra('bench')}")

@@ -6,9 +6,9 @@ import json
 import pytest
 from helpers import hgx_nvml, make_snapshot
 
-from nodecheck.model import Measurement, Report, path_identity
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost
+from nodecheck.report.model import Measurement, Report, path_identity
 
 
 def test_a_report_survives_its_json(tmp_path):
@@ -97,7 +97,7 @@ def unset_fields(value, where: str = "Report") -> list[str]:
 def test_every_field_of_a_fully_populated_report_survives_its_json():
     """A field Report.from_dict cannot read back (a type the reader does not know, a section dropped as
     malformed) fails here the day it is added: no source is lost between `inspect --json` and `--from`."""
-    from nodecheck.model import SCHEMA_VERSION
+    from nodecheck.report.model import SCHEMA_VERSION
 
     report = populated(Report)
     report.schema_version = SCHEMA_VERSION
@@ -153,7 +153,7 @@ def essential_fields(kind, seen=None) -> list[tuple[type, str]]:
 def test_an_entry_without_an_essential_key_is_refused_naming_it():
     """Each essential key (typed_json.ESSENTIAL: a GPU's index, a measurement's path and whether it ran ...)
     deleted from a fully populated entry: the entry is refused naming it, where any other key takes its default."""
-    from nodecheck.model import from_json
+    from nodecheck.report.model import from_json
 
     found = essential_fields(Report)
     assert {f"{k.__name__}.{n}" for k, n in found} >= {"Gpu.index", "Link.type", "Measurement.path", "Measurement.ok",

@@ -1,4 +1,4 @@
-"""The GID NCCL takes on each active RoCE rail, and whether it routes (probes/roce_gids.py, agent/roce_rules.py).
+"""The GID NCCL takes on each active RoCE rail, and whether it routes (src/nodecheck/probes/roce_gids.py, src/nodecheck/checks/roce.py).
 
 The GID table is a real one, published in NVIDIA/nccl#769 (`ibv_devinfo -d mlx5_bond_0 -v` on an A100 node):
 GID 0 fe80::...:1cfb RoCE v1, 1 the same link-local address as RoCE v2, 2 ::ffff:200.0.209.6 RoCE v1, 3 the same
@@ -13,13 +13,13 @@ import pytest
 import sysfs_trees
 from helpers import make_report
 
-from nodecheck.host import LiveHost
-from nodecheck.model import Platform
+from nodecheck.assemble.roce_gid import nccl_gid_index
+from nodecheck.checks.roce import roce_gid_findings
+from nodecheck.host.live import LiveHost
+from nodecheck.host.snapshot import RecordingHost, SnapshotHost
 from nodecheck.probes.nics import collect
 from nodecheck.probes.roce_gids import MAX_GIDS, ZERO_GID, parse_gid_table
-from nodecheck.roce_gid import nccl_gid_index
-from nodecheck.roce_rules import roce_gid_findings
-from nodecheck.snapshot import RecordingHost, SnapshotHost
+from nodecheck.report.model import Platform
 
 LINK_LOCAL = "fe80:0000:0000:0000:0ac0:ebff:feda:1cfb"
 IPV4 = "0000:0000:0000:0000:0000:ffff:c800:d106"  # ::ffff:200.0.209.6
@@ -158,12 +158,12 @@ def test_a_hostile_table_is_bounded_and_keeps_only_gids(gids, types):
 
 
 def test_a_slow_all_reduce_across_nodes_names_the_port_nccl_could_not_route(tmp_path):
-    """Joined to its path (agent/signal_join.py): a slow all-reduce across nodes over bond0 names the port; a slow
+    """Joined to its path (src/nodecheck/verdicts/signal_join.py): a slow all-reduce across nodes over bond0 names the port; a slow
     host copy does not."""
     from helpers import make_measurement
 
     from nodecheck.config import Config
-    from nodecheck.verdicts import with_measurements
+    from nodecheck.verdicts.bandwidth import with_measurements
 
     facts = collect(roce_node(tmp_path, {0: NCCL_769[0], 1: NCCL_769[1]}))
     report = make_report(nics=facts.nics, platform=Platform(None, True, nccl_conf={}))
@@ -180,7 +180,7 @@ def test_a_slow_all_reduce_across_nodes_names_the_port_nccl_could_not_route(tmp_
 def test_a_roce_rail_whose_table_was_not_read_is_unknown_not_healthy(tmp_path):
     """A snapshot from before nodecheck read GID tables (or a port whose table is unreadable): the check is unknown
     for the node (nodecheck_check_unknown), never healthy; an InfiniBand port needs no table."""
-    from nodecheck.coverage import unmade_checks
+    from nodecheck.checks.coverage import unmade_checks
 
     facts = collect(roce_node(tmp_path, NCCL_769))
     report = make_report(nics=facts.nics, platform=Platform(None, True, nccl_conf={}))
@@ -199,9 +199,9 @@ def test_the_index_a_jobs_nccl_run_took_from_its_environment_is_judged(tmp_path)
     from helpers import make_measurement
 
     from nodecheck.bench.nccl_debug import parse_nccl_debug
+    from nodecheck.checks.rules import evaluate
     from nodecheck.config import Config
-    from nodecheck.rules import evaluate
-    from nodecheck.verdicts import with_measurements
+    from nodecheck.verdicts.bandwidth import with_measurements
 
     facts = collect(roce_node(tmp_path, NCCL_769))
     report = make_report(nics=facts.nics, platform=Platform(None, True, nccl_conf={}))
@@ -224,7 +224,7 @@ def test_an_address_range_narrows_nccls_walk_as_nccl_reads_it(tmp_path):
     """NCCL_IB_ADDR_RANGE in /etc/nccl.conf (NCCL's envIbAddrRange and matchGidAddrPrefix): a range holding the
     rail's address changes nothing; one that leaves it out leaves NCCL on the link-local GID, every job over the
     rail hanging, and is named as the cause; one NCCL cannot read (no '/', a length past 32) narrows nothing."""
-    from nodecheck.roce_gid import address_range, in_range
+    from nodecheck.assemble.roce_gid import address_range, in_range
 
     port = judged(tmp_path, NCCL_769)[0]
     assert nccl_gid_index(port, "AF_INET", 2, address_range("200.0.208.0/23", "AF_INET")) == 3
@@ -254,7 +254,7 @@ def test_a_range_a_jobs_nccl_run_took_from_its_environment_is_judged(tmp_path):
 
     from nodecheck.bench.nccl_debug import parse_nccl_debug
     from nodecheck.config import Config
-    from nodecheck.verdicts import with_measurements
+    from nodecheck.verdicts.bandwidth import with_measurements
 
     facts = collect(roce_node(tmp_path, NCCL_769))
     report = make_report(nics=facts.nics, platform=Platform(None, True, nccl_conf={}))

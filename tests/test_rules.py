@@ -7,10 +7,10 @@ from helpers import h100_nvml_records, hgx_nvml, make_snapshot, nodecheck, witho
 from rich.console import Console
 
 from nodecheck.config import Config, NicExpectation
-from nodecheck.model import Measurement
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.render.report import render
-from nodecheck.snapshot import SnapshotHost
+from nodecheck.report.model import Measurement
 
 
 def report_of(tmp_path, config=None, **sources):
@@ -76,7 +76,7 @@ def test_gpus_without_persistence_are_named_in_one_warning(tmp_path):
     assert (finding.severity, finding.subject, finding.measured) == ("warning", "node", "off on gpu2, gpu5")
     assert "(2 of 8 GPUs)" in finding.message and "nvidia-persistenced" in finding.message
     assert [g.persistent for g in report.gpus].count(True) == 6
-    from nodecheck.coverage import unmade_checks
+    from nodecheck.checks.coverage import unmade_checks
 
     for quiet in (h100(), h100(persistence="ERR Not Supported")):
         report = report_of(tmp_path / str(id(quiet)), nvml_gpus=quiet)
@@ -129,7 +129,7 @@ def test_a_link_nvml_cannot_read_is_listed_and_never_counted_up(tmp_path):
     console = Console(record=True, width=250)
     render(report, console=console)
     assert "17/18 up, 1 unreadable" in console.export_text()
-    from nodecheck.exporters.prometheus import exposition
+    from nodecheck.prometheus.exposition import exposition
 
     metrics = exposition(report).decode()  # NodecheckNvlinkDown compares active with links NVML read: no alert
     assert 'nodecheck_gpu_nvlink_links{gpu="3"} 17.0' in metrics and 'nodecheck_gpu_nvlink_active_links{gpu="3"} 17.0' in metrics
@@ -180,7 +180,7 @@ def test_a_reduced_nvlink_bandwidth_mode_is_said_and_named_in_a_slow_p2p_verdict
     from fakes import fake_pynvml
 
     from nodecheck.probes.nvml import dump_nvml
-    from nodecheck.verdicts import with_measurements
+    from nodecheck.verdicts.bandwidth import with_measurements
 
     snap = make_snapshot(tmp_path / "snap", topo="hgx-h100-8gpu-8nic-sglang30401.txt")
     for mode, expected in ((3, [("warning", "mode HALF")]), (0, []), ("ERR", [])):
@@ -196,7 +196,7 @@ def test_a_reduced_nvlink_bandwidth_mode_is_said_and_named_in_a_slow_p2p_verdict
                                 "copy", "unidirectional", {"path_kind": "nvlink"})
     (verdict,) = [f for f in with_measurements(report, [slow], 0.0, None).findings if f.kind == "bandwidth_below_spec"]
     assert verdict.message.endswith("error signals on this path: nvlink mode HALF")
-    from nodecheck.exporters.prometheus import exposition
+    from nodecheck.prometheus.exposition import exposition
 
     assert 'nodecheck_nvlink_bw_mode_info{mode="HALF"} 1.0' in exposition(report).decode()
     from nodecheck.render.report import platform_lines
@@ -213,7 +213,7 @@ def test_a_blackwell_gpu_below_its_best_nvlink_mode_is_said_on_its_own_paths(tmp
     from fakes import fake_pynvml
 
     from nodecheck.probes.nvml import dump_nvml
-    from nodecheck.verdicts import with_measurements
+    from nodecheck.verdicts.bandwidth import with_measurements
 
     snap = make_snapshot(tmp_path / "snap", topo="hgx-h100-8gpu-8nic-sglang30401.txt")
     for mode, expected in (({"bIsBest": 0, "bwMode": 2}, [("gpu5", "mode 2")]), ({"bIsBest": 1, "bwMode": 0}, []), (None, [])):
@@ -304,8 +304,8 @@ def test_a_wrong_all_reduce_result_is_its_own_finding_at_full_speed():
     """Issue 20 (10): a corrupting path passed at full speed. The worker checks one all-reduce of ones (each
     element must be the world size); a wrong count is an error of its own, whatever the bandwidth."""
     from nodecheck.config import Config
-    from nodecheck.model import Measurement
-    from nodecheck.verdicts import measurement_findings
+    from nodecheck.report.model import Measurement
+    from nodecheck.verdicts.bandwidth import measurement_findings
 
     check = {"expected": 16, "elements": 16 << 28, "wrong_elements": 12}
     m = Measurement.measured("allreduce:16-ranks", "allreduce", 48e9, 50e9, 1 << 30, "nccl", "busbw", {"data_check": check})

@@ -3,9 +3,9 @@ snapshot tests in test_rules.py take the same facts through the probes.)"""
 
 from helpers import make_gpu, make_nic, make_report
 
+from nodecheck.checks.rules import evaluate
 from nodecheck.config import Config
-from nodecheck.model import Gpu, ProbeOutcome, Report
-from nodecheck.rules import evaluate
+from nodecheck.report.model import Gpu, ProbeOutcome, Report
 
 
 def node(*gpus: Gpu, probes: list[ProbeOutcome] | None = None) -> Report:
@@ -58,7 +58,7 @@ def test_too_few_gpus():
 def rail(name: str, mtu: int, layer: str = "Ethernet", state: str = "ACTIVE"):
     from helpers import make_nic
 
-    from nodecheck.model import IbPort
+    from nodecheck.report.model import IbPort
 
     port = IbPort(f"mlx5_{name[-1]}", 1, state, "LinkUp", "400 Gb/sec (4X NDR)", layer)
     return make_nic(name, mtu=mtu, rdma_device=port.device, ib_ports=[port])
@@ -80,7 +80,7 @@ def test_a_rail_whose_mtu_differs_from_its_peers_is_named():
 def test_a_rail_that_negotiated_less_than_the_others_is_named():
     """Eight HGX rails, gpuN nearest mlx5_N: one port up at 2X (200 Gbit/s) instead of 4X NDR is named; a slower
     NIC no GPU is near (a storage NIC), a faster one, or rails on another link layer are not compared."""
-    from nodecheck.model import IbPort
+    from nodecheck.report.model import IbPort
 
     def hca(i: int, rate: str = "400 Gb/sec (4X NDR)", layer: str = "InfiniBand"):
         return make_nic(f"ibp{i}", rdma_device=f"mlx5_{i}", ib_ports=[IbPort(f"mlx5_{i}", 1, "ACTIVE", "LinkUp", rate, layer)])

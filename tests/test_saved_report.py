@@ -11,8 +11,8 @@ import json
 from helpers import REPO, cli, make_measurement
 
 from nodecheck.cli.app import load_report
-from nodecheck.findings import Finding
-from nodecheck.model import Report
+from nodecheck.report.findings import Finding
+from nodecheck.report.model import Report
 
 JOB = REPO / "examples" / "job-8node-allreduce.json"
 NODE = REPO / "examples" / "hgx-h100-8gpu"
@@ -109,7 +109,7 @@ def _node_and_configs(tmp_path):
     with a typo (80 GPUs) that fails the node."""
     from helpers import h100_node_snapshot
 
-    from nodecheck.config_init import generate
+    from nodecheck.config.init import generate
 
     nodes = [NODE, h100_node_snapshot(tmp_path / "h100"), REPO / "tests/fixtures/cpu-vm-2core"]
     for snapshot in nodes:
@@ -229,7 +229,7 @@ def test_config_check_counts_measurements_in_a_sweeps_reports(tmp_path):
 
 def test_a_report_with_more_gpus_nics_or_links_than_a_node_is_refused(tmp_path):
     """10,000 GPUs in a saved Report took `inspect --from` 150 s and 2.7 GB (50,000: a MemoryError): a Report is
-    bounded as a snapshot is (agent/limits.py), and refused naming the count."""
+    bounded as a snapshot is (src/nodecheck/core/limits.py), and refused naming the count."""
     document = _job()
     gpu = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-0", "pci_bus_id": "00000000:18:00.0"}
     for key, entry, count in (("gpus", gpu, 10_000), ("nics", {"name": "eth0"}, 5_000),

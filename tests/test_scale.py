@@ -10,9 +10,9 @@ import pytest
 from helpers import h100_node_snapshot, hgx_nvml, make_snapshot
 
 from nodecheck.bench.distributed import measurement_from_worker
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.scale import Fabric, Workload, levers, needed_busbw, pick_row, row, table
-from nodecheck.snapshot import SnapshotHost
 
 NODECHECK = str(Path(sys.executable).parent / "nodecheck")
 # seed 001: Ts 234 ms and a measured Tc of 106 ms for 25M fp32 gradients (100 MB) over 4 nodes, one GPU
@@ -230,7 +230,7 @@ def test_a_multi_node_nvlink_domain_crosses_nodes_at_nvlink_until_it_is_full(tmp
     from gpu_fabric_cases import published
     from test_fabric import gpu_node_with_rdma
 
-    from nodecheck.model import Imex
+    from nodecheck.report.model import Imex
     from nodecheck.scale import fabric_from_report
 
     gpus = hgx_nvml(18, version=7, arch=10, name="NVIDIA GB200", fabric=published()["gb200-healthy"])

@@ -143,7 +143,7 @@ def test_users_with_different_bcrypt_costs_are_warned_of(tmp_path):
     """An unknown name is checked against a decoy at the highest cost in use, so a user with a cheaper hash is
     refused sooner than a name that does not exist: valid, but it tells a prober the name. serve says so."""
     bcrypt = pytest.importorskip("bcrypt", reason="needs bcrypt (sh deploy/install.sh web)")
-    from nodecheck.exporters.webconfig import parse_web_config
+    from nodecheck.prometheus.webconfig import parse_web_config
 
     cheap, dear = (bcrypt.hashpw(b"x", bcrypt.gensalt(rounds=r)).decode() for r in (4, 5))
     (warning,) = parse_web_config(f"basic_auth_users:\n  grafana: '{cheap}'\n  prometheus: '{dear}'\n", "web.yml").warnings

@@ -8,8 +8,8 @@ import sys
 from helpers import free_port, h100_node_snapshot, wait_until
 from test_serve import start_serve, stop, wait_metrics
 
-from nodecheck.exporters.serve import RoundLog
-from nodecheck.model import Report
+from nodecheck.prometheus.serve import RoundLog
+from nodecheck.report.model import Report
 
 
 def report(topo_ok: bool) -> Report:

@@ -1,15 +1,15 @@
-"""Error signals joined to the bandwidth verdict of their path (agent/signal_join.py through
+"""Error signals joined to the bandwidth verdict of their path (src/nodecheck/verdicts/signal_join.py through
 verdicts.with_measurements, the way bench and serve judge): a slow path's finding names the signals on it; an
 error-only signal on a path that measured fine is a warning; a drain-now class stays an error."""
 
 from helpers import make_measurement, make_nic, make_report
 
+from nodecheck.checks.fabric import fabric_findings
 from nodecheck.config import Config
-from nodecheck.fabric_rules import fabric_findings
-from nodecheck.findings import Finding
-from nodecheck.model import GpuFabric, IbPort
-from nodecheck.pci import Hop
-from nodecheck.verdicts import with_measurements
+from nodecheck.core.pci import Hop
+from nodecheck.report.findings import Finding
+from nodecheck.report.model import GpuFabric, IbPort
+from nodecheck.verdicts.bandwidth import with_measurements
 
 GPU3 = "00000000:9B:00.0"
 

@@ -1,4 +1,4 @@
-"""The kernel log's Xid and SXid events judged (agent/signal_rules.py), from real lines of
+"""The kernel log's Xid and SXid events judged (src/nodecheck/checks/signals.py), from real lines of
 ../shared/captures/public/health/xid and the driver's forms: drain now, watch and repeat, sympathetic events
 counted against their cause, a GPU gone from NVML named by its address, the look-back, and operators'
 acknowledgements (their own events only; a later event fails the node again)."""
@@ -8,15 +8,15 @@ import json
 import pytest
 from helpers import PUBLIC, cli, make_gpu, make_report, need
 
+from nodecheck.checks.coverage import unmade_checks
+from nodecheck.checks.rules import evaluate
+from nodecheck.checks.signals import gpu_xids, switch_xids
 from nodecheck.config import Config
-from nodecheck.coverage import unmade_checks
-from nodecheck.events import Acknowledgement, History, KernelLog
-from nodecheck.model_gpu import GpuSignals
+from nodecheck.core.xid_catalog import SXID_CLASSES, listed_sxids, sxid_entry, sxid_source
 from nodecheck.probes.kernel_log import parse_kernel_log
-from nodecheck.prolog import drain_reason, failing_findings
-from nodecheck.rules import evaluate
-from nodecheck.signal_rules import gpu_xids, switch_xids
-from nodecheck.xid_catalog import SXID_CLASSES, listed_sxids, sxid_entry, sxid_source
+from nodecheck.report.events import Acknowledgement, History, KernelLog
+from nodecheck.report.gpu import GpuSignals
+from nodecheck.slurm.prolog import drain_reason, failing_findings
 
 XID = PUBLIC / "health" / "xid"
 GPU3 = "00000000:9B:00.0"
@@ -230,7 +230,7 @@ def test_the_old_drivers_fallen_off_the_bus_line_is_an_xid_79():
 def test_an_unlisted_xid_drains_when_nvml_asks_for_a_recovery():
     """An Xid newer than the catalog, on a GPU whose NVML recovery action is 1 (GPU reset): the driver's own word that
     the GPU is not to be used until it is done; with the action none, it is watched."""
-    from nodecheck.model_gpu import GpuSignals
+    from nodecheck.report.gpu import GpuSignals
 
     asking = [make_gpu(3, pci_bus_id=GPU3, signals=GpuSignals(recovery_action=1))]
     _, (finding,) = judged([xid_line(999, 150)], gpus=asking)
@@ -258,8 +258,8 @@ def test_kernel_log_json_keeps_the_address_as_printed(tmp_path):
 
 
 def test_the_repeat_defaults_come_from_the_catalog_with_their_source():
-    from nodecheck.shipped import shipped_table
-    from nodecheck.xid_catalog import repeat_defaults
+    from nodecheck.core.shipped import shipped_table
+    from nodecheck.core.xid_catalog import repeat_defaults
 
     assert (Config().errors.xid_repeat_count, Config().errors.xid_repeat_window_s) == repeat_defaults() == (5, 3600.0)
     assert "gpud" in shipped_table("xid.toml")["repeat"]["source"]
@@ -298,7 +298,7 @@ def test_xid_154_back_to_none_asks_nothing_and_the_last_line_holds():
 
 def test_nvml_reading_no_action_now_outranks_the_logs_last_154():
     """The GPU was reset since: NVML's live recovery action (gpu_recovery_action) is none, so the log's line is past."""
-    from nodecheck.model import GpuSignals
+    from nodecheck.report.model import GpuSignals
 
     gpu = make_gpu(3, pci_bus_id=GPU3)
     gpu.signals = GpuSignals(recovery_action=0)

@@ -261,9 +261,9 @@ def test_a_jobs_process_on_a_gpu_is_the_jobs_and_a_stray_one_drains(slurm, tmp_p
     from test_gpu_processes import GIB, NoDeviceFileGate
     from test_gpu_signals import captured
 
-    from nodecheck.gpu_process_rules import before_job
-    from nodecheck.model import GpuProcess, Report
+    from nodecheck.checks.gpu_processes import before_job
     from nodecheck.probes.nvml import collect
+    from nodecheck.report.model import GpuProcess, Report
 
     slurm.configure(HEALTHY)
     pidfile = tmp_path / "pid"

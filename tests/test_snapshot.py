@@ -5,8 +5,8 @@ import json
 import pytest
 from helpers import REPO, h100_node_snapshot, nodecheck
 
+from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost
 
 CPU_VM = REPO / "tests" / "fixtures" / "cpu-vm-2core"
 

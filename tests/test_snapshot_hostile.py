@@ -14,10 +14,10 @@ import time
 import pytest
 from helpers import REPO, make_snapshot, nodecheck
 
-from nodecheck.errors import NodecheckError
-from nodecheck.limits import MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_MEMBERS
+from nodecheck.core.errors import NodecheckError
+from nodecheck.core.limits import MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_MEMBERS
+from nodecheck.host.snapshot import SnapshotHost, open_snapshot
 from nodecheck.pipeline import build_report
-from nodecheck.snapshot import SnapshotHost, open_snapshot
 
 CPU_VM = REPO / "tests" / "fixtures" / "cpu-vm-2core"
 SECRET = "nodecheck-test-secret-4242"

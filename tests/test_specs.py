@@ -2,7 +2,7 @@
 
 import pytest
 
-from nodecheck import specs
+from nodecheck.core import specs
 
 
 @pytest.mark.parametrize("gen,width,gb_per_s", [(5, 16, 63.0), (4, 16, 31.5), (6, 16, 121.0), (7, 16, 242.0),
@@ -75,7 +75,7 @@ def test_a_link_rate_past_ten_terabits_is_no_spec(implausible):
     """Found by the whole-snapshot fuzzer: a port rate of 65536 Gb/sec gave a 65.5 Tbit/s spec, and `config init`
     wrote `speed_mbps = 65536000`, which the config reader (1 to 10,000,000) then refused. One bound now serves
     both (limits.MAX_LINK_MBPS); the fastest ports ship at 800 Gb/s."""
-    from nodecheck.limits import MAX_LINK_MBPS
+    from nodecheck.core.limits import MAX_LINK_MBPS
 
     assert specs.infiniband(implausible) is None
     assert specs.infiniband("65536 Gb/sec (4X NDR)").bytes_per_second == 50e9  # the lanes and their name settle it

@@ -1,4 +1,4 @@
-"""nodecheck's state file (agent/state.py, probes/history.py): acknowledgements kept for one boot, a broken
+"""nodecheck's state file (src/nodecheck/host/state.py, src/nodecheck/probes/history.py): acknowledgements kept for one boot, a broken
 or hostile file forgotten rather than fatal, concurrent writers never losing each other's entries, and
 `nodecheck clear` end to end on the real kernel log."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from helpers import cli, may_write_the_real_kernel_log, raised_as_unit_user
 
-from nodecheck.events import Acknowledgement
+from nodecheck.host.state import STATE_FILE, acknowledge, boot_id, read_state
 from nodecheck.probes.history import history_from
-from nodecheck.state import STATE_FILE, acknowledge, boot_id, read_state
+from nodecheck.report.events import Acknowledgement
 
 
 def ack(subject: str = "gpu3", usec: int | None = 5) -> Acknowledgement:
@@ -58,7 +58,7 @@ def test_concurrent_writers_keep_every_acknowledgement(tmp_path):
 def test_an_unwritable_state_directory_is_a_clear_message(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    from nodecheck.errors import NodecheckError
+    from nodecheck.core.errors import NodecheckError
 
     with pytest.raises(NodecheckError, match="STATE_DIRECTORY"):
         acknowledge(ack(), blocker / "state")
@@ -72,8 +72,8 @@ def test_a_directory_root_made_is_a_clear_message_to_a_user_who_may_open_its_loc
     import shutil
     import tempfile
 
-    from nodecheck.events import CounterSample
-    from nodecheck.state import record_round
+    from nodecheck.host.state import record_round
+    from nodecheck.report.events import CounterSample
 
     if os.geteuid() != 0:
         pytest.skip("needs root (to drop to the units' user)")
@@ -122,8 +122,8 @@ def test_clear_acknowledges_a_real_kernel_event_and_a_new_one_fails_again(tmp_pa
 
 
 def test_samples_keep_the_newest_one_old_enough_for_a_rate(tmp_path):
-    from nodecheck.events import CounterSample
-    from nodecheck.state import record_round
+    from nodecheck.host.state import record_round
+    from nodecheck.report.events import CounterSample
 
     def kept():
         return [s["uptime_s"] for s in json.loads((tmp_path / STATE_FILE).read_text())["samples"]]
@@ -142,8 +142,8 @@ def test_samples_keep_the_newest_one_old_enough_for_a_rate(tmp_path):
 def test_without_a_writable_state_directory_a_daemon_keeps_its_samples_in_memory(tmp_path, monkeypatch):
     """serve's host lives across rounds: where the state file cannot be written, the previous round's
     counters come from memory, so its rates still work."""
-    from nodecheck.events import CounterSample
-    from nodecheck.host import LiveHost
+    from nodecheck.host.live import LiveHost
+    from nodecheck.report.events import CounterSample
 
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from helpers import UNIT_USER, raised_as_unit_user
 
-from nodecheck.errors import NodecheckError
-from nodecheck.events import Acknowledgement, CounterSample, LogMemory, XidEvent
-from nodecheck.host import LiveHost
+from nodecheck.core.errors import NodecheckError
+from nodecheck.host.live import LiveHost
+from nodecheck.host.state import MAX_STATE_BYTES, STATE_FILE, _locked, acknowledge, boot_id, read_state, record_round
 from nodecheck.pipeline import build_report
 from nodecheck.probes.history import history_from
-from nodecheck.state import MAX_STATE_BYTES, STATE_FILE, _locked, acknowledge, boot_id, read_state, record_round
+from nodecheck.report.events import Acknowledgement, CounterSample, LogMemory, XidEvent
 
 
 def needs_root() -> None:

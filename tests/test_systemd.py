@@ -46,7 +46,7 @@ def test_exposure_at_most_2(tmp_path, name):
 
 
 def test_exporter_unit_raises_the_descriptor_limit_above_the_connection_cap():
-    from nodecheck.exporters.http import MAX_CONNECTIONS
+    from nodecheck.prometheus.http import MAX_CONNECTIONS
 
     limit = re.search(r"(?m)^LimitNOFILE=(\d+)$", (UNITS / "nodecheck.service").read_text())
     assert limit and int(limit[1]) >= 4 * MAX_CONNECTIONS

@@ -7,8 +7,8 @@ from helpers import H100, PUBLIC, SHARED, answer_key, need
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodecheck.errors import ParseError
-from nodecheck.link_types import link_class
+from nodecheck.core.errors import ParseError
+from nodecheck.core.link_types import link_class
 from nodecheck.probes.topo import parse_topo_matrix
 
 KEY = answer_key("topo") if (PUBLIC / "topo" / "EXPECTED.json").exists() else {}

@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodecheck.units import (
+from nodecheck.core.units import (
     format_bits,
     format_cpulist,
     format_rate,
@@ -67,7 +67,7 @@ def test_parse_rate_and_count_refuse_with_a_reason(text):
 
 
 def test_natural_key_orders_numbers_as_numbers_and_takes_any_text():
-    from nodecheck.units import natural_key
+    from nodecheck.core.units import natural_key
 
     assert sorted(["mlx5_10", "mlx5_9", "mlx5_1", "eth0"], key=natural_key) == ["eth0", "mlx5_1", "mlx5_9", "mlx5_10"]
     assert sorted(["mlx5²", "mlx4"], key=natural_key) == ["mlx4", "mlx5²"]  # '²' is a digit int() refuses

@@ -8,10 +8,10 @@ import re
 import pytest
 from helpers import A100_SXM4, H100, PUBLIC, REPO, answer_key, hgx_nvml, make_snapshot, need, nodecheck
 
-from nodecheck import specs
 from nodecheck.config import Config, loads
-from nodecheck.model import Measurement
-from nodecheck.verdicts import measurement_findings
+from nodecheck.core import specs
+from nodecheck.report.model import Measurement
+from nodecheck.verdicts.bandwidth import measurement_findings
 
 PCIE4_X16 = specs.pcie(4, 16).bytes_per_second
 PCIE5_X16 = specs.pcie(5, 16).bytes_per_second
@@ -183,7 +183,7 @@ def test_healthy_published_pcie_all_reduces_give_no_finding():
 
 
 def test_each_verdict_records_its_threshold_and_where_it_comes_from():
-    from nodecheck.verdicts import with_threshold
+    from nodecheck.verdicts.bandwidth import with_threshold
 
     calibrated = Measurement.measured("gpu0->gpu1", "p2p", 31.5e9, 126e9, 1, "m", "bidirectional", {"path_kind": "pcie-staged"})
     judged = with_threshold(calibrated, Config())
@@ -367,7 +367,7 @@ def test_a_copy_measured_past_its_paths_line_rate_says_the_path_was_misread():
     "spec", which passed, and would have passed at a quarter of C2C's rate too. Past 1.1 x the spec of one copy's path
     it is a warning that the path was misread; the captured H100's own h2d (54.9 GB/s = 0.87) and a p2p copy both ways
     at its doubled spec are not; an all-reduce inside the node (NVLS reduces in the switch) is not bounded so."""
-    from nodecheck.specs import pcie
+    from nodecheck.core.specs import pcie
 
     gen5 = pcie(5, 16).bytes_per_second
     gh200 = Measurement.measured("gpu0:host", "h2d", 346e9, gen5, 256 << 20, "nvbandwidth", "unidirectional", {"path_kind": "pcie"})

@@ -57,15 +57,15 @@ def replayed(document: dict) -> str:
     from rich.console import Console
 
     from nodecheck.config import loads
-    from nodecheck.config_init import generate
-    from nodecheck.errors import NodecheckError
-    from nodecheck.exporters.prometheus import exposition
-    from nodecheck.model import Report
+    from nodecheck.config.init import generate
+    from nodecheck.core.errors import NodecheckError
+    from nodecheck.host.snapshot import SnapshotHost
     from nodecheck.pipeline import build_report
-    from nodecheck.prolog import drain_reason, failing_findings
+    from nodecheck.prometheus.exposition import exposition
     from nodecheck.render.report import render
-    from nodecheck.slurm import MAX_REASON
-    from nodecheck.snapshot import SnapshotHost
+    from nodecheck.report.model import Report
+    from nodecheck.slurm.prolog import drain_reason, failing_findings
+    from nodecheck.slurm.scontrol import MAX_REASON
 
     with tempfile.TemporaryDirectory(prefix="nodecheck-fuzz-") as folder:
         for name, text in document["files"].items():

@@ -93,8 +93,8 @@ def _nvml_seeds() -> list:
 
 def _nic_seeds() -> list:
     """What the NIC reader hands parse_nics, read through the real reader from the peer sysfs trees."""
+    from nodecheck.host.snapshot import SnapshotHost
     from nodecheck.probes.nics import read_netdev, read_rdma_device
-    from nodecheck.snapshot import SnapshotHost
 
     seeds = []
     for tree in sorted((PEER / "sysfs").glob("*/")):
@@ -117,7 +117,7 @@ def _parse_nics(value):
     from nodecheck.probes.nics import parse_nics
 
     if not isinstance(value, dict):
-        from nodecheck.errors import ParseError
+        from nodecheck.core.errors import ParseError
         raise ParseError("not a reader's output")
     return parse_nics(value.get("netdevs"), value.get("rdma"), value.get("addresses"),
                       value.get("route") if isinstance(value.get("route"), str) else None)
@@ -131,9 +131,9 @@ def _config_seeds() -> list[str]:
 
     from helpers import h100_node_snapshot  # noqa: F401 (needs pytest only for need(): present in the suite)
 
-    from nodecheck.config_init import generate
+    from nodecheck.config.init import generate
+    from nodecheck.host.snapshot import SnapshotHost
     from nodecheck.pipeline import build_report
-    from nodecheck.snapshot import SnapshotHost
 
     with tempfile.TemporaryDirectory() as tmp:
         generated = generate(build_report(SnapshotHost(h100_node_snapshot(Path(tmp) / "h"))))
@@ -168,7 +168,7 @@ def _scontrol_line() -> list[str]:
 
 def _kube_node(node) -> tuple:
     """What `serve --kubernetes-conditions` reads from the API server's answer: nothing may escape."""
-    from nodecheck.exporters.node_health import node_conditions, node_taints, node_uid, taints_with
+    from nodecheck.kubernetes.node_health import node_conditions, node_taints, node_uid, taints_with
 
     taints, version = node_taints(node)
     return node_conditions(node), node_uid(node), version, taints_with(taints, True), taints_with(taints, False)
@@ -219,9 +219,9 @@ def _state_seeds() -> list:
     """A state file as nodecheck writes it: an acknowledgement, a sample and the events of a real log."""
     import tempfile
 
-    from nodecheck.events import Acknowledgement, CounterSample, LogMemory
+    from nodecheck.host.state import STATE_FILE, acknowledge, boot_id, record_round
     from nodecheck.probes.kernel_log import parse_kernel_log
-    from nodecheck.state import STATE_FILE, acknowledge, boot_id, record_round
+    from nodecheck.report.events import Acknowledgement, CounterSample, LogMemory
 
     events = [e for text in _kmsg_seeds()[:1] for e in parse_kernel_log(text)]
     with tempfile.TemporaryDirectory() as directory:
@@ -256,7 +256,7 @@ def _report_seeds() -> list:
 def _fleet_node(document) -> object:
     """What `nodecheck fleet DIR` does with each node's file: the Report, then the node's view of it."""
     from nodecheck.fleet import node_view
-    from nodecheck.model import Report
+    from nodecheck.report.model import Report
 
     return node_view(Report.from_dict(document), "node")
 
@@ -267,8 +267,8 @@ def _shown_report(document) -> str:
 
     from rich.console import Console
 
-    from nodecheck.model import Report
     from nodecheck.render.report import render
+    from nodecheck.report.model import Report
 
     out = io.StringIO()
     render(Report.from_dict(document), Console(file=out, width=160), saved_in="fuzz.json")
@@ -280,10 +280,10 @@ def _judged_again(document) -> list:
     of expectations (the example node's, as `config init` writes it, with every test in [prolog] bench), and its
     measurements by that config's thresholds, as the prolog would count them."""
     from nodecheck.config import loads
-    from nodecheck.config_check import as_the_prolog_judges
-    from nodecheck.config_init import generate
-    from nodecheck.model import BENCH_TESTS, Report
+    from nodecheck.config.init import generate
     from nodecheck.pipeline import judged_again
+    from nodecheck.report.model import BENCH_TESTS, Report
+    from nodecheck.verdicts.config_check import as_the_prolog_judges
 
     bench = "\n[prolog]\nbench = [" + ", ".join(f'"{test}"' for test in BENCH_TESTS) + "]\n"
     config = loads(generate(_example_node()) + bench, "fuzz.toml")
@@ -293,8 +293,8 @@ def _judged_again(document) -> list:
 
 @functools.lru_cache(maxsize=1)
 def _example_node():
+    from nodecheck.host.snapshot import SnapshotHost
     from nodecheck.pipeline import build_report
-    from nodecheck.snapshot import SnapshotHost
 
     return build_report(SnapshotHost(REPO / "examples/hgx-h100-8gpu"))
 
@@ -303,9 +303,9 @@ def _judged_imex(text: str) -> list:
     """`nvidia-imex-ctl -N -j` parsed and judged on the example node, its GPUs in a multi-node NVLink domain."""
     import dataclasses
 
-    from nodecheck.imex_rules import imex_findings
-    from nodecheck.model import GpuFabric, Imex
+    from nodecheck.checks.imex import imex_findings
     from nodecheck.probes.imex import parse_domain
+    from nodecheck.report.model import GpuFabric, Imex
 
     domain, nodes = parse_domain(text)
     node = _example_node()
@@ -326,9 +326,9 @@ def _judged_nccl_conf(text: str) -> list:
     """What the platform probe and the rules do with the file on the example HGX node."""
     import dataclasses
 
-    from nodecheck.model import Platform
-    from nodecheck.nccl_conf_rules import nccl_conf_findings
+    from nodecheck.checks.nccl_conf import nccl_conf_findings
     from nodecheck.probes.platform import parse_nccl_conf
+    from nodecheck.report.model import Platform
 
     report = dataclasses.replace(_example_node(), platform=Platform(None, False, nccl_conf=parse_nccl_conf(text)))
     return nccl_conf_findings(report)
@@ -340,8 +340,8 @@ def _served_measurements(document) -> bytes:
     import tempfile
 
     from nodecheck.bench.plan import read_measurements_file
-    from nodecheck.exporters.prometheus import exposition
-    from nodecheck.verdicts import with_measurements
+    from nodecheck.prometheus.exposition import exposition
+    from nodecheck.verdicts.bandwidth import with_measurements
 
     with tempfile.NamedTemporaryFile("w", suffix=".json") as out:
         json.dump(document, out)
@@ -408,21 +408,21 @@ def _where_it_was(text: str):
 
 
 def targets() -> list[Target]:
-    from nodecheck import units
     from nodecheck.bench.nccl_debug import parse_nccl_debug
     from nodecheck.bench.nccl_tests import parse_nccl_log
     from nodecheck.config import loads
-    from nodecheck.errors import ConfigError, NodecheckError, ParseError
-    from nodecheck.exporters.http import parse_request
-    from nodecheck.exporters.webconfig import parse_web_config
+    from nodecheck.core import units
+    from nodecheck.core.errors import ConfigError, NodecheckError, ParseError
     from nodecheck.probes.acs import parse_lspci
     from nodecheck.probes.aer import parse_aer_file
     from nodecheck.probes.ib_counters import parse_counter
     from nodecheck.probes.lstopo import parse_lstopo_xml
     from nodecheck.probes.nics import parse_proc_route
     from nodecheck.probes.nvml import parse_nvml
-    from nodecheck.proximity import expand_nodelist
-    from nodecheck.slurm import parse_node
+    from nodecheck.prometheus.http import parse_request
+    from nodecheck.prometheus.webconfig import parse_web_config
+    from nodecheck.slurm.proximity import expand_nodelist
+    from nodecheck.slurm.scontrol import parse_node
 
     return [
         Target("topo", lambda: _texts("captures/public/topo/*.txt", "captures/h100-pcie-vm/nvidia-smi-topo-m.txt"),

@@ -1,0 +1,35 @@
+"""The kernel log as nodecheck judges it: what the log holds now, plus the NVIDIA events that earlier runs of this
+boot read in it (the state file's LogMemory). The kernel's ring buffer is small (256 KiB on most distributions),
+so on a busy node an Xid from this morning is overwritten by the afternoon; read only from the log, a node
+that logged a drain-now Xid would pass once the line scrolled away. Remembered, it fails until it is
+cleared (`nodecheck clear`) or the node reboots."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from nodecheck.report.events import History, KernelLog, LogMemory, unseen
+
+
+def with_memory(log: KernelLog | None, history: History | None) -> KernelLog | None:
+    """The log with the remembered events it no longer holds, in time order, and from when it is complete:
+    from boot when the log is, or when the remembered stretch reaches back to boot and joins the log without
+    a gap; else from the later of the two starts."""
+    memory = history.kernel_log if history is not None else None
+    if log is None or not log.known or memory is None:
+        return log  # an unreadable log stays unknown: its checks are not made, remembered events or not
+    lost = [replace(e, remembered=True) for e in unseen(memory.events, log.events)]
+    lost_before = log.lost_before_usec
+    if lost_before is not None and memory.upto_usec is not None and memory.upto_usec >= lost_before:
+        lost_before = memory.from_usec  # the runs before this one read what the ring buffer has lost since
+    if not lost:
+        return replace(log, lost_before_usec=lost_before)
+    timed = sorted(lost + [e for e in log.events if e.usec is not None], key=lambda e: e.usec)
+    return replace(log, events=timed + [e for e in log.events if e.usec is None], lost_before_usec=lost_before)
+
+
+def to_remember(log: KernelLog | None) -> LogMemory | None:
+    """What this run read in the kernel log, for the runs after it: None when it read none."""
+    if log is None or not log.known:
+        return None
+    return LogMemory([e for e in log.events if e.usec is not None], log.lost_before_usec, log.uptime_usec)

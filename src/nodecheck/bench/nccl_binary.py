@@ -1,0 +1,239 @@
+"""nccl-tests' all_reduce_perf, when installed (on PATH) or configured ([bench] nccl_tests): run it
+over every GPU of the node with a hard time limit and parse its table (nccl_tests.parse_nccl_log)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+from nodecheck.assemble.rails import fabric_nics, nic_rate, rail_rates, ring_bound
+from nodecheck.bench.bounds import calibration, peer_access, slowest_pair
+from nodecheck.bench.common import ABOVE_RING_BOUND, NVLS_NOTE, staged_if_shm
+from nodecheck.bench.lifeline import environment
+from nodecheck.bench.nccl_debug import attach, debug_env, debug_run
+from nodecheck.bench.nccl_tests import collective_of, parse_nccl_log, ranks_from_rows
+from nodecheck.core.errors import NodecheckError
+from nodecheck.host.commands import run_command
+from nodecheck.report.model import Measurement, Report
+from nodecheck.verdicts.bandwidth import PARTIAL_MESH
+
+BINARY = "all_reduce_perf"
+SIZES = {"quick": ("1G", "2G"), "full": ("8", "8G")}  # quick: payloads past saturation (nccl-tests captures)
+METHOD = "nccl-tests all_reduce_perf -b {low} -e {high} -f 2 -g {gpus}; busbw of the largest out-of-place row"
+
+
+def full_sweep_end(report: Report) -> str:
+    """-e of the --full sweep: 8G, or less where the smallest GPU could not hold it (all_reduce_perf keeps a send
+    and a receive buffer of that size, and NCCL needs room of its own): a quarter of its memory, as a power of 2."""
+    known = [g.memory_bytes for g in report.gpus if g.memory_bytes]
+    if not known:
+        return "8G"
+    fits = max(64 << 20, min(8 << 30, min(known) // 4))
+    size = 1 << (fits.bit_length() - 1)
+    return f"{size >> 30}G" if size >= 1 << 30 else f"{size >> 20}M"
+
+
+def find_binary(config, environ: dict[str, str]) -> str | None:
+    if config is not None and config.nccl_tests:
+        return config.nccl_tests
+    return shutil.which(BINARY, path=environ.get("PATH"))
+
+
+def run_nccl_tests(report: Report, config, level: str, timeout: float, environ: dict[str, str]) -> Measurement:
+    gpus = len(report.gpus)
+    low, high = SIZES[level]
+    if level == "full":
+        high = full_sweep_end(report)
+    method = METHOD.format(low=low, high=high, gpus=gpus)
+    path = f"nccl-tests:node-{gpus}-gpus"
+    binary = find_binary(config, environ)
+    if binary is None:
+        return _failed(path, method, f"{BINARY} is not installed (not on PATH; set [bench] nccl_tests in the config)")
+    if gpus < 2:
+        return _failed(path, method, f"all_reduce_perf inside the node needs at least two GPUs (found {gpus})")
+    argv = [binary, "-b", low, "-e", high, "-f", "2", "-g", str(gpus)]
+    env = dict(debug_env(standalone(environ)), **environment(None, timeout))
+    try:  # under a lifeline: a C binary does not notice that the bench which started it was killed
+        text = run_command([sys.executable, "-m", "nodecheck.bench.lifeline", *argv], timeout, env=env, what=BINARY)
+        log = parse_nccl_log(text)
+    except NodecheckError as error:
+        return _failed(path, method, str(error))
+    measurement = measurement_from_log(log, report, path, method, name=BINARY) or _failed(path, method, f"{BINARY} printed no out-of-place result")
+    return staged_if_shm(attach(measurement, debug_run(text)))  # NCCL's debug lines come mixed into the table
+
+
+# What a launcher gives its ranks: an MPI-built all_reduce_perf that sees them joins the job's MPI world (or
+# waits for it) instead of running alone on this node's GPUs.
+LAUNCH_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "MPI_LOCAL", "SLURM_STEP", "TORCHELASTIC_")
+LAUNCH_VARIABLES = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASK_PID",
+                    "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE", "SLURM_CPU_BIND", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+                    "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def standalone(environ: dict[str, str]) -> dict[str, str]:
+    """The environment without the launcher's rank and step variables. CUDA_VISIBLE_DEVICES stays: it may be
+    what keeps the binary off another job's GPUs."""
+    return {k: v for k, v in environ.items() if not k.startswith(LAUNCH_PREFIXES) and k not in LAUNCH_VARIABLES}
+
+
+def measurement_from_log(log, report: Report, path: str, method: str, config=None, run=None,
+                         nodes: int | None = None, name: str | None = None) -> Measurement | None:
+    """The largest out-of-place busbw of an nccl-tests log, compared with what bounds its collective on this node
+    (collective_bound): inside the node, the slowest GPU pair (or a partial mesh's NVLink); across nodes, its
+    rails. The rank count comes from the device lines, else from the rows (busbw/algbw); run: what NCCL's own lines in
+    the log say, which may name its hosts; nodes: how many the operator says it spanned; name: the file's name, which
+    may name the collective (alltoall_perf.txt). None when the log holds no out-of-place row. NodecheckError when
+    `nodes` contradicts the hosts the log names."""
+    rows = [r for r in log.rows if r.out_of_place]
+    if not rows:
+        return None
+    largest = max(rows, key=lambda r: r.size_bytes)
+    collective, how = collective_of(log, name)
+    inferred = ranks_from_rows(log, collective)
+    ranks = _ranks(log, inferred)
+    details = {"avg_busbw_gbytes": log.avg_busbw_gbytes, "rows": len(log.rows), "issues": log.issues, "devices": log.devices,
+               "collective": collective, "collective_basis": how, "ranks_from_rows": list(inferred) if inferred else None}
+    across = _across_nodes(log, run, report, nodes, ranks)
+    if across:
+        over_nvlink = run is not None and bool(run.inter_node_transports) and all(
+            t.startswith(("P2P", "NVLS")) for t in run.inter_node_transports)  # MNNVL: NCCL's P2P between nodes
+        spec, kind, basis = _network_bound(report, config, collective, ranks, _nodes_of(log, run, nodes, ranks), over_nvlink)
+        details.update(path_kind=kind, spec_basis=basis, across_nodes=across)
+    else:
+        spec, kind, basis, assumed = _node_bound(report, collective, run)
+        details.update(path_kind=kind, spec_basis=basis)
+        if ranks and (variant := calibration(report, ranks, kind)):
+            details["calibration"] = variant
+        if assumed:
+            details["path_assumed"] = assumed
+    measurement = Measurement.measured(path, "nccl_tests", largest.out_of_place.busbw_gbytes * 1e9, spec, largest.size_bytes,
+                                       method, "busbw", details)
+    nvswitch = kind == "nvlink" and not str(basis).startswith(PARTIAL_MESH)
+    if measurement.ratio is not None and measurement.ratio > 1 and (across or nvswitch):
+        measurement.details["note"] = ABOVE_RING_BOUND if across else NVLS_NOTE  # PCIe has no switch that reduces
+    if across:
+        measurement.scope, measurement.ranks = "cluster", ranks
+    return measurement
+
+
+def _ranks(log, inferred: tuple[int, int] | None) -> int | None:
+    """The job's rank count: what the rows' busbw/algbw give where they settle it (a paste keeps a few device lines),
+    else the device lines' highest rank + 1 (at least that many), else the rows' least."""
+    if inferred and inferred[0] == inferred[1] and inferred[0] >= (log.ranks or 0):
+        return inferred[0]
+    return max(log.ranks or 0, inferred[0] if inferred else 0) or None
+
+
+def _nodes_of(log, run, nodes: int | None, ranks: int | None) -> int | None:
+    """How many nodes the job spanned: --nodes, else the hosts its lines name where they name every rank."""
+    if nodes:
+        return nodes
+    named = max(len(log.hosts), len(run.nodes) if run is not None else 0)
+    if named > 1 and (_names_every_rank(log) or run is not None and len(run.nodes) > 1):
+        return named
+    return None
+
+
+def _node_bound(report: Report, collective: str | None, run) -> tuple[float | None, str | None, str, str | None]:
+    """(spec, path kind, basis, why the kind is assumed or None) of a collective inside the node. A log without NCCL's
+    transport lines leaves P2P or staged to the node's P2P status or the GPU model; where neither says, the PCIe verdict
+    is a note (details["path_assumed"])."""
+    if collective not in IN_NODE_BOUNDED:
+        return None, None, f"no spec: the collective is {collective or 'unknown'} ({NO_BOUND})", None
+    pair = slowest_pair(report)
+    if pair is None:
+        return None, None, "no spec: no GPU pair, or a pair's spec unknown", None
+    kind, assumed = pair.kind, None
+    transports = (run.intra_node_transports if run is not None else None) or []
+    if kind == "pcie" and not transports:  # staged_if_shm decides from NCCL's own lines where the log has them
+        p2p, why = peer_access(report)
+        if p2p is False:
+            kind = "pcie-staged"
+        elif p2p is None:
+            assumed = f"judged as peer-to-peer over PCIe: the log has no NCCL transport lines, and {why}"
+    return pair.bytes_per_second, kind, pair.basis, assumed
+
+
+def _across_nodes(log, run, report: Report, nodes: int | None = None, ranks: int | None = None) -> str | None:
+    """Why the log's job spanned nodes, or None when nothing says so: its device lines name several hosts, or its
+    ranks (the device lines', else what the rows' busbw/algbw give) outnumber this node's GPUs, or NCCL's lines name
+    several hosts, or the operator's --nodes. A log whose lines name every rank on one host is that host's, however
+    many GPUs this node has now."""
+    if nodes is not None:
+        named = max(len(log.hosts), len(run.nodes) if run is not None else 0)
+        if named > 1 and named != nodes:
+            raise NodecheckError(f"--nodes {nodes}, but the log's lines name {named} hosts")
+        if ranks and nodes > ranks:
+            raise NodecheckError(f"--nodes {nodes}, but the log has {ranks} rank(s)")
+        if nodes == 1 and ranks and report.gpus and ranks > len(report.gpus) and named < 2:
+            raise NodecheckError(f"--nodes 1, but the log has {ranks} ranks, more than this node's {len(report.gpus)} GPUs")
+        if nodes == 1:
+            return None
+        return f"its lines name {named} hosts" if named > 1 else f"--nodes {nodes} (said; the log does not name its hosts)"
+    if len(log.hosts) > 1:
+        return f"its device lines name {len(log.hosts)} hosts"
+    if not _names_every_rank(log) and ranks and report.gpus and ranks > len(report.gpus):
+        said = "its device lines name rank " + str(log.ranks - 1) if log.ranks and log.ranks >= ranks else \
+            "its rows' busbw/algbw give " + str(ranks)
+        return f"{said}: {ranks} ranks, where this node has {len(report.gpus)} GPUs"
+    if run is not None and len(run.nodes) > 1:
+        return f"NCCL's lines name {len(run.nodes)} hosts"
+    return None
+
+
+def _names_every_rank(log) -> bool:
+    """Whether the log's device lines name each of its ranks (a paste may keep only a few of them)."""
+    return bool(log.ranks) and len(log.devices) >= log.ranks
+
+
+# the collectives whose busbw a node's slowest GPU pair bounds (nccl-tests' busbw makes each comparable with the
+# link rate: doc/PERFORMANCE.md); gather, scatter and hypercube have no bound here
+IN_NODE_BOUNDED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv")
+RING_BOUNDED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+NO_BOUND = "nodecheck knows what bounds all-reduce, all-gather, reduce-scatter, broadcast, reduce, alltoall and sendrecv"
+
+
+def _network_bound(report: Report, config, collective: str | None, ranks: int | None,
+                   nodes: int | None, run_over_nvlink: bool = False) -> tuple[float | None, str | None, str]:
+    """(spec, path kind, basis) of a collective across nodes judged on this node, from the rails of its ranks per node
+    (as many rails as ranks where fewer, a rank's traffic leaving by its GPU's rail: the slowest of them): the ring
+    bound (their sum) for all-reduce, all-gather, reduce-scatter, broadcast and reduce; for alltoall one GPU's rail x
+    N/(N-1) x (n-1)/n over N nodes (a rank sends (N-1)/N of its data off the node over its own rail: sjeaugey, nccl-tests
+    issues 130 and 267); for sendrecv one rail. None in a multi-node NVLink domain whose jobs take NVLink between nodes
+    (IMEX ready, or NCCL's lines say so: run_over_nvlink), inside the domain and the network between domains; a
+    domain without IMEX takes the rails. None without the ranks per node (say --nodes)."""
+    nvlink, why = report.nvlink_across_nodes()
+    if nvlink or report.in_nvlink_domain() and run_over_nvlink:
+        why = why if nvlink else "NCCL's lines show NVLink between nodes"
+        return None, "nvlink", (f"no spec: this node is in a multi-node NVLink domain ({why}), where a job across nodes "
+                                "takes NVLink inside the domain and the network between domains")
+    if collective not in IN_NODE_BOUNDED:
+        return None, None, f"no spec: the collective is {collective or 'unknown'} ({NO_BOUND})"
+    rails = fabric_nics(report, {})
+    if not rails:
+        return None, None, "no spec: a job across nodes is bounded by the node's RDMA rails, and none is up on this node"
+    if not ranks or not nodes or ranks % nodes:
+        return None, "infiniband", (f"no spec: {ranks or 'an unknown number of'} ranks across nodes, and the log does not say how "
+                                    "many ran on each node: pass --nodes N to judge it against that many ranks' rails")
+    per_node = ranks // nodes
+    if per_node < len(rails):
+        rails = sorted(rails, key=lambda nic: nic_rate(report, nic, config) or 0)[:per_node]
+    where = f"{per_node} rank(s) per node on {nodes} nodes"
+    if collective in RING_BOUNDED:
+        total, basis = ring_bound(report, rails, config)
+        return total, "infiniband", f"{where}; {basis}" if total else f"no spec: {basis}"
+    rates = rail_rates(report, rails, config)
+    if any(r["rate"] is None for r in rates):
+        return None, "infiniband", f"no spec: the rate of {next(r['name'] for r in rates if r['rate'] is None)} is unknown"
+    slowest = min(rates, key=lambda r: r["rate"])
+    if collective == "sendrecv":
+        return slowest["rate"], "infiniband", f"{where}; sendrecv: one rail, {slowest['name']} {slowest['rate'] * 8 / 1e9:g} Gbit/s"
+    if nodes < 2:
+        return None, "infiniband", "no spec: an alltoall across one node"
+    bound = slowest["rate"] * nodes / (nodes - 1) * (ranks - 1) / ranks
+    return bound, "infiniband", (f"{where}; alltoall: one GPU's rail ({slowest['name']} {slowest['rate'] * 8 / 1e9:g} Gbit/s) x "
+                                 f"N/(N-1) x (n-1)/n, N={nodes} nodes, n={ranks} ranks")
+
+
+def _failed(path: str, method: str, error: str) -> Measurement:
+    return Measurement.failed(path, "nccl_tests", method, "busbw", error)

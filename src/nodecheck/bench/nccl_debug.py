@@ -1,0 +1,244 @@
+"""What an NCCL_DEBUG=INFO log says NCCL really did: its version, the network it chose (IB, Socket, a
+plugin such as AWS Libfabric), the HCAs and socket interfaces, the transport of every channel inside a
+node (P2P/IPC, P2P/CUMEM, SHM, ...) and between nodes (NET/IB/0/GDRDMA, NET/Socket/1, ...), the
+parameters it took from its environment ("NCCL_PROTO set by environment to simple"), and every NCCL WARN.
+Lines may carry mpirun (`[1,0]<stdout>:`) or srun (`0: `) prefixes; nccl-tests tables, shell prompts and
+`...` cuts are skipped; a truncated log gives what it holds.
+
+A transport NCCL prints after "via" is between nodes when it goes over the network plugin (`NET/`),
+inside a node otherwise; `/GDRDMA` at its end means GPUDirect RDMA.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict
+from pathlib import Path
+
+from nodecheck.bench.nccl_tests import LAUNCHER_PREFIX
+from nodecheck.core.errors import ParseError, ProbeFailed
+from nodecheck.core.limits import MAX_COMMAND_OUTPUT
+from nodecheck.host.files import read_bounded
+from nodecheck.verdicts.nccl_run import MAX_HOSTS, MAX_NET_DEVICES, MAX_SETTINGS, NcclRun
+
+# Where an NCCL record starts, anywhere in a line: an optional host:pid:tid (the host may be empty), an optional
+# [dev], the level. Linear: a host starts only where no name character precedes it.
+_RECORD = re.compile(r"(?:(?<![\w.:-])(?P<host>[\w.-]*):(?P<pid>\d+):(?P<tid>\d+)\s+)?(?:\[(?P<dev>\d+)\]\s+)?\bNCCL (?P<level>INFO|WARN)\b ?")
+_HOSTNAME = re.compile(r"[\w.-]*[A-Za-z_-]")  # a host name holds a letter, '-' or '_': 12:00:00 is a time of day
+# A token a paste puts before the next record on the same line: its timestamp (ISO date and time, epoch ms,
+# time of day) or rank tag
+_STAMP = re.compile(r"\[?(?:\d{4}-\d{2}-\d{2}(?:T[\d:.,]+(?:Z|[+-]\d{2}:?\d{2})?)?|\d{10,13}|\d{2}:\d{2}:\d{2}(?:[.,]\d+)?Z?)\]?|\[\d+\]")
+_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
+_NETWORK = re.compile(r"^Using (?:internal )?[Nn]etwork (\S.*)$")  # NCCL 2.3: "Using internal Network Socket"
+_SOCKET = re.compile(r"^(?:Bootstrap|NET/Socket) : Using (.*)$")
+_SOCKET_IFACE = re.compile(r"(?:\[\d+\])?([A-Za-z0-9_.@-]+):[0-9a-fA-F.:%]+<\d+>")
+_IB = re.compile(r"^NET/(IB\S*) : Using (.*)$")
+_IB_DEVICE = re.compile(r"\[(\d+)\]([A-Za-z0-9_.-]+:\d+)")  # [index]HCA:port
+# "Channel 00/0 : 0[0] -> 1[1] via P2P/IPC"; NCCL before 2.7 printed "Ring 00 : 15 -> 0 [send] via NET/Socket/0"
+_CHANNEL = re.compile(r"^(?:Channel|Ring) \d{1,4}(?:/\d{1,4})? : (?P<src>\d{1,7})(?:\[(?P<src_gpu>[0-9a-fA-F]{1,16})\])? -> "
+                      r"(?P<dst>\d{1,7})(?:\[(?P<dst_gpu>[0-9a-fA-F]{1,16})\])?(?: \[(?P<side>send|receive)\])? via (?P<via>\S.*)$")
+_RANKS = re.compile(r"\brank (\d{1,7}) n[Rr]anks (\d{1,7})\b")  # "comm 0x.. rank 3 nranks 16", "rank 1 nRanks 2 nNodes 1"
+_OFI_PROVIDER = re.compile(r"^NET/OFI Selected [Pp]rovider is ([A-Za-z0-9_;.-]{1,40})")
+# What NCCL prints after its "host:pid:tid [dev] NCCL INFO" head, as a paste that lost the head has it (a grep, a
+# README's excerpt): read as NCCL's own lines only where the whole text holds no headed line at all
+_BARE = re.compile(r"^(?:NET/OFI |NET/IB ?: |NET/Socket ?: |NET/Plugin|Using network |Channel \d{1,4}/\d{1,4} : \d|NCCL version \d)")
+# a parameter NCCL took from its environment, where /etc/nccl.conf's values land too (src/misc/param.cc)
+_SET_BY = re.compile(r"^(NCCL_[A-Z0-9_]{1,64}) set by environment to (.{0,128})$")
+_NVLS_CHANNELS = re.compile(r"\b(\d+) nvls channels\b")
+_NVLS_UNAVAILABLE = re.compile(r"NVLS (?:multicast support is not available|disabled)", re.I)
+_NVLS_IN_USE = re.compile(r"\bNVLS (?:comm|multicast support is available)", re.I)
+_STAMP_HEAD = re.compile(r"^(?:\[[\d\-T:.,Z ]{8,40}\]\s*)")  # "[2026-01-15 02:30:45] NET/OFI ..."
+_SOURCE_HEAD = re.compile(r"[\w.-]{0,64}:\d{1,10}:\d{1,10}(?: \[\d{1,4}\])? [\w./-]{1,80}:\d{1,6}")
+_TESTS_HOST = re.compile(r"^#\s+Rank\s+\d+\b.*?\bon\s+(\S+)\s+device\b")
+MAX_WARNINGS = 50  # quoted warnings kept; the count is always whole
+MAX_NETWORKS = 16  # network names kept (IB, Socket, a plugin's): a log naming thousands is garbage past these
+
+
+def parse_nccl_debug(text: str) -> NcclRun:
+    """The facts of an NCCL debug log; ParseError when it is too large or holds no NCCL line at all."""
+    if len(text) > MAX_COMMAND_OUTPUT:
+        raise ParseError(f"NCCL log: more than {MAX_COMMAND_OUTPUT >> 20} MiB: not read")
+    run = NcclRun()
+    inter, intra, net_names, nodes, warnings = set(), set(), [], {}, {}
+    headed = bool(_RECORD.search(text))  # any "NCCL INFO/WARN" line: then bare lines are not read as NCCL's
+    header_nodes: dict[str, None] = {}  # nccl-tests' "# Rank N ... on HOST": the same machines, maybe spelled otherwise
+    nvls_channels: list[int] = []
+    for raw in text.splitlines():
+        line = LAUNCHER_PREFIX.sub("", raw.rstrip("\r"))
+        if run.nccl_version is None and (version := _VERSION.search(line)):
+            run.nccl_version = version[1]
+        if tests_host := _TESTS_HOST.match(line):
+            header_nodes.setdefault(tests_host[1], None)
+            continue
+        found = records(line)
+        if not found and not headed and _BARE.match(bare := _STAMP_HEAD.sub("", line.strip())):
+            found = [(None, "INFO", bare.rstrip())]
+        for host, level, body in found:
+            run.nccl_lines += 1
+            if host:
+                nodes.setdefault(host, None)
+            if level == "WARN":
+                _note_provider(run, body)  # aws-ofi-nccl warns it when no RDMA provider was found
+                run.warning_count += 1
+                if len(warnings) < MAX_WARNINGS:
+                    warnings.setdefault(body, None)
+                continue
+            _read_info(body, host or "", run, inter, intra, net_names, nvls_channels)
+    if run.nccl_lines == 0:
+        raise ParseError("no NCCL debug line (host:pid:tid [dev] NCCL INFO ...): run with NCCL_DEBUG=INFO")
+    run.inter_node_transports, run.intra_node_transports = sorted(inter), sorted(intra)
+    run.network = run.network or (net_names[0] if net_names else None)
+    if inter:  # NET/IB/0/GDRDMA, and NET/IB/0/GDRDMA/Shared when the proxy's buffers are shared
+        run.gdr = any("GDRDMA" in t.split("/")[3:] for t in inter)
+    if run.nvls is None and nvls_channels:
+        run.nvls = max(nvls_channels) > 0
+    # NCCL's own host names count the nodes; the header's only where NCCL's lines name none (a one-node run
+    # printed "on localhost" by nccl-tests and "hostname:pid:tid" by NCCL: one node, not two)
+    run.nodes, run.warnings = list(nodes) or list(header_nodes), list(warnings)
+    return run
+
+
+def records(line: str) -> list[tuple[str | None, str, str]]:
+    """The NCCL records in one line of a log as pasted: (host or None, INFO or WARN, text)."""
+    # a record without its host:pid:tid head counts only where it starts the line (after time stamps and a table's
+    # '|'): "NCCL WARN lines" in a README's sentence is prose, not NCCL's
+    starts = [m for m in _RECORD.finditer(line) if m["pid"] is not None or _leads(line[:m.start()])]
+    out = []
+    for index, match in enumerate(starts):
+        following = index + 1 < len(starts)
+        text = line[match.end():starts[index + 1].start() if following else len(line)].rstrip(" \t|")
+        for _ in range(2 if following else 0):  # "2024-06-01 12:00:00.123": a date and a time
+            head, _, last = text.rpartition(" ")
+            if _STAMP.fullmatch(last):
+                text = head.rstrip(" \t|")
+        host = match["host"] if match["host"] and _HOSTNAME.match(match["host"]) else None
+        out.append((host, match["level"], text.strip()))
+    return out
+
+
+def _leads(before: str) -> bool:
+    """Whether the text before a headless record is nothing a sentence would hold: stamps, '|', spaces, or NCCL
+    2.3's head with the source line between it and the level ("host:91:91 [0] misc/ibvwrap.cu:63 NCCL WARN")."""
+    if len(before) >= 160:
+        return False
+    return bool(_SOURCE_HEAD.fullmatch(before.strip())) or all(
+        _STAMP.fullmatch(token) for token in before.replace("|", " ").split()[:4])
+
+
+def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_names: list, nvls_channels: list) -> None:
+    if ranks := _RANKS.search(body):
+        run.nranks = max(run.nranks or 0, int(ranks[2]))
+    _note_provider(run, body)  # a NET/OFI line: none of the lines below
+    if network := _NETWORK.match(body):  # (\S.*) and rstrip: a lazy group before \s*$ is quadratic in trailing spaces
+        run.network = run.network or network[1].rstrip()[:64]
+    elif socket := _SOCKET.match(body):
+        for token in socket[1].split():  # one interface per token, each matched at its start: linear
+            iface = _SOCKET_IFACE.match(token)
+            # a node has a few interfaces: past MAX_NET_DEVICES a log names garbage, and the list stays short to search
+            if iface and iface[1] not in run.socket_ifaces and len(run.socket_ifaces) < MAX_NET_DEVICES:
+                run.socket_ifaces.append(iface[1])
+        if body.startswith("NET/Socket") and "Socket" not in net_names:
+            net_names.append("Socket")
+    elif ib := _IB.match(body):
+        devices = _IB_DEVICE.findall(ib[2])
+        for _, name in devices[:MAX_NET_DEVICES]:
+            if name not in run.ib_devices and len(run.ib_devices) < MAX_NET_DEVICES:
+                run.ib_devices.append(name)
+        if host not in run.net_device_names and len(run.net_device_names) < MAX_HOSTS:
+            run.net_device_names[host] = dict(devices[:MAX_NET_DEVICES])
+        if ib[1] not in net_names and len(net_names) < MAX_NETWORKS:
+            net_names.append(ib[1])
+    elif channel := _CHANNEL.match(body):
+        via = channel["via"].rstrip()
+        run.nranks = max(run.nranks or 0, int(channel["src"]) + 1, int(channel["dst"]) + 1)
+        if via.startswith("NET/"):
+            inter.add(via)
+            _note_rail(run, host, channel)
+            name = via.split("/")[1]
+            if name not in net_names and len(net_names) < MAX_NETWORKS:
+                net_names.append(name)
+        else:
+            intra.add(via)
+    elif setting := _SET_BY.match(body):
+        if setting[1] in run.settings or len(run.settings) < MAX_SETTINGS:
+            # the first word, as NCCL keeps its first; ncclParam's lines end in '.' ("... set by environment to 3.")
+            run.settings.setdefault(setting[1], setting[2].strip().removesuffix("."))
+    elif channels := _NVLS_CHANNELS.search(body):
+        nvls_channels.append(int(channels[1]))
+    elif _NVLS_UNAVAILABLE.search(body):
+        run.nvls = False
+    elif _NVLS_IN_USE.search(body) and run.nvls is None:
+        run.nvls = True
+
+
+def _note_provider(run: NcclRun, body: str) -> None:
+    """aws-ofi-nccl's "NET/OFI Selected provider is tcp, ..." (an INFO line, or a WARN where no RDMA provider was
+    found): the first provider named is kept."""
+    if provider := _OFI_PROVIDER.match(body):
+        run.ofi_provider = run.ofi_provider or provider[1].rstrip(",").lower()
+
+
+def _note_rail(run: NcclRun, host: str, channel: re.Match) -> None:
+    """Which network device the local GPU of a NET channel uses: the sender's for [send], the receiver's for
+    [receive] (a line without the tag, older NCCL, is the sender's). `NET/IB/3(1)`: PXN, through a peer."""
+    parts = channel["via"].split("/")
+    if len(parts) < 3 or not parts[2].isdecimal():  # '²' is a digit that int() refuses
+        return
+    gpu = channel["dst_gpu"] if channel["side"] == "receive" else channel["src_gpu"]
+    if gpu is None:  # NCCL before 2.7 named no GPU in its ring lines
+        return
+    gpus = run.gpu_net_devices.setdefault(host, {}) if len(run.gpu_net_devices) < MAX_HOSTS else {}
+    devices = gpus.setdefault(gpu.lower(), []) if len(gpus) < MAX_NET_DEVICES else []
+    if int(parts[2]) not in devices and len(devices) < MAX_NET_DEVICES:
+        devices.append(int(parts[2]))
+        devices.sort()
+
+
+# What bench asks of NCCL: INFO level for the INIT, NET and ENV subsystems only (the version, the network and its
+# HCAs, every channel's transport, warnings, the parameters it took from its environment), a few hundred lines per
+# rank instead of thousands.
+DEBUG_SUBSYS = "INIT,NET,ENV"
+
+
+def debug_env(environ: dict[str, str], directory: str | None = None) -> dict[str, str]:
+    """environ with NCCL's debug output turned on (a job's own NCCL_DEBUG=TRACE stays), written to files in
+    `directory` (one per process: %h host, %p pid), or mixed into stdout when None (nccl-tests)."""
+    env = dict(environ)
+    if env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
+        env["NCCL_DEBUG"] = "INFO"
+        env["NCCL_DEBUG_SUBSYS"] = DEBUG_SUBSYS
+    if directory is not None:
+        env["NCCL_DEBUG_FILE"] = f"{directory}/nccl-debug.%h.%p.log"
+    else:
+        env.pop("NCCL_DEBUG_FILE", None)
+    return env
+
+
+def read_debug_files(directory: str | Path) -> NcclRun | None:
+    """What the ranks' debug files in `directory` say, read up to MAX_COMMAND_OUTPUT in all; None when NCCL
+    wrote nothing readable (it may not have started)."""
+    texts, left = [], MAX_COMMAND_OUTPUT
+    for path in sorted(Path(directory).glob("nccl-debug.*.log"))[:256]:
+        try:
+            text = read_bounded(path, left) if left > 0 else None
+        except ProbeFailed:  # past what is left to read: the files read so far say enough
+            text = None
+        if text:
+            texts.append(text)
+            left -= len(text)
+    return debug_run("\n".join(texts))
+
+
+def debug_run(text: str) -> NcclRun | None:
+    """The NcclRun of text that may hold NCCL debug lines; None when it holds none."""
+    try:
+        return parse_nccl_debug(text[:MAX_COMMAND_OUTPUT])
+    except ParseError:
+        return None
+
+
+def attach(measurement, run: NcclRun | None):
+    """The measurement with what NCCL did during it in details["nccl"] (rules judge it: nccl_run)."""
+    if run is not None:
+        measurement.details["nccl"] = asdict(run)
+    return measurement

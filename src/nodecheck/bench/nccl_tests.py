@@ -1,0 +1,271 @@
+"""nccl-tests results (all_reduce_perf, all_gather_perf, alltoall_perf, ...): the text table, with
+or without mpirun (`[1,0]<stdout>:`) or srun (`0: `) line prefixes, and the `-J` JSON report.
+
+A row is size, count, type, [redop], [root], then for out-of-place and in-place each: time (us),
+algbw, busbw (GB/s) and #wrong (or N/A). alltoall leaves redop blank and old versions have no
+root, so a row is read from both ends, never by column position. Lines that cannot be read are
+listed in `issues`; whatever could be read is kept (a truncated log still gives its rows).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from nodecheck.core import typed_json
+from nodecheck.core.errors import ParseError
+
+_NCCL_DEBUG = re.compile(r" NCCL (?:INFO|WARN)\b")  # NCCL_DEBUG lines mixed into the output: nccl-log reads those
+MAX_UNPARSED_SHOWN = 5
+# mpirun --tag-output, srun -l, torchrun's --tee/--redirects ("[default0]:", "[rank12]:")
+LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: |\[(?:default|rank)\d{1,7}\]: ?)")
+# numbers of at most 19 digits (int64): a 5,000-digit "size" is no row (int() refuses past 4,300 digits)
+_ROW_START = re.compile(r"^\s*(\d{1,19})\s+(\d{1,19})\s+([A-Za-z_][A-Za-z0-9_]*)\b(.*)$")
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
+_COLLECTIVE = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
+_CONFIG = re.compile(r"^#\s*nThread\s+(\d{1,9})\s+nGpus\s+(\d{1,9})")
+_DEVICE = re.compile(r"^#\s+Rank\s+(\d{1,9})\b.*?\bon\s+(\S+)\s+device\s+(\d{1,9})\s+\[[^\]]*\]\s+(.+)$")
+
+
+@dataclass
+class Timing:
+    time_us: float
+    algbw_gbytes: float  # GB/s, 10^9 bytes
+    busbw_gbytes: float
+    wrong: float | None  # None when the run did not validate (N/A)
+
+
+@dataclass
+class Row:
+    size_bytes: int
+    count: int
+    dtype: str
+    redop: str | None
+    root: int | None
+    out_of_place: Timing | None
+    in_place: Timing | None
+
+
+@dataclass
+class NcclLog:
+    format: str  # text or json
+    collective: str | None
+    nthreads: int | None
+    ngpus: int | None
+    devices: list[str]  # "rank 0 host device 0: NVIDIA H100 80GB HBM3"
+    rows: list[Row]
+    avg_busbw_gbytes: float | None
+    issues: list[str] = field(default_factory=list)  # what could not be read, with line numbers
+    peak_busbw_gbytes: float | None = None  # the largest out-of-place busbw of any row: the figure people compare
+    ranks: int | None = None  # the highest rank a device line names, plus one: the job had at least that many
+    hosts: list[str] = field(default_factory=list)  # the distinct hosts of the device lines, in order
+
+
+def parse_nccl_log(text: str) -> NcclLog:
+    """Parse either form. Raises ParseError when nothing at all could be read."""
+    if text.lstrip().startswith("{"):
+        return _parse_json(text)
+    log = NcclLog("text", None, None, None, [], [], None)
+    unparsed: list[str] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = LAUNCHER_PREFIX.sub("", raw.rstrip("\r"), count=1)
+        if line.lstrip().startswith("#"):
+            _header_line(log, line.strip())
+        elif start := _ROW_START.match(line):
+            row, note = _row(start)
+            if row is None:
+                log.issues.append(f"line {number}: unreadable result row: {line.strip()[:100]!r}")
+                continue
+            log.rows.append(row)
+            if note:
+                log.issues.append(f"line {number}: {note}")
+        elif line.strip() in ("...", "[...]", "…"):
+            log.issues.append(f"line {number}: '{line.strip()}': lines were cut from the log here (rows may be missing)")
+        elif line.strip() and not _NCCL_DEBUG.search(line):
+            unparsed.append(f"line {number}: {line.strip()[:100]!r}")
+    if unparsed:
+        log.issues.append(f"{len(unparsed)} line(s) neither a result row, a '#' line nor NCCL's own, not read: "
+                          + "; ".join(unparsed[:MAX_UNPARSED_SHOWN]) + ("; ..." if len(unparsed) > MAX_UNPARSED_SHOWN else ""))
+    if not log.rows and log.avg_busbw_gbytes is None:
+        raise ParseError("no nccl-tests result rows and no 'Avg bus bandwidth' line: is this an nccl-tests log?")
+    return _with_peak(log)
+
+
+def _with_peak(log: NcclLog) -> NcclLog:
+    figures = [r.out_of_place.busbw_gbytes for r in log.rows if r.out_of_place]
+    log.peak_busbw_gbytes = max(figures) if figures else None
+    return log
+
+
+def _header_line(log: NcclLog, line: str) -> None:
+    if match := _AVG.match(line):
+        log.avg_busbw_gbytes = _float(match[1])
+    elif match := _COLLECTIVE.match(line):
+        log.collective = match[1]
+    elif match := _CONFIG.match(line):
+        log.nthreads, log.ngpus = int(match[1]), int(match[2])
+    elif match := _DEVICE.match(line):
+        log.devices.append(f"rank {match[1]} {match[2]} device {match[3]}: {match[4].strip()}")
+        _count_rank(log, int(match[1]), match[2])
+
+
+def _count_rank(log: NcclLog, rank: int, host) -> None:
+    log.ranks = max(log.ranks or 0, rank + 1)
+    if isinstance(host, str) and host and host not in log.hosts:
+        log.hosts.append(host)
+
+
+def _row(start: re.Match) -> tuple[Row | None, str | None]:
+    """A result row, or None; and a note when the row was read only in part."""
+    size, count, dtype, tail = int(start[1]), int(start[2]), start[3], start[4]
+    tokens = tail.split()
+    for groups in (2, 1):
+        if len(tokens) < 4 * groups:
+            continue
+        middle, body = tokens[: len(tokens) - 4 * groups], tokens[len(tokens) - 4 * groups :]
+        timings = [_timing(body[i : i + 4]) for i in range(0, 4 * groups, 4)]
+        if len(middle) <= 2 and all(timings):
+            break
+    else:
+        return None, None
+    redop = next((t for t in middle if not _is_number(t)), None)
+    root = next((int(t) for t in middle if re.fullmatch(r"-?\d{1,9}", t)), None)
+    if groups == 2:
+        return Row(size, count, dtype, redop, root, *timings), None
+    # One group: nccl-tests pads a skipped out-of-place part with spaces (trace replay runs in-place
+    # only); without that gap the line was cut after its out-of-place part.
+    if re.search(r"\S {20,}\S", tail):
+        return Row(size, count, dtype, redop, root, None, timings[0]), None
+    return Row(size, count, dtype, redop, root, timings[0], None), "in-place columns missing (truncated?)"
+
+
+def _timing(cells: list[str]) -> Timing | None:
+    time_us, algbw, busbw = (_float(c) for c in cells[:3])
+    wrong = None if cells[3] == "N/A" else _float(cells[3])
+    if None in (time_us, algbw, busbw) or (wrong is None and cells[3] != "N/A"):
+        return None
+    return Timing(time_us, algbw, busbw, wrong)
+
+
+def _is_number(text: str) -> bool:
+    return _float(text) is not None
+
+
+def _float(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def _parse_json(text: str) -> NcclLog:
+    """The `-J FILE` report (nccl-tests JSON version 2): config, results[], average_bus_bandwidth."""
+    try:
+        doc = typed_json.loads(text)
+    except ValueError as error:
+        raise ParseError(f"nccl-tests JSON report is not valid JSON (truncated?): {error}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise ParseError("nccl-tests JSON report has no 'results' list")
+    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    log = NcclLog("json", None, _int(config.get("nthreads")), _int(config.get("ngpus")), [], [], None)
+    for device in config.get("devices") if isinstance(config.get("devices"), list) else []:
+        if isinstance(device, dict):
+            log.devices.append(f"rank {device.get('rank')} {device.get('hostname')} device {device.get('device')}: "
+                               f"{device.get('device_info')}")
+            if (rank := _int(device.get("rank"))) is not None and 0 <= rank < 10**9:  # as many digits as a text log's
+                _count_rank(log, rank, device.get("hostname"))
+    for position, result in enumerate(doc["results"]):
+        row = _json_row(result)
+        if row is None:
+            log.issues.append(f"results[{position}]: unreadable result {str(result)[:100]!r}")
+        else:
+            log.rows.append(row)
+            log.collective = log.collective or (result.get("experiment_name") or None)
+    average = doc.get("average_bus_bandwidth")
+    if isinstance(average, dict) and isinstance(average.get("bandwidth"), (int, float)):
+        log.avg_busbw_gbytes = float(average["bandwidth"])
+    return _with_peak(log)
+
+
+def _json_row(result) -> Row | None:
+    if not isinstance(result, dict) or _int(result.get("size")) is None:
+        return None
+    timings = [_json_timing(result.get(key)) for key in ("out_of_place", "in_place")]
+    if timings == [None, None]:
+        return None
+    root = str(result.get("root", "")).strip()
+    return Row(result["size"], _int(result.get("count")) or 0, str(result.get("type")), result.get("redop") or None,
+               int(root) if re.fullmatch(r"-?\d{1,9}", root) else None, *timings)
+
+
+def _json_timing(body) -> Timing | None:
+    if not isinstance(body, dict):
+        return None
+    values = [body.get(k) for k in ("alg_bw", "bus_bw")]
+    time_us = body.get("time", body.get("cpu_time"))
+    if not all(isinstance(v, (int, float)) for v in [time_us, *values]):
+        return None
+    wrong = body.get("nwrong")
+    return Timing(float(time_us), float(values[0]), float(values[1]), float(wrong) if isinstance(wrong, (int, float)) else None)
+
+
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+# busbw = algbw x this factor of the rank count n (nccl-tests doc/PERFORMANCE.md): 2(n-1)/n for all-reduce,
+# (n-1)/n for all-gather, reduce-scatter and alltoall, 1 for broadcast, reduce and sendrecv (no n in it)
+_TWO_RING = ("all_reduce",)
+_ONE_RING = ("all_gather", "reduce_scatter", "alltoall", "gather", "scatter", "hypercube")
+COLLECTIVES = (*_TWO_RING, *_ONE_RING, "broadcast", "reduce", "sendrecv")
+_COLLECTIVE_NAME = re.compile(r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|reduce|sendrecv|gather|scatter"
+                              r"|hypercube)(?:_perf)?", re.IGNORECASE)
+ROUNDING = 0.005  # nccl-tests prints algbw and busbw with two decimals
+
+
+def collective_name(text: str | None) -> str | None:
+    """"all_reduce_perf", "AllReduce", "alltoall_perf.txt" -> the canonical name (all_reduce, alltoall ...); None."""
+    match = _COLLECTIVE_NAME.search((text or "")[:300])
+    if not match:
+        return None
+    word = match[1].lower().replace("_", "")
+    return next(c for c in COLLECTIVES if c.replace("_", "") == word)
+
+
+def collective_of(log: NcclLog, hint: str | None = None) -> tuple[str | None, str]:
+    """(the collective, how it is known): the log's own words, else the file's name (`alltoall_perf.txt`), else its
+    rows: a reduction (a redop) whose busbw is below its algbw is a reduce-scatter ((n-1)/n), else an all-reduce
+    (2(n-1)/n, equal at 2 ranks, where a reduce is bounded alike); rows without a redop do not tell all-gather from
+    alltoall: (None, why)."""
+    if named := collective_name(log.collective):
+        return named, "named in the log"
+    if named := collective_name(hint):
+        return named, f"from the file name {hint[:80]!r}"
+    timings = [r.out_of_place for r in log.rows if r.out_of_place and r.out_of_place.algbw_gbytes >= 1]
+    if timings and any(r.redop for r in log.rows):
+        if all(t.busbw_gbytes < t.algbw_gbytes - 2 * ROUNDING for t in timings):
+            return "reduce_scatter", "its rows reduce (a redop) and their busbw is below algbw"
+        return "all_reduce", "its rows reduce (a redop) and their busbw is algbw x 2(n-1)/n"
+    return None, "not named in the log or its file name, and its rows do not settle it"
+
+
+def ranks_from_rows(log: NcclLog, collective: str | None) -> tuple[int, int] | None:
+    """The rank count n the rows' busbw/algbw ratio gives (busbw = algbw x 2(n-1)/n for all-reduce, (n-1)/n for
+    all-gather, reduce-scatter and alltoall), as (least, most) over the rows' two-decimal rounding, narrowed over the
+    largest rows; None where the collective's factor has no n or no row is large enough to say."""
+    if collective not in _TWO_RING + _ONE_RING:
+        return None
+    scale = 2.0 if collective in _TWO_RING else 1.0
+    timings = sorted((r.out_of_place for r in log.rows if r.out_of_place and r.out_of_place.algbw_gbytes >= 1),
+                     key=lambda t: -t.algbw_gbytes)[:8]
+    least, most = 1, 1 << 30
+    for t in timings:
+        low = (t.busbw_gbytes - ROUNDING) / (t.algbw_gbytes + ROUNDING) / scale
+        high = (t.busbw_gbytes + ROUNDING) / (t.algbw_gbytes - ROUNDING) / scale
+        if low >= 1:
+            return None  # busbw/algbw past the factor's limit: not this collective's rows
+        least = max(least, math.ceil(1 / (1 - low) - 1e-9))
+        most = min(most, math.floor(1 / (1 - high) + 1e-9) if high < 1 else most)
+    return (least, most) if timings and least <= most else None

@@ -1,0 +1,2 @@
+"""The Kubernetes face: node conditions, Events and the taint through the API server, and node-problem-detector's
+custom-plugin protocol."""

@@ -1,0 +1,1 @@
+"""The Slurm face: the prolog and health check, scontrol, and the proximity of a job's peers."""

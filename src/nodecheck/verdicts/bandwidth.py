@@ -1,0 +1,186 @@
+"""Measurements judged: each against its path's spec and the threshold calibrated for that path, failed
+and corrupting runs named, an all-reduce past what its rails allow flagged as misread, the slow node of a
+cluster all-reduce found from its pair exchanges, and what NCCL chose during a run. Pure: no I/O.
+with_measurements is the one way every face (bench, serve, the prolog, nccl-log) attaches and judges them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from nodecheck.config import Config
+from nodecheck.core.units import format_path_rate
+from nodecheck.report.findings import Finding
+from nodecheck.report.model import Report, path_identity
+
+FABRIC_KINDS = ("infiniband", "ethernet")
+
+
+def _what_to_check(m) -> str:
+    """Advice for the kind of path that was slow: a GPU's host link is not a network cable, a PCIe box has
+    no NVLink to check."""
+    kind = m.details.get("path_kind")
+    if m.scope == "host-link" and kind == "c2c":
+        return ("check the GPU's NVLink-C2C links to its Grace CPU (`nvidia-smi c2c -s`: every link at its speed), that "
+                "nothing else was copying over them, and the host memory's NUMA node")
+    if m.scope == "host-link":
+        return ("check the GPU's PCIe link (`nvidia-smi -q -d PCI`: generation and width now vs max), that nothing else "
+                "was copying over it, and the host memory's NUMA node")
+    if m.scope == "cluster" or kind in FABRIC_KINDS:
+        return "check that node's cable, switch port and NIC speed"
+    if kind == "nvlink-no-peer":
+        return ("the GPUs are linked by NVLink but have no peer access, so the copies went through host memory: check "
+                "the fabric manager on NVSwitch systems (`systemctl status nvidia-fabricmanager`), `nvidia-smi topo -p2p r`, "
+                "NCCL_P2P_DISABLE, and that both GPUs are passed to this VM or container")
+    if kind == "nvlink":
+        return "check the GPUs' NVLink state (`nvidia-smi nvlink -s`) and that no other job was using them"
+    return ("check the GPUs' PCIe links (`nvidia-smi -q -d PCI`: generation and width now vs max), ACS and the IOMMU on "
+            "their path (`nodecheck inspect`), and that no other job was using them")
+
+
+def algorithm_bound(m) -> float | None:
+    """For an all-reduce across nodes (bench's, or an nccl-tests log's) judged against the ring bound of its rails:
+    the most any algorithm can reach, as a ratio to that bound. A ring sends 2(n-1)/n x S of each node's data over
+    its rails, a tree or SHARP about S, so busbw (algbw x 2(n-1)/n) can reach 2(n-1)/n x the ring bound and no
+    more (other collectives reach less). None for other measurements."""
+    if m.test not in ("allreduce", "nccl_tests") or m.scope != "cluster" or not m.ranks or m.ranks < 2 \
+            or m.details.get("path_kind") not in FABRIC_KINDS:
+        return None
+    return 2 * (m.ranks - 1) / m.ranks
+
+
+# a copy over one path moves at most its line rate: measured this far above the spec nodecheck derived, the path
+# was misread (a link count, generation or width; NVLink-C2C judged as PCIe), and the verdict passes whatever it
+# measured (published healthy copies read 0.77-0.87 of their spec; the margin covers rounding in published rates)
+COPY_BOUND = 1.1
+PARTIAL_MESH = "partial NVLink mesh"  # how bench/bounds.py names the spec of a mesh without NVSwitch
+
+
+def copy_bound(m) -> float | None:
+    """For one copy over a GPU's host link or between two GPUs, and for a collective inside a node over PCIe or a
+    partial NVLink mesh (no switch there reduces: NVLS and SHARP need an NVSwitch or a SHARP switch, so busbw stays
+    under the links' rate): COPY_BOUND. None for other measurements (an all-reduce on an NVSwitch node: NVLS)."""
+    if m.test in ("allreduce", "nccl_tests") and m.scope != "cluster":
+        details = m.details if isinstance(m.details, dict) else {}
+        partial_mesh = str(details.get("spec_basis") or "").startswith(PARTIAL_MESH)
+        return COPY_BOUND if details.get("path_kind") in ("pcie", "pcie-staged") or partial_mesh else None
+    if m.test not in ("h2d", "d2h", "p2p") or path_identity(m.path)[0] not in ("host-link", "gpu-pair"):
+        return None
+    return COPY_BOUND
+
+
+def judge_measurements(report: Report, measurements: list, config: Config | None) -> tuple[list, list[Finding]]:
+    """The measurements with their thresholds, and the findings they raise against `report` (its own findings
+    not included): the one judgment behind with_measurements, for faces that count the Report's findings apart
+    (the prolog's node check, nccl-log)."""
+    config = config or Config()
+    measurements = [with_threshold(m, config) for m in measurements]
+    return measurements, measurement_findings(measurements, config) + _what_nccl_did(report, measurements)
+
+
+def with_measurements(report: Report, measurements: list, measured_at: float, config: Config | None) -> Report:
+    """The Report with these measurements attached and judged: the one way `bench` and `serve` add them."""
+    from nodecheck.verdicts.signal_join import joined
+
+    measurements, findings = judge_measurements(report, measurements, config)
+    return dataclasses.replace(report, measurements=measurements, measured_at=measured_at,
+                               findings=joined(report, measurements, report.findings + findings))
+
+
+def with_threshold(m, config: Config):
+    """The measurement with the threshold it is judged by, and where that comes from, in its details
+    (details["threshold"], ["threshold_basis"]): the exporter publishes it for the alert to compare with.
+    None where no figure is judged (a failed test, an unknown spec)."""
+    if not m.ok or m.ratio is None:
+        return m
+    ratio, basis = config.threshold(m.test, m.details.get("path_kind"), m.direction, m.details.get("calibration"))
+    return dataclasses.replace(m, details=dict(m.details, threshold=ratio, threshold_basis=basis))
+
+
+def _what_nccl_did(report: Report, measurements: list) -> list[Finding]:
+    """The findings of what NCCL logged during the measurements (details["nccl"]), each named once."""
+    from nodecheck.verdicts.nccl_run import nccl_findings, nccl_run_from_details
+
+    findings, seen = [], set()
+    for m in measurements:
+        run = nccl_run_from_details((m.details or {}).get("nccl") if isinstance(m.details, dict) else None)
+        for finding in nccl_findings(run, report) if run else []:
+            if (finding.kind, finding.subject, finding.message) not in seen:
+                seen.add((finding.kind, finding.subject, finding.message))
+                findings.append(finding)
+    return findings
+
+
+def measurement_findings(measurements, config: Config) -> list[Finding]:
+    """Bandwidth below the test's ratio x spec, and tests that failed, each naming its path (and the slow node)."""
+    findings = []
+    for m in measurements:
+        threshold = config.ratio_for(m.test, m.details.get("path_kind"), m.direction, m.details.get("calibration"))
+        if not m.ok:
+            findings.append(Finding("bench_failed", "error", m.path, "failed", "completed", f"{m.test} on {m.path}: {m.error}"))
+            continue
+        check = m.details.get("data_check") if isinstance(m.details, dict) else None
+        wrong = check.get("wrong_elements") if isinstance(check, dict) else None
+        if isinstance(wrong, int) and wrong > 0:
+            findings.append(Finding("bench_wrong_result", "error", m.path, f"{wrong} wrong", "0 wrong",
+                                    f"{m.test} on {m.path} returned wrong data: {wrong} of {check.get('elements')} elements arrived "
+                                    f"wrong (expected: {check.get('expected')}): a link or GPU corrupts data at whatever speed; "
+                                    "check Xid and ECC errors (`nodecheck inspect`), and run nccl-tests with -c 1 or nvbandwidth"))
+        if m.ratio is not None and (copy_bound(m) or float("inf")) < m.ratio:
+            findings.append(Finding(
+                "bandwidth_above_bound", "warning", m.path, f"{m.ratio:.2f}", f"<= {COPY_BOUND:.2f}",
+                f"{m.path} {m.test} {format_path_rate(m.scope, m.bytes_per_second)} = {m.ratio:.2f} x the spec nodecheck derived "
+                f"for the path ({format_path_rate(m.scope, m.spec_bytes_per_second)}), more than one copy moves over it: the "
+                "path was misread (its link width, generation or count; a Grace GPU's NVLink-C2C judged as PCIe), so a slow "
+                "link would pass here; `nodecheck inspect` shows what it read"))
+        elif m.ratio is not None and (algorithm_bound(m) or float("inf")) < m.ratio:
+            bound = algorithm_bound(m)
+            findings.append(Finding(
+                "bandwidth_above_bound", "warning", m.path, f"{m.ratio:.2f}", f"<= {bound:.2f}",
+                f"{m.path} {m.test} {format_path_rate(m.scope, m.bytes_per_second)} = {m.ratio:.2f} x the ring bound of the rails nodecheck "
+                f"read, more than any all-reduce algorithm moves over them ({bound:.2f} x): NCCL used other or more NICs, "
+                "or a rail's rate was misread (set [nics] speed_mbps); this verdict cannot be trusted"))
+        elif m.ratio is not None and m.ratio < threshold and m.details.get("path_assumed"):
+            findings.append(Finding(  # the path's kind is a guess: a staged path would pass at this figure
+                "bandwidth_below_spec", "info", m.path, f"{m.ratio:.2f}", f">= {threshold:g}",
+                f"{m.path} {m.test} {format_path_rate(m.scope, m.bytes_per_second)} = {m.ratio:.2f} of spec "
+                f"{format_path_rate(m.scope, m.spec_bytes_per_second)}, {m.details['path_assumed']}: without peer access "
+                "the GPUs copy through host memory and this figure may be healthy; run it with NCCL_DEBUG=INFO (its "
+                "transport lines settle it) or on the node itself"))
+        elif m.ratio is not None and m.ratio < threshold:
+            suspects = slow_nodes(m, threshold)
+            where = "; slow: " + ", ".join(f"{name} at {ratio:.2f} of spec" + (f" (rail {rails})" if rails else "")
+                                           for name, ratio, rails in suspects) if suspects else ""
+            findings.append(Finding(
+                "bandwidth_below_spec", "error", suspects[0][0] if suspects else m.path, f"{m.ratio:.2f}", f">= {threshold:g}",
+                f"{m.path} {m.test} {format_path_rate(m.scope, m.bytes_per_second)} = {m.ratio:.2f} of spec "
+                f"{format_path_rate(m.scope, m.spec_bytes_per_second)}{where}: {_what_to_check(m)}"))
+    return findings
+
+
+def slow_nodes(m, threshold: float) -> list[tuple[str, float, str]]:
+    """From the pair exchanges (nodecheck.core.pairing): the nodes with a rank whose every exchange was slow
+    against that exchange's own rails, each with its best ratio and the rails of its slow ranks; with only
+    two nodes, both ends of the slow pairs."""
+    from nodecheck.core.pairing import node_groups, rank_ratio, slow_ranks
+
+    members = [n for n in m.details.get("nodes", []) if isinstance(n, dict) and isinstance(n.get("rank"), int)]
+    by_rank = {n["rank"]: n for n in members}
+    exchanges = m.details.get("pair_exchanges") or []
+    if not exchanges or not m.spec_bytes_per_second:
+        return []
+    nodes = len(node_groups(members)) if members else 1 + max(max(e["a"], e["b"]) for e in exchanges)
+    slow, undecided = slow_ranks(exchanges, nodes, threshold, m.spec_bytes_per_second)
+    suspects = slow or sorted({rank for pair in undecided for rank in pair})
+    named: dict[str, tuple[float, set]] = {}
+    for rank in suspects:
+        member = by_rank.get(rank, {})
+        name = f"{member.get('node', f'rank{rank}')} ({member.get('address') or 'rank ' + str(rank)})"
+        ratio = rank_ratio(exchanges, rank, m.spec_bytes_per_second) or 0.0
+        rails = {r.get("name") for r in member.get("rails") or [] if isinstance(r, dict) and r.get("name")}
+        best, seen = named.get(name, (ratio, set()))
+        named[name] = (min(best, ratio), seen | rails)
+    return sorted(((name, ratio, ",".join(sorted(rails))) for name, (ratio, rails) in named.items()), key=lambda s: s[1])
+
+
+# Every static check, in the order its findings are listed. A new rule: its function and a row here (and its
+# kinds in findings.FINDING_KINDS and docs/report-schema.md).

@@ -1,0 +1,180 @@
+"""What NCCL really did (NcclRun: read from a debug log by bench.nccl_debug, or from its JSON form in a
+measurement's details) and what is wrong with that on a node like the Report's. Pure: no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from nodecheck.checks.nccl_conf import DISABLING, hca_shortfall
+from nodecheck.checks.roce import roce_gid_findings
+from nodecheck.core.link_types import link_family
+from nodecheck.report.findings import Finding
+
+MAX_HOSTS, MAX_NET_DEVICES, MAX_SETTINGS = 1024, 64, 64
+
+
+@dataclass
+class NcclRun:
+    nccl_version: str | None = None
+    network: str | None = None  # "Using network X", else the NET/<name> NCCL set up or its channels name
+    ib_devices: list[str] = field(default_factory=list)  # HCA:port from "NET/IB : Using"
+    socket_ifaces: list[str] = field(default_factory=list)  # Bootstrap and NET/Socket interfaces
+    inter_node_transports: list[str] = field(default_factory=list)  # sorted, distinct
+    intra_node_transports: list[str] = field(default_factory=list)
+    gdr: bool | None = None  # any NET channel with /GDRDMA; False: NET channels without it; None: no NET channel
+    nvls: bool | None = None  # NVLS in use; False: reported unavailable or 0 channels; None: not said
+    warning_count: int = 0
+    warnings: list[str] = field(default_factory=list)  # the NCCL WARN lines' text, distinct, in order
+    nodes: list[str] = field(default_factory=list)  # host names, in order of appearance
+    # per host, per local GPU (as NCCL prints it in a channel line: a bus id such as "92000", or a CUDA device
+    # number), the network devices its channels use (the N of NET/IB/N; PXN channels through a peer excluded)
+    gpu_net_devices: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    net_device_names: dict[str, dict[str, str]] = field(default_factory=dict)  # per host: "N" -> HCA:port (NET/IB : Using)
+    nccl_lines: int = 0  # lines that were NCCL's own (0: this is not an NCCL debug log)
+    settings: dict[str, str] = field(default_factory=dict)  # "NCCL_X set by environment to V": the job's or nccl.conf's
+    ofi_provider: str | None = None  # aws-ofi-nccl's "NET/OFI Selected provider is tcp": the libfabric provider under it
+    nranks: int | None = None  # the job's ranks: the largest "nranks N" a comm line names, or rank + 1 a channel names
+
+
+MAX_QUOTED = 10  # NCCL warnings turned into findings, each quoted; the rest counted in the last
+# libfabric providers that carry data over TCP/IP: aws-ofi-nccl on them is a socket network under the plugin's name
+# ("Using network AWS Libfabric" reads the same either way; "NET/OFI Selected provider is tcp" tells them apart)
+SOCKET_PROVIDERS = ("tcp", "sockets", "udp")
+GID_SETTINGS = ("NCCL_IB_GID_INDEX", "NCCL_IB_ADDR_FAMILY", "NCCL_IB_ROCE_VERSION_NUM", "NCCL_IB_ADDR_RANGE")
+
+
+def nccl_findings(run: NcclRun, report) -> list:
+    """What the log says went wrong on a node like `report` (this node, or a snapshot's)."""
+    findings = []
+    # NCCL's network is sockets ("NET/IB : No device found" then NET/Socket; aws-ofi-nccl on libfabric's tcp provider)
+    # and data crossed nodes: NET channels, records from more than one host (an excerpt without channel lines), or more
+    # ranks than this node has GPUs (a container's or an anonymised host's paste names one host). One node over
+    # loopback is no fallback.
+    beyond_node = bool(run.nranks and report.gpus and run.nranks > len(report.gpus))  # more ranks than this node's GPUs
+    tcp_provider = run.ofi_provider in SOCKET_PROVIDERS
+    across = bool(run.inter_node_transports) or len(run.nodes) > 1 or beyond_node
+    socket_network = run.network == "Socket" or tcp_provider
+    over_sockets = across and (socket_network or any(t.startswith("NET/Socket") for t in run.inter_node_transports))
+    rdma_up = [n.rdma_device for n in report.rdma_nics_up()]
+    # every line names one host, its ranks fit this node's GPUs, yet channels went through the network (a host name
+    # shared by two machines, "ubuntu", names more ranks than one node holds)
+    one_host = len(run.nodes) == 1 and bool(run.inter_node_transports) and bool(run.nranks and report.gpus) and not beyond_node
+    if one_host:  # every line names one host, yet channels went through the network: NCCL saw several hosts
+        findings.append(Finding("nccl_p2p_disabled", "warning", "nccl", ", ".join(run.inter_node_transports[:3]), "P2P or SHM",
+                                f"NCCL's channels between GPUs of one host ({run.nodes[0][:60]}) went through the network "
+                                f"({', '.join(run.inter_node_transports[:3])}): NCCL took its ranks for different hosts "
+                                "(NCCL_HOSTID, containers with their own hostname or /dev/shm, a rank that sees only its own "
+                                "GPU), so they do not use NVLink or PCIe peer-to-peer"))
+    elif (over_sockets or tcp_provider) and rdma_up:  # the plugin found no RDMA device
+        under = f" (aws-ofi-nccl on libfabric's {run.ofi_provider} provider)" if tcp_provider else ""
+        findings.append(Finding("nccl_socket_fallback", "warning", "nccl", f"NET/Socket{under}", ", ".join(rdma_up),
+                                f"NCCL sent inter-node traffic over TCP sockets{under} while RDMA NICs are up "
+                                f"({', '.join(rdma_up)}): check NCCL_IB_DISABLE, NCCL_IB_HCA, the net plugin (FI_PROVIDER, "
+                                "the EFA or CXI devices in the container), and `NCCL INFO NET/IB` in the log"))
+    if run.gdr is False and not over_sockets:
+        findings.append(Finding("nccl_no_gdr", "warning", "nccl", ", ".join(run.inter_node_transports), "/GDRDMA",
+                                "NCCL's network channels run without GPUDirect RDMA: inter-node data is staged through "
+                                "host memory; load nvidia_peermem (or use DMA-BUF), check NCCL_NET_GDR_LEVEL and the "
+                                "GPU-NIC distance"))
+    near = [l for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)
+            and link_family(l.type) in ("NV", "PIX", "PXB")]
+    shm = [t for t in run.intra_node_transports if t.startswith("SHM")]
+    if shm and near:
+        findings.append(Finding("nccl_p2p_disabled", "warning", "nccl", ", ".join(shm), "P2P or NVLS",
+                                f"GPUs of one node talked over {', '.join(shm)} (host memory) although they are linked by "
+                                f"{near[0].type}: P2P is off (NCCL_P2P_DISABLE, ACS redirect, the IOMMU, or a container "
+                                "without IPC)"))
+    findings += _rail_mismatches(run, report)
+    for name, value in run.settings.items():
+        values, effect = DISABLING.get(name, ((), ""))
+        if effect and value and (values is None or value.upper() in values):
+            findings.append(Finding("nccl_setting", "warning", "nccl", f"{name}={value[:40]}", "unset",
+                                    f"the NCCL run took {name}={value[:40]} from its environment (the job's, or "
+                                    f"/etc/nccl.conf's): a debugging variable (NCCL: \"should not be used in production\"); "
+                                    f"{effect}"))
+    shortfall = hca_shortfall(report, run.settings.get("NCCL_IB_HCA"))
+    if shortfall and run.settings.get("NCCL_IB_HCA") != (report.nccl_conf() or {}).get("NCCL_IB_HCA"):  # else nccl_config
+        findings.append(Finding("nccl_setting", "warning", "nccl", f"NCCL_IB_HCA={shortfall[0][:40]}", shortfall[1],
+                                f"the NCCL run took {shortfall[2]} (from its environment: the job's); its bandwidth is "
+                                "judged against the rails it selects, so a slow job can pass here"))
+    if any(name in run.settings for name in GID_SETTINGS):  # the job pinned how NCCL picks its RoCE GID
+        named = {f.subject for f in report.findings if f.kind == "roce_gid_unroutable"}
+        findings += [f for f in roce_gid_findings(report, settings=run.settings, where="the NCCL run's environment")
+                     if f.subject not in named]
+    for text in run.warnings[:MAX_QUOTED]:
+        findings.append(Finding("nccl_warning", "warning", "nccl", "NCCL WARN", "none", f"NCCL WARN {text}"[:500]))
+    if run.warning_count > MAX_QUOTED:
+        findings[-1].message += f" (+{run.warning_count - MAX_QUOTED} more NCCL WARN lines)"
+    return findings
+
+
+def nccl_bus_id(pci: str | None) -> int | None:
+    """NCCL's number for a PCI address: '0000:92:00.0' -> 0x92000 (printed "92000" in channel lines)."""
+    digits = (pci or "").replace(":", "").replace(".", "")
+    return int(digits, 16) if digits and all(c in "0123456789abcdefABCDEF" for c in digits) else None
+
+
+def _local_gpu(label: str, gpus: list):
+    """The GPU a channel line's bracket names: a bus id when one of this node's GPUs has it, else a CUDA
+    device number (NCCL 2.19 and later print that)."""
+    bus = nccl_bus_id(label)
+    by_bus = [g for g in gpus if nccl_bus_id(g.pci_bus_id) == bus]
+    if by_bus:
+        return by_bus[0]
+    return gpus[int(label)] if label.isdecimal() and int(label) < len(gpus) else None
+
+
+def _rail_mismatches(run: NcclRun, report) -> list:
+    """A GPU of this node whose network channels use only HCAs that are not its nearest NICs by the
+    topology (nvidia-smi topo -m): its inter-node traffic crosses PCIe switches or sockets. Judged only
+    for the log's lines from this node (by host name) and when NCCL named its HCAs."""
+    hostname = (report.node.get("hostname") or "").split(".")[0]
+    host = next((h for h in run.gpu_net_devices if h.split(".")[0] == hostname), None) if hostname else None
+    names = run.net_device_names.get(host or "", {})
+    findings = []
+    for label, devices in (run.gpu_net_devices.get(host, {}) if host else {}).items():
+        gpu = _local_gpu(label, report.gpus)
+        used = sorted({names[str(d)].split(":")[0] for d in devices if str(d) in names})
+        if gpu is None or not gpu.nearest_nics or not used or set(used) & set(gpu.nearest_nics):
+            continue
+        findings.append(Finding("nccl_rail_mismatch", "warning", f"gpu{gpu.index}", ", ".join(used), ", ".join(gpu.nearest_nics),
+                                f"NCCL sent gpu{gpu.index}'s inter-node traffic over {', '.join(used)}, not its nearest NIC "
+                                f"({', '.join(gpu.nearest_nics)}) by the topology: the data crosses PCIe switches or the "
+                                "socket interconnect; check NCCL_IB_HCA, the NIC's state, and NCCL_CROSS_NIC"))
+    return sorted(findings, key=lambda f: int(f.subject[3:]))
+
+
+def _strings(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _per_host(inner):
+    return lambda value: isinstance(value, dict) and all(
+        isinstance(host, str) and isinstance(gpus, dict) and all(isinstance(k, str) and inner(v) for k, v in gpus.items())
+        for host, gpus in value.items())
+
+
+_SHAPES = {
+    "nccl_version": lambda v: isinstance(v, str), "network": lambda v: isinstance(v, str),
+    "ib_devices": _strings, "socket_ifaces": _strings, "inter_node_transports": _strings,
+    "intra_node_transports": _strings, "warnings": _strings, "nodes": _strings,
+    "gdr": lambda v: isinstance(v, bool), "nvls": lambda v: isinstance(v, bool),
+    "warning_count": lambda v: type(v) is int and v >= 0, "nccl_lines": lambda v: type(v) is int and v >= 0,
+    "ofi_provider": lambda v: isinstance(v, str) and len(v) <= 40, "nranks": lambda v: type(v) is int and 0 < v < 1 << 24,
+    "gpu_net_devices": _per_host(lambda v: isinstance(v, list) and all(type(i) is int for i in v)),
+    "net_device_names": _per_host(lambda v: isinstance(v, str)),
+    "settings": lambda v: isinstance(v, dict) and len(v) <= MAX_SETTINGS and all(
+        isinstance(k, str) and isinstance(x, str) and len(k) <= 80 and len(x) <= 128 for k, x in v.items()),
+}
+
+
+def nccl_run_from_details(data) -> NcclRun | None:
+    """An NcclRun from its JSON form (a measurement's details["nccl"]); a Report read from a file is
+    untrusted: a field of the wrong shape takes its default. None when it is not an object."""
+    if not isinstance(data, dict):
+        return None
+    run = NcclRun()
+    for f in fields(NcclRun):
+        if f.name in data and _SHAPES[f.name](data[f.name]):
+            setattr(run, f.name, data[f.name])
+    return run
