@@ -12,7 +12,7 @@ import pytest
 from helpers import PUBLIC, fake_executable, need
 from test_pcie_paths import switch_node
 
-from nodecheck.checks.rules import evaluate
+from nodecheck.checks import evaluate
 from nodecheck.host.live import LiveHost
 from nodecheck.probes.acs import NEEDS_ROOT, collect, parse_lspci
 from nodecheck.report.model import PcieAcs

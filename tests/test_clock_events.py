@@ -9,8 +9,8 @@ import pytest
 from fakes import fake_pynvml
 from test_gpu_signals import captured, report_of
 
-from nodecheck.checks.coverage import unmade_checks
-from nodecheck.checks.error_counters import counter_sample
+from nodecheck.assemble.counters import counter_sample
+from nodecheck.checks import unmade_checks
 from nodecheck.checks.gpu_errors import gpu_findings
 from nodecheck.config import Config, ErrorSettings
 from nodecheck.probes.nvml import dump_nvml

@@ -8,8 +8,8 @@ from helpers import hgx_nvml, make_snapshot
 from test_gpu_signals import captured
 from test_prolog import run_nodecheck
 
+from nodecheck.checks import unmade_checks
 from nodecheck.checks.compute_mode import compute_mode_findings
-from nodecheck.checks.coverage import unmade_checks
 from nodecheck.config import Config, loads
 from nodecheck.config.init import generate
 from nodecheck.host.snapshot import SnapshotHost

@@ -9,7 +9,7 @@ import json
 import pytest
 from helpers import hgx_nvml, make_snapshot
 
-from nodecheck.checks.rules import evaluate
+from nodecheck.checks import evaluate
 from nodecheck.config import Config, loads
 from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report

@@ -9,8 +9,9 @@ import pytest
 from helpers import PUBLIC, make_gpu, make_nic, make_report, need
 from sysfs_trees import CapturedTree, hca_below_switch_port
 
-from nodecheck.checks.coverage import unmade_checks
-from nodecheck.checks.error_counters import FIRST_SAMPLE, aer_findings, counter_sample, ib_findings
+from nodecheck.assemble.counters import FIRST_SAMPLE, counter_sample
+from nodecheck.checks import unmade_checks
+from nodecheck.checks.error_counters import aer_findings, ib_findings
 from nodecheck.config import Config
 from nodecheck.core.pci import Hop
 from nodecheck.probes.aer import parse_aer_file, read_aer

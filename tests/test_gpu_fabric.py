@@ -12,14 +12,13 @@ from fakes import fake_pynvml
 from gpu_fabric_cases import published
 from helpers import H100, HGX_FABRIC_REGISTERED, h100_nvml_records, hgx_nvml, make_snapshot, need, nodecheck
 
-from nodecheck.checks.coverage import unmade_checks
+from nodecheck.checks import headline, unmade_checks
 from nodecheck.checks.fabric import fabric_findings
 from nodecheck.config import Config
 from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.probes.nvml import dump_nvml, parse_nvml
 from nodecheck.prometheus.exposition import ReportCollector
-from nodecheck.report.findings import headline
 
 
 def hgx_report(tmp_path, fabric_of: dict, **gpu):

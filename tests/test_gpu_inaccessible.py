@@ -10,13 +10,12 @@ from fakes import fake_pynvml
 from helpers import cli, hgx_nvml, make_snapshot
 
 from nodecheck.assemble.advice import binding_advice
-from nodecheck.checks.rules import evaluate
+from nodecheck.checks import evaluate, headline
 from nodecheck.config import Config, loads
 from nodecheck.core.errors import ParseError
 from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.probes.nvml import parse_nvml
-from nodecheck.report.findings import headline
 from nodecheck.report.model import Report
 
 

@@ -10,12 +10,11 @@ from fakes import fake_pynvml
 from test_gpu_signals import captured, report_of
 from test_signal_join import h2d, judged, report_with
 
-from nodecheck.checks.coverage import unmade_checks
+from nodecheck.checks import evaluate, headline, unmade_checks
 from nodecheck.checks.gpu_errors import gpu_findings
-from nodecheck.checks.rules import evaluate
 from nodecheck.config import Config
 from nodecheck.probes.nvml import dump_nvml
-from nodecheck.report.findings import Finding, headline
+from nodecheck.report.findings import Finding
 
 
 def test_the_h100_asks_for_nothing(tmp_path, monkeypatch):

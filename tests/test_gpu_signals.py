@@ -10,8 +10,8 @@ import pytest
 from fakes import fake_pynvml
 from helpers import H100, need
 
-from nodecheck.checks.coverage import unmade_checks
-from nodecheck.checks.error_counters import counter_sample
+from nodecheck.assemble.counters import counter_sample
+from nodecheck.checks import unmade_checks
 from nodecheck.checks.gpu_errors import gpu_findings
 from nodecheck.config import Config
 from nodecheck.host.snapshot import SnapshotHost

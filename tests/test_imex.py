@@ -7,7 +7,7 @@ import pytest
 from gpu_fabric_cases import published
 from helpers import REPO, h100_node_snapshot, h100_nvml_records, make_snapshot
 
-from nodecheck.checks.coverage import unmade_checks
+from nodecheck.checks import unmade_checks
 from nodecheck.core.errors import NoData, ParseError
 from nodecheck.host.live import LiveHost
 from nodecheck.host.snapshot import SnapshotHost

@@ -123,6 +123,29 @@ def test_no_import_runs_up_the_layers():
     assert arrows_that_run_up() == []
 
 
+# what the checks show outside: the registry (nodecheck.checks) and the declarations (checks.base)
+READERS_OF_THE_REGISTRY = ("nodecheck.render", "nodecheck.prometheus", "nodecheck.kubernetes", "nodecheck.fleet",
+                           "nodecheck.bench", "nodecheck.scale")
+
+
+def judges_read_by_faces(known: dict[str, Path] | None = None) -> list[str]:
+    """Faces and services read the Report, assemble and the checks' registry, never a check family's internals
+    (the CLI wires the commands that run a family's judge; the prolog runs its own checks)."""
+    known = known or modules()
+    wrong = []
+    for module, path in sorted(known.items()):
+        if not module.startswith(READERS_OF_THE_REGISTRY):
+            continue
+        for target in sorted(imports(path, set(known))):
+            if target.startswith("nodecheck.checks.") and target != "nodecheck.checks.base":
+                wrong.append(f"{module} imports {target}")
+    return wrong
+
+
+def test_faces_read_the_registry_not_a_judge():
+    assert judges_read_by_faces() == []
+
+
 def test_no_module_imports_in_a_circle():
     assert circles() == []
 

@@ -13,7 +13,7 @@ from helpers import hgx_nvml, make_snapshot
 
 from nodecheck.assemble.fingerprint import sku
 from nodecheck.bench.plan import without_mig_gpus
-from nodecheck.checks.coverage import unmade_checks
+from nodecheck.checks import unmade_checks
 from nodecheck.config import Config, loads
 from nodecheck.config.init import generate
 from nodecheck.host.snapshot import SnapshotHost

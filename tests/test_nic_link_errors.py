@@ -8,9 +8,9 @@ tests/test_nics.py."""
 import pytest
 from helpers import SHARED, make_measurement, make_nic, make_report, need
 
-from nodecheck.checks.coverage import unmade_checks
-from nodecheck.checks.error_counters import counter_sample, netdev_findings
-from nodecheck.checks.rules import evaluate
+from nodecheck.assemble.counters import counter_sample
+from nodecheck.checks import evaluate, unmade_checks
+from nodecheck.checks.error_counters import netdev_findings
 from nodecheck.config import Config
 from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.probes.nics import collect

@@ -191,8 +191,8 @@ def test_npd_writing_the_same_conditions_is_named_in_the_log_and_an_event(tls, a
 
 
 def test_what_npd_writes_is_what_its_shipped_config_says_and_never_what_serve_writes():
+    from nodecheck.checks import FINDING_KINDS
     from nodecheck.kubernetes.node_health import NPD_MESSAGES, NPD_REASONS, reason_of
-    from nodecheck.report.findings import FINDING_KINDS
 
     config = json.loads((REPO / "deploy/kubernetes/npd-nodecheck.json").read_text())
     # the bandwidth condition is not shipped (it needs a bench's file: docs/kubernetes.md gives its rule)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO, fake_executable, h100_node_snapshot, hgx_nvml, make_snapshot
 
-from nodecheck.kubernetes.npd import AREAS, MAX_LINE
-from nodecheck.report.findings import FINDING_KINDS
+from nodecheck.checks import AREAS, FINDING_KINDS
+from nodecheck.kubernetes.npd import MAX_LINE
 
 CONFIG = REPO / "deploy/kubernetes/npd-nodecheck.json"
 

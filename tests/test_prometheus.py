@@ -16,11 +16,11 @@ from helpers import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from nodecheck.checks import FINDING_KINDS
 from nodecheck.config import Config
 from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.prometheus.exposition import write_textfile
-from nodecheck.report.findings import FINDING_KINDS
 
 
 def samples(text: str) -> dict:
@@ -159,7 +159,7 @@ def test_two_findings_of_one_kind_on_one_subject_are_one_series(tmp_path):
     """Two rates of one InfiniBand port above their limits (symbol errors and receive errors on mlx5_0/1) are two
     findings of one kind, severity and subject: one series, as Prometheus and node_exporter's textfile collector
     require (a second with the same labels is dropped, or the whole file refused)."""
-    from nodecheck.checks.rules import evaluate
+    from nodecheck.checks import evaluate
     from nodecheck.report.events import CounterSample, History
     from nodecheck.report.model import IbPort
 

@@ -68,7 +68,7 @@ def test_every_error_finding_reaches_an_alert():
     names would be silent). A new kind is caught by it until it has an alert of its own."""
     import yaml
 
-    from nodecheck.report.findings import FINDING_KINDS
+    from nodecheck.checks import FINDING_KINDS
 
     rules = [r for g in yaml.safe_load((RULES / "nodecheck-rules.yml").read_text())["groups"] for r in g["rules"]]
     (catch_all,) = [r for r in rules if r.get("alert") == "NodecheckFindingError"]

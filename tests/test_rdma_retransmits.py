@@ -8,9 +8,9 @@ import pytest
 from helpers import PUBLIC, make_measurement, make_nic, make_report, need
 from sysfs_trees import CapturedTree, hca_below_switch_port
 
-from nodecheck.checks.coverage import unmade_checks
-from nodecheck.checks.error_counters import counter_sample, ib_findings
-from nodecheck.checks.rules import evaluate
+from nodecheck.assemble.counters import counter_sample
+from nodecheck.checks import evaluate, unmade_checks
+from nodecheck.checks.error_counters import ib_findings
 from nodecheck.config import Config
 from nodecheck.probes.ib_counters import TRANSPORT_COUNTERS, parse_counter, read_port_counters
 from nodecheck.report.events import CounterSample, History

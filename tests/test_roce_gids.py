@@ -180,7 +180,7 @@ def test_a_slow_all_reduce_across_nodes_names_the_port_nccl_could_not_route(tmp_
 def test_a_roce_rail_whose_table_was_not_read_is_unknown_not_healthy(tmp_path):
     """A snapshot from before nodecheck read GID tables (or a port whose table is unreadable): the check is unknown
     for the node (nodecheck_check_unknown), never healthy; an InfiniBand port needs no table."""
-    from nodecheck.checks.coverage import unmade_checks
+    from nodecheck.checks import unmade_checks
 
     facts = collect(roce_node(tmp_path, NCCL_769))
     report = make_report(nics=facts.nics, platform=Platform(None, True, nccl_conf={}))
@@ -199,7 +199,7 @@ def test_the_index_a_jobs_nccl_run_took_from_its_environment_is_judged(tmp_path)
     from helpers import make_measurement
 
     from nodecheck.bench.nccl_debug import parse_nccl_debug
-    from nodecheck.checks.rules import evaluate
+    from nodecheck.checks import evaluate
     from nodecheck.config import Config
     from nodecheck.verdicts.bandwidth import with_measurements
 

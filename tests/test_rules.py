@@ -76,7 +76,7 @@ def test_gpus_without_persistence_are_named_in_one_warning(tmp_path):
     assert (finding.severity, finding.subject, finding.measured) == ("warning", "node", "off on gpu2, gpu5")
     assert "(2 of 8 GPUs)" in finding.message and "nvidia-persistenced" in finding.message
     assert [g.persistent for g in report.gpus].count(True) == 6
-    from nodecheck.checks.coverage import unmade_checks
+    from nodecheck.checks import unmade_checks
 
     for quiet in (h100(), h100(persistence="ERR Not Supported")):
         report = report_of(tmp_path / str(id(quiet)), nvml_gpus=quiet)

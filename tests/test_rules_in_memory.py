@@ -3,7 +3,7 @@ snapshot tests in test_rules.py take the same facts through the probes.)"""
 
 from helpers import make_gpu, make_nic, make_report
 
-from nodecheck.checks.rules import evaluate
+from nodecheck.checks import evaluate
 from nodecheck.config import Config
 from nodecheck.report.model import Gpu, ProbeOutcome, Report
 
@@ -65,8 +65,8 @@ def rail(name: str, mtu: int, layer: str = "Ethernet", state: str = "ACTIVE"):
 
 
 def test_a_rail_whose_mtu_differs_from_its_peers_is_named():
-    """Written by CONTRIBUTING's recipe for a rule: a function and its RULES row, a FINDING_KINDS row, a docs
-    row, this test."""
+    """Written by CONTRIBUTING's recipe for a finding kind: the judge in its family module (checks/rail.py), its Kind
+    declaration in its check, this test."""
     rails = [rail(f"ens{i}", 9000) for i in range(7)] + [rail("ens7", 1500)]
     assert found(make_report(nics=rails)) == {("nic_mtu_mismatch", "ens7", "warning")}
     (finding,) = evaluate(make_report(nics=rails), Config())

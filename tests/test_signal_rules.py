@@ -8,8 +8,7 @@ import json
 import pytest
 from helpers import PUBLIC, cli, make_gpu, make_report, need
 
-from nodecheck.checks.coverage import unmade_checks
-from nodecheck.checks.rules import evaluate
+from nodecheck.checks import evaluate, unmade_checks
 from nodecheck.checks.signals import gpu_xids, switch_xids
 from nodecheck.config import Config
 from nodecheck.core.xid_catalog import SXID_CLASSES, listed_sxids, sxid_entry, sxid_source

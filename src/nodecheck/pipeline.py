@@ -21,7 +21,7 @@ def build_report(host, config=None, probe_timeout: float | None = None, judge: b
     """probe_timeout caps each probe's own deadline (the prolog's budget). judge=False: the facts and path
     specs only, no findings or advice (what `bench --measure-only` needs to plan its tests)."""
     from nodecheck.assemble.advice import binding_advice
-    from nodecheck.checks.rules import evaluate
+    from nodecheck.checks import evaluate
 
     started = time.time()
     results = run_probes(host, timeout=probe_timeout, disabled=config.disabled_probes if config else ())
@@ -46,7 +46,7 @@ def judged_again(report: Report, config) -> Report:
     speed is the config's), findings and advice made anew, as build_report makes them from the probes' facts.
     Its measurements are kept as they were: config_check.as_the_prolog_judges judges them by the config."""
     from nodecheck.assemble.advice import binding_advice
-    from nodecheck.checks.rules import evaluate
+    from nodecheck.checks import evaluate
 
     report = dataclasses.replace(report, paths=[])
     report.paths = path_specs(report, config)
@@ -58,7 +58,7 @@ def judged_again(report: Report, config) -> Report:
 
 def mark_wired_nvlinks(report: Report, config) -> None:
     """Each GPU's NVLinks that should be up, for the exporter's NodecheckNvlinkDown and the GPU table."""
-    from nodecheck.checks.nvlink import wired_nvlinks
+    from nodecheck.assemble.nvlinks import wired_nvlinks
     from nodecheck.config import Config
 
     wired = wired_nvlinks(report, config or Config())
@@ -69,7 +69,7 @@ def mark_wired_nvlinks(report: Report, config) -> None:
 def _remember(host, report: Report, config) -> None:
     """This run's error counters (for the next run's rates) and the kernel log's events (for the runs after the
     ring buffer overwrote them) into nodecheck's state; both were read before it (history)."""
-    from nodecheck.checks.error_counters import counter_sample
+    from nodecheck.assemble.counters import counter_sample
     from nodecheck.config import Config
     from nodecheck.report.events import CounterSample
 

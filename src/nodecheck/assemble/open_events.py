@@ -2,13 +2,18 @@
 boot read in it (the state file's LogMemory). The kernel's ring buffer is small (256 KiB on most distributions),
 so on a busy node an Xid from this morning is overwritten by the afternoon; read only from the log, a node
 that logged a drain-now Xid would pass once the line scrolled away. Remembered, it fails until it is
-cleared (`nodecheck clear`) or the node reboots."""
+cleared (`nodecheck clear`) or the node reboots. Also the names events are told by: a NIC event's, the NIC a PCI
+address is, the recovery action an Xid 154 asks."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
-from nodecheck.report.events import History, KernelLog, LogMemory, unseen
+from nodecheck.core.pci import normal_pci
+from nodecheck.probes.kernel_log import NIC_MODULE_ERROR, NIC_SLOT_POWER
+from nodecheck.report.events import History, KernelLog, LogMemory, XidEvent, unseen
+from nodecheck.report.model import Report
 
 
 def with_memory(log: KernelLog | None, history: History | None) -> KernelLog | None:
@@ -33,3 +38,21 @@ def to_remember(log: KernelLog | None) -> LogMemory | None:
     if log is None or not log.known:
         return None
     return LogMemory([e for e in log.events if e.usec is not None], log.lost_before_usec, log.uptime_usec)
+
+
+NIC_EVENT_NAMES = {NIC_MODULE_ERROR: "port module error", NIC_SLOT_POWER: "PCIe slot short of power"}
+
+
+def nic_names(report: Report) -> dict[str | None, str]:
+    """PCI address -> the netdev that names it: a physical netdev over a child interface sharing its address."""
+    return {normal_pci(n.pci_address): n.name for n in sorted(report.nics, key=lambda n: not n.virtual) if n.pci_address}
+
+
+RECOVERY_XID = 154  # "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+_RECOVERY_TO = re.compile(r"changed from 0x[0-9a-fA-F]{1,8} \([^)]{0,60}\) to 0x([0-9a-fA-F]{1,8}) \(([^)]{1,60})\)")
+
+
+def recovery_asked(event: XidEvent) -> tuple[int, str] | None:
+    """(action, the driver's words for it) an Xid 154 line changes to; None for another event or words not read."""
+    match = _RECOVERY_TO.search(event.message) if event.kind == "xid" and event.code == RECOVERY_XID else None
+    return (int(match[1], 16), match[2]) if match else None

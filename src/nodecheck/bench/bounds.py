@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from nodecheck.checks.nvlink import nvlink_pairs, pair_nvlinks
+from nodecheck.assemble.nvlinks import nvlink_pairs, pair_nvlinks
 from nodecheck.report.model import PathSpec, Report
 from nodecheck.verdicts.bandwidth import PARTIAL_MESH
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from nodecheck.checks.base import Check, Kind
+from nodecheck.checks.gpu_presence import unsaid
 from nodecheck.report.findings import Finding
 from nodecheck.report.model import Report
 
@@ -38,3 +40,18 @@ def compute_mode_findings(report: Report, config) -> list[Finding]:
                                     f"{subject} compute mode {mode} where the node's other GPUs are {usual}: "
                                     f"`nvidia-smi -i {index} -c {usual.upper()}`, or set [gpus] compute_mode"))
     return findings
+
+
+# the finding kinds this family raises, and its checks (checks/__init__.py lists them in order)
+GPU_COMPUTE_MODE = Kind("gpu_compute_mode", "gpu", "{subject} compute mode {measured}, {expected} expected",
+    doc=(
+        ("error, warning",
+         "the GPU's compute mode (NVML `nvmlDeviceGetComputeMode`, `nvidia-smi -q`'s \"Compute Mode\"): `prohibited` is an "
+         "error (no process may hold a context: every job given the GPU fails with \"all CUDA-capable devices are busy or "
+         "unavailable\" while its links pass); a GPU in another mode than most of the node's GPUs (one left in "
+         "`exclusive_process`) a warning; with `[gpus] compute_mode` set, any other mode an error. Unknown (never healthy) "
+         "where NVML does not say for a GPU"),
+    ))
+
+CHECK = Check((GPU_COMPUTE_MODE,), compute_mode_findings, needs="nvml",
+              unknown=lambda report: unsaid(report, GPU_COMPUTE_MODE, "compute_mode", "compute mode"))

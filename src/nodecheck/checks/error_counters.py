@@ -10,99 +10,18 @@ limit comes from src/nodecheck/core/data/specs.toml [error_limits] (the PCIe one
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from nodecheck.assemble.counters import Change, change, device_hops, unknown_rates
+from nodecheck.checks.base import Check, Kind
 from nodecheck.config import Config
-from nodecheck.core.pci import Hop, normal_pci
+from nodecheck.core.pci import Hop
 from nodecheck.core.specs import pcie_errors_per_minute, pcie_generation
 from nodecheck.probes.ib_counters import TRANSPORT_COUNTERS, saturated
 from nodecheck.report.findings import Finding
 from nodecheck.report.model import Report
 
-AER_FAMILIES = ("correctable", "nonfatal", "fatal")
 IB_ANY_INCREASE = ("excessive_buffer_overrun_errors", "local_link_integrity_errors")
 IB_RATES = {"symbol_error": ("ib_symbol_error_per_s", 1), "link_error_recovery": ("ib_link_error_recovery_per_min", 60),
             "port_rcv_errors": ("ib_port_rcv_errors_per_s", 1), "port_xmit_discards": ("ib_port_xmit_discards_per_s", 1)}
-FIRST_SAMPLE = "unknown (first sample): a rate needs a previous run's counters"
-
-
-@dataclass
-class Change:
-    """How much a counter rose since the previous sample, over how long; why not, when unknown."""
-
-    delta: int | None
-    seconds: float | None
-    why: str | None = None
-
-    def per(self, seconds: float) -> float:
-        return self.delta / self.seconds * seconds
-
-
-def device_hops(report: Report) -> dict[str, tuple[Hop, list[str]]]:
-    """Every hop on a GPU's or NIC's path, once: its address -> (the hop, the GPUs and NICs behind it)."""
-    names = {normal_pci(g.pci_bus_id): f"gpu{g.index}" for g in report.gpus}
-    names.update({normal_pci(n.pci_address): n.name for n in report.nics if n.pci_address})
-    out: dict[str, tuple[Hop, list[str]]] = {}
-    for device, hops in report.hops().items():
-        for hop in hops:
-            behind = out.setdefault(normal_pci(hop.bdf) or hop.bdf, (hop, []))[1]
-            if names.get(device) and names[device] not in behind:
-                behind.append(names[device])
-    return out
-
-
-def counter_sample(report: Report) -> dict[str, int]:
-    """This run's error counters by key (aer/ADDRESS/family, ib/DEVICE/PORT/name): what the state file keeps."""
-    sample = {}
-    for bdf, (hop, _) in device_hops(report).items():
-        for family in AER_FAMILIES:
-            if hop.aer and family in hop.aer:
-                sample[f"aer/{bdf}/{family}"] = hop.aer[family]
-    for nic in report.nics:
-        for port in nic.ib_ports:
-            sample.update({f"ib/{port.device}/{port.port}/{name}": v for name, v in port.counters.items() if v is not None})
-        sample.update({f"net/{nic.name}/{name}": v for name, v in nic.counters.items() if v is not None})
-    for gpu in report.gpus:
-        signals, key = gpu.signals, f"gpu/{normal_pci(gpu.pci_bus_id)}"
-        if signals is None:
-            continue
-        for name in ("pcie_replays", "clock_event_reasons"):
-            if getattr(signals, name) is not None:
-                sample[f"{key}/{name}"] = getattr(signals, name)
-        sample.update({f"{key}/nvlink_{name}": value for name, value in (signals.nvlink_errors or {}).items()})
-        sample.update({f"{key}/clock_{name}_ns": value for name, value in (signals.clock_event_ns or {}).items()})
-    return sample
-
-
-def previous_sample(report: Report, config: Config, key: str):
-    """The newest earlier sample holding `key` at least [errors.limits] min_rate_interval_s old, or why none."""
-    history = report.history
-    if history is None or history.uptime_s is None:
-        return None, "unknown: nodecheck's state (the previous sample) could not be read"
-    least = max(config.errors.limit("min_rate_interval_s")[0], 1.0)  # never a rate over no time
-    earlier = [s for s in history.samples if history.uptime_s - s.uptime_s >= least and key in s.counters]
-    return (earlier[-1], None) if earlier else (None, FIRST_SAMPLE)
-
-
-def change(report: Report, config: Config, key: str, now: int) -> Change:
-    previous, why = previous_sample(report, config, key)
-    if previous is None:
-        return Change(None, None, why)
-    delta = now - previous.counters[key]
-    if delta < 0:
-        return Change(None, None, "unknown: the counter went down since the previous sample (reset)")
-    return Change(delta, report.history.uptime_s - previous.uptime_s)
-
-
-def unknown_rates(report: Report, config: Config, prefixes) -> dict[str, str]:
-    """Family prefix (aer/, ib/, gpu/) -> why the rates of those counters cannot be judged in this run; a family
-    absent when they can (or when the node has none of them: nothing to judge)."""
-    whys: dict[str, list] = {prefix: [] for prefix in prefixes}
-    for key, value in counter_sample(report).items():
-        family = whys.get(key.split("/", 1)[0] + "/")
-        if family is not None:
-            family.append(change(report, config, key, value).why)
-    return {prefix: found[0] for prefix, found in whys.items() if found and None not in found}
 
 
 def aer_findings(report: Report, config: Config) -> list[Finding]:
@@ -249,3 +168,85 @@ def _crc_errors(report: Report, config: Config, nic) -> list[Finding]:
     return [Finding("nic_link_errors", "error", nic.name, f"rx_crc_errors {rise.per(1):.1f}/s", f"<= {limit:g}/s",
                     f"{nic.name}: rx_crc_errors +{rise.delta} in {rise.seconds:.0f} s ({rise.per(1):.1f}/s, limit "
                     f"{limit:g}/s: {source}): frames arrive damaged; check the cable, the optic and the switch port")]
+
+
+def rates_unknown(report: Report, families: dict) -> dict[str, str]:
+    """{kind: why} for the kinds judged on the rates of a counter family (aer/, ib/, gpu/, net/) that cannot be
+    judged in this run (a first sample, a counter that went back)."""
+    return {kind.name: why for prefix, why in unknown_rates(report, Config(), families).items() for kind in families[prefix]}
+
+
+def aer_unknown(report: Report) -> dict[str, str]:
+    unknown = rates_unknown(report, {"aer/": (PCIE_LINK_ERRORS,)})
+    if report.pcie_paths and not any(hop.aer for hops in report.pcie_paths.values() for hop in hops):
+        why = "no device on the GPUs' and NICs' PCIe paths has AER counters (aer_dev_*) to read"  # a VM's bridges, or pci=noaer
+        unknown.update({PCIE_AER_FATAL.name: why, PCIE_LINK_ERRORS.name: why})
+    return unknown
+
+
+def ib_unknown(report: Report) -> dict[str, str]:
+    """An active port none of whose error counters reads as a count ("N/A (no PMA)": no Performance Management
+    Agent, or the files are missing) is unknown while the others read, not healthy; then the rates."""
+    unknown = rates_unknown(report, {"ib/": (IB_LINK_DOWNED, IB_PORT_ERRORS, RDMA_RETRANSMITS)})
+    for nic in report.nics:
+        for port in nic.ib_ports:
+            if port.state == "ACTIVE" and not any(value is not None for value in port.counters.values()):
+                why = f"{port.device}/{port.port}: its error counters are unreadable (no count in counters/ or hw_counters/)"
+                return {**unknown, IB_LINK_DOWNED.name: why, IB_PORT_ERRORS.name: why}
+    return unknown
+
+
+# the finding kinds this family raises, and its checks (checks/__init__.py lists them in order)
+PCIE_AER_FATAL = Kind("pcie_aer_fatal", "fabric", "{subject} {measured}", signal=True, clearable=True,
+    doc=(
+        ("error",
+         "a device on a GPU's or NIC's PCIe path (the device, a switch port, the root port) counted fatal AER errors since boot"
+         " (`aer_dev_fatal`) that no `nodecheck clear pcie_aer_fatal` acknowledged: drain now"),
+    ))
+PCIE_LINK_ERRORS = Kind("pcie_link_errors", "fabric", "{subject} {measured} > {expected}", signal=True, tempered=True,
+    doc=(
+        ("error (warning where the path's bandwidth test passed)",
+         "since the previous sample, AER nonfatal errors rose on a hop of a GPU's or NIC's path, or its AER correctable errors "
+         "ran faster than the link's limit (BER 1e-12 x lane rate x 60 s x width per minute, as DCGM derives its replay watch: "
+         "gen4 x16 16/min, gen5 x16 31/min). Unknown (first sample) until a previous run's counters are in the state file"),
+    ))
+IB_LINK_DOWNED = Kind("ib_link_downed", "fabric", "{subject} {measured}", signal=True,
+    doc=(
+        ("error",
+         "an InfiniBand port's `link_downed` rose since the previous sample: drain now"),
+    ))
+IB_PORT_ERRORS = Kind("ib_port_errors", "fabric", "{subject} {measured}", signal=True, tempered=True,
+    doc=(
+        ("error (warning where the path's bandwidth test passed)",
+         "an InfiniBand port's `excessive_buffer_overrun_errors` or `local_link_integrity_errors` rose, or `symbol_error` (> "
+         "10/s), `link_error_recovery` (> 5/min), `port_rcv_errors` (> 10/s), `port_xmit_discards` (> 100/s) ran above its "
+         "limit (specs.toml `[error_limits]`, config `[errors.limits]`)"),
+    ))
+IB_COUNTER_SATURATED = Kind("ib_counter_saturated", "fabric", "{subject} {measured} saturated",
+    doc=(
+        ("warning",
+         "an InfiniBand error counter sits at its width's maximum (the 8-bit `link_downed` at 255): it can no longer show "
+         "increases until the port's counters are reset"),
+    ))
+RDMA_RETRANSMITS = Kind("rdma_retransmits", "fabric", "{subject} retransmits: {measured}", signal=True,
+    doc=(
+        ("warning",
+         "an RDMA port's transport retransmission counters (`hw_counters/`: `local_ack_timeout_err`, `packet_seq_err`, "
+         "`out_of_sequence`, `req_transport_retries_exceeded`) rose since the previous sample: packets lost between the port "
+         "and its peers (on RoCE a fabric that is not lossless: PFC, ECN), or a peer that stopped answering. Never a drain by "
+         "itself; a collective across nodes below its threshold names it"),
+    ))
+NIC_LINK_ERRORS = Kind("nic_link_errors", "fabric", "{subject} {measured}", signal=True, tempered=True,
+    doc=(
+        ("error, warning",
+         "a physical Ethernet NIC (a RoCE rail, the socket NIC of gloo and NCCL's bootstrap) whose carrier went down since the "
+         "previous sample (`carrier_down_count`, else `carrier_changes`: a warning, a flap or a link set down by hand), or "
+         "whose `statistics/rx_crc_errors` rose faster than `[error_limits] nic_rx_crc_errors_per_s` (10/s: an error; a warning"
+         " where the path's last bandwidth test passed). InfiniBand netdevs are judged by their ports' counters"),
+    ))
+
+AER = Check((PCIE_AER_FATAL, PCIE_LINK_ERRORS), aer_findings, needs="pcie_paths", unknown=aer_unknown)
+IB = Check((IB_LINK_DOWNED, IB_PORT_ERRORS, IB_COUNTER_SATURATED, RDMA_RETRANSMITS), ib_findings, needs="nics",
+           unknown=ib_unknown)
+NETDEV = Check((NIC_LINK_ERRORS,), netdev_findings, needs="nics",
+               unknown=lambda report: rates_unknown(report, {"net/": (NIC_LINK_ERRORS,)}))

@@ -17,6 +17,7 @@ fabric (PCIe boards, a single GPU) says not_supported and is not judged.
 
 from __future__ import annotations
 
+from nodecheck.checks.base import Check, Kind
 from nodecheck.config import Config
 from nodecheck.report.findings import Finding
 from nodecheck.report.model import Report
@@ -91,3 +92,44 @@ def _health(subject: str, fabric) -> list[Finding]:
     return [Finding("gpu_fabric_unhealthy", "error" if grave else "warning", subject,
                     f"NVLink fabric {', '.join(conditions)}", "healthy",
                     f"{subject} NVLink fabric {', '.join(conditions)}: {advice}")]
+
+
+def fabric_unknown(report: Report) -> dict[str, str]:
+    """A GPU with NVLinks whose fabric state NVML refused, or that this driver cannot be asked for (before
+    nvmlDeviceGetGpuFabricInfo): the fabric registration is unknown."""
+    for gpu in report.gpus:
+        why = (f"gpu{gpu.index}: this driver or nvidia-ml-py has no nvmlDeviceGetGpuFabricInfo" if gpu.nvlinks and gpu.fabric is None
+               else f"gpu{gpu.index}: NVML did not say its fabric state ({gpu.fabric.status})"
+               if gpu.fabric is not None and gpu.fabric.state == "unreadable" else None)
+        if why:
+            return {GPU_FABRIC_NOT_READY.name: why, GPU_FABRIC_UNHEALTHY.name: why}
+    return {}
+
+
+# the finding kinds this family raises, and its checks (checks/__init__.py lists them in order)
+GPU_FABRIC_NOT_READY = Kind("gpu_fabric_not_ready", "gpu", "{subject} {measured}", signal=True,
+    doc=(
+        ("error",
+         "an NVSwitch node's GPU is not registered with the NVLink fabric (not started, in progress) or its registration failed"
+         " (a status other than Success): CUDA refuses work on it with error 802 until Fabric Manager registers it. Unknown, "
+         "not healthy, when a GPU with NVLinks cannot say its fabric state"),
+    ))
+GPU_FABRIC_UNHEALTHY = Kind("gpu_fabric_unhealthy", "gpu", "{subject} {measured}", signal=True,
+    doc=(
+        ("error, warning",
+         "the fabric health NVML reports (newer drivers): an unhealthy summary, an unhealthy route, an incorrect configuration "
+         "or a disconnected global fabric manager is an error; degraded bandwidth, limited capacity, a recovery in progress or "
+         "a state this nodecheck does not know a warning"),
+    ))
+NVLINK_BW_REDUCED = Kind("nvlink_bw_reduced", "gpu", "NVLink bandwidth {measured}", signal=True,
+    doc=(
+        ("warning",
+         "the node's NVLink bandwidth mode (NVML `nvmlSystemGetNvlinkBwMode`, `nvidia-smi nvlink -sBwMode`) is OFF, MIN, HALF "
+         "or 3QUARTER on a node with active NVLinks (subject `nvlink`), or, on Blackwell, where the mode is set per GPU, a "
+         "GPU's (`nvmlDeviceGetNvlinkBwMode`: not its best; subject `gpuN`, `measured` NVML's mode number; its Report "
+         "`fabric.reduced_bw_mode`): peer traffic uses fewer links while every link reads active and the topology still says "
+         "NV18; named in the verdict of a slow p2p or in-node all-reduce (a GPU's only in its own NVLink paths)"),
+    ))
+
+CHECK = Check((GPU_FABRIC_NOT_READY, GPU_FABRIC_UNHEALTHY), fabric_findings, needs="nvml", unknown=fabric_unknown)
+BW_MODE = Check((NVLINK_BW_REDUCED,), bw_mode_findings, needs="nvml")

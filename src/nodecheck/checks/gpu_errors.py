@@ -5,24 +5,19 @@ Report and the Config; rates and "sustained" come from the previous sample (src/
 
 from __future__ import annotations
 
-from nodecheck.checks.error_counters import change, previous_sample
+from nodecheck.assemble.counters import change, previous_sample
+from nodecheck.assemble.fingerprint import vbios_mismatch
+from nodecheck.checks.base import Check, Kind
+from nodecheck.checks.error_counters import rates_unknown
 from nodecheck.config import Config
 from nodecheck.core.pci import normal_pci
 from nodecheck.core.specs import pcie_errors_per_minute
 from nodecheck.probes.nvml_clock_events import HARDWARE_BRAKES
 from nodecheck.probes.nvml_nvlink5 import NVLINK5_COUNTERS
 from nodecheck.report.findings import Finding
+from nodecheck.report.gpu import HW_REASONS, NOT_A_FAULT, REASON_NAMES, SW_REASONS, TIMED_BITS
 from nodecheck.report.model import Report
 
-# nvmlClocksEventReason* bits (nvml.h): the hardware's own brakes, and the driver's
-HW_REASONS = {0x8: "HW slowdown", 0x40: "HW thermal slowdown", 0x80: "HW power brake slowdown"}
-SW_REASONS = {0x4: "SW power cap", 0x20: "SW thermal slowdown"}
-# published (nodecheck_gpu_clock_event_active), never a finding: a busy GPU at its power limit runs so; the throttle
-# checks of Azure's HPC images and Nebius's NPD pass it too
-NOT_A_FAULT = 0x4
-# NVML's clock event counters (src/nodecheck/probes/nvml_clock_events.py) and the bit each times
-TIMED_BITS = {"hw_thermal_slowdown": 0x40, "hw_power_brake_slowdown": 0x80, "sw_thermal_slowdown": 0x20}
-REASON_NAMES = {label: {**HW_REASONS, **SW_REASONS}[bit] for label, bit in TIMED_BITS.items()}
 # NVML_GPU_RECOVERY_ACTION_* (nvml.h) -> (what the driver asks, what the operator does), as NVIDIA's "Error Recovery
 # and Response Flags" says them; 0 is none. The driver sets one after an uncorrectable fault: until it is done the
 # GPU is not to be used, so each is an error (drain now) whatever the bandwidth tests measured
@@ -37,11 +32,6 @@ RECOVERY_ACTIONS = {
     6: ("PCIe bus reset", "reset the GPU's PCIe bus"),
     7: ("system reboot", "reboot the system"),
 }
-
-
-def reason_label(name: str) -> str:
-    """A reason as a metric label: "HW power brake slowdown" -> hw_power_brake_slowdown."""
-    return name.lower().replace(" ", "_")
 
 
 def gpu_findings(report: Report, config: Config) -> list[Finding]:
@@ -189,3 +179,118 @@ def _memory_health(report: Report, config: Config, gpu, subject: str, key: str) 
                              f"NVML says {subject}'s InfoROM is corrupted: the GPU may not record its ECC errors and "
                              "remappings; reflash it with NVIDIA's tools, or replace the board"))
     return found
+
+
+# a GPU's NVML signal -> the finding kind judged from it, and what NVML was asked
+GPU_SIGNALS = {"pcie_replays": ("pcie_replays", "its PCIe replay counter"),
+               "clock_event_reasons": ("gpu_clock_slowdown", "its clock event reasons"),
+               "ecc_uncorrected_volatile": ("ecc_uncorrected", "its uncorrectable ECC count"),
+               "recovery_action": ("gpu_recovery_action", "its recovery action (a driver without the field?)"),
+               "nvlink_errors": ("nvlink_errors", "the error counters of its active NVLinks"),
+               "sram_threshold_exceeded": ("sram_threshold_exceeded", "its SRAM error status (it needs root)"),
+               "retired_pages": ("retired_pages_limit", "its retired pages"),
+               "retired_pages_pending": ("retired_pages_pending", "whether a page retirement is pending"),
+               "inforom_valid": ("inforom_corrupted", "whether its InfoROM is valid")}
+AMPERE = 7  # NVML_DEVICE_ARCH_AMPERE: the SRAM error status from here on; page retirement before it (rows remap)
+
+
+def gpu_signals_unknown(report: Report) -> dict[str, str]:
+    """Kind -> why, where NVML did not report a GPU's signal: one GPU's refusal must not read as healthy because the
+    other GPUs answered (an HGX node whose 144 active NVLinks have no readable error counter passed the NVLink error
+    check). NVLink counters are asked only of a GPU with an active NVLink outside MIG mode. Then the rates."""
+    unsaid: dict[str, str] = {}
+    for gpu in report.gpus:
+        for name, (kind, what) in GPU_SIGNALS.items():
+            if name == "nvlink_errors" and (gpu.mig_enabled or not any(link["active"] for link in gpu.nvlinks)):
+                continue
+            if not _asked_of(name, gpu.architecture):
+                continue
+            if gpu.signals is None or getattr(gpu.signals, name) is None:
+                unsaid.setdefault(kind, f"gpu{gpu.index}: NVML did not report {what}")
+    return {**rates_unknown(report, {"gpu/": (PCIE_REPLAYS, NVLINK_ERRORS)}), **unsaid}
+
+
+def _asked_of(signal: str, architecture: int | None) -> bool:
+    """Whether a GPU of this NVML architecture has the signal: the SRAM status from Ampere on, retired pages before
+    it; neither is expected of a GPU whose architecture NVML did not say."""
+    if signal == "sram_threshold_exceeded":
+        return architecture is not None and architecture >= AMPERE
+    if signal.startswith("retired_pages"):
+        return architecture is not None and architecture < AMPERE
+    return True
+
+
+# the finding kinds this family raises, and its checks (checks/__init__.py lists them in order)
+PCIE_REPLAYS = Kind("pcie_replays", "gpu", "{subject} {measured} > {expected}", signal=True, tempered=True, escalated=True,
+    doc=(
+        ("error (warning where the GPU's host-link test passed)",
+         "since the previous sample, a GPU's PCIe replays (NVML) ran faster than its link's limit, derived as for "
+         "`pcie_link_errors` from NVML's generation and width"),
+    ))
+NVLINK_ERRORS = Kind("nvlink_errors", "gpu", "{subject} {measured}", signal=True, tempered=True,
+    doc=(
+        ("error (warning where the GPU's p2p or in-node all-reduce passed)",
+         "since the previous sample, a GPU's NVLink CRC errors (flit and data, summed over its links) ran above 100/s, or its "
+         "replays or recoveries rose by more than 1 (DCGM's NVLink watch; `[errors.limits]`); on Blackwell, any of its NVLink 5"
+         " error counters rose (`nvlink5_errors_per_interval`, 0: DCGM 4.6 fails on any rise)"),
+    ))
+ECC_UNCORRECTED = Kind("ecc_uncorrected", "gpu", "{subject} {measured} ECC errors", signal=True,
+    doc=(
+        ("error",
+         "NVML counts uncorrectable ECC errors since the driver loaded or the GPU reset (volatile): drain now; reset the GPU"),
+    ))
+GPU_CLOCK_SLOWDOWN = Kind("gpu_clock_slowdown", "gpu", "{subject} clocks: {measured}", signal=True,
+    doc=(
+        ("error, warning",
+         "how long each reason slowed the GPU's clocks since the previous sample (NVML's clock event counters): a hardware "
+         "brake (HW thermal, HW power brake) for 5% of that time or more is an error (`[errors.limits] "
+         "clock_hw_brake_fraction`), for less a warning, the driver's SW thermal slowdown a warning. The reasons NVML says slow"
+         " the clocks now, for what the counters do not time (HW slowdown alone; drivers without the counters): a hardware "
+         "brake active now and at the previous sample is an error, seen now only a warning; the driver's SW thermal slowdown a "
+         "warning; its SW power cap is no finding (a busy GPU at its power limit; published as "
+         "`nodecheck_gpu_clock_event_active{reason=\"sw_power_cap\"}`); `nodecheck fleet` and `NodecheckClockBrakesAbovePeers` "
+         "compare the share of the time since boot a node's most braked GPU spent on a hardware brake with its peers'"),
+    ))
+GPU_RECOVERY_ACTION = Kind("gpu_recovery_action", "gpu", "{subject} needs {measured}", signal=True,
+    doc=(
+        ("error (warning for an action this nodecheck does not know)",
+         "NVML's recovery action (`NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`, \"GPU Recovery Action\" in `nvidia-smi -q`) is not "
+         "none: after an uncorrectable fault the driver asks for a GPU reset, a reboot, a peer-to-peer drain or an IMEX domain "
+         "recovery before the GPU is used again; drain now, whatever the bandwidth tests measured. Unknown "
+         "(`nodecheck_check_unknown`) where the driver does not report the field"),
+    ))
+SRAM_THRESHOLD_EXCEEDED = Kind("sram_threshold_exceeded", "gpu", "{subject} SRAM errors past the RMA threshold",
+    doc=(
+        ("warning",
+         "NVML's SRAM error status (`nvmlDeviceGetSramEccErrorStatus`, Ampere and newer, root only; \"SRAM Threshold Exceeded\""
+         " in `nvidia-smi -q -d ECC`) says the SRAM uncorrectable errors passed the field diagnostic's threshold, NVIDIA's RMA "
+         "criterion for the GPU's L2 and SRAM; a warning as in DCGM's diagnostic: the GPU works, NVIDIA's field diagnostic and "
+         "RMA decide"),
+    ))
+RETIRED_PAGES_LIMIT = Kind("retired_pages_limit", "gpu", "{subject} {measured} pages, expected {expected}",
+    doc=(
+        ("error",
+         "a GPU before Ampere (V100, T4: page retirement; newer GPUs remap rows) retired as many pages as `[errors.limits] "
+         "retired_pages` (63, DCGM's limit) or more, single- and double-bit causes together: replace it"),
+    ))
+RETIRED_PAGES_PENDING = Kind("retired_pages_pending", "gpu", "{subject} page retirement pending",
+    doc=(
+        ("warning",
+         "a page retirement waits for the GPU's reset (`nvmlDeviceGetRetiredPagesPendingStatus`)"),
+    ))
+INFOROM_CORRUPTED = Kind("inforom_corrupted", "gpu", "{subject} InfoROM corrupted",
+    doc=(
+        ("warning",
+         "`nvmlDeviceValidateInforom` answers Corrupted InfoROM: the GPU may not record its ECC errors and remappings (DCGM's "
+         "health watch warns the same)"),
+    ))
+GPU_VBIOS_MISMATCH = Kind("gpu_vbios_mismatch", "gpu", "{subject} VBIOS {measured} != {expected}",
+    doc=(
+        ("warning",
+         "the GPUs of one node run different VBIOS versions (NVML): one finding per GPU off the node's most common version"),
+    ))
+
+CHECK = Check((PCIE_REPLAYS, NVLINK_ERRORS, ECC_UNCORRECTED, GPU_CLOCK_SLOWDOWN, GPU_RECOVERY_ACTION,
+               SRAM_THRESHOLD_EXCEEDED, RETIRED_PAGES_LIMIT, RETIRED_PAGES_PENDING, INFOROM_CORRUPTED), gpu_findings,
+              needs="nvml", unknown=gpu_signals_unknown)
+VBIOS = Check((GPU_VBIOS_MISMATCH,), vbios_mismatch, needs="nvml")

@@ -4,6 +4,7 @@ Report and the Config."""
 
 from __future__ import annotations
 
+from nodecheck.checks.base import Check, Kind
 from nodecheck.config import Config
 from nodecheck.core.pci import normal_pci
 from nodecheck.core.units import first_of
@@ -107,3 +108,41 @@ def persistence_off(report: Report, config: Config) -> list[Finding]:
                     "them again at every job's start and the counters it keeps start over; run nvidia-persistenced "
                     "(`systemctl enable --now nvidia-persistenced`), as NVIDIA's driver persistence guide asks of "
                     "compute nodes")]
+
+
+def unsaid(report: Report, kind, attribute: str, what: str) -> dict[str, str]:
+    """The check unknown where NVML did not report one GPU's `attribute`: one refusal must not read as healthy."""
+    gpu = next((g for g in report.gpus if getattr(g, attribute) is None), None)
+    return {kind.name: f"gpu{gpu.index}: NVML did not report its {what}"} if gpu is not None else {}
+
+
+# the finding kinds this family raises, and its checks (checks/__init__.py lists them in order)
+GPU_COUNT_LOW = Kind("gpu_count_low", "gpu", "GPUs {measured} < {expected}",
+    doc=(
+        ("error (warning where NVML lists fewer than the driver, or is out of this process's reach)",
+         "fewer GPUs than `gpus.count`; without it, fewer than the NVIDIA kernel driver manages (`driver_gpus`) that NVML "
+         "neither lists nor counts: NVML failing to start beside them (a driver upgraded without a reboot: \"version "
+         "mismatch\") is an error; NVML listing fewer (a job's device cgroup hides GPUs from NVML, not from /proc) or out of "
+         "reach (no `/dev/nvidiactl` or library: a container without the NVIDIA runtime) a warning"),
+    ))
+GPU_INACCESSIBLE = Kind("gpu_inaccessible", "gpu", "{subject} {measured}",
+    doc=(
+        ("error (warning for No Permission)",
+         "NVML counts a GPU it cannot open: it fell off the bus (\"GPU is lost\") or failed to initialise (\"Unknown Error\"; "
+         "the kernel log's `RmInitAdapter failed`); the other GPUs are still read and judged. No Permission says its checks are"
+         " unknown"),
+    ))
+GPU_PERSISTENCE_OFF = Kind("gpu_persistence_off", "gpu", "GPU persistence mode {measured}",
+    doc=(
+        ("warning",
+         "GPUs whose persistence mode is off (NVML `nvmlDeviceGetPersistenceMode`, \"Persistence Mode: Disabled\": "
+         "nvidia-persistenced not running): the driver tears each down when its last client exits, so every job's start "
+         "initialises them again and the counts NVML keeps since then (volatile ECC, PCIe replays, clock event time) may start "
+         "over between two samples. Subject `node`, `measured` \"off on gpu2, gpu5\"; unknown (never healthy) where NVML does "
+         "not say for a GPU"),
+    ))
+
+COUNT = Check((GPU_COUNT_LOW,), gpu_count)
+INACCESSIBLE = Check((GPU_INACCESSIBLE,), inaccessible_gpus, needs="nvml")
+PERSISTENCE = Check((GPU_PERSISTENCE_OFF,), persistence_off, needs="nvml",
+                    unknown=lambda report: unsaid(report, GPU_PERSISTENCE_OFF, "persistent", "persistence mode"))

@@ -19,6 +19,7 @@ under a running job they may be the job's."""
 
 from __future__ import annotations
 
+from nodecheck.checks.base import Check, Kind
 from nodecheck.report.findings import Finding
 from nodecheck.report.model import Report
 
@@ -70,3 +71,30 @@ def _describe(process) -> str:
     memory = f", {process.memory_bytes / GIB:.1f} GiB" if process.memory_bytes is not None else ""
     state = f", state {process.state}" if process.state and process.state not in "RS" else ""
     return f"pid {process.pid} {process.name or '?'}{state}{memory}"
+
+
+# the finding kinds this family raises, and its checks (checks/__init__.py lists them in order)
+GPU_IN_USE = Kind("gpu_in_use", "gpu", "{subject} held outside any job: {measured}",
+    doc=(
+        ("error",
+         "prolog (before the job starts) and health check (on a node Slurm says runs no job, so that it neither resumes a node "
+         "the prolog drained for this nor waits for a job to find it): a compute process outside every Slurm job (no `job_N` in"
+         " its cgroup), not nodecheck's own and not named in `[prolog] gpu_process_allow` (default `nvidia-cuda-mps-server`), "
+         "holds the GPU: left over from an earlier job or started outside Slurm; `measured` names the first (`pid 4242 python3,"
+         " state D, 30.0 GiB`), the message says to kill it, or to reset the GPU where it is stuck in the driver (state D). A "
+         "process of another job is never judged (a shared node, MPS, shards), nor a graphics-only one"),
+    ))
+GPU_PROCESS_GONE = Kind("gpu_process_gone", "gpu", "{subject} lists {measured}, not in /proc",
+    doc=(
+        ("warning",
+         "as `gpu_in_use`: NVML lists a pid `/proc` does not have: it ended just now, or its context outlived it (a reset of "
+         "the GPU clears it)"),
+    ))
+GPU_MEMORY_HELD = Kind("gpu_memory_held", "gpu", "{subject} {measured} held with no process",
+    doc=(
+        ("warning",
+         "as `gpu_in_use`: 1 GiB or more of the GPU's memory in use (the driver's reservation apart) with no process listed, "
+         "not in MIG mode: a context that outlived its process holds it"),
+    ))
+
+CHECK = Check((GPU_IN_USE, GPU_PROCESS_GONE, GPU_MEMORY_HELD), made_by="`nodecheck prolog`/`healthcheck`")

@@ -15,6 +15,7 @@ nvidia-imex-ctl (not installed, or not in a Kubernetes DaemonSet's image) the ch
 
 from __future__ import annotations
 
+from nodecheck.checks.base import Check, Kind
 from nodecheck.config import Config
 from nodecheck.report.findings import Finding
 from nodecheck.report.model import Report
@@ -84,3 +85,29 @@ def _name(node: dict) -> str:
 
 def _finding(severity: str, measured: str, expected: str, message: str) -> Finding:
     return Finding("imex_unhealthy", severity, "imex", measured, expected, message)
+
+
+def imex_unknown(report: Report) -> dict[str, str]:
+    """A node in a multi-node NVLink domain whose IMEX service was not read."""
+    if report.imex is not None or not report.in_nvlink_domain():
+        return {}
+    outcome = next((p for p in report.probes if p.name == "imex"), None)
+    return {IMEX_UNHEALTHY.name: (outcome.error if outcome and outcome.error else "IMEX not read")
+            + " (this node is in a multi-node NVLink domain)"}
+
+
+# the finding kinds this family raises, and its checks (checks/__init__.py lists them in order)
+IMEX_UNHEALTHY = Kind("imex_unhealthy", "gpu", "{subject} {measured}",
+    doc=(
+        ("error; warning where the fault is elsewhere",
+         "on a node in a multi-node NVLink domain (GB200 NVL72: its GPUs' fabric names a cluster), IMEX (`nvidia-imex-ctl -q` "
+         "and `-N -j`, as DCGM 4.6 asks): an error when this node's daemon is not READY (INITIALIZING, INIT_GPU ...) or does "
+         "not answer, the domain is DOWN, or the domain lists this node (by address) as not READY; a warning when the domain is"
+         " DEGRADED, or a connection is missing, while this node is READY, or when this node's daemon waits for its peers "
+         "(WAITING_FOR_PEERS, WAITING_FOR_RECOVERY) (the nodes at fault are named, so one tray does not drain the rack), when "
+         "IMEX is not configured (a site may run the domain's trays as separate nodes), or for a daemon state UNAVAILABLE. Not "
+         "judged outside a domain; unknown on a node in one without `nvidia-imex-ctl` (not installed, or not in a DaemonSet's "
+         "image)"),
+    ))
+
+CHECK = Check((IMEX_UNHEALTHY,), imex_findings, needs="imex", unknown=imex_unknown)

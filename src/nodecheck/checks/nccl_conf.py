@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from nodecheck.assemble.rails import near_gpus
+from nodecheck.checks.base import Check, Kind
 from nodecheck.core.ifnames import nccl_selection
 from nodecheck.probes.platform import NCCL_CONF
 from nodecheck.report.findings import Finding
@@ -108,3 +109,19 @@ def _debugging(report: Report, conf: dict[str, str]) -> list[Finding]:
         out.append(_finding(name, value[:64], "unset", f"{name}={value[:64]} is a debugging variable (NCCL: \"should not be "
                             f"used in production nor retained in scripts\"): for every job on the node, {effect}"))
     return out
+
+
+# the finding kinds this family raises, and its checks (checks/__init__.py lists them in order)
+NCCL_CONFIG = Kind("nccl_config", "fabric", "{subject}={measured}",
+    doc=(
+        ("warning",
+         "`/etc/nccl.conf` (what every NCCL job on the node reads for what its environment leaves unset) against the node, "
+         "subject `nccl.conf:NAME`: `NCCL_IB_HCA` selecting none of the active RDMA devices (every job's inter-node data over "
+         "sockets) or leaving out rails nearest a GPU, `NCCL_IB_DISABLE=1` with RDMA ports ACTIVE, `NCCL_SOCKET_IFNAME` "
+         "selecting no interface up with an address (loopback aside: no bootstrap across nodes), a debugging variable left set "
+         "(`NCCL_P2P_DISABLE=1`, `NCCL_SHM_DISABLE=1`, `NCCL_P2P_LEVEL`/`NCCL_NET_GDR_LEVEL` `LOC`, `NCCL_ALGO`, `NCCL_PROTO`),"
+         " a line NCCL never reads (spaces around `=`, `export`). Warnings: the file comes with the image, and an error would "
+         "drain every node of it. bench's rails follow the file too"),
+    ))
+
+CHECK = Check((NCCL_CONFIG,), nccl_conf_findings, needs="platform")

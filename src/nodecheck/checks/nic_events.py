@@ -7,13 +7,13 @@ cable or slot is dealt with. Pure: reads the Report and the Config."""
 
 from __future__ import annotations
 
-from nodecheck.checks.signals import open_events, since_boot
+from nodecheck.assemble.open_events import NIC_EVENT_NAMES
+from nodecheck.checks.base import Check, Kind
+from nodecheck.checks.signals import log_unread, open_events, since_boot
 from nodecheck.config import Config
-from nodecheck.probes.kernel_log import NIC_MODULE_ERROR, NIC_SLOT_POWER
 from nodecheck.report.findings import Finding
 from nodecheck.report.model import Report
 
-NIC_EVENT_NAMES = {NIC_MODULE_ERROR: "port module error", NIC_SLOT_POWER: "PCIe slot short of power"}
 _WHAT_TO_DO = {
     "nic_module_error": ("its cable or transceiver faulted (mlx5 port module event); read the module's temperature and "
                          "alarms (`ethtool -m {nic}`), reseat or replace the cable or transceiver"),
@@ -34,3 +34,25 @@ def nic_events(report: Report, config: Config) -> list[Finding]:
                                     f"{subject}{where} logged a {name} {since_boot(events)}, last: {last.message}: "
                                     f"{todo}; then `nodecheck clear {kind} --gpu {subject}`"))
     return findings
+
+
+# the finding kinds this family raises, and its checks (checks/__init__.py lists them in order)
+NIC_MODULE_ERROR_KIND = Kind("nic_module_error", "fabric", "{subject} cable or transceiver: {measured}", signal=True, clearable=True,
+    doc=(
+        ("warning",
+         "a ConnectX NIC logged a port module error since boot (mlx5_core: \"Port module event[error]: module 0, Cable error, "
+         "High Temperature\"; Bad or shorted cable/module, Power budget exceeded ...): its cable or transceiver faulted. "
+         "Subject the NIC's netdev (its PCI function's), else `pci:ADDRESS`; `measured` the last event (\"module 0: High "
+         "Temperature\"). A warning, as gpud records these events: the rail's own checks judge what it did to the link; named "
+         "in a slow all-reduce's verdict over that NIC; `nodecheck clear nic_module_error --gpu NETDEV` after the repair; alert"
+         " `NodecheckNicModuleError` (warning)"),
+    ))
+NIC_SLOT_POWER_KIND = Kind("nic_slot_power", "fabric", "{subject} {measured}", signal=True, clearable=True,
+    doc=(
+        ("warning",
+         "a ConnectX NIC logged \"Detected insufficient power on the PCIe slot (27W)\" since boot: it powers down ports it "
+         "cannot feed. Subject and clearing as `nic_module_error`"),
+    ))
+
+CHECK = Check((NIC_MODULE_ERROR_KIND, NIC_SLOT_POWER_KIND), nic_events, needs="kernel_log",
+              unknown=lambda report: log_unread(report, NIC_MODULE_ERROR_KIND, NIC_SLOT_POWER_KIND))

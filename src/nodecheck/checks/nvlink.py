@@ -5,76 +5,9 @@ link that went down, so a down slot is a fault only where something says that li
 
 from __future__ import annotations
 
-from collections import Counter
-
+from nodecheck.checks.base import Kind
 from nodecheck.config import Config
-from nodecheck.core.link_types import nvlink_count
-from nodecheck.core.specs import nvlink_board
 from nodecheck.report.findings import Finding
-from nodecheck.report.model import Report
-
-
-def _active(gpu) -> int:
-    return sum(1 for link in gpu.nvlinks if link["active"])
-
-
-def nvlink_pairs(report: Report) -> dict[tuple[int, int], str]:
-    """GPU pair (lower index first) -> its `nvidia-smi topo -m` link type (NV18, SYS ...)."""
-    return {tuple(sorted((l.a, l.b))): l.type for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)}
-
-
-def pair_nvlinks(pairs: dict[tuple[int, int], str], index: int) -> int:
-    """The NVLinks of GPU `index` summed over its NV# pairs (an NVSwitch board's NV18 to each peer sums past its slots)."""
-    return sum(nvlink_count(t) or 0 for (a, b), t in pairs.items() if index in (a, b))
-
-
-def wired_nvlinks(report: Report, config: Config) -> dict[int, tuple[int, str]]:
-    """GPU index -> (how many of its NVLinks should be up, what says so), for the GPUs something says it of. NVML
-    lists every NVLink slot of the chip and answers NVML_FEATURE_DISABLED for a slot no bridge is wired to as for a
-    link that went down (an H100 NVL with its 3 bridges uses 12 of 18; an A100 PCIe without a bridge lists 12, all
-    down), so a down slot is a fault only where something says it should be up: [gpus] nvlinks_per_gpu; the NV# pairs
-    of the config's [links] or of `nvidia-smi topo -m` (at most the slots NVML lists); the board's bridges, once one
-    of its links is up (specs.toml [[nvlink_boards]]); the most any sibling of the same model has up, unless the
-    board is a bridged card with none up (a card without a bridge is no fault). A GPU nothing links by NVLink, and a
-    one-GPU VM whose NVLink peers are outside it, get no entry."""
-    pairs = nvlink_pairs(report)
-    by_model: dict[str, list[tuple[int, int]]] = {}  # model -> (active links, index), most first
-    for gpu in report.gpus:
-        if gpu.name and not gpu.mig_enabled:
-            by_model.setdefault(gpu.name, []).append((_active(gpu), gpu.index))
-    for siblings in by_model.values():
-        siblings.sort(key=lambda s: (-s[0], s[1]))
-    wired = {}
-    for gpu in report.gpus:
-        if gpu.mig_enabled:
-            continue
-        slots, active, said = len(gpu.nvlinks), _active(gpu), []
-        if config.nvlinks_per_gpu:
-            said.append((config.nvlinks_per_gpu, "[gpus] nvlinks_per_gpu"))
-        for links, where in ((config.links, "the config's [links]"), (pairs, "`nvidia-smi topo -m`")):
-            total = pair_nvlinks(links, gpu.index)
-            if total and slots:
-                said.append((min(total, slots), f"{where} NV# pairs"))
-        board = nvlink_board(gpu.name)
-        bridged = (board or {}).get("bridged_links")
-        if bridged and active:
-            said.append((min(bridged, slots or bridged), f"its board's {bridged} bridged links"))
-        sibling, by = next((s for s in by_model.get(gpu.name or "", []) if s[1] != gpu.index), (0, -1))  # another's most
-        if sibling and not (bridged and not active):
-            said.append((min(sibling, slots or sibling), f"gpu{by}, a sibling of the same model, has {sibling} up"))
-        if said:
-            wired[gpu.index] = max(said)
-    return wired
-
-
-def usual_nvlinks(report: Report) -> dict[str, int]:
-    """GPU model -> the number of NVLinks NVML lists for most of the node's GPUs of that model (more than half of
-    them, MIG aside): what each of them should list."""
-    counts: dict[str, Counter] = {}
-    for gpu in report.gpus:
-        if gpu.name and not gpu.mig_enabled:
-            counts.setdefault(gpu.name, Counter())[len(gpu.nvlinks)] += 1
-    return {name: links for name, c in counts.items() for links, n in c.most_common(1) if n * 2 > sum(c.values())}
 
 
 def nvlink_findings(gpu, config: Config, usual: dict[str, int] | None = None,
@@ -109,3 +42,28 @@ def nvlink_findings(gpu, config: Config, usual: dict[str, int] | None = None,
                                 "runs on the rest; check `nvidia-smi nvlink -s` and the kernel log for an Xid, and set [gpus] "
                                 "nvlinks_per_gpu to make this an error"))
     return findings
+
+
+# the finding kinds nvlink_findings raises (the gpu family's check, checks/gpu.py, runs it)
+NVLINK_INACTIVE = Kind("nvlink_inactive", "gpu", "{subject} NVLinks active {measured} < {expected}",
+    doc=(
+        ("error; warning where NVML only failed to say",
+         "fewer of the GPU's NVLinks are active (`nvmlDeviceGetNvLinkState`) than should be (`nvlinks_wired`): NVML lists every"
+         " slot of the chip and answers disabled for a slot no bridge reaches (an H100 NVL or H100 PCIe with its three bridges "
+         "uses 12 of 18, links 4, 5, 10, 11, 16, 17 inactive by design; an A100 PCIe without a bridge lists 12, all inactive), "
+         "so an inactive slot is a fault only against what should be up: `[gpus] nvlinks_per_gpu`, the NV# pairs of the "
+         "config's `[links]` or of `nvidia-smi topo -m`, the board's bridges once one of its links is up "
+         "(`src/nodecheck/core/data/specs.toml` `[[nvlink_boards]]`), or the most a sibling of the same model has up (not for a"
+         " bridged card with none up: no bridge). A GPU nothing links by NVLink, and a one-GPU VM whose NVLink peers are "
+         "outside it, get none. A link whose per-link field state (`NVML_FI_DEV_NVLINK_GET_STATE`) is "
+         "`NVML_NVLINK_STATE_SLEEP`, trained and idle at low power, counts as active. A link NVML answers with another error "
+         "than Not Supported or Invalid Argument (Unknown Error, GPU is lost) is listed with `active: null` and NVML's words: a"
+         " warning, and never counted active (against `nvlinks_per_gpu` it is missing)"),
+    ))
+NVLINK_COUNT_LOW = Kind("nvlink_count_low", "gpu", "{subject} NVLinks {measured} < {expected}",
+    doc=(
+        ("error; warning without `[gpus] nvlinks_per_gpu`",
+         "fewer active links than `gpus.nvlinks_per_gpu`; without it, a GPU for which NVML lists fewer NVLinks than most of the"
+         " node's GPUs of its model (more than half of them; MIG aside): a link NVML no longer reports is not \"inactive\", and"
+         " its traffic runs on the rest (`measured` the links listed, `expected` the siblings')"),
+    ))

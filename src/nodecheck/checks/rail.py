@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from nodecheck.assemble.paths import nic_line_spec
+from nodecheck.checks.base import Check, Kind
 from nodecheck.config import Config
 from nodecheck.core.units import format_bits
 from nodecheck.report.findings import Finding
@@ -100,3 +101,32 @@ def rail_rates(report: Report, config: Config) -> list[Finding]:
                                         f"the cable/transceiver and the switch port (`ibstat {name}`), or state the rate in "
                                         "[nics] speed_mbps"))
     return findings
+
+
+# the finding kinds this family raises, and its checks (checks/__init__.py lists them in order)
+NIC_MTU_MISMATCH = Kind("nic_mtu_mismatch", "fabric", "{subject} MTU {measured} != {expected}",
+    doc=(
+        ("warning",
+         "an RDMA NIC with an ACTIVE port whose MTU differs from that of its peers on the same link layer (the MTU most of them"
+         " have, the larger on a tie); subject the NIC, measured its MTU, expected its peers'"),
+    ))
+NIC_RATE_MISMATCH = Kind("nic_rate_mismatch", "fabric", "{subject} {measured} < {expected} of the other rails",
+    doc=(
+        ("warning",
+         "a rail (an RDMA NIC nearest a GPU, with an ACTIVE port) that negotiated a lower rate than most rails on its link "
+         "layer (the faster on a tie), e.g. `200 Gb/sec (2X NDR)` beside seven `400 Gb/sec (4X NDR)`: a collective across nodes"
+         " runs at its slowest rail. NICs no GPU is nearest (storage, front-end) are not compared; a warning because a node may"
+         " mix rails on purpose: `[nics] speed_mbps` makes a slow port an error (`nic_slow`)"),
+    ))
+NIC_RAIL_DOWN = Kind("nic_rail_down", "fabric", "{subject} {measured}, other rails {expected}",
+    doc=(
+        ("warning",
+         "a rail (an RDMA NIC nearest a GPU) whose ports are all down while another rail is ACTIVE: NCCL leaves it out and that"
+         " GPU's traffic between nodes crosses to another rail. Measured: each port's state and physical state (`DOWN "
+         "(Polling)`: no link partner; `INIT (LinkUp)`: no subnet manager activated it). A port Disabled on purpose, or whose "
+         "state is unread or garbled, is not named; `[nics]` with `state = \"up\"` makes it an error (`nic_down`)"),
+    ))
+
+MTU = Check((NIC_MTU_MISMATCH,), rail_mtus, needs="nics")
+RATES = Check((NIC_RATE_MISMATCH,), rail_rates, needs="nics")
+DOWN = Check((NIC_RAIL_DOWN,), rails_down, needs="nics")

@@ -16,7 +16,8 @@ addresses leaves NCCL on the link-local GID too. Pure: reads the Report."""
 
 from __future__ import annotations
 
-from nodecheck.assemble.roce_gid import asked_settings, gid_family, in_range, nccl_roce_ports, routable
+from nodecheck.assemble.roce_gid import active_roce_ports, asked_settings, gid_family, in_range, nccl_roce_ports, routable
+from nodecheck.checks.base import Check, Kind
 from nodecheck.probes.roce_gids import ZERO_GID
 from nodecheck.report.findings import Finding
 from nodecheck.report.model import Report
@@ -56,3 +57,32 @@ def roce_gid_findings(report: Report, config=None, settings: dict[str, str] | No
             f"subnets, and every NCCL connection across nodes over this port times out (\"ibv_modify_qp failed with "
             f"error Connection timed out\"); {fix}"))
     return findings
+
+
+def gids_unread(report: Report) -> dict[str, str]:
+    """A RoCE rail whose GID table was not read: NCCL's choice there is unknown, not routable."""
+    port = next((p for p in active_roce_ports(report) if p.gids is None), None)
+    if port is None:
+        return {}
+    return {ROCE_GID_UNROUTABLE.name: f"{port.device}/{port.port}: its GID table was not read (a snapshot from before "
+                                      "nodecheck read it?)"}
+
+
+# the finding kinds this family raises, and its checks (checks/__init__.py lists them in order)
+ROCE_GID_UNROUTABLE = Kind("roce_gid_unroutable", "fabric", "{subject} {measured}", signal=True,
+    doc=(
+        ("warning",
+         "an ACTIVE RoCE port NCCL would use (`NCCL_IB_HCA` of /etc/nccl.conf) whose GID NCCL takes does not route: with "
+         "`NCCL_IB_GID_INDEX` unset, NCCL's own walk of the GID table (`NCCL_IB_ADDR_FAMILY` IPv4 unless set, "
+         "`NCCL_IB_ROCE_VERSION_NUM` 2 unless set, `NCCL_IB_ADDR_RANGE` `a.b.c.d/len` narrowing it to the addresses in that "
+         "range, read as NCCL reads it) ends on the link-local fe80:: GID (the rail's netdev has no address of that family, or "
+         "none in the range: the message names the address the range leaves out), or the index /etc/nccl.conf pins (or an NCCL "
+         "run on this node, bench's in a job's environment, logged it took: \"NCCL_IB_GID_INDEX set by environment to 3\") "
+         "names a link-local or unset entry. Subject `DEVICE/PORT`; `measured` \"GID 0 link-local\". Every NCCL connection "
+         "across nodes over the port times out (NVIDIA/nccl#769). The table's set entries are read, to 32 unset in a row (the "
+         "kernel fills the lowest free entry) (`ports/N/gids/I`, `gid_attrs/types/I`: IbPort `gids`, `gid_versions`). A "
+         "warning: a job's own environment may set otherwise, and a one-switch fabric can run on link-local GIDs; joined to the"
+         " all-reduce across nodes over that NIC. Unknown (never healthy) where an active RoCE port's table was not read"),
+    ))
+
+CHECK = Check((ROCE_GID_UNROUTABLE,), roce_gid_findings, needs="nics", unknown=gids_unread)

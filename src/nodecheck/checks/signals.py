@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from nodecheck.assemble.open_events import RECOVERY_XID, nic_names, recovery_asked
+from nodecheck.checks.base import Check, Kind
 from nodecheck.checks.gpu_errors import RECOVERY_ACTIONS
 from nodecheck.config import Config
 from nodecheck.core.pci import normal_pci
@@ -67,11 +69,6 @@ EVENT_KIND = {"gpu_xid": ("xid", None), "nvswitch_sxid": ("sxid", None), "nic_mo
               "nic_slot_power": ("nic", NIC_SLOT_POWER)}
 
 
-def nic_names(report: Report) -> dict[str | None, str]:
-    """PCI address -> the netdev that names it: a physical netdev over a child interface sharing its address."""
-    return {normal_pci(n.pci_address): n.name for n in sorted(report.nics, key=lambda n: not n.virtual) if n.pci_address}
-
-
 def events_by_subject(report: Report, config: Config, kind: str) -> dict[str, list[XidEvent]]:
     """Subject -> its events of the kind this finding judges, in log order, cleared or not."""
     event_kind, code = EVENT_KIND[kind]
@@ -111,16 +108,6 @@ def gpu_xids(report: Report, config: Config) -> list[Finding]:
         for code, same in sorted(by_code.items()):
             findings.append(_xid_finding(report, config, subject, code, same, [e for e in sympathetic if e.caused_by in (code, None)]))
     return findings
-
-
-RECOVERY_XID = 154  # "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
-_RECOVERY_TO = re.compile(r"changed from 0x[0-9a-fA-F]{1,8} \([^)]{0,60}\) to 0x([0-9a-fA-F]{1,8}) \(([^)]{1,60})\)")
-
-
-def recovery_asked(event: XidEvent) -> tuple[int, str] | None:
-    """(action, the driver's words for it) an Xid 154 line changes to; None for another event or words not read."""
-    match = _RECOVERY_TO.search(event.message) if event.kind == "xid" and event.code == RECOVERY_XID else None
-    return (int(match[1], 16), match[2]) if match else None
 
 
 def _recovery_xid(report: Report, subject: str, events: list[XidEvent]) -> list[Finding] | None:
@@ -269,3 +256,42 @@ def switch_xids(report: Report, config: Config) -> list[Finding]:
                                     "the fabric manager log and `nvidia-smi nvlink -s` on the GPUs behind it, then "
                                     f"`nodecheck clear nvswitch_sxid --gpu {subject}` once it is dealt with"))
     return findings
+
+
+def log_unread(report: Report, *kinds) -> dict[str, str]:
+    """The kernel log unread (no /dev/kmsg, journal or dmesg this process may read): its events are unknown."""
+    log = report.kernel_log
+    if log is not None and log.known:
+        return {}
+    why = log.why if log is not None else "kernel log not read"
+    return {kind.name: why for kind in kinds}
+
+
+# the finding kinds this family raises, and its checks (checks/__init__.py lists them in order)
+GPU_XID = Kind("gpu_xid", "gpu", "{subject} {measured}", signal=True, tempered=True, clearable=True,
+    doc=(
+        ("error, warning",
+         "a GPU logged an Xid since boot (or within `[errors] kernel_log_lookback_s`) that no `nodecheck clear` acknowledged: "
+         "error for a drain-now Xid of `src/nodecheck/core/data/xid.toml` (48, 62, 64, 74, 79, 95, 119, 120, 140, 143, 144-150,"
+         " and every row NVIDIA's catalog resolves by a GPU reset, a reboot, a VM restart or a look at the mechanicals: 46, 54,"
+         " 109, 110, 136, 151, 155, 156, 158; of Blackwell's NVLink 5 Xids 144-150 only an event whose line the driver calls "
+         "`Fatal`, or does not say: a `Nonfatal` one is watched, and the message says how many were fatal and on which links) "
+         "and for a watched one (121 C2C among them) repeated `[errors] xid_repeat_count` times within `xid_repeat_window_s` on"
+         " one GPU (92 drains only so), else warning. A sympathetic Xid (\"caused by previous Xid N\", 45 after another) is "
+         "named in its cause's finding, never counted against its GPU. Xid 154 (\"GPU recovery action changed from 0x0 (None) "
+         "to 0x1 (GPU Reset Required)\"): the GPU's last one holds, an error naming the action unless it is back to none or "
+         "NVML reads the live action as none. Subject `gpuN`, or `pci:ADDRESS` when NVML no longer lists a GPU there (fallen "
+         "off the bus). Joined to the GPU's paths: an NVLink Xid (74, 136, 144-150, 155) to its NVLink traffic only (its pairs,"
+         " the in-node all-reduce), a C2C Xid (121) to its host copies only, any other to all its paths"),
+    ))
+NVSWITCH_SXID = Kind("nvswitch_sxid", "gpu", "{subject} {measured}", signal=True, clearable=True,
+    doc=(
+        ("error, warning",
+         "an NVSwitch logged an SXid since boot, named by the Fabric Manager guide's catalog "
+         "(src/nodecheck/core/data/sxid.toml): error when the guide calls it always fatal, when its row drains (11004, 12028, "
+         "19084: NVLink traffic stalls), when the driver printed \"Fatal\", or, where the line has no word, when the guide "
+         "calls it fatal; `measured` is `SXid N NAME`"),
+    ))
+
+XID = Check((GPU_XID,), gpu_xids, needs="kernel_log", unknown=lambda report: log_unread(report, GPU_XID))
+SXID = Check((NVSWITCH_SXID,), switch_xids, needs="kernel_log", unknown=lambda report: log_unread(report, NVSWITCH_SXID))

@@ -11,11 +11,11 @@ from typing import Optional
 
 import typer
 
+from nodecheck.checks import CLEARABLE
 from nodecheck.cli.app import CONFIG_OPTION, EXIT_FINDINGS, EXIT_OK, app, fail
 from nodecheck.core.errors import NodecheckError
 
 KERNEL_LOG_SCHEMA_VERSION = 1
-CLEARABLE = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal", "nic_module_error", "nic_slot_power")
 
 
 @app.command("kernel-log")
@@ -120,7 +120,7 @@ def _clear_events(report, config, kind: str, wanted: str | None, who: str) -> li
 
 def _clear_counts(report, kind: str, wanted: str | None, who: str) -> list[str]:
     """Acknowledge a counter's count since boot (fatal AER): it fails the node again when it rises."""
-    from nodecheck.checks.error_counters import device_hops
+    from nodecheck.assemble.counters import device_hops
     from nodecheck.host.state import acknowledge
     from nodecheck.report.events import Acknowledgement
 

@@ -11,28 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodecheck.checks.coverage import unmade_checks
-from nodecheck.report.findings import FINDING_KINDS, SEVERITIES, Finding, at_or_above, headline, one_line
+from nodecheck.checks import AREAS, FINDING_KINDS, headline, unmade_checks
+from nodecheck.report.findings import SEVERITIES, Finding, at_or_above, one_line
 from nodecheck.report.model import Report
 
 NPD_OK, NPD_PROBLEM, NPD_UNKNOWN = 0, 1, 2
 MAX_LINE = 80
-AREAS = {
-    "gpu": ("gpu_count_low", "gpu_inaccessible", "pcie_downtrained", "nvlink_inactive", "nvlink_count_low", "c2c_link_down", "ecc_disabled",
-            "row_remap_failed", "row_remap_pending", "gpu_link_changed", "gpu_xid", "nvswitch_sxid", "pcie_replays", "nvlink_errors",
-            "ecc_uncorrected", "gpu_clock_slowdown", "gpu_vbios_mismatch", "gpu_fabric_not_ready", "gpu_fabric_unhealthy",
-            "imex_unhealthy", "nvlink_bw_reduced", "gpu_recovery_action", "sram_threshold_exceeded", "retired_pages_limit",
-            "retired_pages_pending", "inforom_corrupted", "gpu_power_limit_lowered", "gpu_persistence_off", "gpu_mig_mode",
-            "gpu_compute_mode", "gpu_in_use", "gpu_process_gone", "gpu_memory_held", "probe_failed"),
-    "fabric": ("nic_missing", "nic_down", "nic_slow", "nic_speed_unknown", "nic_far_from_gpu", "nic_mtu_mismatch", "nic_rate_mismatch", "nic_rail_down",
-               "gpudirect_rdma_unavailable", "iommu_translated", "pcie_hop_narrow", "pcie_hop_slow", "pcie_acs_redirect", "pcie_aer_fatal",
-               "pcie_link_errors", "ib_link_downed", "ib_port_errors", "ib_counter_saturated", "rdma_retransmits", "nic_link_errors", "nccl_socket_fallback",
-               "nccl_no_gdr", "nccl_p2p_disabled", "nccl_rail_mismatch", "nccl_warning", "nccl_setting", "nccl_config", "roce_gid_unroutable", "nic_module_error",
-               "nic_slot_power", "peer_unreachable",
-               "peer_outside_subnet", "peer_slow"),
-    "bandwidth": ("bandwidth_below_spec", "bandwidth_above_bound", "bench_failed", "bench_wrong_result", "check_timed_out",
-                  "check_failed"),
-}
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from nodecheck import __version__
-from nodecheck.checks.coverage import unmade_checks
+from nodecheck.checks import FINDING_KINDS, unmade_checks
 from nodecheck.config import DEFAULT_VIRTUAL_NICS
 from nodecheck.core.pci import normal_pci
 from nodecheck.probes.kernel_log import NIC_MODULE_ERROR, NIC_SLOT_POWER
-from nodecheck.report.findings import FINDING_KINDS, SEVERITIES
+from nodecheck.report.findings import SEVERITIES
 from nodecheck.report.model import Report
 
 TEXTFILE_NAME = "nodecheck.prom"
@@ -256,7 +256,7 @@ def _kernel_log(report: Report) -> Iterator[Metric]:
 def _aer(report: Report) -> Iterator[Metric]:
     """The AER counts since boot of every device on a GPU's or NIC's PCIe path (the rates and their limits
     are judged by nodecheck: pcie_link_errors, pcie_aer_fatal); absent when no path was read."""
-    from nodecheck.checks.error_counters import AER_FAMILIES, device_hops
+    from nodecheck.assemble.counters import AER_FAMILIES, device_hops
 
     if report.pcie_paths is None:
         return
@@ -270,7 +270,7 @@ def _gpu_signals(report: Report) -> Iterator[Metric]:
     """Each GPU's error signals as NVML reports them (dcgm-exporter's DCGM_FI_DEV_PCIE_REPLAY_COUNTER,
     _NVLINK_*_ERROR_COUNT_TOTAL, _ECC_DBE_VOL_TOTAL, _CLOCKS_EVENT_REASONS) and the recovery action the driver asks
     for, labelled as dcgm-exporter labels them."""
-    from nodecheck.checks.gpu_errors import HW_REASONS, SW_REASONS, reason_label
+    from nodecheck.report.gpu import HW_REASONS, SW_REASONS, reason_label
 
     gpus = [g for g in report.gpus if g.signals is not None]
     yield _gauge("nodecheck_gpu_pcie_replays", "PCIe replays counted since the driver loaded.", ["gpu"],

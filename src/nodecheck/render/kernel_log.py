@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from nodecheck.checks.nic_events import NIC_EVENT_NAMES
-from nodecheck.checks.signals import nic_names, recovery_asked
+from nodecheck.assemble.open_events import NIC_EVENT_NAMES, nic_names, recovery_asked
 from nodecheck.core.pci import normal_pci
 from nodecheck.core.xid_catalog import sxid_entry, xid_entry
 from nodecheck.render.table import SEVERITY_STYLE, esc, new_console
@@ -102,7 +101,7 @@ def _after_boot(usec: int) -> str:
 def counter_lines(report: Report) -> list[str]:
     """What the error counters cover and the sample their rates are taken against (the findings name what
     they found); nothing when none was read."""
-    from nodecheck.checks.error_counters import counter_sample, previous_sample
+    from nodecheck.assemble.counters import counter_sample, previous_sample
     from nodecheck.config import Config
 
     sample = counter_sample(report)
@@ -122,7 +121,7 @@ def counter_lines(report: Report) -> list[str]:
 def _brake_lines(report: Report) -> list[str]:
     """How long each GPU's clocks have been slowed since the driver loaded, per reason (NVML's clock event counters),
     where any has: a GPU its cooling or power supply keeps braking shows here before any one sample holds it."""
-    from nodecheck.checks.gpu_errors import REASON_NAMES
+    from nodecheck.report.gpu import REASON_NAMES
 
     uptime = report.history.uptime_s if report.history else None
     said = []

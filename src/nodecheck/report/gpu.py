@@ -61,3 +61,19 @@ class GpuProcess:
     job: int | None = None  # the Slurm job whose cgroup holds it; None: outside every job
     ours: bool = False  # nodecheck's own (a bench's worker), or of the Slurm job nodecheck runs in
     gone: bool = False  # /proc has no such process: it ended since NVML listed it, or its context outlived it
+
+
+# nvmlClocksEventReason* bits (nvml.h): the hardware's own brakes, and the driver's
+HW_REASONS = {0x8: "HW slowdown", 0x40: "HW thermal slowdown", 0x80: "HW power brake slowdown"}
+SW_REASONS = {0x4: "SW power cap", 0x20: "SW thermal slowdown"}
+# published (nodecheck_gpu_clock_event_active), never a finding: a busy GPU at its power limit runs so; the throttle
+# checks of Azure's HPC images and Nebius's NPD pass it too
+NOT_A_FAULT = 0x4
+# NVML's clock event counters (probes/nvml_clock_events.py) and the bit each times
+TIMED_BITS = {"hw_thermal_slowdown": 0x40, "hw_power_brake_slowdown": 0x80, "sw_thermal_slowdown": 0x20}
+REASON_NAMES = {label: {**HW_REASONS, **SW_REASONS}[bit] for label, bit in TIMED_BITS.items()}
+
+
+def reason_label(name: str) -> str:
+    """A reason as a metric label: "HW power brake slowdown" -> hw_power_brake_slowdown."""
+    return name.lower().replace(" ", "_")

@@ -19,9 +19,10 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field
 
+from nodecheck.checks import headline
 from nodecheck.core.errors import NoData, NodecheckError
 from nodecheck.host.commands import run_until
-from nodecheck.report.findings import SEVERITIES, Finding, at_or_above, headline, one_line
+from nodecheck.report.findings import SEVERITIES, Finding, at_or_above, one_line
 from nodecheck.slurm.scontrol import MAX_REASON, REASON_PREFIX, NodeState
 
 SCONTROL_SHARE = 0.2  # of the budget, kept back from the checks for the drain or resume call

@@ -183,4 +183,4 @@ def slow_nodes(m, threshold: float) -> list[tuple[str, float, str]]:
 
 
 # Every static check, in the order its findings are listed. A new rule: its function and a row here (and its
-# kinds in findings.FINDING_KINDS and docs/report-schema.md).
+# kinds declared in checks/measured.py).

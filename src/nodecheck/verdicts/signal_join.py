@@ -16,21 +16,14 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from nodecheck.checks.error_counters import device_hops
+from nodecheck.assemble.counters import device_hops
+from nodecheck.checks import ESCALATED, SIGNALS, TEMPERED
 from nodecheck.core.pci import normal_pci
 from nodecheck.core.xid_catalog import xid_entry
 from nodecheck.report.findings import Finding
 from nodecheck.report.model import Report, measured_on, path_identity
 
-SIGNALS = ("gpu_xid", "nvswitch_sxid", "pcie_aer_fatal", "pcie_link_errors", "ib_link_downed", "ib_port_errors", "rdma_retransmits", "nic_link_errors",
-           "pcie_replays", "nvlink_errors", "ecc_uncorrected", "gpu_clock_slowdown", "gpu_fabric_not_ready",
-           "gpu_fabric_unhealthy", "gpu_recovery_action", "nvlink_bw_reduced", "roce_gid_unroutable",
-           "nic_module_error", "nic_slot_power")
-# gpu_xid only when repeated, not of a drain-now Xid
-TEMPERED = ("pcie_link_errors", "pcie_replays", "ib_port_errors", "nvlink_errors", "gpu_xid", "nic_link_errors")
 DRAIN_NOW_XID = "no Xid"  # the expected figure of a drain-now Xid's finding
-# warnings that become errors when a bandwidth test over their path failed (DCGM's PCIe watch warns on replays alone)
-ESCALATED = ("pcie_replays",)
 # what an NVSwitch carries: on an HGX board every GPU links to every switch, so GPU pairs and the in-node
 # all-reduce cross each of them, and no host link does
 NVSWITCH_FABRIC = "nvswitch-fabric"

@@ -1,0 +1,42 @@
+"""The bandwidth tests' verdicts: a measurement against its path's spec. Judged where measurements meet a Report
+(verdicts/bandwidth.py `with_measurements`: `bench`, the prolog, `serve --measurements`), declared here with the
+other checks; unknown until a test has run."""
+
+from __future__ import annotations
+
+from nodecheck.checks.base import Check, Kind
+from nodecheck.report.model import Report
+
+
+def no_measurements(report: Report) -> dict[str, str]:
+    return {} if report.measurements else {kind.name: "no bandwidth test has run" for kind in CHECK.kinds}
+
+
+BANDWIDTH_BELOW_SPEC = Kind("bandwidth_below_spec", "bandwidth", "{subject} bandwidth {measured} of spec, {expected} expected",
+    doc=(
+        ("error",
+         "a measurement below `thresholds.bandwidth_ratio` x its spec; subject = the slow node when one can be named"),
+    ))
+BANDWIDTH_ABOVE_BOUND = Kind("bandwidth_above_bound", "bandwidth", "{subject} {measured} x its bound: path misread",
+    doc=(
+        ("warning",
+         "an all-reduce across nodes above 2(n-1)/n x the ring bound of its rails, which no algorithm reaches: the rails "
+         "nodecheck read are not the ones NCCL used, or a rate is misread; or one copy (h2d, d2h, p2p one way or both) above "
+         "1.1 x the spec of its path, which no copy reaches: the path was misread (a link's width, generation or count; a Grace"
+         " GPU's NVLink-C2C judged as PCIe: its healthy 346 GB/s read 5.49 x PCIe 5.0 x16), and a slow link would pass against "
+         "that spec"),
+    ))
+BENCH_FAILED = Kind("bench_failed", "bandwidth", "{head} failed",
+    doc=(
+        ("error",
+         "a bandwidth test failed or timed out (subject = its path)"),
+    ))
+BENCH_WRONG_RESULT = Kind("bench_wrong_result", "bandwidth", "{head} returned wrong data",
+    doc=(
+        ("error",
+         "an all-reduce's data check failed: after timing, one all-reduce of ones is checked on every rank (each element must "
+         "equal the world size, as nccl-tests' `-c 1`); `details.data_check` holds `expected`, `elements`, `wrong_elements`"),
+    ))
+
+CHECK = Check((BANDWIDTH_BELOW_SPEC, BANDWIDTH_ABOVE_BOUND, BENCH_FAILED, BENCH_WRONG_RESULT),
+              made_by="the bandwidth tests", unknown=no_measurements)

@@ -1,0 +1,57 @@
+"""What an NCCL run did: the transports and rails it chose, and the settings it took. Judged from the run's own
+debug output (verdicts/nccl_run.py: `bench`, `bench --nccl-log`, `nccl-log`), declared here with the other checks;
+unknown until an NCCL run recorded what it chose."""
+
+from __future__ import annotations
+
+from nodecheck.checks.base import Check, Kind
+from nodecheck.report.model import Report
+
+
+def no_nccl_run(report: Report) -> dict[str, str]:
+    if any(isinstance(m.details, dict) and m.details.get("nccl") for m in report.measurements):
+        return {}
+    return {kind.name: "no NCCL run recorded what it chose" for kind in CHECK.kinds}
+
+
+NCCL_SOCKET_FALLBACK = Kind("nccl_socket_fallback", "fabric", "NCCL over sockets, RDMA NICs up",
+    doc=(
+        ("warning",
+         "an NCCL debug log (`nodecheck nccl-log`) shows inter-node traffic over TCP sockets while this node has RDMA NICs up"),
+    ))
+NCCL_NO_GDR = Kind("nccl_no_gdr", "fabric", "NCCL without GPUDirect RDMA",
+    doc=(
+        ("warning",
+         "the log's network channels run without GPUDirect RDMA (no `/GDRDMA`): data staged through host memory"),
+    ))
+NCCL_P2P_DISABLED = Kind("nccl_p2p_disabled", "fabric", "NCCL over {measured} inside the node",
+    doc=(
+        ("warning",
+         "GPUs of one node talked over SHM although the topology links them by NVLink or a PCIe switch"),
+    ))
+NCCL_RAIL_MISMATCH = Kind("nccl_rail_mismatch", "fabric", "{subject} NCCL on {measured}, nearest {expected}",
+    doc=(
+        ("warning",
+         "a GPU of this node (matched by host name) whose NCCL network channels use only HCAs that are not its nearest NICs by "
+         "`nvidia-smi topo -m` (the log must hold NCCL's `NET/IB : Using [N]hca:port` list; PXN channels are not counted): "
+         "subject the GPU, measured the HCAs used, expected the nearest"),
+    ))
+NCCL_WARNING = Kind("nccl_warning", "fabric", "{head}",
+    doc=(
+        ("warning",
+         "an `NCCL WARN` line of the log, quoted (ten at most; the rest counted)"),
+    ))
+NCCL_SETTING = Kind("nccl_setting", "fabric", "NCCL run took {measured}",
+    doc=(
+        ("warning",
+         "the NCCL run (bench's, or a log given to `nodecheck nccl-log` or `bench --nccl-log`) took a debugging variable from "
+         "its environment (\"NCCL_PROTO set by environment to simple\": the job's environment, or /etc/nccl.conf's values, "
+         "which NCCL loads into it): `NCCL_P2P_DISABLE=1`, `NCCL_SHM_DISABLE=1`, `NCCL_P2P_LEVEL`/`NCCL_NET_GDR_LEVEL` `LOC` or"
+         " `0`, any `NCCL_ALGO` or `NCCL_PROTO`; or an `NCCL_IB_HCA` that selects none of the active RDMA devices or leaves out"
+         " one nearest to a GPU (expected \"every rail (8)\"; bench judges the run against the rails it selected, so this is "
+         "where the job's shortfall is said; the same value in /etc/nccl.conf is `nccl_config`'s); subject `nccl`, measured "
+         "`NAME=value`. The settings NCCL logged are in `details.nccl.settings` (at most 64)"),
+    ))
+
+CHECK = Check((NCCL_SOCKET_FALLBACK, NCCL_NO_GDR, NCCL_P2P_DISABLED, NCCL_RAIL_MISMATCH, NCCL_WARNING, NCCL_SETTING),
+              made_by="an NCCL run", unknown=no_nccl_run)
