@@ -1,4 +1,4 @@
-"""`nodecheck fleet DIR` (agent/fleet.py) over Reports of real snapshots: eight HGX H100 nodes built from the
+"""`nodecheck fleet DIR` (src/nodecheck/fleet) over Reports of real snapshots: eight HGX H100 nodes built from the
 published topology and the H100 capture's NVML values, each with an in-node all-reduce; one measures 0.81 of
 spec where its peers measure 0.95, one runs another driver, one has a GPU trained at x8. The fleet names those
 three and no other; fewer than five nodes of a type are not judged."""

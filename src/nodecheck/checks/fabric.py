@@ -61,7 +61,7 @@ def bw_mode_findings(report: Report, config: Config) -> list[Finding]:
 
 def _judge(subject: str, fabric) -> list[Finding]:
     state = fabric.state
-    if state in ("not_supported", "unreadable"):  # no fabric; or NVML refused: src/nodecheck/checks/coverage.py says unknown
+    if state in ("not_supported", "unreadable"):  # no fabric; or NVML refused: fabric_unknown says unknown
         return []
     if state in NOT_READY:
         return [Finding("gpu_fabric_not_ready", "error", subject, f"NVLink fabric {NOT_READY[state]}", "completed",

@@ -28,7 +28,7 @@ def imex_findings(report: Report, config: Config) -> list[Finding]:
     if not report.in_nvlink_domain():
         return []
     imex = report.imex
-    if imex is None:  # no nvidia-imex-ctl here, or not in this container's image: unknown (src/nodecheck/checks/coverage.py)
+    if imex is None:  # no nvidia-imex-ctl here, or not in this container's image: unknown (imex_unknown)
         return []
     if imex.daemon is None:
         severity = "warning" if imex.why and imex.why.startswith("not configured") else "error"

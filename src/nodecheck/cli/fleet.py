@@ -1,5 +1,5 @@
 """`nodecheck fleet DIR` or `--prometheus URL`: the nodes of a directory of Reports (`inspect --json`, `bench
---json`, one per node), or those a Prometheus scrapes, compared with their peers of the same type (agent/fleet.py)."""
+--json`, one per node), or those a Prometheus scrapes, compared with their peers of the same type (fleet/__init__.py)."""
 
 from __future__ import annotations
 

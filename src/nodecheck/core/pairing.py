@@ -9,7 +9,7 @@ one exchange's time for 8 nodes as for 1,000. Each exchange is compared with its
 of its two ends, shared by the ranks of a node that use the same rails in that round. A rank is slow
 when its exchange was slow in every round it took part in; a slow pair whose other member is fast
 elsewhere is that other member's bad luck, not its fault. Rank 0 is judged like any other. Pure: the
-worker moves the bytes (nodecheck.bench.worker), the rules judge (nodecheck.checks.rules)."""
+worker moves the bytes (nodecheck.bench.worker), the verdicts judge (nodecheck.verdicts)."""
 
 from __future__ import annotations
 

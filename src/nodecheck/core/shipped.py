@@ -1,4 +1,4 @@
-"""The tables nodecheck ships in agent/data (specs.toml, xid.toml, sxid.toml), each read once."""
+"""The tables nodecheck ships in core/data (specs.toml, xid.toml, sxid.toml), each read once."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The fleet's nodes as the Prometheus that scrapes them sees them (`nodecheck fleet --prometheus URL`): the same
-NodeViews a directory of Reports gives (agent/fleet.py), from instant queries of its HTTP API. Every call has a
+NodeViews a directory of Reports gives (fleet/__init__.py), from instant queries of its HTTP API. Every call has a
 timeout and a bounded answer; a node is named by its `instance` label."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from nodecheck.report.model import measured_on
 
 MAX_ANSWER = 64 * 1024 * 1024  # 10,000 nodes x a few dozen series
 TIMEOUT_S = 30.0
-FACTS = {  # the numeric facts agent/fleet.py takes from a Report, as PromQL over nodecheck's metrics
+FACTS = {  # the numeric facts fleet/__init__.py takes from a Report, as PromQL over nodecheck's metrics
     "fact:gpus": "nodecheck_gpus",
     "fact:gpu_pcie_width_min": "min by (instance) (nodecheck_gpu_pcie_link_width)",
     "fact:nvlinks_active": "sum by (instance) (nodecheck_gpu_nvlink_active_links)",

@@ -151,7 +151,7 @@ def _dump_gpu(pynvml, index: int, handle) -> dict:
         "ecc_uncorrected_volatile": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetTotalEccErrors", None), handle,
                                          MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC),
         # the power limit in force and the board's default, in milliwatts: one lowered (`nvidia-smi -pl`) keeps a
-        # busy GPU on its power cap, which its peers of the same type show (agent/fleet)
+        # busy GPU on its power cap, which its peers of the same type show (nodecheck fleet)
         "power_limit_mw": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetEnforcedPowerLimit", None), handle),
         "power_limit_default_mw": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetPowerManagementDefaultLimit", None), handle),
         # [current, pending], 1 = MIG on; NotSupported on GPUs without MIG. Under MIG the driver enables no NVLink

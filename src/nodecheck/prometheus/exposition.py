@@ -84,7 +84,7 @@ def _fingerprint(report: Report) -> Iterator[Metric]:
     from nodecheck.assemble.fingerprint import FIELDS, fingerprint
 
     labels = fingerprint(report).labels()
-    yield _gauge("nodecheck_node_fingerprint_info", "What every node of one type should share (agent/fingerprint.py): its "
+    yield _gauge("nodecheck_node_fingerprint_info", "What every node of one type should share: its "
                  "type, driver, CUDA, VBIOS and NIC firmware versions, kernel, and hashes of its topology and its /etc/nccl.conf.", list(FIELDS),
                  [([labels[f] for f in FIELDS], 1)])
 

@@ -27,7 +27,7 @@ def render_fleet(groups: list, skipped: list[dict], fraction: float) -> None:
         if not group.judged:
             for part in (group.why or "").split("; "):  # one clause a line: each fits the width
                 line(f"  {part}")
-            for d in group.drift:  # a node short of its model's GPUs (agent/fleet)
+            for d in group.drift:  # a node short of its model's GPUs (fleet/__init__.py)
                 line(f"  {d.node}: {d.value} {d.field}; {d.majority_nodes} of {d.nodes} nodes of this model have {d.majority}")
             continue
         for o in group.outliers:
