@@ -245,12 +245,12 @@ def test_config_check_on_a_node_without_its_driver(tmp_path):
 
 
 def test_the_readmes_config_example_is_a_valid_config():
-    """The TOML block of README.md's Config section loads as written (every key there is one nodecheck knows)."""
+    """The TOML block of docs/config.md loads as written (every key there is one nodecheck knows)."""
     from helpers import REPO
 
     from nodecheck.config import loads
 
-    block = (REPO / "README.md").read_text().split("## Config", 1)[1].split("```toml", 1)[1].split("```", 1)[0]
-    config = loads(block, "README.md")
+    block = (REPO / "docs" / "config.md").read_text().split("```toml", 1)[1].split("```", 1)[0]
+    config = loads(block, "docs/config.md")
     assert config.errors.limit("ib_symbol_error_per_s")[1] == "[errors.limits] ib_symbol_error_per_s in the config"
     assert config.gpu_count == 8

@@ -28,7 +28,7 @@ DEFAULT_PATH = Path("/etc/nodecheck/config.toml")
 _PAIR = re.compile(r"^gpu(0|[1-9][0-9]{0,3})-gpu(0|[1-9][0-9]{0,3})$")
 _NIC_STATES = ("up", "down", "any")
 # The Prometheus allocation list's range 9100-9999 is full; 10042 sits just above it and clashes with
-# nothing a GPU node runs (README, "Default port").
+# nothing a GPU node runs (docs/prometheus.md, "Default port").
 DEFAULT_PORT = 10042
 DEFAULT_VIRTUAL_NICS = ("bond*", "team*")  # link aggregates: virtual, but their speed is their real NICs' sum
 SLURMD_PORT = 6818
