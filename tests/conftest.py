@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -52,3 +53,24 @@ def system_install():
         yield base / "bin" / "nodecheck", result
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def processes():
+    """Start daemons (an exporter, Prometheus, Alertmanager) for one test; each is ended with it."""
+    started: list[subprocess.Popen] = []
+
+    def start(argv: list[str], log: Path) -> subprocess.Popen:
+        proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.send_signal(signal.SIGTERM)
+    for proc in started:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -7,16 +7,36 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
+import sysfs_trees
+from fakes import fake_pynvml
+from prometheus_client.parser import text_string_to_metric_families
 
-from nodecheck.report.model import Gpu, Measurement, Nic, Report
+from nodecheck.config import Config
+from nodecheck.core.pci import Hop
+from nodecheck.host.live import LiveHost
+from nodecheck.host.snapshot import SnapshotHost
+from nodecheck.pipeline import build_report
+from nodecheck.probes import imex
+from nodecheck.probes.nvml import dump_nvml
+from nodecheck.probes.roce_gids import ZERO_GID
+from nodecheck.prometheus.exposition import write_textfile
+from nodecheck.report.events import History
+from nodecheck.report.findings import Finding
+from nodecheck.report.model import Gpu, IbPort, Measurement, Nic, Report
+from nodecheck.verdicts.bandwidth import with_measurements
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("NODECHECK_SHARED", REPO.parent / "shared"))
@@ -26,6 +46,8 @@ PUBLIC = CAPTURES / "public"
 
 
 @functools.cache
+
+
 def live_gpu_count() -> int:
     """NVIDIA GPUs on this machine, as nodecheck sees them (0 on CI's machines)."""
     report = json.loads(nodecheck("inspect", "--json").stdout)
@@ -117,7 +139,6 @@ def may_write_the_real_kernel_log() -> None:
 def h100_nvml_records() -> list[dict]:
     """NVML values captured on the real H100 node, one record per GPU, with its VBIOS version as that node's
     `nvidia-smi -q` (NVML's nvmlDeviceGetVbiosVersion) printed it."""
-    import re
 
     vbios = re.search(r"VBIOS Version\s+: (\S+)", need(H100 / "nvidia-smi-q.txt").read_text())[1]
     return [dict(json.loads(line), vbios=vbios) for line in need(H100 / "nvml.json").read_text().splitlines() if line.strip()]
@@ -303,6 +324,8 @@ def fake_executable(path: Path, script: str) -> Path:
 
 
 # Keyword factories: a test names the fields it is about and takes harmless defaults for the rest.
+
+
 def make_report(**fields) -> Report:
     """A Report of nothing (no probe, GPU or NIC) but the given fields."""
     base = dict(generated_at=0.0, source="test", node={}, probes=[], cpu=None, gpus=[], gpus_absent_reason=None,
@@ -352,3 +375,292 @@ def write_pci_tree(snap: Path, devices: dict[str, tuple], aer: dict[str, dict[st
     (snap / "fs-links.json").write_text(json.dumps(links))
     (snap / "fs-dirs.json").write_text(json.dumps(dirs))
 
+
+# from test_gpu_signals.py
+
+
+def captured() -> dict:
+    (gpu,) = [json.loads(line) for line in need(H100 / "nvml.json").read_text().splitlines() if line.strip()]
+    return gpu
+
+
+def report_of(tmp_path, gpu: dict, monkeypatch, samples=(), uptime: float = 1000.0):
+    """The Report of a node whose NVML answers as `gpu` (dump_nvml through the stand-in, then the real build),
+    with these earlier samples of its counters."""
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.replaying([gpu]))
+    snap = tmp_path / f"snap-{len(list(tmp_path.iterdir()))}"
+    snap.mkdir()
+    (snap / "nvml.json").write_text(json.dumps(dump_nvml()))
+    report = build_report(SnapshotHost(snap))
+    report.history = History("boot", [], list(samples), uptime)
+    return report
+
+
+# from test_fabric.py
+
+
+def gpu_node_with_rdma(root, topo: str, nvml_gpus: list[dict], devices: list[tuple[str, str, str]]):
+    """A GPU node: a published topology, NVML as such a board reports, and /sys/class/infiniband with
+    these (device, rate, link layer) ports ACTIVE, as the kernel shows them."""
+    snap = make_snapshot(root, topo=topo, nvml_gpus=nvml_gpus)
+    for name, rate, layer in devices:
+        port = snap / "fs/sys/class/infiniband" / name / "ports" / "1"
+        port.mkdir(parents=True)
+        for file, text in (("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"), ("rate", rate), ("link_layer", layer)):
+            (port / file).write_text(text + "\n")
+    (snap / "fs/sys/class/net/lo").mkdir(parents=True)
+    (snap / "fs/sys/class/net/lo/type").write_text("772\n")
+    return build_report(SnapshotHost(snap))
+
+
+def hgx_h100_with_ndr(tmp_path, storage_nic: bool = True):
+    """An HGX H100 node: the published 8-GPU/8-NIC topology (one mlx5 per GPU), every rail an ACTIVE
+    400 Gb/sec (4X NDR) port, plus a 100 Gb/s storage NIC near no GPU, as such nodes are built."""
+    devices = [(f"mlx5_{i}", "400 Gb/sec (4X NDR)", "InfiniBand") for i in range(8)]
+    devices += [("mlx5_8", "100 Gb/sec (4X EDR)", "InfiniBand")] if storage_nic else []
+    return gpu_node_with_rdma(tmp_path / "hgx", "hgx-h100-8gpu-8nic-sglang30401.txt", hgx_nvml(), devices)
+
+
+# from test_prometheus.py
+
+
+def samples(text: str) -> dict:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def metrics_of(report, tmp_path) -> str:
+    return write_textfile(report, tmp_path).read_text()
+
+
+# from test_prolog.py
+NODECHECK = str(Path(sys.executable).parent / "nodecheck")
+
+# `scontrol show node vm --oneliner` on this machine's Slurm 22.05.8, drained by nodecheck
+DRAINED_LINE = ("NodeName=vm Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=2.91 "
+                "AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=127.0.0.1 NodeHostName=vm "
+                "Version=22.05.8 OS=Linux 6.18.44-fc-v769 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=1 AllocMem=0 "
+                "FreeMem=22821 Sockets=2 Boards=1 State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A "
+                "MCS_label=N/A Partitions=debug  BootTime=2026-11-22T12:44:57 SlurmdStartTime=2026-11-22T17:38:47 "
+                "LastBusyTime=2026-11-22T17:38:48 CfgTRES=cpu=2,mem=1M,billing=2 AllocTRES= CapWatts=n/a "
+                "CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s "
+                "Reason=nodecheck: gpu3 PCIe x8 < x16 (+1 more) [root@2026-11-22T17:41:00]\n")
+
+
+def run_nodecheck(*args, env_extra=None, path_prefix=None, timeout=60):
+    # as Slurm starts a prolog: no PATH, no SLURM_CONF; the suite's state directory, not the machine's
+    env = {"SLURMD_NODENAME": "testnode", "STATE_DIRECTORY": os.environ["STATE_DIRECTORY"]}
+    env.update(env_extra or {})
+    if path_prefix:
+        env["PATH"] = f"{path_prefix}:/usr/sbin:/usr/bin:/sbin:/bin"
+    return subprocess.run([NODECHECK, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+# from test_signal_join.py
+GPU3 = "00000000:9B:00.0"
+
+
+def report_with(*signals: Finding):
+    from helpers import make_gpu
+
+    hops = {"0000:9b:00.0": [Hop("0000:9b:00.0", 16, 16, None, None), Hop("0000:16:00.0", 16, 16, None, None)]}
+    port = IbPort("mlx5_0", 1, "ACTIVE", "LinkUp", "400 Gb/sec (4X NDR)", "InfiniBand")
+    nic = make_nic("ibp26s0", kind="infiniband", rdma_device="mlx5_0", ib_ports=[port])
+    return make_report(gpus=[make_gpu(3, pci_bus_id=GPU3)], nics=[nic], pcie_paths=hops, findings=list(signals))
+
+
+def h2d(ratio: float):
+    return make_measurement("gpu3:host", "h2d", rate=ratio * 50e9, spec=50e9, direction="unidirectional",
+                            details={"path_kind": "pcie"})
+
+
+def judged(report, *measurements):
+    return {f.kind: f for f in with_measurements(report, list(measurements), 0.0, Config()).findings}
+
+
+# from test_serve.py
+
+
+def start_serve(*args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "nodecheck", "serve", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
+
+
+def stop(proc: subprocess.Popen) -> str:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return out
+
+
+def wait_metrics(url: str, context=None, seconds: float = 30) -> str:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2, context=context) as response:
+                text = response.read().decode()
+                if "nodecheck_probe_success" in text:
+                    return text
+        except (urllib.error.URLError, ConnectionError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{url} served no report within {seconds} s")
+
+
+# from test_roce_gids.py
+LINK_LOCAL = "fe80:0000:0000:0000:0ac0:ebff:feda:1cfb"
+
+IPV4 = "0000:0000:0000:0000:0000:ffff:c800:d106"  # ::ffff:200.0.209.6
+
+NCCL_769 = {0: (LINK_LOCAL, "IB/RoCE v1"), 1: (LINK_LOCAL, "RoCE v2"), 2: (IPV4, "IB/RoCE v1"), 3: (IPV4, "RoCE v2")}
+
+
+class TreeHost(LiveHost):
+    def addresses(self):
+        return {}
+
+
+def roce_node(root, table: dict, link_layer: str = "Ethernet"):
+    """One RoCE HCA, mlx5_bond_0 (its netdev bond0, up), port 1 ACTIVE at 200 Gb/s, with this GID table."""
+    sys_ = root / "sys"
+    hca = "pci0000:00/0000:1a:00.0"
+    for name, value in (("type", "1"), ("operstate", "up"), ("mtu", "4200"), ("speed", "200000")):
+        sysfs_trees.write(sys_ / "devices" / hca / "net/bond0" / name, value)
+    sysfs_trees.link(sys_ / "class/net/bond0", f"../../devices/{hca}/net/bond0")
+    sysfs_trees.link(sys_ / "class/infiniband/mlx5_bond_0/device", f"../../../devices/{hca}")
+    port = sys_ / "class/infiniband/mlx5_bond_0/ports/1"
+    for name, value in (("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"), ("rate", "200 Gb/sec (4X HDR)"),
+                        ("link_layer", link_layer)):
+        sysfs_trees.write(port / name, value)
+    for index in range(255):  # the kernel lists every entry of the table, set or not
+        gid, kind = table.get(index, (ZERO_GID, None))
+        sysfs_trees.write(port / "gids" / str(index), gid)
+        if kind is not None:
+            sysfs_trees.write(port / "gid_attrs/types" / str(index), kind)
+    return TreeHost(root)
+
+
+# from test_prometheus_server.py
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.load(response)
+
+
+def wait_for(check, what: str, deadline: float):
+    return wait_until(check, max(0.0, deadline - time.monotonic()), what, pause=0.5, tolerate=(OSError,))
+
+
+# from test_pcie_paths.py
+
+
+def tree(snap, devices: dict[str, tuple]):
+    """devices: PCI address -> (class, its path under /sys/devices, current width, max width[, max speed])."""
+    write_pci_tree(snap, devices)
+    return build_report(SnapshotHost(snap))
+
+SWITCH = "pci0000:00/0000:00:01.0/0000:16:00.0"  # root port, then the switch's upstream port
+
+
+def switch_node(tmp_path, uplink_width: int, uplink_speed: str = "32.0 GT/s PCIe"):
+    """gpu0 (0000:18:00.0) and gpu1 (0000:28:00.0) behind one switch: root port x16, the switch's upstream
+    port trained at `uplink_width` of x16, each downstream port and GPU at x16."""
+    snap = make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
+    return tree(snap, {
+        "0000:00:01.0": ("0x060400", "pci0000:00/0000:00:01.0", 16, 16),
+        "0000:16:00.0": ("0x060400", SWITCH, uplink_width, 16, uplink_speed),
+        "0000:17:00.0": ("0x060400", f"{SWITCH}/0000:17:00.0", 16, 16),
+        "0000:17:01.0": ("0x060400", f"{SWITCH}/0000:17:01.0", 16, 16),
+        "0000:18:00.0": ("0x030200", f"{SWITCH}/0000:17:00.0/0000:18:00.0", 16, 16),
+        "0000:28:00.0": ("0x030200", f"{SWITCH}/0000:17:01.0/0000:28:00.0", 16, 16),
+    })
+
+
+# from test_nccl_tests.py
+
+
+def json_report(results, average=156.742):
+    # the layout nccl-tests' src/util.cu writes with -J (JSON_FILE_VERSION 2)
+    return json.dumps({"version": 2, "start_time": "2026-11-22 10:00:00", "args": ["all_reduce_perf", "-J", "r.json"],
+                       "env": [], "nccl_version": 22809,
+                       "config": {"nthreads": 1, "ngpus": 8, "devices": [{"rank": 0, "group": 0, "pid": 1, "hostname": "n1",
+                                                                           "device": 0, "device_hex": "0000:18:00", "device_info": "NVIDIA H100 80GB HBM3"}]},
+                       "results": results, "out_of_bounds": {"count": 0, "okay": "true"},
+                       "average_bus_bandwidth": {"bandwidth": average, "okay": "unchecked"}, "errors": []})
+
+
+# from test_imex.py
+DEGRADED = (REPO / "tests/fixtures/imex/nvidia-imex-ctl-N-degraded.json").read_text()
+
+NODE_3 = "10.76.186.255"  # node 3 of the sample
+
+
+def tray(tmp_path, daemon: str | None = "READY\n", domain: str | None = DEGRADED, address: str = NODE_3,
+         fabric: dict | None = None, failed: dict | None = None):
+    """The real H100 node's sources with a GB200's fabric registration (a cluster and clique, gpud's GB200), this
+    node's eth0 at `address`, and nvidia-imex-ctl's outputs (None: not in the snapshot; `failed`: sources.json
+    entries replayed as the failures they record)."""
+    snap = h100_node_snapshot(tmp_path / "tray")
+    from gpu_fabric_cases import published  # it reads REPO and need from here
+
+    make_snapshot(snap, nvml_gpus=[dict(h100_nvml_records()[0], fabric=fabric or published()["gb200-healthy"])])
+    (snap / "addresses.json").write_text(json.dumps({"eth0": [{"family": "inet", "address": address, "prefixlen": 18}]}))
+    for source, text in ((imex.DAEMON_SOURCE, daemon), (imex.DOMAIN_SOURCE, domain)):
+        if text is not None:
+            (snap / source).write_text(text)
+    if failed:
+        (snap / "sources.json").write_text(json.dumps(failed))
+    return build_report(SnapshotHost(snap))
+
+
+# from test_gpu_processes.py
+OUTSIDE = "0::/user.slice/user-1000.slice/session-3.scope\n"
+
+GIB = 1 << 30
+
+
+def node(tmp_path, processes: list[dict], procs: dict[int, tuple[str, str, str]], **gpu) -> SnapshotHost:
+    """A snapshot of the captured H100 whose NVML lists `processes`, with /proc/PID/stat and cgroup for `procs`
+    ({pid: (comm, state, cgroup)}); a pid not in `procs` is not in /proc."""
+    snap = make_snapshot(tmp_path / f"snap{len(list(tmp_path.iterdir()))}", nvml_gpus=[dict(captured(), processes=processes, **gpu)])
+    for pid, (comm, state, cgroup) in procs.items():
+        folder = snap / "fs" / "proc" / str(pid)
+        folder.mkdir(parents=True)
+        (folder / "stat").write_text(f"{pid} ({comm}) {state} 1 {pid} {pid} 0 -1 4194560 1234 0 0 0 5 3 0 0 20 0 1 0\n")
+        (folder / "cgroup").write_text(cgroup)
+    return SnapshotHost(snap)
+
+
+class NoDeviceFileGate(LiveHost):
+    """This machine's /proc, with NVML asked though it has no /dev/nvidiactl (the stand-in answers)."""
+
+    def nvml(self, timeout, dump):
+        return dump()
+
+
+# from test_acs.py
+
+
+def lspci_for_switch(redirect: bool) -> str:
+    """The two downstream ports of tests/test_pcie_paths' switch, with the ACS lines of the AMD Milan
+    bridges from the published capture (redirect on), or those of nccl#1405 (everything off)."""
+    ctl = ("ACSCtl: SrcValid- TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-" if redirect else
+           "ACSCtl: SrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans-")
+    return "".join(f"0000:17:0{i}.0 PCI bridge: PLX Technology, Inc. PEX 88096\n"
+                   "\tCapabilities: [220 v1] Access Control Services\n"
+                   "\t\tACSCap: SrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans+\n"
+                   f"\t\t{ctl}\n\n" for i in (0, 1))
+
+
+def acs_findings(tmp_path, text: str | None):
+    snap = tmp_path / "hgx"
+    report = switch_node(tmp_path, uplink_width=16) if text is None else None
+    if text is not None:
+        snap.mkdir(parents=True)
+        (snap / "lspci-vvv.txt").write_text(text)
+        report = switch_node(tmp_path, uplink_width=16)
+    return report, [f for f in report.findings if f.kind == "pcie_acs_redirect"]

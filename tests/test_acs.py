@@ -9,8 +9,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from helpers import PUBLIC, fake_executable, need
-from test_pcie_paths import switch_node
+from helpers import PUBLIC, acs_findings, fake_executable, lspci_for_switch, need
 
 from nodecheck.checks import evaluate
 from nodecheck.host.live import LiveHost
@@ -101,27 +100,6 @@ def test_garbled_lspci_output_is_no_acs_not_a_crash(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     facts = collect(LiveHost(), 5.0)
     assert facts.known and facts.redirect == {}
-
-
-def lspci_for_switch(redirect: bool) -> str:
-    """The two downstream ports of tests/test_pcie_paths' switch, with the ACS lines of the AMD Milan
-    bridges from the published capture (redirect on), or those of nccl#1405 (everything off)."""
-    ctl = ("ACSCtl: SrcValid- TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-" if redirect else
-           "ACSCtl: SrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans-")
-    return "".join(f"0000:17:0{i}.0 PCI bridge: PLX Technology, Inc. PEX 88096\n"
-                   "\tCapabilities: [220 v1] Access Control Services\n"
-                   "\t\tACSCap: SrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans+\n"
-                   f"\t\t{ctl}\n\n" for i in (0, 1))
-
-
-def acs_findings(tmp_path, text: str | None):
-    snap = tmp_path / "hgx"
-    report = switch_node(tmp_path, uplink_width=16) if text is None else None
-    if text is not None:
-        snap.mkdir(parents=True)
-        (snap / "lspci-vvv.txt").write_text(text)
-        report = switch_node(tmp_path, uplink_width=16)
-    return report, [f for f in report.findings if f.kind == "pcie_acs_redirect"]
 
 
 def test_redirect_on_the_switch_ports_between_two_gpus_is_named_per_port(tmp_path):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 from fakes import fake_pynvml
-from test_gpu_signals import captured, report_of
+from helpers import captured, report_of
 
 from nodecheck.assemble.counters import counter_sample
 from nodecheck.checks import unmade_checks

@@ -161,7 +161,7 @@ def test_a_gb200_job_without_imex_takes_the_rails(tmp_path):
     """A GB200 tray registered in its NVLink fabric: with IMEX READY and its domain UP a job across the domain's nodes
     takes NVLink (no rail spec, and bench's ranks carry the NVLink domain); with the domain DEGRADED, or IMEX unread,
     GPUs share no memory across nodes and NCCL takes the rails: a job at rail speed read 0.20 of NVLink."""
-    from test_imex import DEGRADED, tray
+    from helpers import DEGRADED, tray
 
     from nodecheck.assemble.rails import rank_nvlink
 

@@ -4,9 +4,7 @@ and 3 (exclusive process), as nvml.h and nvidia-ml-py's NVML_COMPUTEMODE_* do.""
 
 import json
 
-from helpers import hgx_nvml, make_snapshot
-from test_gpu_signals import captured
-from test_prolog import run_nodecheck
+from helpers import captured, hgx_nvml, make_snapshot, run_nodecheck
 
 from nodecheck.checks import unmade_checks
 from nodecheck.checks.compute_mode import compute_mode_findings
@@ -65,7 +63,7 @@ def test_a_mode_nvml_does_not_say_is_unknown_not_healthy(tmp_path):
 
 
 def test_the_mode_is_published(tmp_path):
-    from test_prometheus import metrics_of, samples
+    from helpers import metrics_of, samples
 
     published = samples(metrics_of(hgx(tmp_path, {1: PROHIBITED}), tmp_path))
     assert published[("nodecheck_gpu_compute_mode_info", (("gpu", "1"), ("mode", "prohibited")))] == 1

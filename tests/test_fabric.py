@@ -2,37 +2,13 @@
 not the socket NIC: the spec is the ring bound over those rails."""
 
 import pytest
-from helpers import A100_SXM4, PUBLIC, hgx_nvml, make_snapshot, need
+from helpers import A100_SXM4, PUBLIC, gpu_node_with_rdma, hgx_h100_with_ndr, hgx_nvml, need
 
 from nodecheck.assemble.rails import fabric_nics, ring_bound
 from nodecheck.bench.nccl_tests import parse_nccl_log
 from nodecheck.config import Config
-from nodecheck.host.snapshot import SnapshotHost
-from nodecheck.pipeline import build_report
 from nodecheck.report.model import Measurement
 from nodecheck.verdicts.bandwidth import algorithm_bound, measurement_findings
-
-
-def gpu_node_with_rdma(root, topo: str, nvml_gpus: list[dict], devices: list[tuple[str, str, str]]):
-    """A GPU node: a published topology, NVML as such a board reports, and /sys/class/infiniband with
-    these (device, rate, link layer) ports ACTIVE, as the kernel shows them."""
-    snap = make_snapshot(root, topo=topo, nvml_gpus=nvml_gpus)
-    for name, rate, layer in devices:
-        port = snap / "fs/sys/class/infiniband" / name / "ports" / "1"
-        port.mkdir(parents=True)
-        for file, text in (("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"), ("rate", rate), ("link_layer", layer)):
-            (port / file).write_text(text + "\n")
-    (snap / "fs/sys/class/net/lo").mkdir(parents=True)
-    (snap / "fs/sys/class/net/lo/type").write_text("772\n")
-    return build_report(SnapshotHost(snap))
-
-
-def hgx_h100_with_ndr(tmp_path, storage_nic: bool = True):
-    """An HGX H100 node: the published 8-GPU/8-NIC topology (one mlx5 per GPU), every rail an ACTIVE
-    400 Gb/sec (4X NDR) port, plus a 100 Gb/s storage NIC near no GPU, as such nodes are built."""
-    devices = [(f"mlx5_{i}", "400 Gb/sec (4X NDR)", "InfiniBand") for i in range(8)]
-    devices += [("mlx5_8", "100 Gb/sec (4X EDR)", "InfiniBand")] if storage_nic else []
-    return gpu_node_with_rdma(tmp_path / "hgx", "hgx-h100-8gpu-8nic-sglang30401.txt", hgx_nvml(), devices)
 
 
 def efa_node(tmp_path, topo: str, nvml_gpus: list[dict], adapters: int):

@@ -14,9 +14,8 @@ import time
 import urllib.parse
 
 import pytest
-from helpers import REPO, cli, free_port, hgx_nvml, make_measurement, make_snapshot
+from helpers import REPO, cli, free_port, get_json, hgx_nvml, make_measurement, make_snapshot, wait_for
 from scripted_server import ScriptedServer
-from test_prometheus_server import get_json, processes, wait_for  # noqa: F401 - processes is a fixture
 
 from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
@@ -61,7 +60,7 @@ def node_snapshot(root, ratio: float = 0.95, driver: str | None = None, x8: int 
     return snap, allreduce
 
 
-def test_the_fleet_alerts_and_both_fleet_commands_name_the_same_nodes(tmp_path, processes):  # noqa: F811
+def test_the_fleet_alerts_and_both_fleet_commands_name_the_same_nodes(tmp_path, processes):
     if shutil.which("prometheus") is None:
         pytest.skip("prometheus is not installed (apt install prometheus)")
     targets, reports = {}, tmp_path / "reports"

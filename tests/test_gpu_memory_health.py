@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from fakes import fake_pynvml
-from test_gpu_signals import captured, report_of
+from helpers import captured, report_of
 
 from nodecheck.checks import unmade_checks
 from nodecheck.checks.gpu_errors import gpu_findings

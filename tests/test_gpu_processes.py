@@ -13,12 +13,9 @@ import sys
 
 import pytest
 from fakes import fake_pynvml
-from helpers import make_snapshot
-from test_gpu_signals import captured
-from test_prolog import run_nodecheck
+from helpers import GIB, OUTSIDE, NoDeviceFileGate, captured, node, run_nodecheck
 
 from nodecheck.checks.gpu_processes import before_job
-from nodecheck.host.live import LiveHost
 from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.probes.nvml import collect
@@ -26,21 +23,7 @@ from nodecheck.probes.nvml_processes import parse_processes
 
 FOX_V2 = "0::/system.slice/slurmstepd.scope/job_1392969/step_0/user/task_0\n"
 OLDER_V1 = "10:devices:/slurm/uid_2101171/job_280678/step_interactive/task_0\n"
-OUTSIDE = "0::/user.slice/user-1000.slice/session-3.scope\n"
-GIB = 1 << 30
 ALLOW = ["nvidia-cuda-mps-server"]
-
-
-def node(tmp_path, processes: list[dict], procs: dict[int, tuple[str, str, str]], **gpu) -> SnapshotHost:
-    """A snapshot of the captured H100 whose NVML lists `processes`, with /proc/PID/stat and cgroup for `procs`
-    ({pid: (comm, state, cgroup)}); a pid not in `procs` is not in /proc."""
-    snap = make_snapshot(tmp_path / f"snap{len(list(tmp_path.iterdir()))}", nvml_gpus=[dict(captured(), processes=processes, **gpu)])
-    for pid, (comm, state, cgroup) in procs.items():
-        folder = snap / "fs" / "proc" / str(pid)
-        folder.mkdir(parents=True)
-        (folder / "stat").write_text(f"{pid} ({comm}) {state} 1 {pid} {pid} 0 -1 4194560 1234 0 0 0 5 3 0 0 20 0 1 0\n")
-        (folder / "cgroup").write_text(cgroup)
-    return SnapshotHost(snap)
 
 
 def judged(host, job=77, allowed=ALLOW) -> list[tuple[str, str, str, str]]:
@@ -104,13 +87,6 @@ def test_a_driver_without_v2_memory_info_says_no_used_figure(tmp_path, monkeypat
     assert build_report(SnapshotHost(snap)).gpus[0].memory_used_bytes is None
 
 
-class NoDeviceFileGate(LiveHost):
-    """This machine's /proc, with NVML asked though it has no /dev/nvidiactl (the stand-in answers)."""
-
-    def nvml(self, timeout, dump):
-        return dump()
-
-
 def test_nodechecks_own_workers_and_this_machines_processes_as_the_real_proc_says(monkeypatch):
     """A child of this process (as a bench's worker is nodecheck's) is ours; pid 1 is not, and /proc names it."""
     child = subprocess.Popen(["sleep", "30"])
@@ -156,7 +132,7 @@ def test_a_malformed_list_is_no_answer(raw):
 def test_a_list_nvml_refused_is_unknown_not_empty(tmp_path):
     """NVML refusing the list (No Permission) with 10 GiB in use: no process is known, so none is said to be
     missing, and the count is absent rather than 0."""
-    from test_prometheus import metrics_of, samples
+    from helpers import metrics_of, samples
 
     report = build_report(node(tmp_path, "ERR", {}, memory_total=85520809984, memory_used=10 * GIB))
     assert report.gpus[0].processes is None and report.gpus[0].memory_used_bytes == 10 * GIB
@@ -165,7 +141,7 @@ def test_a_list_nvml_refused_is_unknown_not_empty(tmp_path):
 
 
 def test_inspect_and_the_metrics_name_who_holds_each_gpu(tmp_path):
-    from test_prometheus import metrics_of, samples
+    from helpers import metrics_of, samples
 
     host = node(tmp_path, [{"pid": 4242, "used_memory": 30 * GIB}, {"pid": 5151, "used_memory": 20 * GIB}],
                 {4242: ("python3", "D", OUTSIDE), 5151: ("python", "R", FOX_V2)}, memory_total=85520809984, memory_used=50 * GIB)

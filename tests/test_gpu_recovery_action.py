@@ -7,8 +7,7 @@ import sys
 
 import pytest
 from fakes import fake_pynvml
-from test_gpu_signals import captured, report_of
-from test_signal_join import h2d, judged, report_with
+from helpers import captured, h2d, judged, report_of, report_with
 
 from nodecheck.checks import evaluate, headline, unmade_checks
 from nodecheck.checks.gpu_errors import gpu_findings

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from fakes import fake_pynvml
-from helpers import H100, need
+from helpers import captured, report_of
 
 from nodecheck.assemble.counters import counter_sample
 from nodecheck.checks import unmade_checks
@@ -18,23 +18,6 @@ from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.probes.nvml import dump_nvml
 from nodecheck.report.events import CounterSample, History
-
-
-def captured() -> dict:
-    (gpu,) = [json.loads(line) for line in need(H100 / "nvml.json").read_text().splitlines() if line.strip()]
-    return gpu
-
-
-def report_of(tmp_path, gpu: dict, monkeypatch, samples=(), uptime: float = 1000.0):
-    """The Report of a node whose NVML answers as `gpu` (dump_nvml through the stand-in, then the real build),
-    with these earlier samples of its counters."""
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.replaying([gpu]))
-    snap = tmp_path / f"snap-{len(list(tmp_path.iterdir()))}"
-    snap.mkdir()
-    (snap / "nvml.json").write_text(json.dumps(dump_nvml()))
-    report = build_report(SnapshotHost(snap))
-    report.history = History("boot", [], list(samples), uptime)
-    return report
 
 
 def test_the_h100_captures_values_say_nothing_is_wrong(tmp_path, monkeypatch):

@@ -1,37 +1,15 @@
 """IMEX on a node of a multi-node NVLink domain (GB200 NVL72): nvidia-imex-ctl's answers as DCGM reads them (its
 tests' sample of `-N -j`, tests/fixtures/imex), judged so that the node at fault is the one drained."""
 
-import json
 
 import pytest
 from gpu_fabric_cases import published
-from helpers import REPO, h100_node_snapshot, h100_nvml_records, make_snapshot
+from helpers import DEGRADED, NODE_3, tray
 
 from nodecheck.checks import unmade_checks
 from nodecheck.core.errors import NoData, ParseError
 from nodecheck.host.live import LiveHost
-from nodecheck.host.snapshot import SnapshotHost
-from nodecheck.pipeline import build_report
 from nodecheck.probes import imex
-
-DEGRADED = (REPO / "tests/fixtures/imex/nvidia-imex-ctl-N-degraded.json").read_text()
-NODE_3 = "10.76.186.255"  # node 3 of the sample
-
-
-def tray(tmp_path, daemon: str | None = "READY\n", domain: str | None = DEGRADED, address: str = NODE_3,
-         fabric: dict | None = None, failed: dict | None = None):
-    """The real H100 node's sources with a GB200's fabric registration (a cluster and clique, gpud's GB200), this
-    node's eth0 at `address`, and nvidia-imex-ctl's outputs (None: not in the snapshot; `failed`: sources.json
-    entries replayed as the failures they record)."""
-    snap = h100_node_snapshot(tmp_path / "tray")
-    make_snapshot(snap, nvml_gpus=[dict(h100_nvml_records()[0], fabric=fabric or published()["gb200-healthy"])])
-    (snap / "addresses.json").write_text(json.dumps({"eth0": [{"family": "inet", "address": address, "prefixlen": 18}]}))
-    for source, text in ((imex.DAEMON_SOURCE, daemon), (imex.DOMAIN_SOURCE, domain)):
-        if text is not None:
-            (snap / source).write_text(text)
-    if failed:
-        (snap / "sources.json").write_text(json.dumps(failed))
-    return build_report(SnapshotHost(snap))
 
 
 def imex_findings(report):

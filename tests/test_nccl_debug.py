@@ -5,8 +5,7 @@ import json
 from dataclasses import asdict
 
 import pytest
-from helpers import PUBLIC, answer_key, hgx_nvml, make_snapshot, need, nodecheck
-from test_fabric import hgx_h100_with_ndr
+from helpers import PUBLIC, answer_key, hgx_h100_with_ndr, hgx_nvml, make_snapshot, need, nodecheck
 
 from nodecheck.bench.nccl_debug import parse_nccl_debug
 from nodecheck.core.errors import ParseError

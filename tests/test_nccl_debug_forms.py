@@ -4,8 +4,7 @@ lines, aws-ofi-nccl on libfabric's tcp provider, lines that lost NCCL's head, an
 rank tags. Each is judged against a node like the one it ran on."""
 
 import pytest
-from helpers import REPO, h100_nvml_records, make_snapshot
-from test_fabric import hgx_h100_with_ndr
+from helpers import REPO, h100_nvml_records, hgx_h100_with_ndr, make_snapshot
 
 from nodecheck.bench.nccl_debug import parse_nccl_debug
 from nodecheck.host.snapshot import SnapshotHost

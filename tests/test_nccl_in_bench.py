@@ -7,8 +7,7 @@ import dataclasses
 import json
 import os
 
-from helpers import PUBLIC, need
-from test_fabric import hgx_h100_with_ndr
+from helpers import PUBLIC, hgx_h100_with_ndr, need
 
 from nodecheck.bench import distributed, plan
 from nodecheck.bench.nccl_debug import DEBUG_SUBSYS, debug_env, read_debug_files

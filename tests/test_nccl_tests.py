@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from helpers import PUBLIC, answer_key, make_gpu, make_report, need, nodecheck
+from helpers import PUBLIC, answer_key, json_report, make_gpu, make_report, need, nodecheck
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -57,16 +57,6 @@ def test_in_place_only_rows():
             "     2097152        524288     float     sum      -1" + " " * 32 + "    43.39   48.34   84.59      0\n")
     (row,) = parse_nccl_log(text).rows
     assert row.out_of_place is None and row.in_place.busbw_gbytes == 84.59
-
-
-def json_report(results, average=156.742):
-    # the layout nccl-tests' src/util.cu writes with -J (JSON_FILE_VERSION 2)
-    return json.dumps({"version": 2, "start_time": "2026-11-22 10:00:00", "args": ["all_reduce_perf", "-J", "r.json"],
-                       "env": [], "nccl_version": 22809,
-                       "config": {"nthreads": 1, "ngpus": 8, "devices": [{"rank": 0, "group": 0, "pid": 1, "hostname": "n1",
-                                                                           "device": 0, "device_hex": "0000:18:00", "device_info": "NVIDIA H100 80GB HBM3"}]},
-                       "results": results, "out_of_bounds": {"count": 0, "okay": "true"},
-                       "average_bus_bandwidth": {"bandwidth": average, "okay": "unchecked"}, "errors": []})
 
 
 def test_json_report():

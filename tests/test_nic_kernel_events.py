@@ -6,8 +6,7 @@ InfiniBand matcher quotes from its nodes and tests against (components/accelerat
 
 import json
 
-from helpers import cli, make_measurement, make_report
-from test_roce_gids import NCCL_769, roce_node
+from helpers import NCCL_769, cli, make_measurement, make_report, roce_node
 
 from nodecheck.checks.nic_events import nic_events
 from nodecheck.config import Config

@@ -12,8 +12,7 @@ import sys
 
 import pytest
 from gpu_fabric_cases import published
-from helpers import PUBLIC, free_port, hgx_nvml, need
-from test_fabric import gpu_node_with_rdma
+from helpers import PUBLIC, free_port, gpu_node_with_rdma, hgx_nvml, need
 
 from nodecheck.assemble.rails import rank_nvlink
 from nodecheck.bench import distributed

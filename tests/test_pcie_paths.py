@@ -3,12 +3,10 @@ values (../shared/captures/h100-pcie-vm/sysfs.txt), and switch trees laid out as
 
 import json
 
-from helpers import hgx_nvml, make_snapshot, nodecheck, write_pci_tree
+from helpers import make_snapshot, nodecheck, switch_node, tree
 
 from nodecheck.core.pci import Hop, narrow_hops
 from nodecheck.host.live import LiveHost
-from nodecheck.host.snapshot import SnapshotHost
-from nodecheck.pipeline import build_report
 from nodecheck.probes.pcie import collect
 
 
@@ -21,34 +19,11 @@ def test_this_machine():
             assert paths[nic["pci_address"]][0].bdf == nic["pci_address"]
 
 
-def tree(snap, devices: dict[str, tuple]):
-    """devices: PCI address -> (class, its path under /sys/devices, current width, max width[, max speed])."""
-    write_pci_tree(snap, devices)
-    return build_report(SnapshotHost(snap))
-
-
 def test_the_h100_nodes_gpu_sits_under_the_root_complex_at_full_width(tmp_path):
     """sysfs.txt of the H100 VM: 0000:00:06.0, class 0x030200, 32 GT/s x16 of x16, parent pci0000:00."""
     report = tree(make_snapshot(tmp_path / "h100"), {"0000:00:06.0": ("0x030200", "pci0000:00/0000:00:06.0", 16, 16)})
     assert report.pcie_paths["0000:00:06.0"] == [Hop("0000:00:06.0", 16, 16, "32.0 GT/s PCIe", None)]
     assert not [f for f in report.findings if f.kind == "pcie_hop_narrow"]
-
-
-SWITCH = "pci0000:00/0000:00:01.0/0000:16:00.0"  # root port, then the switch's upstream port
-
-
-def switch_node(tmp_path, uplink_width: int, uplink_speed: str = "32.0 GT/s PCIe"):
-    """gpu0 (0000:18:00.0) and gpu1 (0000:28:00.0) behind one switch: root port x16, the switch's upstream
-    port trained at `uplink_width` of x16, each downstream port and GPU at x16."""
-    snap = make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
-    return tree(snap, {
-        "0000:00:01.0": ("0x060400", "pci0000:00/0000:00:01.0", 16, 16),
-        "0000:16:00.0": ("0x060400", SWITCH, uplink_width, 16, uplink_speed),
-        "0000:17:00.0": ("0x060400", f"{SWITCH}/0000:17:00.0", 16, 16),
-        "0000:17:01.0": ("0x060400", f"{SWITCH}/0000:17:01.0", 16, 16),
-        "0000:18:00.0": ("0x030200", f"{SWITCH}/0000:17:00.0/0000:18:00.0", 16, 16),
-        "0000:28:00.0": ("0x030200", f"{SWITCH}/0000:17:01.0/0000:28:00.0", 16, 16),
-    })
 
 
 def test_a_switch_uplink_at_x8_is_named_once_with_every_gpu_behind_it(tmp_path):

@@ -4,8 +4,7 @@ replayed, judged."""
 
 import json
 
-from helpers import REPO, nodecheck
-from test_fabric import gpu_node_with_rdma, hgx_h100_with_ndr
+from helpers import REPO, gpu_node_with_rdma, hgx_h100_with_ndr, nodecheck
 
 from nodecheck.host.live import LiveHost
 from nodecheck.probes.platform import collect, parse_cmdline

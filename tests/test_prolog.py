@@ -4,14 +4,11 @@ broken config, and scontrol's node line as Slurm 22.05 prints it."""
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from helpers import fake_executable, hgx_nvml, make_snapshot
+from helpers import DRAINED_LINE, fake_executable, hgx_nvml, make_snapshot, run_nodecheck
 
 from nodecheck.config import Config, PrologSettings
 from nodecheck.core.errors import NoData, ParseError
@@ -20,17 +17,6 @@ from nodecheck.pipeline import build_report
 from nodecheck.report.findings import Finding, one_line
 from nodecheck.slurm.prolog import Verdict, _run_bounded, drain_reason, failing_findings, plan_action, skip_reason
 from nodecheck.slurm.scontrol import NodeState, parse_node, slurm_env
-
-NODECHECK = str(Path(sys.executable).parent / "nodecheck")
-# `scontrol show node vm --oneliner` on this machine's Slurm 22.05.8, drained by nodecheck
-DRAINED_LINE = ("NodeName=vm Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=2.91 "
-                "AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=127.0.0.1 NodeHostName=vm "
-                "Version=22.05.8 OS=Linux 6.18.44-fc-v769 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=1 AllocMem=0 "
-                "FreeMem=22821 Sockets=2 Boards=1 State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A "
-                "MCS_label=N/A Partitions=debug  BootTime=2026-11-22T12:44:57 SlurmdStartTime=2026-11-22T17:38:47 "
-                "LastBusyTime=2026-11-22T17:38:48 CfgTRES=cpu=2,mem=1M,billing=2 AllocTRES= CapWatts=n/a "
-                "CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s "
-                "Reason=nodecheck: gpu3 PCIe x8 < x16 (+1 more) [root@2026-11-22T17:41:00]\n")
 
 
 def test_parse_node_as_slurm_prints_it():
@@ -114,15 +100,6 @@ def test_a_warning_check_that_times_out_stays_a_warning_and_durations_are_each_c
     assert failing_findings(proximity.findings, "error") == []  # a late warning check never drains
     assert instant.seconds < slow.seconds  # measured from each check's start, not from the join
     stuck_for.set()
-
-
-def run_nodecheck(*args, env_extra=None, path_prefix=None, timeout=60):
-    # as Slurm starts a prolog: no PATH, no SLURM_CONF; the suite's state directory, not the machine's
-    env = {"SLURMD_NODENAME": "testnode", "STATE_DIRECTORY": os.environ["STATE_DIRECTORY"]}
-    env.update(env_extra or {})
-    if path_prefix:
-        env["PATH"] = f"{path_prefix}:/usr/sbin:/usr/bin:/sbin:/bin"
-    return subprocess.run([NODECHECK, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def test_hung_nvidia_smi_drains_within_the_budget_naming_the_probe(tmp_path):
@@ -235,7 +212,7 @@ def test_a_replayed_snapshot_reaches_no_other_node(tmp_path):
 def test_the_prolog_judges_its_bench_as_bench_does(tmp_path, monkeypatch):
     """The bench child hands back measurements only; the prolog judges them with verdicts.judge_measurements
     (the judgment behind with_measurements) against the node check's Report, so what NCCL chose (details.nccl) raises the nccl_* findings there too."""
-    from test_fabric import hgx_h100_with_ndr
+    from helpers import hgx_h100_with_ndr
 
     from nodecheck.bench import plan
     from nodecheck.config import Config

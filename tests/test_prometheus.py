@@ -11,25 +11,17 @@ from helpers import (
     make_nic,
     make_report,
     make_snapshot,
+    metrics_of,
     nodecheck,
     promtool_check,
+    samples,
 )
-from prometheus_client.parser import text_string_to_metric_families
 
 from nodecheck.checks import FINDING_KINDS
 from nodecheck.config import Config
 from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.prometheus.exposition import write_textfile
-
-
-def samples(text: str) -> dict:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def metrics_of(report, tmp_path) -> str:
-    return write_textfile(report, tmp_path).read_text()
 
 
 def test_hgx_report_metrics_are_lint_clean_and_joinable(tmp_path):

@@ -7,29 +7,24 @@ import http.server
 import json
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import threading
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
-from helpers import REPO, free_port, h100_node_snapshot, h100_nvml_records, make_snapshot, wait_until
+from helpers import (
+    REPO,
+    free_port,
+    get_json,
+    h100_node_snapshot,
+    h100_nvml_records,
+    make_snapshot,
+    wait_for,
+)
 
 DEADLINE = 90  # seconds for the whole chain: first scrape (~5 s), rule evaluation, Alertmanager
-
-
-
-def get_json(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return json.load(response)
-
-
-def wait_for(check, what: str, deadline: float):
-    return wait_until(check, max(0.0, deadline - time.monotonic()), what, pause=0.5, tolerate=(OSError,))
 
 
 class Webhook(http.server.BaseHTTPRequestHandler):
@@ -42,26 +37,6 @@ class Webhook(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
-
-
-@pytest.fixture
-def processes():
-    started: list[subprocess.Popen] = []
-
-    def start(argv: list[str], log: Path) -> subprocess.Popen:
-        proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        proc.send_signal(signal.SIGTERM)
-    for proc in started:
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_alert_fires_for_the_degraded_node_only(tmp_path, processes):

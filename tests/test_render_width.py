@@ -96,7 +96,7 @@ def test_the_header_of_a_snapshot_without_identity(tmp_path):
 def test_findings_keep_their_subject_and_advice_whole(tmp_path, width):
     """An HGX board with one NVLink down on gpu3 and a PCIe switch port redirecting peer traffic (ACS): the
     subjects and the advice are never cut, at any width."""
-    from test_acs import acs_findings, lspci_for_switch
+    from helpers import acs_findings, lspci_for_switch
 
     report, _ = acs_findings(tmp_path, lspci_for_switch(redirect=True))
     text = shown(report, width)

@@ -10,45 +10,14 @@ import dataclasses
 import json
 
 import pytest
-import sysfs_trees
-from helpers import make_report
+from helpers import IPV4, LINK_LOCAL, NCCL_769, TreeHost, make_report, roce_node
 
 from nodecheck.assemble.roce_gid import nccl_gid_index
 from nodecheck.checks.roce import roce_gid_findings
-from nodecheck.host.live import LiveHost
 from nodecheck.host.snapshot import RecordingHost, SnapshotHost
 from nodecheck.probes.nics import collect
-from nodecheck.probes.roce_gids import MAX_GIDS, ZERO_GID, parse_gid_table
+from nodecheck.probes.roce_gids import MAX_GIDS, parse_gid_table
 from nodecheck.report.model import Platform
-
-LINK_LOCAL = "fe80:0000:0000:0000:0ac0:ebff:feda:1cfb"
-IPV4 = "0000:0000:0000:0000:0000:ffff:c800:d106"  # ::ffff:200.0.209.6
-NCCL_769 = {0: (LINK_LOCAL, "IB/RoCE v1"), 1: (LINK_LOCAL, "RoCE v2"), 2: (IPV4, "IB/RoCE v1"), 3: (IPV4, "RoCE v2")}
-
-
-class TreeHost(LiveHost):
-    def addresses(self):
-        return {}
-
-
-def roce_node(root, table: dict, link_layer: str = "Ethernet"):
-    """One RoCE HCA, mlx5_bond_0 (its netdev bond0, up), port 1 ACTIVE at 200 Gb/s, with this GID table."""
-    sys_ = root / "sys"
-    hca = "pci0000:00/0000:1a:00.0"
-    for name, value in (("type", "1"), ("operstate", "up"), ("mtu", "4200"), ("speed", "200000")):
-        sysfs_trees.write(sys_ / "devices" / hca / "net/bond0" / name, value)
-    sysfs_trees.link(sys_ / "class/net/bond0", f"../../devices/{hca}/net/bond0")
-    sysfs_trees.link(sys_ / "class/infiniband/mlx5_bond_0/device", f"../../../devices/{hca}")
-    port = sys_ / "class/infiniband/mlx5_bond_0/ports/1"
-    for name, value in (("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"), ("rate", "200 Gb/sec (4X HDR)"),
-                        ("link_layer", link_layer)):
-        sysfs_trees.write(port / name, value)
-    for index in range(255):  # the kernel lists every entry of the table, set or not
-        gid, kind = table.get(index, (ZERO_GID, None))
-        sysfs_trees.write(port / "gids" / str(index), gid)
-        if kind is not None:
-            sysfs_trees.write(port / "gid_attrs/types" / str(index), kind)
-    return TreeHost(root)
 
 
 def judged(root, table: dict, conf: dict | None = None, link_layer: str = "Ethernet"):

@@ -228,7 +228,7 @@ def test_a_multi_node_nvlink_domain_crosses_nodes_at_nvlink_until_it_is_full(tmp
     job past one node at the rails' ring bound (8 x 400 Gbit/s = 400 GB/s here), 2.25 x too little for NVLink 5
     (900 GB/s a GPU); now rows up to the domain's size use the NVLink figure and larger ones the rails."""
     from gpu_fabric_cases import published
-    from test_fabric import gpu_node_with_rdma
+    from helpers import gpu_node_with_rdma
 
     from nodecheck.report.model import Imex
     from nodecheck.scale import fabric_from_report

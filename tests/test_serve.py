@@ -18,36 +18,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench_serve_faults  # noqa: E402
-from helpers import fake_executable, free_port, h100_node_snapshot, in_private_network, make_ca_and_certs, wait_until
-
-
-def start_serve(*args: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "nodecheck", "serve", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
-
-
-def stop(proc: subprocess.Popen) -> str:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        out, _ = proc.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-    return out
-
-
-def wait_metrics(url: str, context=None, seconds: float = 30) -> str:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2, context=context) as response:
-                text = response.read().decode()
-                if "nodecheck_probe_success" in text:
-                    return text
-        except (urllib.error.URLError, ConnectionError):
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{url} served no report within {seconds} s")
+from helpers import (
+    fake_executable,
+    free_port,
+    h100_node_snapshot,
+    in_private_network,
+    make_ca_and_certs,
+    start_serve,
+    stop,
+    wait_metrics,
+    wait_until,
+)
 
 
 def web_config(tmp_path, **sections) -> str:

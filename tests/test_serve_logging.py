@@ -5,8 +5,7 @@ import logging
 import subprocess
 import sys
 
-from helpers import free_port, h100_node_snapshot, wait_until
-from test_serve import start_serve, stop, wait_metrics
+from helpers import free_port, h100_node_snapshot, start_serve, stop, wait_metrics, wait_until
 
 from nodecheck.prometheus.serve import RoundLog
 from nodecheck.report.model import Report

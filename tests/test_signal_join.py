@@ -2,39 +2,17 @@
 verdicts.with_measurements, the way bench and serve judge): a slow path's finding names the signals on it; an
 error-only signal on a path that measured fine is a warning; a drain-now class stays an error."""
 
-from helpers import make_measurement, make_nic, make_report
+from helpers import h2d, judged, make_measurement, make_nic, report_with
 
 from nodecheck.checks.fabric import fabric_findings
 from nodecheck.config import Config
-from nodecheck.core.pci import Hop
 from nodecheck.report.findings import Finding
 from nodecheck.report.model import GpuFabric, IbPort
 from nodecheck.verdicts.bandwidth import with_measurements
 
-GPU3 = "00000000:9B:00.0"
-
-
-def report_with(*signals: Finding):
-    from helpers import make_gpu
-
-    hops = {"0000:9b:00.0": [Hop("0000:9b:00.0", 16, 16, None, None), Hop("0000:16:00.0", 16, 16, None, None)]}
-    port = IbPort("mlx5_0", 1, "ACTIVE", "LinkUp", "400 Gb/sec (4X NDR)", "InfiniBand")
-    nic = make_nic("ibp26s0", kind="infiniband", rdma_device="mlx5_0", ib_ports=[port])
-    return make_report(gpus=[make_gpu(3, pci_bus_id=GPU3)], nics=[nic], pcie_paths=hops, findings=list(signals))
-
-
 AER = Finding("pcie_link_errors", "error", "pci:0000:16:00.0", "AER correctable 40/min", "<= 31/min", "pci:0000:16:00.0 (gpu3): ...")
 FATAL = Finding("pcie_aer_fatal", "error", "pci:0000:16:00.0", "AER fatal 1", "none", "pci:0000:16:00.0 (gpu3): fatal")
 SYMBOLS = Finding("ib_port_errors", "error", "mlx5_0/1", "symbol_error 20.0/s", "<= 10/s", "mlx5_0/1 (ibp26s0): ...")
-
-
-def h2d(ratio: float):
-    return make_measurement("gpu3:host", "h2d", rate=ratio * 50e9, spec=50e9, direction="unidirectional",
-                            details={"path_kind": "pcie"})
-
-
-def judged(report, *measurements):
-    return {f.kind: f for f in with_measurements(report, list(measurements), 0.0, Config()).findings}
 
 
 def test_a_slow_path_names_the_error_signals_on_it():

@@ -258,8 +258,7 @@ def test_a_jobs_process_on_a_gpu_is_the_jobs_and_a_stray_one_drains(slurm, tmp_p
     cgroups, proctrack/linuxproc: its slurmstepd parent says it is a job's) and a process that left its parent
     (setsid and a shell that exited: reparented, as a leftover daemon is). Only the stray one is in use."""
     from fakes import fake_pynvml
-    from test_gpu_processes import GIB, NoDeviceFileGate
-    from test_gpu_signals import captured
+    from helpers import GIB, NoDeviceFileGate, captured
 
     from nodecheck.checks.gpu_processes import before_job
     from nodecheck.probes.nvml import collect
@@ -291,7 +290,7 @@ def test_the_health_check_judges_gpu_processes_on_an_idle_node_only(slurm, tmp_p
     """A snapshot whose GPU a stray process holds, judged with this real Slurm's view of the node: idle, the health
     check would drain it (and so never resumes a node the prolog drained for it); running a job, it does not judge
     the processes, which may be the job's."""
-    from test_gpu_processes import GIB, OUTSIDE, node
+    from helpers import GIB, OUTSIDE, node
 
     slurm.configure(HEALTHY)
     snap = node(tmp_path, [{"pid": 4242, "used_memory": 30 * GIB}], {4242: ("python3", "S", OUTSIDE)}).root

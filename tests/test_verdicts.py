@@ -312,7 +312,7 @@ def test_a_log_of_one_node_says_it_was_judged_as_one(tmp_path):
 def test_a_job_of_one_rank_per_node_is_bounded_by_one_rail(tmp_path):
     """Two nodes, one GPU each (an nccl-tests -J report whose devices name rank 0 on n1 and rank 1 on n2): each
     rank's traffic leaves by its own GPU's rail, so 45 GB/s busbw is 0.9 of one 400G rail, not 0.11 of eight."""
-    from test_nccl_tests import json_report
+    from helpers import json_report
 
     row = {"size": 1 << 30, "count": 1 << 28, "type": "float", "redop": "sum", "root": -1,
            "out_of_place": {"time": 23860.0, "alg_bw": 45.0, "bus_bw": 45.0, "nwrong": 0},

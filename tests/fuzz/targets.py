@@ -161,7 +161,7 @@ def _affinity_seeds() -> list[str]:
 
 def _scontrol_line() -> list[str]:
     sys.path.insert(0, str(TESTS))
-    from test_prolog import DRAINED_LINE
+    from helpers import DRAINED_LINE
 
     return [DRAINED_LINE, DRAINED_LINE.replace("IDLE+DRAIN", "MIXED").split(" Reason=")[0]]
 
