@@ -5,7 +5,7 @@ distinct names), beside the target (under 1 s each).
 
 The lines are tests/hostile_lines.py's: each parser's own keywords repeated, the shapes that make a
 backtracking regular expression quadratic. The suite only checks that each parser returns
-(tests/test_linear_parsers.py); the figures are here."""
+(tests/system/test_linear_parsers.py); the figures are here."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 and whose lstopo prints garbage, probed every second, under N concurrent scrapers for S seconds.
 Prints scrapes answered, failed scrapes (goal: 0) and scrapes per second.
 Run: .venv/bin/python benchmarks/bench_serve_faults.py [--clients 200] [--seconds 30]
-(tests/test_serve.py runs the same scenario, short.)"""
+(tests/system/test_serve.py runs the same scenario, short.)"""
 
 from __future__ import annotations
 

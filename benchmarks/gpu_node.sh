@@ -71,7 +71,7 @@ hwloc_path() {  # hwloc and iproute2 unpacked by install()
 hwloc_path
 
 # the files that hold gpu tests (collecting every file would need the test extra's packages); -s: the figures they print
-gpu() { step 540 "$PY" -m pytest -m gpu -ra -v -s -p no:cacheprovider tests/test_gpu.py tests/test_bench_gpu.py tests/test_nccl_on_one_gpu.py; }
+gpu() { step 540 "$PY" -m pytest -m gpu -ra -v -s -p no:cacheprovider tests/gpu/test_gpu.py tests/gpu/test_bench_gpu.py tests/gpu/test_nccl_on_one_gpu.py; }
 
 TMP=$(mktemp -d)  # what the log shows but need not come back as a file
 trap 'rm -rf "$TMP"' EXIT

@@ -1,4 +1,9 @@
-"""pytest's fixtures; the helpers every test imports live in tests/helpers.py."""
+"""pytest's fixtures and markers; the helpers every test imports live in tests/helpers.py.
+
+The tree: tests/unit/<package>/ mirrors src/nodecheck (in-process, on captured text, in-memory Reports and
+snapshots: `pytest tests/unit` is the inner loop); tests/system/ runs real things (Slurm, Prometheus,
+namespaces, the container, an API server, nodecheck as a process, sweeps of hostile input; marker `system`);
+tests/gpu/ needs a GPU for most of its tests (marker `gpu` on each)."""
 
 from __future__ import annotations
 
@@ -74,3 +79,11 @@ def processes():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test under tests/system/ carries the `system` marker: `-m "not system"` leaves them out."""
+    system = REPO / "tests" / "system"
+    for item in items:
+        if system in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.system)

@@ -9,7 +9,7 @@
   nodes, 64 ranks. Its all-reduce rows are CoreWeave's published 64-GPU H100 nccl-tests run (IB with SHARP);
   the job's spec comes from the example node's rails as bench computes it.
 
-`NODECHECK_REGENERATE_EXAMPLES=1 pytest tests/test_examples.py` rewrites them; the test checks the shipped
+`NODECHECK_REGENERATE_EXAMPLES=1 pytest tests/unit/cli/test_examples.py` rewrites them; the test checks the shipped
 files are what this builder makes from ../shared."""
 
 from __future__ import annotations

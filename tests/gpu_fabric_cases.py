@@ -1,5 +1,5 @@
 """The Fabric sections of `nvidia-smi -q` others published (tests/fixtures/gpu-fabric/published.txt), turned back
-into the numbers NVML's nvmlDeviceGetGpuFabricInfoV writes: what tests/test_gpu_fabric.py and the NVML fuzz seeds
+into the numbers NVML's nvmlDeviceGetGpuFabricInfoV writes: what tests/unit/probes/test_gpu_fabric.py and the NVML fuzz seeds
 replay through the pynvml stand-in."""
 
 import re

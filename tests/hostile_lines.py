@@ -2,7 +2,7 @@ r"""Hostile megabytes for every text parser, in three shapes: each parser's own 
 then a run of spaces, digits or separators and one last character (a lazy group before `\s*$` is quadratic in
 the run: 80 KB of spaces after `via` took 33.6 s); and many lines naming many distinct things (a list searched
 for each new name is quadratic in the names: 80,000 socket interfaces, 2.5 MB of fallen-off-the-bus addresses).
-Used by tests/test_linear_parsers.py (each parser must finish) and benchmarks/bench_parsers.py (how fast)."""
+Used by tests/system/test_linear_parsers.py (each parser must finish) and benchmarks/bench_parsers.py (how fast)."""
 
 from __future__ import annotations
 

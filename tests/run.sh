@@ -37,7 +37,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   for unit in $(comm -13 <(echo "$before") <(enabled_units)); do
     systemctl disable --quiet "$unit" 2>/dev/null || echo "tests/run.sh: could not disable $unit" >&2
   done
-  export NODECHECK_UNITS_ENABLED_BEFORE="$before"  # tests/test_deploy.py checks none was left enabled
+  export NODECHECK_UNITS_ENABLED_BEFORE="$before"  # tests/system/test_deploy.py checks none was left enabled
 else
   echo "tests/run.sh: not root (or no apt-get): not installing ${APT_PACKAGES[*]}; tests needing them will skip" >&2
 fi

@@ -2,7 +2,7 @@
 process capped at --memory-mib of address space and --seconds per input. Prints, per parser, the
 inputs tried and every exception other than the parser's own error (the first few in full); exits 1
 when there was any. On demand: .venv/bin/python tests/fuzz/run.py --per-parser 10000
-(the suite runs a few hundred per parser: tests/test_fuzz_captures.py)."""
+(the suite runs a few hundred per parser: tests/system/test_fuzz_captures.py)."""
 
 from __future__ import annotations
 

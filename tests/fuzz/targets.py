@@ -190,7 +190,7 @@ GB200_NVLINK5_LINES = (
     "0x00000000 0x00000000 0x00000000)\n")
 
 
-# a ConnectX NIC's module and slot power events, as gpud quotes mlx5_core's lines (tests/test_nic_kernel_events.py)
+# a ConnectX NIC's module and slot power events, as gpud quotes mlx5_core's lines (tests/unit/checks/test_nic_kernel_events.py)
 MLX5_LINES = (
     "[ 8400.000001] mlx5_core 0000:5c:00.0: mlx5_port_module_event:1131:(pid 0): Port module event[error]: module 0, "
     "Cable error, High Temperature\n"

@@ -1,5 +1,5 @@
 """docs/checks.md, written from the checks' declarations: every finding kind, its area, the probe its check reads,
-the figure it puts in a drain reason, and when it is raised. tests/test_finding_kinds.py keeps the page fresh."""
+the figure it puts in a drain reason, and when it is raised. tests/unit/checks/test_finding_kinds.py keeps the page fresh."""
 
 from __future__ import annotations
 

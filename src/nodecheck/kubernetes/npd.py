@@ -4,7 +4,7 @@ check, as a Slurm drain reason names it. Pure: a Report in, (exit code, line) ou
 
 Areas (each a node condition in deploy/kubernetes/npd-nodecheck.json): gpu (the GPUs, their links and their
 error signals), fabric (NICs, InfiniBand, the PCIe and platform paths peer traffic takes, NCCL), bandwidth (the
-bandwidth tests). Every finding kind is in exactly one area (tests/test_npd.py). `serve --kubernetes-conditions`
+bandwidth tests). Every finding kind is in exactly one area (tests/system/test_npd.py). `serve --kubernetes-conditions`
 (src/nodecheck/kubernetes/node_health.py) patches the same areas as the same node conditions, from the same verdicts."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One registry of finding kinds: the checks' declarations (src/nodecheck/checks/), listed once in
 checks/__init__.py. Every kind the code raises is declared, each kind has one home, every table derives from the
 declarations, and docs/checks.md is the page they write. Regenerate the page on purpose:
-    NODECHECK_REGENERATE_DOCS=1 .venv/bin/python -m pytest tests/test_finding_kinds.py"""
+    NODECHECK_REGENERATE_DOCS=1 .venv/bin/python -m pytest tests/unit/checks/test_finding_kinds.py"""
 
 import ast
 import importlib

@@ -1,7 +1,7 @@
 """Every manifest in deploy/kubernetes, validated offline against the Kubernetes OpenAPI schemas
 (kubernetes-validate, strict: an unknown field is an error). No API server runs here: this is schema- and
 contract-testing, not a live cluster (docs say so). The ServiceMonitor is the Prometheus operator's CRD, whose
-schema Kubernetes does not ship: tests/test_deploy.py checks it against the Service it selects."""
+schema Kubernetes does not ship: tests/system/test_deploy.py checks it against the Service it selects."""
 
 from pathlib import Path
 

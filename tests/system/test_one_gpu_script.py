@@ -194,8 +194,8 @@ def test_the_lease_runs_every_file_that_holds_gpu_tests():
     import re
 
     step = re.search(r"^gpu\(\) \{.*$", (REPO / "benchmarks/gpu_node.sh").read_text(), re.M)[0]
-    named = set(re.findall(r"tests/(test_\w+\.py)", step))
-    marked = {path.name for path in (REPO / "tests").glob("test_*.py") if re.search(r"pytest\.mark\.gpu\b", path.read_text())}
+    named = set(re.findall(r"tests/(?:[a-z]+/)*(test_\w+\.py)", step))
+    marked = {path.name for path in (REPO / "tests").rglob("test_*.py") if re.search(r"pytest\.mark\.gpu\b", path.read_text())}
     assert named == marked
 
 

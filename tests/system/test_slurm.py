@@ -131,7 +131,7 @@ def test_wrapper_drains_when_nodecheck_itself_hangs(slurm, tmp_path):
     timeout, which drains naming that; the health check lifts the drain once the checks pass."""
     slurm.configure(HEALTHY)
     wrapper = tmp_path / "nodecheck-prolog"
-    wrapper.write_text((Path(__file__).parent.parent / "deploy/slurm/nodecheck-slurm").read_text())
+    wrapper.write_text((REPO / "deploy/slurm/nodecheck-slurm").read_text())
     wrapper.chmod(0o755)
     stuck = fake_executable(tmp_path / "stuck-nodecheck", "sleep 60\n")
     (tmp_path / "nodecheck.env").write_text(f"NODECHECK={stuck}\nNODECHECK_KILL_AFTER=1\n")

@@ -3,7 +3,7 @@ src/nodecheck/checks/error_counters.py netdev_findings): what `ip -s link` shows
 of a gloo job. Read from the real sysfs trees of node_exporter's and procfs's fixtures (../shared/peer/sysfs: igb's
 ens10f0 up after one carrier drop, ice's enp162s0f0np0 down), and judged over two
 samples. The kernel's counter itself is read from a real veth whose peer goes down and up in
-tests/test_nics.py."""
+tests/unit/probes/test_nics.py."""
 
 import pytest
 from helpers import SHARED, make_measurement, make_nic, make_report, need

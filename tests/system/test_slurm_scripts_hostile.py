@@ -2,7 +2,7 @@
 temporary name (a root-owned file was overwritten), and `nodecheck-allreduce` did the same with `$out.$$.tmp`. Each
 now makes its temporary file with mktemp (created new, never opened through a link) and renames it into place (a
 rename replaces a link, never writes through it), and the sweep refuses an output directory others may write.
-srun and scontrol are stand-ins here (a real one-node Slurm runs the scripts in tests/test_slurm.py): srun runs the
+srun and scontrol are stand-ins here (a real one-node Slurm runs the scripts in tests/system/test_slurm.py): srun runs the
 task once, on this machine."""
 
 import os

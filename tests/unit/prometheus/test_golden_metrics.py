@@ -2,7 +2,7 @@
 one NVLink down on gpu3 and its Xid 74 in the kernel log, gpu3's PCIe path with AER counts) with one all-reduce measurement, compared byte for byte with
 tests/golden/hgx-h100-8gpu.prom, as node_exporter's e2e-output test does: a change to any metric's
 name, help, labels or value shows here. Regenerate on purpose only:
-    NODECHECK_REGENERATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_golden_metrics.py"""
+    NODECHECK_REGENERATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/prometheus/test_golden_metrics.py"""
 
 import dataclasses
 import os

@@ -87,7 +87,7 @@ def test_the_fleet_dashboard_reads_what_the_fleet_rules_record():
 def test_the_daemonset_gives_the_kernel_log_and_the_state_what_they_need():
     """The journal read-only with the groups its ACLs name (no privilege, no CAP_SYSLOG), and a writable state
     directory where STATE_DIRECTORY points, under a read-only root filesystem: the host's, which outlives the pod,
-    given to the container's user by an init container that holds CHOWN alone (tests/test_container.py runs it)."""
+    given to the container's user by an init container that holds CHOWN alone (tests/system/test_container.py runs it)."""
     daemonset = kubernetes_objects("daemonset.yaml")["DaemonSet"]
     pod = daemonset["spec"]["template"]["spec"]
     (container,) = pod["containers"]

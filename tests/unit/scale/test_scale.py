@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import h100_node_snapshot, hgx_nvml, make_snapshot
+from helpers import REPO, h100_node_snapshot, hgx_nvml, make_snapshot
 
 from nodecheck.bench.distributed import measurement_from_worker
 from nodecheck.host.snapshot import SnapshotHost
@@ -122,7 +122,7 @@ def test_from_a_multi_rail_snapshot_the_rails_are_summed_as_bench_bounds_the_job
     """The 8-GPU example node has 8 NDR rails of 400 Gbit/s. Without a measurement, scale once took the slowest single
     NIC (50 GB/s) where bench bounds the same job, 8 ranks a node, by the sum of its rails: 8x too little, and the
     example job's Report holds bench's bound. Now both say 400 GB/s; a job of one rank per node uses GPU 0's rail."""
-    example = Path(__file__).resolve().parent.parent / "examples"
+    example = REPO / "examples"
     job = json.loads((example / "job-8node-allreduce.json").read_text())
     (bench_bound,) = [m["spec_bytes_per_second"] for m in job["measurements"] if m["test"] == "allreduce"]
     out = scale("--params", "7B", "--step-time", "1.5", "--from", str(example / "hgx-h100-8gpu"), "--json")
@@ -136,7 +136,7 @@ def test_from_a_multi_rail_snapshot_the_rails_are_summed_as_bench_bounds_the_job
 def test_the_nic_lever_counts_the_rails_the_figure_already_uses():
     """Seed 001's lever is "a second NIC" for its one 10 GbE port. On the 8-rail example it once said the same, where
     doubling the inter-node busbw takes 16 NICs a node; by hand the count is unknown and the label says only "twice"."""
-    example = Path(__file__).resolve().parent.parent / "examples"
+    example = REPO / "examples"
 
     def nic_lever(*args: str) -> str:
         out = scale("--params", "7B", "--step-time", "1.5", "--nodes", "2", *args, "--json")
