@@ -6,14 +6,33 @@ module registers them, in the order `--help` lists them, and is the entry point.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+from pathlib import Path
 
 import typer
 
 from nodecheck.cli.app import EXIT_USAGE, app
 from nodecheck.core.errors import ConfigError
 
-for _family in ("inspect", "bench", "serve", "scale", "slurm", "signals", "fleet"):  # each registers its commands, in this order
+FAMILIES = ("inspect", "bench", "serve", "scale", "slurm", "signals", "fleet")  # each registers its commands, in this order
+FAMILY_OF = {"inspect": "inspect", "snapshot": "inspect", "config": "inspect", "bench": "bench", "nccl-log": "bench",
+             "serve": "serve", "check": "serve", "scale": "scale", "prolog": "slurm", "healthcheck": "slurm",
+             "kernel-log": "signals", "clear": "signals", "fleet": "fleet"}
+
+
+def _families(argv: list[str], environ) -> tuple[str, ...]:
+    """The command families to register. Run as the nodecheck command, only the family of the command it runs: the
+    others' imports (the bench's, the exporter's) are start-up time `inspect` would pay for nothing. Everything for
+    --help, completion, a command it does not know (typer says so), or when imported (tests, other programs)."""
+    started_as_command = Path(argv[0]).name == "nodecheck" or argv[0].endswith(("nodecheck/__main__.py", "-m"))
+    if not started_as_command or any(name.startswith("_") and name.endswith("_COMPLETE") for name in environ):
+        return FAMILIES
+    command = next((arg for arg in argv[1:] if not arg.startswith("-")), None)
+    return (FAMILY_OF[command],) if command in FAMILY_OF and "--help" not in argv[1:2] else FAMILIES
+
+
+for _family in _families(sys.argv, os.environ):
     importlib.import_module(f"nodecheck.cli.{_family}")
 
 

@@ -47,85 +47,116 @@ def record(kind, raw, lenient=frozenset()):
     field name) pairs: what a source read), which is dropped instead, as if absent."""
     if not isinstance(raw, dict):
         raise ValueError(f"{kind.__name__}: expected an object, got {type(raw).__name__}")
-    hints = _hints(kind)
     values = {}
-    for spec in _fields(kind):
-        value = raw.get(spec.name)
+    for name, decode, scalar, where, essential, required, empty in _plan(kind):
+        value = raw.get(name)
         if value is not None:
+            if scalar is not None and isinstance(value, scalar[0]) and (scalar[1] or not isinstance(value, bool)):
+                values[name] = value  # the common case, read inline: most of a Report's values are scalars
+                continue
             try:
-                values[spec.name] = _decode(hints[spec.name], value, f"{kind.__name__}.{spec.name}", lenient)
+                values[name] = decode(value, where, lenient)
                 continue
             except ValueError:
-                if (kind, spec.name) not in lenient:
+                if (kind, name) not in lenient:
                     raise  # a lenient one is dropped: as if absent
-        if spec.metadata.get("essential"):
-            raise ValueError(f"{kind.__name__}.{spec.name}: missing")
-        if spec.default is MISSING and spec.default_factory is MISSING:  # required: its empty value
-            values[spec.name] = _empty(hints[spec.name])
+        if essential:
+            raise ValueError(f"{where}: missing")
+        if required:  # its empty value
+            values[name] = empty() if empty is not None else None
     return kind(**values)
 
 
 @functools.lru_cache(maxsize=None)
-def _hints(kind) -> dict:
-    return typing.get_type_hints(kind)
+def _plan(kind) -> tuple:
+    """How each field of a dataclass is read, worked out once per class (a fleet reads thousands of Reports, each of
+    thousands of values): its decoder, where an error names it, whether it is essential or required, its empty value."""
+    hints = typing.get_type_hints(kind)
+    return tuple((spec.name, _decoder(hints[spec.name]), _scalar_of(hints[spec.name]), f"{kind.__name__}.{spec.name}",
+                  bool(spec.metadata.get("essential")), spec.default is MISSING and spec.default_factory is MISSING,
+                  _empty(hints[spec.name])) for spec in fields(kind))
 
 
-@functools.lru_cache(maxsize=None)
-def _fields(kind) -> tuple:
-    return fields(kind)
+def _scalar_of(hint) -> tuple | None:
+    """(the types a scalar field takes, whether a bool is one of them) for a field of a scalar or an optional scalar;
+    None for any other. A value that fails this check still goes through the decoder, which names what is wrong."""
+    options = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) in (
+        typing.Union, types.UnionType) else [hint]
+    if not options or not all(option in (int, str, bool, float) for option in options):
+        return None
+    allowed = {int, float} if float in options else set()
+    return tuple(allowed | set(options)), bool in options
 
 
 def _empty(hint):
     origin = typing.get_origin(hint)
-    return [] if origin is list or hint is list else {} if origin is dict or hint is dict else None
+    return list if origin is list or hint is list else dict if origin is dict or hint is dict else None
 
 
 @functools.lru_cache(maxsize=None)
-def _shape(hint) -> tuple:
-    """How a value of this type hint is read, worked out once per hint (a Report holds thousands of values)."""
+def _decoder(hint):
+    """A function (value, where, lenient) -> value that reads a value of this type hint, made once per hint."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        return ("union", tuple(a for a in args if a is not type(None)), type(None) in args)
+        return _union(tuple(_decoder(a) for a in args if a is not type(None)), type(None) in args)
     if is_dataclass(hint):
-        return ("record", hint)
+        return lambda value, where, lenient: record(hint, value, lenient)
     if origin is list or hint is list:
-        return ("list", args[0] if args else None)
+        return _list(_decoder(args[0]) if args else None)
     if origin is dict or hint is dict:
-        return ("dict", args or None)
+        return _dict((_decoder(args[0]), _decoder(args[1])) if args else None)
     if hint is object:
-        return ("any",)
-    return ("scalar", (int, float) if hint is float else (hint,), hint is bool, hint.__name__)
+        return lambda value, where, lenient: value
+    return _scalar((int, float) if hint is float else (hint,), hint is bool, hint.__name__)
 
 
-def _decode(hint, value, where: str, lenient):
-    shape = _shape(hint)
-    kind = shape[0]
-    if kind == "union":
-        if value is None and shape[2]:
+def _union(options: tuple, nullable: bool):
+    def decode(value, where, lenient):
+        if value is None and nullable:
             return None
         errors = []
-        for arg in shape[1]:
+        for option in options:
             try:
-                return _decode(arg, value, where, lenient)
+                return option(value, where, lenient)
             except ValueError as error:
                 errors.append(str(error))
         raise ValueError("; ".join(errors))
-    if kind == "record":
-        return record(shape[1], value, lenient)
-    if kind == "list":
+    return decode
+
+
+def _list(item):
+    if item is not None and getattr(item, "scalar", None) is not None:
+        allowed, is_bool = item.scalar
+
+        def scalars(value, where, lenient):
+            if isinstance(value, list) and all(isinstance(v, allowed) and (is_bool or not isinstance(v, bool)) for v in value):
+                return list(value)  # a list of plain values, checked in one pass
+            return decode(value, where, lenient)
+    else:
+        scalars = None
+
+    def decode(value, where, lenient):
         if not isinstance(value, list):
             raise ValueError(f"{where}: expected a list, got {type(value).__name__}")
-        return [_decode(shape[1], v, where, lenient) for v in value] if shape[1] is not None else value
-    if kind == "dict":
+        return [item(v, where, lenient) for v in value] if item is not None else value
+    return scalars or decode
+
+
+def _dict(items):
+    def decode(value, where, lenient):
         if not isinstance(value, dict):
             raise ValueError(f"{where}: expected an object, got {type(value).__name__}")
-        if shape[1] is None:
+        if items is None:
             return value
-        key, item = shape[1]
-        return {_decode(key, k, where, lenient): _decode(item, v, where, lenient) for k, v in value.items()}
-    if kind == "any":
+        key, item = items
+        return {key(k, where, lenient): item(v, where, lenient) for k, v in value.items()}
+    return decode
+
+
+def _scalar(allowed: tuple, is_bool: bool, name: str):
+    def decode(value, where, lenient):
+        if not isinstance(value, allowed) or (isinstance(value, bool) and not is_bool):
+            raise ValueError(f"{where}: expected {name}, got {type(value).__name__}")
         return value
-    _, allowed, is_bool, name = shape
-    if not isinstance(value, allowed) or (isinstance(value, bool) and not is_bool):
-        raise ValueError(f"{where}: expected {name}, got {type(value).__name__}")
-    return value
+    decode.scalar = (allowed, is_bool)
+    return decode
