@@ -73,10 +73,15 @@ def topology_facts(report: Report) -> dict:
     gpus = sorted(report.gpus, key=lambda g: g.index)
     gpu_indices = {g.index for g in gpus}
     modes = [g.compute_mode for g in gpus]
+    gpu_links, nic_links = [], {}  # one pass over the links (a fleet views thousands of Reports)
+    for link in report.links:
+        if isinstance(link.b, str):
+            nic_links.setdefault(link.a, []).append(link.type)
+        elif isinstance(link.a, int) and link.a in gpu_indices and link.b in gpu_indices:
+            gpu_links.append([min(link.a, link.b), max(link.a, link.b), link.type])
     return ({"compute_mode": modes} if any(m not in (None, "default") for m in modes) else {}) | {
-        "gpu_links": sorted([min(l.a, l.b), max(l.a, l.b), l.type] for l in report.links
-                            if l.a in gpu_indices and l.b in gpu_indices and isinstance(l.a, int) and isinstance(l.b, int)),
-        "gpu_nic_links": [sorted(l.type for l in report.links if l.a == g.index and isinstance(l.b, str)) for g in gpus],
+        "gpu_links": sorted(gpu_links),
+        "gpu_nic_links": [sorted(nic_links.get(g.index, ())) for g in gpus],
         "gpu_numa": [g.numa_node for g in gpus],
         "cpu": [report.cpu.packages, report.cpu.numa_nodes, report.cpu.pus] if report.cpu else None,
         "nics": sorted([n.kind, n.speed_mbps or 0] for n in report.nics if not n.virtual),

@@ -84,16 +84,21 @@ def is_report_directory(path: Path) -> bool:
 MAX_REPORTS = 100_000  # files in a directory of Reports, one per node: more nodes than any cluster has
 
 
-def read_report_directory(directory: Path):
-    """Each *.json file of a directory of Reports (a sweep's, one per node), in name order: (path, Report, None), or
-    (path, None, why) for a file that is not a Report (the reader's reason, without the path). More than
-    MAX_REPORTS files: nothing is read, and the command fails saying so."""
-    from nodecheck.core.errors import NodecheckError
-
+def report_files(directory: Path) -> list[Path]:
+    """The *.json files of a directory of Reports (a sweep's, one per node), in name order. More than MAX_REPORTS
+    files: nothing is read, and the command fails saying so."""
     files = sorted(directory.glob("*.json"))
     if len(files) > MAX_REPORTS:
         fail(f"{directory}: {len(files)} files, more than {MAX_REPORTS} nodes: not read")
-    for path in files:
+    return files
+
+
+def read_report_directory(directory: Path):
+    """Each Report of a directory of them (report_files): (path, Report, None), or (path, None, why) for a file that
+    is not a Report (the reader's reason, without the path)."""
+    from nodecheck.core.errors import NodecheckError
+
+    for path in report_files(directory):
         try:
             yield path, read_report_file(path), None
         except NodecheckError as error:

@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from nodecheck.cli.app import EXIT_FINDINGS, EXIT_OK, app, fail, read_report_directory
+from nodecheck.cli.app import EXIT_FINDINGS, EXIT_OK, app, fail, read_report_file, report_files
 
 FLEET_SCHEMA_VERSION = 1
 
@@ -63,20 +65,18 @@ def fleet(
 def _read_reports(source: Path):
     """Each *.json file of `source` as a node; one that is not a Report is skipped and said why, and so is
     each but the newest of one machine's Reports (its host name and GPU UUIDs): a machine has one vote."""
-    from nodecheck.fleet import node_view
-
     if not source.is_dir():
         fail(f"{source}: not a directory of Reports")
     views, skipped, names = [], [], set()
     stamps: list[tuple[float, str]] = []  # each view's Report: (generated_at, file)
     machine_at: dict[tuple, int] = {}  # (host name, its GPUs' UUIDs) -> where in views
-    for path, report, why in read_report_directory(source):
-        if report is None:
+    for path, node, why in _nodes(report_files(source)):
+        if node is None:
             skipped.append({"file": path.name, "why": why[:200]})
             continue
-        view = node_view(report, path.stem)
-        machine = (view.name, tuple(sorted(g.uuid for g in report.gpus if g.uuid)))
-        stamp = (report.generated_at, path.name)
+        view, uuids, generated_at = node
+        machine = (view.name, uuids)
+        stamp = (generated_at, path.name)
         if machine[1] and (at := machine_at.get(machine)) is not None:  # one machine, one vote: its newest Report
             older, newer = sorted([stamps[at], stamp])
             skipped.append({"file": older[1], "why": f"an older Report of {view.name}: {newer[1]} has the same GPUs"})
@@ -90,3 +90,44 @@ def _read_reports(source: Path):
         views.append(view)
         stamps.append(stamp)
     return views, skipped
+
+
+# Reports are read on every CPU from this many files on: each is read alone (a fleet of 10,000 is 430 MB of JSON,
+# and reading one typed costs twice its parsing), and below it a pool's start costs more than it saves.
+PARALLEL_FROM = 200
+MAX_WORKERS = 16
+
+
+def _nodes(files: list[Path]):
+    """(path, (NodeView, its GPUs' UUIDs, generated_at), None) or (path, None, why) per file, in their order."""
+    if len(files) < PARALLEL_FROM or (workers := min(MAX_WORKERS, len(os.sched_getaffinity(0)))) < 2:
+        yield from map(_node, files)
+        return
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            yield from pool.map(_node, files, chunksize=max(1, min(64, len(files) // (4 * workers))))
+    except BrokenProcessPool:  # a reader killed (out of memory): no verdict on part of the fleet
+        fail(f"{files[0].parent}: a process reading the Reports died (out of memory?): nothing compared")
+
+
+def _node(path: Path):
+    """One file's node: the Report read, viewed, and let go (a view is a few hundred bytes, a Report a few hundred
+    thousand). The cyclic collector is off meanwhile: a Report read from JSON holds no cycle, and its hundreds of
+    objects made it walk every one alive, a fifth of the reading."""
+    from nodecheck.core.errors import NodecheckError
+    from nodecheck.fleet import node_view
+
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        report = read_report_file(path)
+        uuids = tuple(sorted(g.uuid for g in report.gpus if g.uuid))
+        return path, (node_view(report, path.stem), uuids, report.generated_at), None
+    except NodecheckError as error:
+        return path, None, str(error).removeprefix(f"{path}: ")
+    finally:
+        if collecting:
+            gc.enable()

@@ -35,7 +35,7 @@ def _finite(text: str) -> float:
 
 
 def _whole(text: str) -> int:
-    if len(text.lstrip("-")) > 308:
+    if len(text) > 308 and len(text.lstrip("-")) > 308:  # the first test alone for all but the longest
         raise ValueError(f"{text[:40]}... is past a float's range")
     return int(text)
 
@@ -45,36 +45,47 @@ def record(kind, raw, lenient=frozenset()):
     one takes its default (None, [] or {} where it has none), except an essential field (ESSENTIAL): the
     object is not one without it. ValueError on a value of the wrong shape, except in a field named in `lenient` ((class,
     field name) pairs: what a source read), which is dropped instead, as if absent."""
-    if not isinstance(raw, dict):
-        raise ValueError(f"{kind.__name__}: expected an object, got {type(raw).__name__}")
-    values = {}
-    for name, decode, scalar, where, essential, required, empty in _plan(kind):
-        value = raw.get(name)
-        if value is not None:
-            if scalar is not None and isinstance(value, scalar[0]) and (scalar[1] or not isinstance(value, bool)):
-                values[name] = value  # the common case, read inline: most of a Report's values are scalars
-                continue
-            try:
-                values[name] = decode(value, where, lenient)
-                continue
-            except ValueError:
-                if (kind, name) not in lenient:
-                    raise  # a lenient one is dropped: as if absent
-        if essential:
-            raise ValueError(f"{where}: missing")
-        if required:  # its empty value
-            values[name] = empty() if empty is not None else None
-    return kind(**values)
+    return _reader(kind)(raw, None, lenient)
 
 
 @functools.lru_cache(maxsize=None)
-def _plan(kind) -> tuple:
-    """How each field of a dataclass is read, worked out once per class (a fleet reads thousands of Reports, each of
-    thousands of values): its decoder, where an error names it, whether it is essential or required, its empty value."""
+def _reader(kind):
+    """The function (raw, where, lenient) -> kind that reads one, written out once per class with each field's
+    reading in line, as dataclasses writes __init__: a fleet reads thousands of Reports of hundreds of objects each,
+    and a loop over a plan per object cost more than parsing their JSON. A scalar of its field's exact type (JSON's
+    own int, float, str, bool) is taken as it is; any other value goes through the field's decoder, which names
+    what is wrong."""
     hints = typing.get_type_hints(kind)
-    return tuple((spec.name, _decoder(hints[spec.name]), _scalar_of(hints[spec.name]), f"{kind.__name__}.{spec.name}",
-                  bool(spec.metadata.get("essential")), spec.default is MISSING and spec.default_factory is MISSING,
-                  _empty(hints[spec.name])) for spec in fields(kind))
+    names = {"kind": kind, "dict": dict, "type": type, "isinstance": isinstance, "ValueError": ValueError}
+    lines = ["def read(raw, where, lenient):",
+             "    if type(raw) is not dict and not isinstance(raw, dict):",
+             f"        raise ValueError(f'{kind.__name__}: expected an object, got {{type(raw).__name__}}')",
+             "    get = raw.get"]
+    arguments = []  # as __init__ takes them: in order, a keyword-only field by its name
+    for n, spec in enumerate(f for f in fields(kind) if f.init):
+        hint, key = hints[spec.name], repr(spec.name)
+        arguments.append(f"{spec.name}=v{n}" if spec.kw_only else f"v{n}")
+        names.update({f"D{n}": _decoder(hint), f"W{n}": f"{kind.__name__}.{spec.name}", f"E{n}": _empty(hint),
+                      f"V{n}": spec.default, f"F{n}": spec.default_factory, f"T{n}": _exact_types(hint)})
+        if spec.metadata.get("essential"):
+            missing = f"raise ValueError(W{n} + ': missing')"
+        elif spec.default is not MISSING:
+            missing = f"v{n} = V{n}"
+        elif spec.default_factory is not MISSING:
+            missing = f"v{n} = F{n}()"
+        else:  # its empty value
+            missing = f"v{n} = E{n}()" if names[f"E{n}"] is not None else f"v{n} = None"
+        lines += [f"    v{n} = get({key})", f"    if v{n} is None:", f"        {missing}"]
+        if names[f"T{n}"] is not None:  # the common case, taken as it is: most of a Report's values are scalars
+            lines += [f"    elif type(v{n}) not in T{n}:"]
+        else:
+            lines += ["    else:"]
+        lines += ["        try:", f"            v{n} = D{n}(v{n}, W{n}, lenient)",
+                  "        except ValueError:", f"            if (kind, {key}) not in lenient:", "                raise",
+                  f"            {missing}"]
+    lines.append(f"    return kind({', '.join(arguments)})")
+    exec(compile("\n".join(lines), f"<read {kind.__name__}>", "exec"), names)  # noqa: S102 (written from field names, never from input)
+    return names["read"]
 
 
 def _scalar_of(hint) -> tuple | None:
@@ -86,6 +97,13 @@ def _scalar_of(hint) -> tuple | None:
         return None
     allowed = {int, float} if float in options else set()
     return tuple(allowed | set(options)), bool in options
+
+
+def _exact_types(hint) -> frozenset | None:
+    """The exact types a scalar field's value takes as it is (an int where a float is asked; a bool only where
+    a bool is); None for a field of any other type."""
+    scalar = _scalar_of(hint)
+    return None if scalar is None else frozenset(scalar[0]) if scalar[1] else frozenset(scalar[0]) - {bool}
 
 
 def _empty(hint):
@@ -100,9 +118,9 @@ def _decoder(hint):
     if origin in (typing.Union, types.UnionType):
         return _union(tuple(_decoder(a) for a in args if a is not type(None)), type(None) in args)
     if is_dataclass(hint):
-        return lambda value, where, lenient: record(hint, value, lenient)
+        return _reader(hint)
     if origin is list or hint is list:
-        return _list(_decoder(args[0]) if args else None)
+        return _list(_decoder(args[0]) if args else None, _exact_types(args[0]) if args else None)
     if origin is dict or hint is dict:
         return _dict((_decoder(args[0]), _decoder(args[1])) if args else None)
     if hint is object:
@@ -124,22 +142,18 @@ def _union(options: tuple, nullable: bool):
     return decode
 
 
-def _list(item):
-    if item is not None and getattr(item, "scalar", None) is not None:
-        allowed, is_bool = item.scalar
-
-        def scalars(value, where, lenient):
-            if isinstance(value, list) and all(isinstance(v, allowed) and (is_bool or not isinstance(v, bool)) for v in value):
-                return list(value)  # a list of plain values, checked in one pass
-            return decode(value, where, lenient)
-    else:
-        scalars = None
-
+def _list(item, exact: frozenset | None):
+    """A list's decoder; `exact`: the types its items take as they are, for a list of scalars."""
     def decode(value, where, lenient):
         if not isinstance(value, list):
             raise ValueError(f"{where}: expected a list, got {type(value).__name__}")
         return [item(v, where, lenient) for v in value] if item is not None else value
-    return scalars or decode
+
+    def scalars(value, where, lenient):
+        if type(value) is list and all(type(v) in exact for v in value):
+            return list(value)  # a list of plain values, checked in one pass
+        return decode(value, where, lenient)
+    return scalars if exact is not None else decode
 
 
 def _dict(items):
@@ -158,5 +172,4 @@ def _scalar(allowed: tuple, is_bool: bool, name: str):
         if not isinstance(value, allowed) or (isinstance(value, bool) and not is_bool):
             raise ValueError(f"{where}: expected {name}, got {type(value).__name__}")
         return value
-    decode.scalar = (allowed, is_bool)
     return decode
