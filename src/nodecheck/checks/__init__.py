@@ -6,6 +6,7 @@ here."""
 
 from __future__ import annotations
 
+from nodecheck.assemble.counters import unknown_rates
 from nodecheck.checks import (
     compute_mode,
     error_counters,
@@ -100,16 +101,22 @@ def unmade_checks(report: Report) -> dict[str, str]:
     why it could not look. A check whose probe failed or was switched off says so first; a check made elsewhere
     (the prolog) says by whom. Unknown is never healthy: the exporter publishes it as nodecheck_check_unknown."""
     outcomes = {p.name: p for p in report.probes}
-    elsewhere = [c for c in CHECKS if c.unknown is None and c.made_by is not None]  # said first: the reason NPD names
+    # the counter families' rates, worked out once (a first sample: each counter's change asks the state file)
+    rates = unknown_rates(report, Config(), {prefix for check in CHECKS for prefix, _ in check.rates})
     unmade: dict[str, str] = {}
-    for check in elsewhere + [c for c in CHECKS if c not in elsewhere]:
+    # a check made elsewhere says so first (the reason NPD names); a stable sort keeps the registry's order otherwise
+    for check in sorted(CHECKS, key=lambda c: not (c.unknown is None and c.made_by is not None)):
         outcome = outcomes.get(check.needs) if check.needs else None
         if outcome is not None and not outcome.ok and (not outcome.no_data or outcome.error == DISABLED):
             unmade.update({kind.name: f"probe {check.needs}: {outcome.error or 'failed'}" for kind in check.kinds})
         if check.unknown is not None:
             for kind, why in check.unknown(report).items():
                 unmade.setdefault(kind, why)
-        elif check.made_by is not None:
+        for prefix, kinds in check.rates:
+            if prefix in rates:
+                for kind in kinds:
+                    unmade.setdefault(kind.name, rates[prefix])
+        if check.unknown is None and check.made_by is not None:
             unmade.update({kind.name: f"made by {check.made_by} only" for kind in check.kinds})
     raised = {f.kind for f in report.findings}
     return {kind: why for kind, why in unmade.items() if kind not in raised}

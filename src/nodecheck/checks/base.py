@@ -37,7 +37,8 @@ class Kind:
 class Check:
     """One check: `judge(report, config) -> findings`, the kinds it may raise, the probe whose facts it reads
     (`needs`: its kinds are unknown, not healthy, while that probe failed or was switched off), and `unknown(report)
-    -> {kind: why}` for the kinds the Report cannot say anything of. `made_by` names who judges a check the report
+    -> {kind: why}` for the kinds the Report cannot say anything of; `rates`: the kinds judged on a counter family's
+    rates, unknown in a run that cannot take them (a first sample), unless `unknown` says another why. `made_by` names who judges a check the report
     run does not (the bandwidth verdicts, an NCCL run, the prolog); its judge is then None."""
 
     kinds: tuple[Kind, ...]
@@ -45,3 +46,4 @@ class Check:
     needs: str | None = None
     unknown: Callable | None = None
     made_by: str | None = None
+    rates: tuple[tuple[str, tuple[Kind, ...]], ...] = ()  # (counter family prefix, the kinds judged on its rates)

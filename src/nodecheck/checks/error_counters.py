@@ -10,7 +10,7 @@ limit comes from src/nodecheck/core/data/specs.toml [error_limits] (the PCIe one
 
 from __future__ import annotations
 
-from nodecheck.assemble.counters import Change, change, device_hops, unknown_rates
+from nodecheck.assemble.counters import Change, change, device_hops
 from nodecheck.checks.base import Check, Kind
 from nodecheck.config import Config
 from nodecheck.core.pci import Hop
@@ -170,14 +170,8 @@ def _crc_errors(report: Report, config: Config, nic) -> list[Finding]:
                     f"{limit:g}/s: {source}): frames arrive damaged; check the cable, the optic and the switch port")]
 
 
-def rates_unknown(report: Report, families: dict) -> dict[str, str]:
-    """{kind: why} for the kinds judged on the rates of a counter family (aer/, ib/, gpu/, net/) that cannot be
-    judged in this run (a first sample, a counter that went back)."""
-    return {kind.name: why for prefix, why in unknown_rates(report, Config(), families).items() for kind in families[prefix]}
-
-
 def aer_unknown(report: Report) -> dict[str, str]:
-    unknown = rates_unknown(report, {"aer/": (PCIE_LINK_ERRORS,)})
+    unknown = {}
     if report.pcie_paths and not any(hop.aer for hops in report.pcie_paths.values() for hop in hops):
         why = "no device on the GPUs' and NICs' PCIe paths has AER counters (aer_dev_*) to read"  # a VM's bridges, or pci=noaer
         unknown.update({PCIE_AER_FATAL.name: why, PCIE_LINK_ERRORS.name: why})
@@ -186,14 +180,13 @@ def aer_unknown(report: Report) -> dict[str, str]:
 
 def ib_unknown(report: Report) -> dict[str, str]:
     """An active port none of whose error counters reads as a count ("N/A (no PMA)": no Performance Management
-    Agent, or the files are missing) is unknown while the others read, not healthy; then the rates."""
-    unknown = rates_unknown(report, {"ib/": (IB_LINK_DOWNED, IB_PORT_ERRORS, RDMA_RETRANSMITS)})
+    Agent, or the files are missing) is unknown while the others read, not healthy."""
     for nic in report.nics:
         for port in nic.ib_ports:
             if port.state == "ACTIVE" and not any(value is not None for value in port.counters.values()):
                 why = f"{port.device}/{port.port}: its error counters are unreadable (no count in counters/ or hw_counters/)"
-                return {**unknown, IB_LINK_DOWNED.name: why, IB_PORT_ERRORS.name: why}
-    return unknown
+                return {IB_LINK_DOWNED.name: why, IB_PORT_ERRORS.name: why}
+    return {}
 
 
 # the finding kinds this family raises, and its checks (checks/__init__.py lists them in order)
@@ -245,8 +238,8 @@ NIC_LINK_ERRORS = Kind("nic_link_errors", "fabric", "{subject} {measured}", sign
          " where the path's last bandwidth test passed). InfiniBand netdevs are judged by their ports' counters"),
     ))
 
-AER = Check((PCIE_AER_FATAL, PCIE_LINK_ERRORS), aer_findings, needs="pcie_paths", unknown=aer_unknown)
+AER = Check((PCIE_AER_FATAL, PCIE_LINK_ERRORS), aer_findings, needs="pcie_paths", unknown=aer_unknown,
+            rates=(("aer/", (PCIE_LINK_ERRORS,)),))
 IB = Check((IB_LINK_DOWNED, IB_PORT_ERRORS, IB_COUNTER_SATURATED, RDMA_RETRANSMITS), ib_findings, needs="nics",
-           unknown=ib_unknown)
-NETDEV = Check((NIC_LINK_ERRORS,), netdev_findings, needs="nics",
-               unknown=lambda report: rates_unknown(report, {"net/": (NIC_LINK_ERRORS,)}))
+           unknown=ib_unknown, rates=(("ib/", (IB_LINK_DOWNED, IB_PORT_ERRORS, RDMA_RETRANSMITS)),))
+NETDEV = Check((NIC_LINK_ERRORS,), netdev_findings, needs="nics", rates=(("net/", (NIC_LINK_ERRORS,)),))

@@ -8,7 +8,6 @@ from __future__ import annotations
 from nodecheck.assemble.counters import change, previous_sample
 from nodecheck.assemble.fingerprint import vbios_mismatch
 from nodecheck.checks.base import Check, Kind
-from nodecheck.checks.error_counters import rates_unknown
 from nodecheck.config import Config
 from nodecheck.core.pci import normal_pci
 from nodecheck.core.specs import pcie_errors_per_minute
@@ -197,7 +196,7 @@ AMPERE = 7  # NVML_DEVICE_ARCH_AMPERE: the SRAM error status from here on; page 
 def gpu_signals_unknown(report: Report) -> dict[str, str]:
     """Kind -> why, where NVML did not report a GPU's signal: one GPU's refusal must not read as healthy because the
     other GPUs answered (an HGX node whose 144 active NVLinks have no readable error counter passed the NVLink error
-    check). NVLink counters are asked only of a GPU with an active NVLink outside MIG mode. Then the rates."""
+    check). NVLink counters are asked only of a GPU with an active NVLink outside MIG mode."""
     unsaid: dict[str, str] = {}
     for gpu in report.gpus:
         for name, (kind, what) in GPU_SIGNALS.items():
@@ -207,7 +206,7 @@ def gpu_signals_unknown(report: Report) -> dict[str, str]:
                 continue
             if gpu.signals is None or getattr(gpu.signals, name) is None:
                 unsaid.setdefault(kind, f"gpu{gpu.index}: NVML did not report {what}")
-    return {**rates_unknown(report, {"gpu/": (PCIE_REPLAYS, NVLINK_ERRORS)}), **unsaid}
+    return unsaid
 
 
 def _asked_of(signal: str, architecture: int | None) -> bool:
@@ -292,5 +291,5 @@ GPU_VBIOS_MISMATCH = Kind("gpu_vbios_mismatch", "gpu", "{subject} VBIOS {measure
 
 CHECK = Check((PCIE_REPLAYS, NVLINK_ERRORS, ECC_UNCORRECTED, GPU_CLOCK_SLOWDOWN, GPU_RECOVERY_ACTION,
                SRAM_THRESHOLD_EXCEEDED, RETIRED_PAGES_LIMIT, RETIRED_PAGES_PENDING, INFOROM_CORRUPTED), gpu_findings,
-              needs="nvml", unknown=gpu_signals_unknown)
+              needs="nvml", unknown=gpu_signals_unknown, rates=(("gpu/", (PCIE_REPLAYS, NVLINK_ERRORS)),))
 VBIOS = Check((GPU_VBIOS_MISMATCH,), vbios_mismatch, needs="nvml")

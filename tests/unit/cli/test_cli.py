@@ -154,3 +154,23 @@ def test_inspect_never_imports_torch(tmp_path):
     if not Path("/dev/nvidiactl").exists():  # NVML cannot start here: its library is not even imported
         assert "pynvml" not in imported
     assert "psutil" not in imported and "rich" not in imported  # addresses from getifaddrs; no rich for JSON
+
+
+def test_each_command_starts_with_the_family_that_declares_it_alone():
+    """Run as the nodecheck command, only the family of the command run is imported (cli._families): a command
+    missing from FAMILY_OF, or mapped to a family that does not declare it, would start with all of them or
+    not be found."""
+    from nodecheck.cli import FAMILIES, FAMILY_OF, _families, app
+
+    declared = {(c.name or c.callback.__name__).replace("_", "-"): c.callback.__module__.rsplit(".", 1)[-1]
+                for c in app.registered_commands}
+    declared |= {g.name: "/".join(sorted({c.callback.__module__.rsplit(".", 1)[-1] for c in g.typer_instance.registered_commands}))
+                 for g in app.registered_groups}  # `config init|check`
+    assert declared == FAMILY_OF and set(FAMILY_OF.values()) == set(FAMILIES)
+    assert _families(["/usr/bin/nodecheck", "fleet", "DIR", "--json"], {}) == ("fleet",)
+    assert _families(["/usr/bin/nodecheck", "--json-less", "prolog"], {}) == ("slurm",)
+    for argv, environ in ((["/usr/bin/nodecheck", "--help", "fleet"], {}), (["/usr/bin/nodecheck"], {}),
+                          (["/usr/bin/nodecheck", "no-such-command"], {}),
+                          (["/usr/bin/nodecheck", "fleet"], {"_NODECHECK_COMPLETE": "complete_bash"}),
+                          (["pytest", "fleet"], {})):
+        assert _families(argv, environ) == FAMILIES, argv
