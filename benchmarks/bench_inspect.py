@@ -96,6 +96,9 @@ def main() -> None:
         wall(cases["inspect (live, this machine)"], 2)  # warm the page cache
         bare = statistics.median(wall([sys.executable, "-c", "pass"], args.runs))
         print(f"reference: bare `python -c pass` {bare:.3f} s (median of {args.runs})")
+        framework = statistics.median(wall([sys.executable, "-c", "import typer"], args.runs))
+        print(f"reference: `python -c 'import typer'` {framework:.3f} s = {framework / bare:.1f}x bare: the floor of "
+              "any command line built on it")
         print(f"{'case':45} {'median':>8} {'min':>8} {'max':>8} {'x bare':>7}  (s, {args.runs} runs)  torch imported")
         for name, argv in cases.items():
             times = wall(argv, args.runs)
