@@ -8,6 +8,7 @@ import re
 import time
 
 from nodecheck.assemble.fusion import merge
+from nodecheck.assemble.gpu_specs import mark_gpu_specs
 from nodecheck.assemble.open_events import to_remember, with_memory
 from nodecheck.assemble.paths import path_specs
 from nodecheck.core.errors import NodecheckError
@@ -32,6 +33,7 @@ def build_report(host, config=None, probe_timeout: float | None = None, judge: b
             probe.fill(report, result.facts)
     report.kernel_log = with_memory(report.kernel_log, report.history)
     report.paths = path_specs(report, config)
+    mark_gpu_specs(report)
     if not judge:
         return report
     _remember(host, report, config)
@@ -51,6 +53,7 @@ def judged_again(report: Report, config) -> Report:
     report = dataclasses.replace(report, paths=[])
     report.paths = path_specs(report, config)
     mark_wired_nvlinks(report, config)
+    mark_gpu_specs(report)
     report.findings = evaluate(report, config)
     report.advice = binding_advice(report)
     return report

@@ -90,6 +90,21 @@ def nvlink_board(gpu_name: str | None) -> dict | None:
     return None
 
 
+def gpu_model(gpu_name: str | None, memory_bytes: int | None = None) -> dict | None:
+    """The specs.toml [[gpu_models]] row of a GPU by its NVML name (and its memory, where one name covers two
+    sizes), or None for a model the table does not know."""
+    if not gpu_name:
+        return None
+    gib = memory_bytes / (1 << 30) if memory_bytes else None
+    for row in table().get("gpu_models", []):
+        bounds = row.get("memory_gib", {})
+        if bounds and (gib is None or not bounds.get("min", 0) <= gib < bounds.get("max", math.inf)):
+            continue  # a row for one memory size: a GPU of unknown memory is not guessed into it
+        if re.search(row["pattern"], gpu_name[:200]):
+            return row
+    return None
+
+
 def nvlink_speed(mbps: int | None) -> tuple[float, str] | None:
     """(GB/s of data one way, source) for NVML's per-link NVLink speed reading (MB/s, the figure `nvidia-smi nvlink -s`
     prints), or None when the reading is none the table knows."""

@@ -89,6 +89,39 @@ def _gpus(console: Console, report: Report) -> None:
     headers = [("GPU", IDENTITY), ("model", 5), ("PCIe now / max", 2), ("host link spec", 3), ("NVLinks", 4), ("NUMA", IDENTITY),
                ("CPU affinity", IDENTITY), ("nearest NICs", LIST)]
     console.print(fitted_table(console, "GPUs", headers, rows))
+    for line in spec_lines(report):
+        console.print(Text(clean(line)), highlight=False)
+
+
+def spec_lines(report: Report) -> list[str]:
+    """What each GPU model of the node is rated at, its GPUs together ("gpu0-7 H100 SXM: memory 3.35 TB/s, dense
+    BF16 989 / FP16 989 / TF32 495 / FP8 1979 TFLOPS"), and the GPUs whose model has no spec."""
+    models: dict[tuple, list[int]] = {}
+    for gpu in report.gpus:
+        spec = gpu.spec
+        key = (spec.model, spec.memory_bytes_per_second, tuple(spec.dense_tflops.items())) if spec else (gpu.name,)
+        models.setdefault(key, []).append(gpu.index)
+    lines = []
+    for key, indices in models.items():
+        if len(key) == 1:
+            lines.append(f"GPU spec: {gpu_ranges(indices)} {key[0] or 'unnamed'}: a model with no spec in specs.toml")
+            continue
+        model, memory, tflops = key
+        compute = " / ".join(f"{precision.upper()} {value:.0f}" for precision, value in tflops)
+        lines.append(f"GPU spec: {gpu_ranges(indices)} {model}: memory {memory / 1e12:.4g} TB/s"
+                     + (f", dense {compute} TFLOPS" if compute else ""))
+    return lines
+
+
+def gpu_ranges(indices: list[int]) -> str:
+    """[0, 1, 2, 3, 5] -> "gpu0-3, gpu5"."""
+    runs: list[list[int]] = []
+    for index in sorted(indices):
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ", ".join(f"gpu{run[0]}" + (f"-{run[-1]}" if len(run) > 1 else "") for run in runs)
 
 
 def process_lines(report: Report) -> list[str]:

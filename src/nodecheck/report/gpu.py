@@ -28,6 +28,17 @@ class GpuSignals:
 
 
 @dataclass
+class GpuModelSpec:
+    """What the GPU's model is rated at (its datasheet: src/nodecheck/core/data/specs.toml [[gpu_models]]), the
+    figures its own memory and matrix tests are judged against."""
+
+    model: str = field(metadata=ESSENTIAL)  # "H100 SXM", "A100 80GB PCIe" ...
+    memory_bytes_per_second: float | None = None  # its memory bandwidth
+    dense_tflops: dict[str, float] = field(default_factory=dict)  # precision (bf16, fp16, tf32, fp8) -> dense matrix TFLOPS
+    source: str = ""
+
+
+@dataclass
 class GpuFabric:
     """The GPU's registration with the NVLink fabric (NVML's nvmlGpuFabricInfo): on NVSwitch systems Fabric
     Manager registers each GPU, and CUDA refuses work until that completes."""

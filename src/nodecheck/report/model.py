@@ -13,7 +13,7 @@ from nodecheck.core.pci import Hop, normal_pci
 from nodecheck.core.typed_json import ESSENTIAL, record
 from nodecheck.report.events import History, KernelLog
 from nodecheck.report.findings import SEVERITIES, Finding, at_or_above
-from nodecheck.report.gpu import GpuFabric, GpuProcess, GpuSignals
+from nodecheck.report.gpu import GpuFabric, GpuModelSpec, GpuProcess, GpuSignals
 
 SCHEMA_VERSION = 2  # 2: paths and measurements carry scope (and endpoints, ranks); GPUs memory_bytes
 BENCH_TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests")  # what `bench --tests` and [prolog] bench name
@@ -53,6 +53,7 @@ class Gpu:
     signals: GpuSignals | None = None  # None: NVML not read
     processes: list[GpuProcess] | None = None  # what holds it (NVML's list; /proc's names); None: NVML did not list
     memory_used_bytes: int | None = None  # in use, the driver's reservation apart; None where NVML did not say so
+    spec: GpuModelSpec | None = None  # what its model is rated at (specs.toml [[gpu_models]]); None: a model not there
 
     def __post_init__(self) -> None:  # a Report read back (a hostile one too): only NVLink entries of the shape written
         self.nvlinks = [link for link in self.nvlinks if isinstance(link, dict) and isinstance(link.get("link"), int)

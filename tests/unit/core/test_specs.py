@@ -89,3 +89,43 @@ def test_a_garbled_port_rate_is_no_crash_and_no_huge_figure(rate):
     digit limit) or gave an infinite spec; the figure before them, when there is one, is read as reported."""
     spec = specs.infiniband(rate)
     assert spec is None or (spec.bytes_per_second == 50e9 and len(spec.basis) < 100)
+
+
+# NVML's names of real GPUs, each with where it was printed, and the model specs.toml rates it as
+GPU_NAMES = [
+    ("NVIDIA H100 80GB HBM3", 80, "H100 SXM"),  # ../shared/captures/h100-pcie-vm (PCI device 0x2330: SXM5)
+    ("NVIDIA H100 NVL", 94, "H100 NVL"),  # NVIDIA/gpu-admin-tools#4: nvidia-smi, 95830MiB
+    ("NVIDIA H100 PCIe", 80, "H100 PCIe"),  # Azure/azurehpc-health-checks#162 (NCv5)
+    ("NVIDIA H200", 141, "H200 SXM"),  # NVIDIA/mig-parted#120: nvidia-smi -q, device 0x2335
+    ("NVIDIA A100-SXM4-80GB", 80, "A100 80GB SXM"),  # ../shared/captures/public (nccl-tests logs)
+    ("NVIDIA A100-SXM4-40GB", 40, "A100 40GB"),  # ../shared/captures/public
+    ("NVIDIA A100 80GB PCIe", 80, "A100 80GB PCIe"),  # NVIDIA/NVSentinel#1481
+    ("NVIDIA GB200", 186, "GB200"),  # ../shared/captures/public
+    ("NVIDIA GH200 480GB", 96, "GH200 96GB"),
+    ("NVIDIA GH200 144G HBM3e", 144, "GH200 144GB"),  # NVIDIA/mig-parted#139
+    ("NVIDIA H20-3e", 141, None),  # ../shared/captures/public: no datasheet figure kept, so no spec
+]
+
+
+@pytest.mark.parametrize(("name", "gib", "model"), GPU_NAMES)
+def test_each_gpu_model_is_rated_by_its_nvml_name(name, gib, model):
+    row = specs.gpu_model(name, gib << 30)
+    assert (row["model"] if row else None) == model
+    if row is not None:  # every figure dense, with its source, and within what any GPU of today reaches
+        assert row["source"] and 0.5 <= row["memory_tbytes_per_s"] <= 10
+        assert set(row["dense_tflops"]) >= {"bf16", "fp16", "tf32"} and all(0 < v <= 6000 for v in row["dense_tflops"].values())
+
+
+def test_the_figures_are_the_datasheets_dense_ones():
+    """H100 SXM: 3.35 TB/s, 989.4 TFLOPS BF16 dense (1,979 with sparsity); A100: 312; B200: 8 TB/s, 2,250."""
+    h100, a100, b200 = (specs.gpu_model(name) for name in ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA B200"))
+    assert (h100["memory_tbytes_per_s"], h100["dense_tflops"]["bf16"], h100["dense_tflops"]["fp8"]) == (3.35, 989.4, 1978.9)
+    assert (a100["memory_tbytes_per_s"], a100["dense_tflops"]["bf16"], "fp8" in a100["dense_tflops"]) == (2.039, 312.0, False)
+    assert (b200["memory_tbytes_per_s"], b200["dense_tflops"]["bf16"]) == (8.0, 2250.0)
+
+
+def test_a_name_that_covers_two_memory_sizes_is_not_guessed_without_its_memory():
+    assert specs.gpu_model("NVIDIA GH200 480GB", None) is None
+    assert specs.gpu_model(None) is None and specs.gpu_model("") is None
+    assert specs.gpu_model("NVIDIA Tesla T4") is None
+

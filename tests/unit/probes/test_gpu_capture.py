@@ -44,9 +44,14 @@ def test_replayed_gpu_snapshot_is_the_live_report():
     # read since from what the capture's nvml.json holds: its ECC mode [1, 1], whose pending half the Report keeps now
     assert replayed["gpus"][0]["ecc_pending"] is True
     replayed["gpus"][0]["ecc_pending"] = None
+    # rated since by its model (specs.toml [[gpu_models]]): the capture's "NVIDIA H100 80GB HBM3" is an H100 SXM5
+    spec = replayed["gpus"][0].pop("spec")
+    assert (spec["model"], spec["memory_bytes_per_second"], spec["dense_tflops"]["bf16"]) == ("H100 SXM", 3.35e12, 989.4)
     # the capture is a schema 1 document: read as today's Report (fields added since take their defaults,
     # scopes come from the paths), it must be what the replay gives
-    assert _stable(replayed) == _stable(Report.from_dict(live).to_dict())
+    expected = _stable(Report.from_dict(live).to_dict())
+    assert expected["gpus"][0].pop("spec") is None  # the capture's Report predates it
+    assert _stable(replayed) == expected
     (gpu,) = replayed["gpus"]
     assert gpu["name"] == "NVIDIA H100 80GB HBM3" and (gpu["pcie"]["gen_current"], gpu["pcie"]["width_current"]) == (5, 16)
     host = {p["path"]: p for p in replayed["paths"]}["gpu0:host"]

@@ -15,6 +15,7 @@ MOMENTARY_GPU = ("memory_used_bytes",)
 # what nodecheck records of a GPU since this capture was taken: its snapshot has no source for them, so the replay says
 # none (null), which the live Report of the time did not print at all
 NEWER_GPU = ("nvlink_speed_mbps", "p2p_read", "nvlinks_wired")
+RATED_SINCE = ("spec",)  # derived since from its name (specs.toml [[gpu_models]]): the replay rates it, the capture did not
 VOLATILE_METRICS = ("nodecheck_report_timestamp_seconds", "nodecheck_probe_duration_seconds",
                     "nodecheck_node_uptime_seconds", "nodecheck_gpu_memory_used_bytes")
 
@@ -22,7 +23,7 @@ VOLATILE_METRICS = ("nodecheck_report_timestamp_seconds", "nodecheck_probe_durat
 def _stable(report: dict) -> dict:
     out = {k: v for k, v in report.items() if k not in VOLATILE_KEYS}
     out["probes"] = [{k: v for k, v in p.items() if k != "duration_seconds"} for p in report["probes"]]
-    out["gpus"] = [{k: v for k, v in g.items() if k not in MOMENTARY_GPU + NEWER_GPU} for g in report["gpus"]]
+    out["gpus"] = [{k: v for k, v in g.items() if k not in MOMENTARY_GPU + NEWER_GPU + RATED_SINCE} for g in report["gpus"]]
     for gpu in out["gpus"]:
         gpu["signals"] = {k: v for k, v in gpu["signals"].items() if k != "clock_event_reasons"}
     out["kernel_log"] = {k: v for k, v in report["kernel_log"].items() if k != "uptime_usec"}
@@ -41,6 +42,7 @@ def test_the_replayed_snapshot_is_the_live_report():
     assert replayed["source"].startswith("snapshot:") and live["source"] == "live"
     assert _stable(replayed) == _stable(live)
     assert [{k: g[k] for k in NEWER_GPU} for g in replayed["gpus"]] == [dict.fromkeys(NEWER_GPU)]  # not in the capture
+    assert [g["spec"]["model"] for g in replayed["gpus"]] == ["H100 SXM"]  # NVML's "NVIDIA H100 80GB HBM3"
     assert [p["name"] for p in replayed["probes"] if not p["ok"]] == ["imex"]  # no IMEX on a PCIe H100
 
 

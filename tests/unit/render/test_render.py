@@ -75,3 +75,26 @@ def test_config_check_folds_rows_that_expect_and_find_the_same():
     rows += [('links."gpu0-gpu9"', "NV18", "PIX"), ("thresholds.bandwidth_ratio", "0.8", "(bandwidth tests)")]
     assert folded(rows) == [('links."gpu0-gpu1" ... "gpu6-gpu7" (28 keys)', "NV18", "has no such pair"),
                             ('links."gpu0-gpu9"', "NV18", "PIX"), ("thresholds.bandwidth_ratio", "0.8", "(bandwidth tests)")]
+
+
+def test_inspect_says_what_each_gpu_model_is_rated_at_and_which_has_no_spec(tmp_path):
+    """The GPU table is followed by each model's spec, its GPUs together; a GPU whose model specs.toml does not know is
+    said to have none (its own tests are judged against its siblings only), with its name made plain."""
+    import dataclasses
+
+    from nodecheck.assemble.gpu_specs import gpu_spec
+    from nodecheck.render.report import gpu_ranges, spec_lines
+
+    report = build_report(SnapshotHost(h100_node_snapshot(tmp_path / "h")))
+    (gpu,) = report.gpus
+    assert gpu.spec == gpu_spec("NVIDIA H100 80GB HBM3", None) and gpu.spec.model == "H100 SXM"
+    assert "GPU spec: gpu0 H100 SXM: memory 3.35 TB/s, dense BF16 989 / FP16 989 / TF32 495 / FP8 1979 TFLOPS" in printed(render, report)
+    unknown = dataclasses.replace(gpu, index=5, name=HOSTILE, spec=None)
+    a100 = dataclasses.replace(gpu, index=1, name="NVIDIA A100-SXM4-40GB", spec=gpu_spec("NVIDIA A100-SXM4-40GB", 40 << 30))
+    report.gpus = [gpu, a100, dataclasses.replace(a100, index=2), unknown, dataclasses.replace(gpu, index=4)]
+    assert spec_lines(report) == [
+        "GPU spec: gpu0, gpu4 H100 SXM: memory 3.35 TB/s, dense BF16 989 / FP16 989 / TF32 495 / FP8 1979 TFLOPS",
+        "GPU spec: gpu1-2 A100 40GB: memory 1.555 TB/s, dense BF16 312 / FP16 312 / TF32 156 TFLOPS",
+        f"GPU spec: gpu5 {HOSTILE}: a model with no spec in specs.toml"]
+    assert "\x1b" not in printed(render, report)
+    assert gpu_ranges([3, 0, 1, 2, 7, 5, 6]) == "gpu0-3, gpu5-7"
