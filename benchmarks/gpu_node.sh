@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU node: every GPU path of nodecheck, each step printed with its command, exit status and wall
 # time, into DIR/log.txt (DIR = $OUT, else ./gpu-node-run). Used for the "Measured on" table of README.md.
-#   bash benchmarks/gpu_node.sh [steps...]     steps: facts install gpu inspect one bench h2d nccl prolog nvlink suite multi
+#   bash benchmarks/gpu_node.sh [steps...]     steps: facts install gpu inspect one bench h2d nccl prolog nvlink hbm suite multi
 # (multi is not in the default list: it is for a node with several GPUs, and takes up to an hour; suite is not
 # either: the whole suite needs the test extra, which an offline node lacks, and CI runs it)
 # Offline nodes (the lent GPU machine): run benchmarks/gpu_carry.sh here first and carry .whl, .hw and .shared.
@@ -124,6 +124,13 @@ nvlink() {
   step 60 sh -c "$PY -m nodecheck inspect --json --from $DIR/nvlink-snapshot.tar.gz > $DIR/nvlink-inspect.json"
   step 60 "$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print([(g['index'], g.get('nvlink_speed_mbps'), g.get('nvlinks_wired'), g.get('p2p_read'), [(l['link'], l['active']) for l in g['nvlinks']]) for g in r['gpus']]); print([f['kind'] for f in r['findings'] if f['kind'].startswith('nvlink')])" "$DIR/nvlink-inspect.json"
   step 60 "$PY" -m nodecheck prolog --dry-run --json
+}
+
+# the GPU itself (issue 50): hbm beside a plain torch copy loop timed in the same run, against the model's spec
+hbm() {
+  step 120 "$PY" -m nodecheck inspect
+  step 300 "$PY" benchmarks/bench_hbm.py
+  step 300 "$PY" benchmarks/bench_hbm.py --full
 }
 
 suite() { step 330 "$PY" -m pytest -ra -q -p no:cacheprovider --timeout 120; }

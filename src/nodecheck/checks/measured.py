@@ -35,8 +35,23 @@ BENCH_WRONG_RESULT = Kind("bench_wrong_result", "bandwidth", "{head} returned wr
     doc=(
         ("error",
          "an all-reduce's data check failed: after timing, one all-reduce of ones is checked on every rank (each element must "
-         "equal the world size, as nccl-tests' `-c 1`); `details.data_check` holds `expected`, `elements`, `wrong_elements`"),
+         "equal the world size, as nccl-tests' `-c 1`); a p2p copy's pattern, or `hbm`'s copied bytes, arrived wrong; "
+         "`details.data_check` holds `expected`, `elements`, `wrong_elements`"),
     ))
 
-CHECK = Check((BANDWIDTH_BELOW_SPEC, BANDWIDTH_ABOVE_BOUND, BENCH_FAILED, BENCH_WRONG_RESULT),
+GPU_BELOW_SIBLINGS = Kind("gpu_below_siblings", "bandwidth", "{subject} {measured} of its siblings' median",
+    doc=(
+        ("warning",
+         "a test of the GPU itself (`hbm`: its memory bandwidth) below 0.9 of the median of the node's GPUs of the same model "
+         "(three or more measured at once), though it may pass its spec: the sick GPU a spec threshold misses (braking, a "
+         "lower clock, failing memory); `details.sibling_ratio`, `sibling_median`, `siblings`"),
+    ))
+BENCH_SKIPPED = Kind("bench_skipped", "bandwidth", "{head} not run",
+    doc=(
+        ("info",
+         "a test not run, and why: a GPU another process holds (NVML's list) is not tested, as its memory is theirs"),
+    ))
+
+CHECK = Check((BANDWIDTH_BELOW_SPEC, BANDWIDTH_ABOVE_BOUND, BENCH_FAILED, BENCH_WRONG_RESULT, GPU_BELOW_SIBLINGS,
+               BENCH_SKIPPED),
               made_by="the bandwidth tests", unknown=no_measurements)

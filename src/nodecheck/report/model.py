@@ -16,7 +16,7 @@ from nodecheck.report.findings import SEVERITIES, Finding, at_or_above
 from nodecheck.report.gpu import GpuFabric, GpuModelSpec, GpuProcess, GpuSignals
 
 SCHEMA_VERSION = 2  # 2: paths and measurements carry scope (and endpoints, ranks); GPUs memory_bytes
-BENCH_TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests")  # what `bench --tests` and [prolog] bench name
+BENCH_TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests", "hbm")  # what `bench --tests` and [prolog] bench name
 
 
 @dataclass
@@ -90,6 +90,7 @@ class Link:
 # A measurement from another node carries its node's name first ("node2/gpu0:host").
 _PATHS = [  # digits bounded: a hostile Report's 5,000-digit rank count is no path, not int()'s ValueError
     (re.compile(r"gpu(\d{1,4}):host"), "host-link"),
+    (re.compile(r"gpu(\d{1,4}):memory"), "gpu"),  # the GPU itself: its memory
     (re.compile(r"gpu(\d{1,4})(?::|->|<->)gpu(\d{1,4})"), "gpu-pair"),
     (re.compile(r"nic:(.+)"), "nic"),
     (re.compile(r"(?:allreduce|nccl-tests):node-(\d{1,4})-gpus"), "node"),
@@ -104,8 +105,9 @@ def measured_on(path: str) -> str | None:
 
 
 def path_identity(path: str) -> tuple[str | None, list[str], int | None]:
-    """(scope, endpoints, ranks) of a path: host-link (gpu0:host), gpu-pair (gpu0:gpu1, gpu0->gpu1,
-    gpu0<->gpu1), nic (nic:eth0), node (an all-reduce inside one node) or cluster (across nodes)."""
+    """(scope, endpoints, ranks) of a path: host-link (gpu0:host), gpu (gpu0:memory, the GPU itself), gpu-pair
+    (gpu0:gpu1, gpu0->gpu1, gpu0<->gpu1), nic (nic:eth0), node (an all-reduce inside one node) or cluster (across
+    nodes)."""
     bare = path.rsplit("/", 1)[-1]
     for pattern, scope in _PATHS:
         match = pattern.fullmatch(bare)
@@ -113,6 +115,8 @@ def path_identity(path: str) -> tuple[str | None, list[str], int | None]:
             continue
         if scope == "host-link":
             return scope, [f"gpu{match[1]}", "host"], None
+        if scope == "gpu":
+            return scope, [f"gpu{match[1]}"], None
         if scope == "gpu-pair":
             return scope, [f"gpu{match[1]}", f"gpu{match[2]}"], None
         if scope == "nic":

@@ -22,6 +22,9 @@ def _what_to_check(m) -> str:
     if m.scope == "host-link" and kind == "c2c":
         return ("check the GPU's NVLink-C2C links to its Grace CPU (`nvidia-smi c2c -s`: every link at its speed), that "
                 "nothing else was copying over them, and the host memory's NUMA node")
+    if m.scope == "gpu":
+        return ("check the GPU's clocks and braking while it runs (`nvidia-smi -q -d PERFORMANCE,CLOCK`: the memory clock at "
+                "its maximum, no HW slowdown), its power limit, and its memory's health (`nvidia-smi -q -d ROW_REMAPPER,ECC`)")
     if m.scope == "host-link":
         return ("check the GPU's PCIe link (`nvidia-smi -q -d PCI`: generation and width now vs max), that nothing else "
                 "was copying over it, and the host memory's NUMA node")
@@ -63,6 +66,8 @@ def copy_bound(m) -> float | None:
         details = m.details if isinstance(m.details, dict) else {}
         partial_mesh = str(details.get("spec_basis") or "").startswith(PARTIAL_MESH)
         return COPY_BOUND if details.get("path_kind") in ("pcie", "pcie-staged") or partial_mesh else None
+    if m.test == "hbm" and path_identity(m.path)[0] == "gpu":  # a copy reads and writes each byte once: 2 x size at most
+        return COPY_BOUND
     if m.test not in ("h2d", "d2h", "p2p") or path_identity(m.path)[0] not in ("host-link", "gpu-pair"):
         return None
     return COPY_BOUND
@@ -115,9 +120,13 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
     findings = []
     for m in measurements:
         threshold = config.ratio_for(m.test, m.details.get("path_kind"), m.direction, m.details.get("calibration"))
+        if not m.ok and m.details.get("skipped"):  # not run, and why (a GPU another process holds): said, never failed
+            findings.append(Finding("bench_skipped", "info", m.path, "not run", "run", f"{m.test} on {m.path}: {m.error}"))
+            continue
         if not m.ok:
             findings.append(Finding("bench_failed", "error", m.path, "failed", "completed", f"{m.test} on {m.path}: {m.error}"))
             continue
+        findings += _below_siblings(m)
         check = m.details.get("data_check") if isinstance(m.details, dict) else None
         wrong = check.get("wrong_elements") if isinstance(check, dict) else None
         if isinstance(wrong, int) and wrong > 0:
@@ -155,6 +164,23 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
                 f"{m.path} {m.test} {format_path_rate(m.scope, m.bytes_per_second)} = {m.ratio:.2f} of spec "
                 f"{format_path_rate(m.scope, m.spec_bytes_per_second)}{where}: {_what_to_check(m)}"))
     return findings
+
+
+# a GPU below this share of the median of its node's GPUs of the same model is out of line, though it passes its spec:
+# healthy GPUs of one model on one board run within a few percent of each other (gpu-fryer's and DCGM's peer checks
+# flag 10% apart)
+SIBLING_FRACTION = 0.9
+
+
+def _below_siblings(m) -> list[Finding]:
+    ratio = m.details.get("sibling_ratio") if isinstance(m.details, dict) else None
+    if not isinstance(ratio, (int, float)) or ratio >= SIBLING_FRACTION:
+        return []
+    median = m.details.get("sibling_median")
+    return [Finding("gpu_below_siblings", "warning", m.path, f"{ratio:.2f}", f">= {SIBLING_FRACTION:g}",
+                    f"{m.path} {m.test} {format_path_rate(m.scope, m.bytes_per_second)} = {ratio:.2f} of the median of its "
+                    f"{m.details.get('siblings')} sibling GPUs of the same model ({format_path_rate(m.scope, median)}): "
+                    f"{_what_to_check(m)}")]
 
 
 def slow_nodes(m, threshold: float) -> list[tuple[str, float, str]]:

@@ -1,0 +1,121 @@
+"""`bench --tests hbm` (src/nodecheck/bench/gpu_itself.py): each GPU's memory bandwidth against its model's spec and
+against its siblings, from the workers' answers replayed here (the real worker runs on CPU torch in
+tests/system/test_gpu_itself_worker.py). An 8x H100 SXM node (the HGX topology and the H100 capture's NVML values):
+healthy GPUs read 2.8 TB/s (0.84 of 3.35, what Nsight Compute reads of coalesced HBM3 loads on H100 SXM); one
+braked GPU 2.45 TB/s (0.73: passes its spec, 0.875 of its siblings), one at 2.0 TB/s (0.60: below its spec), one
+whose copy arrived wrong, one whose worker died, one held by a job."""
+
+import dataclasses
+
+import pytest
+from helpers import hgx_nvml, make_snapshot
+
+from nodecheck.bench import gpu_itself
+from nodecheck.config import Config
+from nodecheck.host.snapshot import SnapshotHost
+from nodecheck.pipeline import build_report
+from nodecheck.report.gpu import GpuProcess
+from nodecheck.verdicts.bandwidth import measurement_findings
+
+HEALTHY = 2.8e12
+GiB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def hgx(tmp_path_factory):
+    snap = make_snapshot(tmp_path_factory.mktemp("hgx") / "node", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml())
+    return build_report(SnapshotHost(snap))
+
+
+def answer(rate: float, wrong: int = 0) -> dict:
+    return {"index": 0, "device": "cuda:0", "hbm": {"size_bytes": GiB, "copies_per_sample": 8, "samples": 40,
+                                                    "seconds_per_copy": 2 * GiB / rate, "bytes_per_second": rate,
+                                                    "best_bytes_per_second": rate * 1.01, "wrong_bytes": wrong,
+                                                    "free_bytes": 80 * GiB}}
+
+
+def replayed(monkeypatch, answers: dict[int, dict]):
+    asked = []
+
+    def run(gpu, plan, timeout, device):
+        asked.append(gpu.index)
+        return answers[gpu.index]
+    monkeypatch.setattr(gpu_itself, "_run", run)
+    return asked
+
+
+def test_each_gpu_is_judged_against_its_spec_and_its_siblings(monkeypatch, hgx):
+    report = dataclasses.replace(hgx, gpus=list(hgx.gpus))
+    job = GpuProcess(pid=4242, type="compute", memory_bytes=70 * GiB, name="python", job=17)
+    report.gpus[7] = dataclasses.replace(report.gpus[7], processes=[job])
+    answers = {i: answer(HEALTHY) for i in range(8)}
+    answers.update({2: answer(2.45e12), 3: answer(2.0e12), 4: answer(HEALTHY, wrong=3),
+                    5: {"error": "the hbm worker of gpu5 was killed by signal 9"}})
+    asked = replayed(monkeypatch, answers)
+    measurements = gpu_itself.hbm_tests(report, "quick", 60)
+    assert asked == [0, 1, 2, 3, 4, 5, 6]  # the GPU a job holds is not touched
+    by_path = {m.path: m for m in measurements}
+    assert [m.path for m in measurements] == ["gpu7:memory"] + [f"gpu{i}:memory" for i in range(7)]
+    healthy = by_path["gpu0:memory"]
+    assert (healthy.ok, healthy.scope, healthy.direction, healthy.spec_bytes_per_second) == (True, "gpu", "read+write", 3.35e12)
+    assert healthy.ratio == pytest.approx(0.836, abs=0.001) and healthy.details["siblings"] == 6
+    assert healthy.details["sibling_median"] == HEALTHY and "all 7 GPU(s) at once" in healthy.method
+
+    findings = {(f.kind, f.subject): f for f in measurement_findings(measurements, Config())}
+    assert set(findings) == {("gpu_below_siblings", "gpu2:memory"), ("bandwidth_below_spec", "gpu3:memory"),
+                             ("gpu_below_siblings", "gpu3:memory"), ("bench_wrong_result", "gpu4:memory"),
+                             ("bench_failed", "gpu5:memory"), ("bench_skipped", "gpu7:memory")}
+    braked = findings[("gpu_below_siblings", "gpu2:memory")]
+    assert (braked.severity, braked.measured, braked.expected) == ("warning", "0.88", ">= 0.9")
+    assert "nvidia-smi -q -d PERFORMANCE,CLOCK" in braked.message
+    slow = findings[("bandwidth_below_spec", "gpu3:memory")]
+    assert (slow.severity, slow.measured, slow.expected) == ("error", "0.60", ">= 0.7")
+    assert findings[("bench_skipped", "gpu7:memory")].severity == "info"
+    assert "held by pid 4242 python (job 17): not tested" in findings[("bench_skipped", "gpu7:memory")].message
+    assert "3 of 1073741824 elements arrived wrong" in findings[("bench_wrong_result", "gpu4:memory")].message
+
+
+def test_a_gpu_without_a_spec_is_judged_by_its_siblings_alone(monkeypatch, hgx):
+    report = dataclasses.replace(hgx, gpus=[dataclasses.replace(g, name="NVIDIA H20-3e", spec=None) for g in hgx.gpus[:4]])
+    replayed(monkeypatch, {0: answer(3.0e12), 1: answer(3.0e12), 2: answer(3.0e12), 3: answer(2.0e12)})
+    measurements = gpu_itself.hbm_tests(report, "full", 60)
+    assert all(m.ok and m.spec_bytes_per_second is None and m.ratio is None for m in measurements)
+    assert "no spec for 'NVIDIA H20-3e'" in measurements[0].details["spec_basis"]
+    assert [(f.kind, f.subject) for f in measurement_findings(measurements, Config())] == [("gpu_below_siblings", "gpu3:memory")]
+
+
+def test_two_gpus_of_a_model_are_not_judged_against_each_other(monkeypatch, hgx):
+    """Two cannot say which one is slow: siblings are compared from three on."""
+    report = dataclasses.replace(hgx, gpus=hgx.gpus[:2])
+    replayed(monkeypatch, {0: answer(HEALTHY), 1: answer(2.4e12)})
+    measurements = gpu_itself.hbm_tests(report, "quick", 60)
+    assert all("sibling_ratio" not in m.details for m in measurements)
+    assert measurement_findings(measurements, Config()) == []
+
+
+@pytest.mark.parametrize("garbled", [{"hbm": {"bytes_per_second": "fast"}}, {"hbm": []}, {"hbm": {"size_bytes": 1}}, {}])
+def test_a_workers_answer_that_is_not_one_is_a_failure_naming_the_gpu(monkeypatch, hgx, garbled):
+    report = dataclasses.replace(hgx, gpus=hgx.gpus[:1])
+    replayed(monkeypatch, {0: garbled})
+    (m,) = gpu_itself.hbm_tests(report, "quick", 60)
+    assert not m.ok and m.error.startswith("hbm on gpu0")
+
+
+def test_an_answer_above_what_memory_moves_says_the_model_was_misread(monkeypatch, hgx):
+    """A copy reads and writes each byte once: 1.1 x the spec or more is a model rated wrong (an H200 read as an H100)."""
+    report = dataclasses.replace(hgx, gpus=hgx.gpus[:1])
+    replayed(monkeypatch, {0: answer(4.3e12)})
+    (finding,) = measurement_findings(gpu_itself.hbm_tests(report, "quick", 60), Config())
+    assert (finding.kind, finding.measured) == ("bandwidth_above_bound", "1.28")
+
+
+def test_hbm_is_a_bench_test_that_applies_where_there_are_gpus(hgx):
+    from nodecheck.bench.plan import applicable, without_mig_gpus
+    from nodecheck.report.model import BENCH_TESTS, path_identity
+
+    assert "hbm" in BENCH_TESTS and "hbm" in applicable(hgx, across_nodes=False)
+    assert "hbm" not in applicable(dataclasses.replace(hgx, gpus=[]), across_nodes=False)
+    mig = dataclasses.replace(hgx, gpus=[dataclasses.replace(hgx.gpus[0], mig_enabled=True), hgx.gpus[1]])
+    assert without_mig_gpus(mig, {"hbm", "p2p"})[1] == {"hbm"}
+    assert path_identity("gpu12:memory") == ("gpu", ["gpu12"], None)
+    assert Config().threshold("hbm", "memory")[0] == 0.7
