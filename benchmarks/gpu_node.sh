@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU node: every GPU path of nodecheck, each step printed with its command, exit status and wall
 # time, into DIR/log.txt (DIR = $OUT, else ./gpu-node-run). Used for the "Measured on" table of README.md.
-#   bash benchmarks/gpu_node.sh [steps...]     steps: facts install gpu inspect one bench h2d nccl prolog nvlink hbm suite multi
+#   bash benchmarks/gpu_node.sh [steps...]     steps: facts install gpu inspect one bench h2d nccl prolog nvlink itself suite multi
 # (multi is not in the default list: it is for a node with several GPUs, and takes up to an hour; suite is not
 # either: the whole suite needs the test extra, which an offline node lacks, and CI runs it)
 # Offline nodes (the lent GPU machine): run benchmarks/gpu_carry.sh here first and carry .whl, .hw and .shared.
@@ -126,11 +126,11 @@ nvlink() {
   step 60 "$PY" -m nodecheck prolog --dry-run --json
 }
 
-# the GPU itself (issue 50): hbm beside a plain torch copy loop timed in the same run, against the model's spec
-hbm() {
+# the GPU itself: hbm and gemm beside plain torch loops timed in the same run, against the model's spec
+itself() {
   step 120 "$PY" -m nodecheck inspect
-  step 300 "$PY" benchmarks/bench_hbm.py
-  step 300 "$PY" benchmarks/bench_hbm.py --full
+  step 300 "$PY" benchmarks/bench_gpu_itself.py
+  step 300 "$PY" benchmarks/bench_gpu_itself.py --full
 }
 
 suite() { step 330 "$PY" -m pytest -ra -q -p no:cacheprovider --timeout 120; }

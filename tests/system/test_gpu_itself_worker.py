@@ -1,4 +1,4 @@
-"""The hbm worker itself (src/nodecheck/bench/gpu_itself_worker.py), run for real with torch's CPU tensors (`--device
+"""The GPU's own tests' worker itself (src/nodecheck/bench/gpu_itself_worker.py), run for real with torch's CPU tensors (`--device
 cpu`: the same steps on the host's memory, timed by the wall clock) beside a runner that starts one per GPU at once;
 its figures judge nothing here, its plumbing everything: buffers sized from what is free, the copied bytes checked,
 a worker killed on the way leaving nothing behind."""
@@ -33,7 +33,23 @@ def test_one_worker_per_gpu_at_once_each_copy_checked(tmp_path):
         assert m.ok, m.error
         assert m.payload_bytes == 64 << 20 and m.details["device"] == "cpu"  # 512 MiB "free" x 0.25 / 2
         assert m.details["data_check"]["wrong_elements"] == 0 and m.bytes_per_second > 0
+        assert m.details["data_check"]["elements"] == 2 * (64 << 20) // 4  # every word, both patterns
         assert m.details["siblings"] == 3 and m.details["sibling_ratio"] > 0
+
+
+def test_gemm_on_each_gpu_at_once_gives_the_same_bits_on_every_one(tmp_path):
+    """The silent-data-corruption check for real: inputs made from one seed on the CPU, the multiply done twice in
+    each worker and compared across the workers of one model: the same bits everywhere on healthy hardware."""
+    from nodecheck.config import Config
+    from nodecheck.verdicts.bandwidth import measurement_findings
+
+    measurements = gpu_itself.gpu_tests(three_gpus(tmp_path), {"gemm"}, "quick", 120, device="cpu")
+    assert [m.path for m in measurements] == ["gpu0:compute", "gpu1:compute", "gpu2:compute"]
+    for m in measurements:
+        assert m.ok and m.flops_per_second > 0 and m.bytes_per_second is None, m.error
+        check = m.details["result_check"]
+        assert check["repeat_agrees"] and (check["agreeing"], check["of"]) == (3, 3) and check["usual"] == check["digests"][0]
+    assert not [f for f in measurement_findings(measurements, Config()) if f.kind == "gpu_result_mismatch"]
 
 
 def test_a_worker_killed_on_the_way_is_a_failure_and_leaves_no_process(tmp_path):

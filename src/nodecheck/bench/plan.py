@@ -14,7 +14,7 @@ from nodecheck.report.model import Measurement, Report, from_json, measured_on
 
 
 def applicable(report: Report, across_nodes: bool, nccl_tests_installed: bool = False) -> list[str]:
-    tests = ["h2d", "d2h", "hbm"] if report.gpus else []
+    tests = ["h2d", "d2h", "hbm", "gemm"] if report.gpus else []
     if len(report.gpus) >= 2:
         tests.append("p2p")
     if across_nodes or len(report.gpus) >= 2:  # one GPU alone moves no data: `--tests allreduce` still checks NCCL
@@ -44,7 +44,7 @@ def run(report: Report, config, tests: list[str], level: str, timeout: float, en
                _failed("bench", t, f"torch is not installed: {install_extra('bench')}") for t in tests]
         return out + ([nccl_binary.run_nccl_tests(report, config, level, timeout, environ)] if nccl_tests else [])
     wanted = set(tests)
-    in_node = wanted & {"h2d", "d2h", "p2p", "hbm"} | ({"allreduce"} if "allreduce" in wanted and not across else set())
+    in_node = wanted & {"h2d", "d2h", "p2p", "hbm", "gemm"} | ({"allreduce"} if "allreduce" in wanted and not across else set())
     if across and local_rank(environ) != 0:
         in_node = set()  # N ranks on a node: the first one measures the node, every rank joins the all-reduce
     report, in_node = without_mig_gpus(report, in_node)
@@ -52,8 +52,8 @@ def run(report: Report, config, tests: list[str], level: str, timeout: float, en
         reason = report.gpus_absent_reason or "no NVIDIA GPU found"
         out += [_failed("gpus", t, f"no GPU to test: {reason}") for t in sorted(in_node)]
     else:
-        if "hbm" in in_node:  # first, every GPU at once: before the copies over links warm them
-            out += gpu_itself.hbm_tests(report, level, timeout)
+        if in_node & {"hbm", "gemm"}:  # first, every GPU at once: before the copies over links warm them
+            out += gpu_itself.gpu_tests(report, in_node, level, timeout)
         if in_node & {"h2d", "d2h"}:  # local rank 0 only: N ranks copying at once would share each link
             out += gpu.copy_tests(report, config, in_node, level, timeout)
         for test in sorted(in_node & {"p2p", "allreduce"}):
@@ -87,7 +87,7 @@ def without_mig_gpus(report: Report, tests: set[str]) -> tuple[Report, set[str]]
     from dataclasses import replace
 
     testable = [g for g in report.gpus if not g.mig_enabled]
-    kept = {t for t in tests if (t in ("h2d", "d2h", "hbm") and testable) or (t in ("p2p", "allreduce") and len(testable) >= 2)}
+    kept = {t for t in tests if (t in ("h2d", "d2h", "hbm", "gemm") and testable) or (t in ("p2p", "allreduce") and len(testable) >= 2)}
     return replace(report, gpus=testable), kept
 
 
@@ -95,7 +95,7 @@ def _failed(path: str, test: str, error: str) -> Measurement:
     return Measurement.failed(path, test, "-", "-", error)
 
 
-GPU_ONLY = ("h2d", "d2h", "p2p", "hbm")  # tests with nothing to measure without a GPU (allreduce runs on CPUs with gloo)
+GPU_ONLY = ("h2d", "d2h", "p2p", "hbm", "gemm")  # tests with nothing to measure without a GPU (allreduce runs on CPUs with gloo)
 CLOCK_SKEW_S = 300  # a bench on this node wrote the file: its clock is this one's, give or take NTP
 
 

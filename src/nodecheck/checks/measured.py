@@ -42,9 +42,17 @@ BENCH_WRONG_RESULT = Kind("bench_wrong_result", "bandwidth", "{head} returned wr
 GPU_BELOW_SIBLINGS = Kind("gpu_below_siblings", "bandwidth", "{subject} {measured} of its siblings' median",
     doc=(
         ("warning",
-         "a test of the GPU itself (`hbm`: its memory bandwidth) below 0.9 of the median of the node's GPUs of the same model "
+         "a test of the GPU itself (`hbm`: its memory bandwidth; `gemm`: its dense BF16 throughput) below 0.9 of the median of the node's GPUs of the same model "
          "(three or more measured at once), though it may pass its spec: the sick GPU a spec threshold misses (braking, a "
          "lower clock, failing memory); `details.sibling_ratio`, `sibling_median`, `siblings`"),
+    ))
+GPU_RESULT_MISMATCH = Kind("gpu_result_mismatch", "bandwidth", "{subject} computed {measured}",
+    doc=(
+        ("error",
+         "`gemm`'s silent-data-corruption check: one BF16 multiply of inputs made from a fixed seed, with deterministic "
+         "cuBLAS settings, gave different bits on a repeat on the same GPU, or other bits than most GPUs of its model in the "
+         "node (or no majority among them); `details.result_check` holds the digests. It cannot see a fault these inputs do "
+         "not meet, nor one every GPU shares"),
     ))
 BENCH_SKIPPED = Kind("bench_skipped", "bandwidth", "{head} not run",
     doc=(
@@ -53,5 +61,5 @@ BENCH_SKIPPED = Kind("bench_skipped", "bandwidth", "{head} not run",
     ))
 
 CHECK = Check((BANDWIDTH_BELOW_SPEC, BANDWIDTH_ABOVE_BOUND, BENCH_FAILED, BENCH_WRONG_RESULT, GPU_BELOW_SIBLINGS,
-               BENCH_SKIPPED),
+               GPU_RESULT_MISMATCH, BENCH_SKIPPED),
               made_by="the bandwidth tests", unknown=no_measurements)

@@ -109,6 +109,15 @@ def format_rate(bytes_per_second: float | None) -> str:
 
 
 
+def format_figure(m, spec: bool = False, value: float | None = None) -> str:
+    """A measurement's figure (its spec's, or another `value` of its kind) in its unit: TFLOPS for a test of
+    compute, else its path's rate."""
+    if m.flops_per_second is not None:
+        value = value if value is not None else m.spec_flops_per_second if spec else m.flops_per_second
+        return "unknown" if value is None else f"{value / 1e12:.0f} TFLOPS"
+    return format_path_rate(m.scope, value if value is not None else m.spec_bytes_per_second if spec else m.bytes_per_second)
+
+
 def format_path_rate(scope: str | None, bytes_per_second: float | None) -> str:
     """A measurement's rate in its path's unit: Gbit/s for a NIC, as networks quote it; GB/s for the rest (h2d/d2h,
     p2p, a collective inside a node or across nodes), as nvbandwidth and nccl-tests write them."""

@@ -212,6 +212,12 @@ def _measurements(report: Report) -> Iterator[Metric]:
                  [([m.path, m.test, m.direction], m.bytes_per_second) for m in ms])
     yield _gauge("nodecheck_bandwidth_spec_bytes_per_second", "Theoretical rate of the measured path.", labels,
                  [([m.path, m.test, m.direction], m.spec_bytes_per_second) for m in ms])
+    computed = [m for m in ms if m.flops_per_second is not None]
+    if computed:  # tests of compute (gemm): their figures are operations, not bytes
+        yield _gauge("nodecheck_gpu_flops_per_second", "A GPU's measured dense matrix throughput (bench gemm).", labels,
+                     [([m.path, m.test, m.direction], m.flops_per_second) for m in computed])
+        yield _gauge("nodecheck_gpu_spec_flops_per_second", "The GPU model's dense matrix throughput at the test's precision.",
+                     labels, [([m.path, m.test, m.direction], m.spec_flops_per_second) for m in computed])
     yield _gauge("nodecheck_bandwidth_ratio", "Measured / spec.", labels,
                  [([m.path, m.test, m.direction], m.ratio) for m in ms])
     yield _gauge("nodecheck_bandwidth_threshold_ratio",

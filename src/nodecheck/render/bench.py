@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from nodecheck.core.units import format_path_rate, format_rate
+from nodecheck.core.units import format_figure, format_rate
 from nodecheck.render.table import IDENTITY, SEVERITY_STYLE, TEXT, cell, clean, esc, fitted_table, new_console, render_findings
 from nodecheck.report.model import Report
 
@@ -79,9 +79,9 @@ def measurement_tables(console: Console, report: Report) -> None:
         ratio = f"{m.ratio:.2f}" if m.ratio is not None else "-"
         payload = f"{m.payload_bytes / (1 << 20):g} MiB" if m.payload_bytes else "-"
         measured = ("[red]FAILED[/red]" if not m.ok else "no data moved" if m.direction == "none"
-                    else format_path_rate(m.scope, m.bytes_per_second))
+                    else format_figure(m))
         rows.append([cell(m.path), cell(m.test), payload, Text.from_markup(measured),
-                     format_path_rate(m.scope, m.spec_bytes_per_second), ratio, cell(m.method if m.ok else m.error)])
+                     format_figure(m, spec=True), ratio, cell(m.method if m.ok else m.error)])
     console.print(fitted_table(console, "Bandwidth", headers, rows))
     for m in report.measurements:  # why a figure has no spec, or may pass it (a job on one node, NVLS, a world of one)
         note = (m.details or {}).get("note") if isinstance(m.details, dict) else None

@@ -3,8 +3,6 @@ documented in docs/report-schema.md; bump SCHEMA_VERSION on any incompatible cha
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import asdict, dataclass, field
 
 from nodecheck.core.limits import MAX_GPUS
@@ -14,9 +12,10 @@ from nodecheck.core.typed_json import ESSENTIAL, record
 from nodecheck.report.events import History, KernelLog
 from nodecheck.report.findings import SEVERITIES, Finding, at_or_above
 from nodecheck.report.gpu import GpuFabric, GpuModelSpec, GpuProcess, GpuSignals
+from nodecheck.report.measurement import Measurement, measured_on, path_identity  # noqa: F401 (the Report's vocabulary)
 
 SCHEMA_VERSION = 2  # 2: paths and measurements carry scope (and endpoints, ranks); GPUs memory_bytes
-BENCH_TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests", "hbm")  # what `bench --tests` and [prolog] bench name
+BENCH_TESTS = ("h2d", "d2h", "p2p", "allreduce", "nccl_tests", "hbm", "gemm")  # what `bench --tests` and [prolog] bench name
 
 
 @dataclass
@@ -86,45 +85,6 @@ class Link:
             raise ValueError(f"link type {str(self.type)[:20]!r} is not one nvidia-smi prints")
 
 
-# How nodecheck spells paths, read in this one place: (pattern, scope, endpoint groups, ranks group).
-# A measurement from another node carries its node's name first ("node2/gpu0:host").
-_PATHS = [  # digits bounded: a hostile Report's 5,000-digit rank count is no path, not int()'s ValueError
-    (re.compile(r"gpu(\d{1,4}):host"), "host-link"),
-    (re.compile(r"gpu(\d{1,4}):memory"), "gpu"),  # the GPU itself: its memory
-    (re.compile(r"gpu(\d{1,4})(?::|->|<->)gpu(\d{1,4})"), "gpu-pair"),
-    (re.compile(r"nic:(.+)"), "nic"),
-    (re.compile(r"(?:allreduce|nccl-tests):node-(\d{1,4})-gpus"), "node"),
-    (re.compile(r"allreduce:(\d{1,7})-ranks"), "cluster"),
-]
-
-
-def measured_on(path: str) -> str | None:
-    """The other node a measurement's path names ("node5" of "node5/gpu0:host": rank 0's Report of a job holds every
-    node's in-node figures so), or None for the node whose Report it is."""
-    return path.split("/", 1)[0] if "/" in path else None
-
-
-def path_identity(path: str) -> tuple[str | None, list[str], int | None]:
-    """(scope, endpoints, ranks) of a path: host-link (gpu0:host), gpu (gpu0:memory, the GPU itself), gpu-pair
-    (gpu0:gpu1, gpu0->gpu1, gpu0<->gpu1), nic (nic:eth0), node (an all-reduce inside one node) or cluster (across
-    nodes)."""
-    bare = path.rsplit("/", 1)[-1]
-    for pattern, scope in _PATHS:
-        match = pattern.fullmatch(bare)
-        if match is None:
-            continue
-        if scope == "host-link":
-            return scope, [f"gpu{match[1]}", "host"], None
-        if scope == "gpu":
-            return scope, [f"gpu{match[1]}"], None
-        if scope == "gpu-pair":
-            return scope, [f"gpu{match[1]}", f"gpu{match[2]}"], None
-        if scope == "nic":
-            return scope, [match[1]], None
-        return scope, [], int(match[1])
-    return None, [], None
-
-
 @dataclass
 class PathSpec:
     """Theoretical unidirectional rate of one path; None with the reason when it cannot be derived."""
@@ -146,43 +106,6 @@ class PathSpec:
     @property
     def link_bytes_per_second(self) -> float | None:  # a NIC's own link rate, whether its PCIe path bounds it or not
         return self.line_bytes_per_second or self.bytes_per_second
-
-
-@dataclass
-class Measurement:
-    """One bandwidth test on one path, compared with that path's theoretical unidirectional spec."""
-
-    path: str = field(metadata=ESSENTIAL)  # allreduce:3-ranks, gpu0:host ...
-    test: str = field(metadata=ESSENTIAL)  # one of BENCH_TESTS
-    ok: bool = field(metadata=ESSENTIAL)  # False: the test failed (error says why); no figure
-    bytes_per_second: float | None  # busbw for collectives
-    spec_bytes_per_second: float | None
-    ratio: float | None  # measured / spec
-    payload_bytes: int | None
-    method: str  # how it was measured
-    direction: str  # unidirectional, bidirectional, busbw
-    details: dict = field(default_factory=dict)  # sweep rows, per-node figures ...
-    error: str | None = None
-    scope: str | None = None  # host-link, gpu-pair, node, cluster: from the path when not given
-    ranks: int | None = None  # all-reduce: the ranks it ran over
-
-    def __post_init__(self) -> None:
-        if self.scope is None:
-            self.scope, _, ranks = path_identity(self.path)
-            self.ranks = self.ranks if self.ranks is not None else ranks
-
-    @classmethod
-    def measured(cls, path: str, test: str, rate: float, spec: float | None, payload: int | None, method: str,
-                 direction: str, details: dict | None = None) -> "Measurement":
-        if not math.isfinite(rate):  # a NaN passes every threshold: a figure that is none is a failed test
-            failed = cls.failed(path, test, method, direction, f"measured no finite rate ({rate!r} B/s)")
-            failed.details.update(details or {})
-            return failed
-        return cls(path, test, True, rate, spec, rate / spec if spec else None, payload, method, direction, details or {})
-
-    @classmethod
-    def failed(cls, path: str, test: str, method: str, direction: str, error: str) -> "Measurement":
-        return cls(path, test, False, None, None, None, None, method, direction, error=error)
 
 
 @dataclass

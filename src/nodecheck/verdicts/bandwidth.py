@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from nodecheck.config import Config
-from nodecheck.core.units import format_path_rate
+from nodecheck.core.units import format_figure
 from nodecheck.report.findings import Finding
 from nodecheck.report.model import Report, path_identity
 
@@ -126,7 +126,7 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
         if not m.ok:
             findings.append(Finding("bench_failed", "error", m.path, "failed", "completed", f"{m.test} on {m.path}: {m.error}"))
             continue
-        findings += _below_siblings(m)
+        findings += _below_siblings(m) + _result_mismatch(m)
         check = m.details.get("data_check") if isinstance(m.details, dict) else None
         wrong = check.get("wrong_elements") if isinstance(check, dict) else None
         if isinstance(wrong, int) and wrong > 0:
@@ -137,22 +137,22 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
         if m.ratio is not None and (copy_bound(m) or float("inf")) < m.ratio:
             findings.append(Finding(
                 "bandwidth_above_bound", "warning", m.path, f"{m.ratio:.2f}", f"<= {COPY_BOUND:.2f}",
-                f"{m.path} {m.test} {format_path_rate(m.scope, m.bytes_per_second)} = {m.ratio:.2f} x the spec nodecheck derived "
-                f"for the path ({format_path_rate(m.scope, m.spec_bytes_per_second)}), more than one copy moves over it: the "
+                f"{m.path} {m.test} {format_figure(m)} = {m.ratio:.2f} x the spec nodecheck derived "
+                f"for the path ({format_figure(m, spec=True)}), more than one copy moves over it: the "
                 "path was misread (its link width, generation or count; a Grace GPU's NVLink-C2C judged as PCIe), so a slow "
                 "link would pass here; `nodecheck inspect` shows what it read"))
         elif m.ratio is not None and (algorithm_bound(m) or float("inf")) < m.ratio:
             bound = algorithm_bound(m)
             findings.append(Finding(
                 "bandwidth_above_bound", "warning", m.path, f"{m.ratio:.2f}", f"<= {bound:.2f}",
-                f"{m.path} {m.test} {format_path_rate(m.scope, m.bytes_per_second)} = {m.ratio:.2f} x the ring bound of the rails nodecheck "
+                f"{m.path} {m.test} {format_figure(m)} = {m.ratio:.2f} x the ring bound of the rails nodecheck "
                 f"read, more than any all-reduce algorithm moves over them ({bound:.2f} x): NCCL used other or more NICs, "
                 "or a rail's rate was misread (set [nics] speed_mbps); this verdict cannot be trusted"))
         elif m.ratio is not None and m.ratio < threshold and m.details.get("path_assumed"):
             findings.append(Finding(  # the path's kind is a guess: a staged path would pass at this figure
                 "bandwidth_below_spec", "info", m.path, f"{m.ratio:.2f}", f">= {threshold:g}",
-                f"{m.path} {m.test} {format_path_rate(m.scope, m.bytes_per_second)} = {m.ratio:.2f} of spec "
-                f"{format_path_rate(m.scope, m.spec_bytes_per_second)}, {m.details['path_assumed']}: without peer access "
+                f"{m.path} {m.test} {format_figure(m)} = {m.ratio:.2f} of spec "
+                f"{format_figure(m, spec=True)}, {m.details['path_assumed']}: without peer access "
                 "the GPUs copy through host memory and this figure may be healthy; run it with NCCL_DEBUG=INFO (its "
                 "transport lines settle it) or on the node itself"))
         elif m.ratio is not None and m.ratio < threshold:
@@ -161,8 +161,8 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
                                            for name, ratio, rails in suspects) if suspects else ""
             findings.append(Finding(
                 "bandwidth_below_spec", "error", suspects[0][0] if suspects else m.path, f"{m.ratio:.2f}", f">= {threshold:g}",
-                f"{m.path} {m.test} {format_path_rate(m.scope, m.bytes_per_second)} = {m.ratio:.2f} of spec "
-                f"{format_path_rate(m.scope, m.spec_bytes_per_second)}{where}: {_what_to_check(m)}"))
+                f"{m.path} {m.test} {format_figure(m)} = {m.ratio:.2f} of spec "
+                f"{format_figure(m, spec=True)}{where}: {_what_to_check(m)}"))
     return findings
 
 
@@ -178,9 +178,30 @@ def _below_siblings(m) -> list[Finding]:
         return []
     median = m.details.get("sibling_median")
     return [Finding("gpu_below_siblings", "warning", m.path, f"{ratio:.2f}", f">= {SIBLING_FRACTION:g}",
-                    f"{m.path} {m.test} {format_path_rate(m.scope, m.bytes_per_second)} = {ratio:.2f} of the median of its "
-                    f"{m.details.get('siblings')} sibling GPUs of the same model ({format_path_rate(m.scope, median)}): "
+                    f"{m.path} {m.test} {format_figure(m)} = {ratio:.2f} of the median of its "
+                    f"{m.details.get('siblings')} sibling GPUs of the same model ({format_figure(m, value=median)}): "
                     f"{_what_to_check(m)}")]
+
+
+def _result_mismatch(m) -> list[Finding]:
+    """The silent-data-corruption check of a gemm: the same multiply twice on one GPU, and on each GPU of its model."""
+    check = m.details.get("result_check") if isinstance(m.details, dict) else None
+    if not isinstance(check, dict):
+        return []
+    gpu = m.path.split(":")[0]
+    mine = (check.get("digests") or [None])[0]
+    if check.get("repeat_agrees") is False:
+        why = f"{gpu} gave two different results for the same multiply on the same inputs ({check.get('inputs')})"
+    elif check.get("of", 0) >= 2 and check.get("usual") is None:
+        why = f"the {check.get('of')} GPUs of {gpu}'s model computed different bits for the same multiply, none a majority"
+    elif check.get("usual") is not None and mine != check.get("usual"):
+        why = (f"{gpu} computed other bits than {check.get('agreeing')} of the {check.get('of')} GPUs of its model for the "
+               "same multiply on the same inputs")
+    else:
+        return []
+    return [Finding("gpu_result_mismatch", "error", m.path, "other bits", "identical bits",
+                    f"{why}: a GPU that computes wrong silently (SDC); stop using it and run the vendor's field diagnostic "
+                    "(`dcgmi diag -r 3` or NVIDIA's field diagnostic), checking Xid and ECC errors (`nodecheck inspect`)")]
 
 
 def slow_nodes(m, threshold: float) -> list[tuple[str, float, str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from nodecheck.config import Config
 from nodecheck.config.init import nic_mbps
-from nodecheck.core.units import natural_key
+from nodecheck.core.units import format_figure, natural_key
 from nodecheck.report.model import Report
 
 
@@ -61,7 +61,6 @@ def as_the_prolog_judges(config: Config, report: Report) -> tuple[list, list[tup
     judged by `config`'s thresholds and joined to the error signals as the prolog joins them; and a line for each
     measurement, saying whether the prolog runs its test. Others are shown, not counted: `bench` and `serve`
     judge them, the prolog does not run them. Without measurements, the Report's findings as they are."""
-    from nodecheck.core.units import format_path_rate
     from nodecheck.verdicts.bandwidth import judge_measurements
     from nodecheck.verdicts.signal_join import joined
 
@@ -77,9 +76,9 @@ def as_the_prolog_judges(config: Config, report: Report) -> tuple[list, list[tup
         if not m.ok:
             verdict = f"failed: {m.error}"
         elif m.ratio is None:
-            verdict = f"{format_path_rate(m.scope, m.bytes_per_second)}, no spec to judge it by"
+            verdict = f"{format_figure(m)}, no spec to judge it by"
         else:
-            verdict = (f"{format_path_rate(m.scope, m.bytes_per_second)} = {m.ratio:.2f} x spec, threshold "
+            verdict = (f"{format_figure(m)} = {m.ratio:.2f} x spec, threshold "
                        f"{m.details['threshold']:.2f} ({m.details['threshold_basis']})")
         said = "; ".join(f"{f.severity}: {f.kind}" for f in findings) or "passes"
         lines.append((f"{m.test} on {m.path}: {verdict}: {said}", in_prolog))

@@ -30,14 +30,15 @@ def hgx(tmp_path_factory):
 def answer(rate: float, wrong: int = 0) -> dict:
     return {"index": 0, "device": "cuda:0", "hbm": {"size_bytes": GiB, "copies_per_sample": 8, "samples": 40,
                                                     "seconds_per_copy": 2 * GiB / rate, "bytes_per_second": rate,
-                                                    "best_bytes_per_second": rate * 1.01, "wrong_bytes": wrong,
-                                                    "free_bytes": 80 * GiB}}
+                                                    "best_bytes_per_second": rate * 1.01, "words_checked": GiB // 2,
+                                                    "wrong_words": wrong, "free_bytes": 80 * GiB}}
 
 
-def replayed(monkeypatch, answers: dict[int, dict]):
+def replayed(monkeypatch, answers: dict[int, dict], test: str = "hbm"):
     asked = []
 
-    def run(gpu, plan, timeout, device):
+    def run(gpu, asked_test, plan, timeout, device):
+        assert asked_test == test
         asked.append(gpu.index)
         return answers[gpu.index]
     monkeypatch.setattr(gpu_itself, "_run", run)
@@ -72,7 +73,7 @@ def test_each_gpu_is_judged_against_its_spec_and_its_siblings(monkeypatch, hgx):
     assert (slow.severity, slow.measured, slow.expected) == ("error", "0.60", ">= 0.7")
     assert findings[("bench_skipped", "gpu7:memory")].severity == "info"
     assert "held by pid 4242 python (job 17): not tested" in findings[("bench_skipped", "gpu7:memory")].message
-    assert "3 of 1073741824 elements arrived wrong" in findings[("bench_wrong_result", "gpu4:memory")].message
+    assert "3 of 536870912 elements arrived wrong" in findings[("bench_wrong_result", "gpu4:memory")].message
 
 
 def test_a_gpu_without_a_spec_is_judged_by_its_siblings_alone(monkeypatch, hgx):
@@ -118,4 +119,78 @@ def test_hbm_is_a_bench_test_that_applies_where_there_are_gpus(hgx):
     mig = dataclasses.replace(hgx, gpus=[dataclasses.replace(hgx.gpus[0], mig_enabled=True), hgx.gpus[1]])
     assert without_mig_gpus(mig, {"hbm", "p2p"})[1] == {"hbm"}
     assert path_identity("gpu12:memory") == ("gpu", ["gpu12"], None)
-    assert Config().threshold("hbm", "memory")[0] == 0.7
+    assert Config().threshold("hbm", "memory")[0] == 0.7 and Config().threshold("gemm", "compute")[0] == 0.6
+    assert "gemm" in applicable(hgx, across_nodes=False) and path_identity("gpu3:compute") == ("gpu", ["gpu3"], None)
+
+
+# gemm: healthy H100 SXMs read 797.5 TFLOPS in BF16 at 8192 (0.81 of 989.4: zzc0721/torch-performance-test-data#79)
+HEALTHY_FLOPS = 797.5e12
+USUAL, OTHER = "a" * 64, "b" * 64
+
+
+def computed(flops: float, digests=(USUAL, USUAL)) -> dict:
+    return {"index": 0, "device": "cuda:0", "gemm": {"n": 8192, "dtype": "bf16", "multiplies_per_sample": 36, "samples": 30,
+                                                     "seconds_per_multiply": 2 * 8192**3 / flops, "flops_per_second": flops,
+                                                     "best_flops_per_second": flops * 1.01,
+                                                     "check": {"n": 4096, "seed": 20261129, "digests": list(digests)}}}
+
+
+def test_gemm_judges_throughput_against_the_dense_spec_and_the_bits_against_the_siblings(monkeypatch, hgx):
+    answers = {i: computed(HEALTHY_FLOPS) for i in range(8)}
+    answers.update({1: computed(680e12), 2: computed(500e12), 5: computed(HEALTHY_FLOPS, (OTHER, OTHER)),
+                    6: computed(HEALTHY_FLOPS, (USUAL, OTHER))})
+    replayed(monkeypatch, answers, "gemm")
+    measurements = gpu_itself.gpu_tests(hgx, {"gemm"}, "quick", 60)
+    healthy = measurements[0]
+    assert (healthy.path, healthy.test, healthy.direction, healthy.bytes_per_second) == ("gpu0:compute", "gemm", "bf16 dense", None)
+    assert (healthy.flops_per_second, healthy.spec_flops_per_second) == (HEALTHY_FLOPS, 989.4e12)
+    assert healthy.ratio == pytest.approx(0.806, abs=0.001) and healthy.figure == HEALTHY_FLOPS
+    assert healthy.details["result_check"] == {"inputs": "4096 x 4096 BF16 from seed 20261129", "digests": [USUAL, USUAL],
+                                               "repeat_agrees": True, "usual": USUAL, "agreeing": 7, "of": 8}
+    findings = {(f.kind, f.subject): f for f in measurement_findings(measurements, Config())}
+    assert set(findings) == {("gpu_below_siblings", "gpu1:compute"), ("bandwidth_below_spec", "gpu2:compute"),
+                             ("gpu_below_siblings", "gpu2:compute"), ("gpu_result_mismatch", "gpu5:compute"),
+                             ("gpu_result_mismatch", "gpu6:compute")}
+    slow = findings[("bandwidth_below_spec", "gpu2:compute")]
+    assert (slow.measured, slow.expected) == ("0.51", ">= 0.6") and "500 TFLOPS = 0.51 of spec 989 TFLOPS" in slow.message
+    assert "680 TFLOPS = 0.85 of the median of its 8 sibling GPUs of the same model (798 TFLOPS)" in findings[
+        ("gpu_below_siblings", "gpu1:compute")].message
+    assert "gpu5 computed other bits than 7 of the 8 GPUs of its model" in findings[("gpu_result_mismatch", "gpu5:compute")].message
+    assert "gpu6 gave two different results for the same multiply" in findings[("gpu_result_mismatch", "gpu6:compute")].message
+
+
+def test_two_gpus_that_disagree_are_both_named(monkeypatch, hgx):
+    report = dataclasses.replace(hgx, gpus=hgx.gpus[:2])
+    replayed(monkeypatch, {0: computed(HEALTHY_FLOPS, (USUAL, USUAL)), 1: computed(HEALTHY_FLOPS, (OTHER, OTHER))}, "gemm")
+    findings = measurement_findings(gpu_itself.gpu_tests(report, {"gemm"}, "quick", 60), Config())
+    assert [(f.kind, f.subject) for f in findings] == [("gpu_result_mismatch", "gpu0:compute"), ("gpu_result_mismatch", "gpu1:compute")]
+    assert "none a majority" in findings[0].message
+
+
+@pytest.mark.parametrize("garbled", [{"gemm": {"flops_per_second": 1.0, "n": 1, "samples": 1, "check": {"digests": ["a"]}}},
+                                     {"gemm": {"flops_per_second": 1.0, "n": "x"}}, {"gemm": "fast"}])
+def test_a_gemm_answer_that_is_not_one_is_a_failure(monkeypatch, hgx, garbled):
+    report = dataclasses.replace(hgx, gpus=hgx.gpus[:1])
+    replayed(monkeypatch, {0: garbled}, "gemm")
+    (m,) = gpu_itself.gpu_tests(report, {"gemm"}, "quick", 60)
+    assert not m.ok and m.error.startswith("gemm on gpu0")
+
+
+def test_a_gemm_figure_reads_in_tflops_in_every_face(monkeypatch, hgx):
+    from rich.console import Console
+
+    from nodecheck.prometheus.exposition import _measurements
+    from nodecheck.render.bench import measurement_tables
+    from nodecheck.verdicts.bandwidth import with_measurements
+
+    report = dataclasses.replace(hgx, gpus=hgx.gpus[:1])
+    replayed(monkeypatch, {0: computed(500e12)}, "gemm")
+    judged = with_measurements(report, gpu_itself.gpu_tests(report, {"gemm"}, "quick", 60), 1.8e9, Config())
+    console = Console(record=True, width=200)
+    measurement_tables(console, judged)
+    row = next(line for line in console.export_text().splitlines() if "gpu0:compute" in line)
+    assert "500 TFLOPS" in row and "989 TFLOPS" in row and "0.51" in row
+    samples = {(s.name, s.labels.get("test")): s.value for metric in _measurements(judged) for s in metric.samples}
+    assert samples[("nodecheck_bandwidth_ratio", "gemm")] == pytest.approx(0.505, abs=0.001)
+    assert samples[("nodecheck_gpu_flops_per_second", "gemm")] == 500e12
+    assert ("nodecheck_bandwidth_bytes_per_second", "gemm") not in samples  # no byte rate: not a zero

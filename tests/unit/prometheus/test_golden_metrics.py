@@ -1,5 +1,6 @@
 """The whole exposition of an 8-GPU HGX H100 snapshot (published topology, NVML as such a board reports,
-one NVLink down on gpu3 and its Xid 74 in the kernel log, gpu3's PCIe path with AER counts) with one all-reduce measurement, compared byte for byte with
+one NVLink down on gpu3 and its Xid 74 in the kernel log, gpu3's PCIe path with AER counts) with one all-reduce measurement
+and one gemm, compared byte for byte with
 tests/golden/hgx-h100-8gpu.prom, as node_exporter's e2e-output test does: a change to any metric's
 name, help, labels or value shows here. Regenerate on purpose only:
     NODECHECK_REGENERATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/prometheus/test_golden_metrics.py"""
@@ -35,7 +36,9 @@ def exposition(tmp_path) -> str:
                                  probes=[dataclasses.replace(p, duration_seconds=0.5) for p in report.probes])
     allreduce = Measurement.measured("allreduce:16-ranks", "allreduce", 380e9, 400e9, 1 << 31,
                                      "torch.distributed nccl all_reduce", "busbw", {"path_kind": "infiniband"})
-    report = with_measurements(report, [allreduce], 1_800_000_060.0, config)
+    gemm = Measurement.computed("gpu0:compute", "gemm", 797.5e12, 989.4e12, 3 * 8192 * 8192 * 2,
+                                "BF16 matrix multiplies", "bf16 dense", {"path_kind": "compute"})
+    report = with_measurements(report, [allreduce, gemm], 1_800_000_060.0, config)
     return write_textfile(report, tmp_path).read_text().replace(f'version="{_version()}"', 'version="golden"')
 
 
