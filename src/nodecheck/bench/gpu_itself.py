@@ -18,6 +18,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from nodecheck.bench.gpu_load import LoadSampler
 from nodecheck.bench.results import run_worker
 from nodecheck.core.errors import NodecheckError
 from nodecheck.report.model import Measurement, Report
@@ -75,10 +76,14 @@ def _one_test(report: Report, test: str, level: str, timeout: float, device: str
             todo.append(gpu)
     if not todo:
         return out
-    with ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix=f"nodecheck-{test}") as pool:
+    with LoadSampler([g.index for g in todo] if device == "cuda" else []) as sampler, \
+            ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix=f"nodecheck-{test}") as pool:
         answers = list(pool.map(lambda gpu: _run(gpu, test, plan, timeout, device), todo))
     for gpu, answer in zip(todo, answers, strict=True):
-        out.append(_measurement(test, gpu, answer, plan, len(todo)))
+        measured = _measurement(test, gpu, answer, plan, len(todo))
+        if device == "cuda" and measured.ok:  # what the GPU did meanwhile: why a slow one is slow
+            measured.details["load"] = sampler.summary(gpu.index, _window(answer.get(test)))
+        out.append(measured)
     _against_siblings(report, out)
     if test == "gemm":
         _compare_results(report, out)
@@ -135,6 +140,14 @@ def _gemm(figures: dict) -> tuple[float, int, str, dict]:
         "precision": "bf16", "best_flops_per_second": figures.get("best_flops_per_second"),
         "result_check": {"inputs": f"{int(check['n'])} x {int(check['n'])} BF16 from seed {int(check['seed'])}",
                          "digests": digests}}
+
+
+def _window(figures) -> tuple[float, float] | None:
+    """The worker's timed run, wall-clock seconds, where its answer says it plainly."""
+    window = figures.get("window") if isinstance(figures, dict) else None
+    if isinstance(window, list) and len(window) == 2 and all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in window):
+        return float(window[0]), float(window[1])
+    return None
 
 
 def _spec(test: str, gpu) -> float | None:

@@ -105,9 +105,10 @@ def hbm(torch, device: str, share: float, seconds: float) -> dict:
 
     once = max(timer.seconds(copy, WARMUP) / WARMUP, 1e-6)
     per_sample = max(1, min(200, round(SAMPLE_S / once)))
-    samples, deadline = [], time.monotonic() + seconds
+    samples, deadline, timed_from = [], time.monotonic() + seconds, time.time()
     while time.monotonic() < deadline or len(samples) < 3:
         samples.append(timer.seconds(copy, per_sample) / per_sample)
+    timed_to = time.time()
     wrong = int((dst.view(torch.int32) != words).sum().item())  # what the copies wrote is what was read
     torch.bitwise_not(words, out=words)  # every bit the other way
     dst.copy_(src)
@@ -115,7 +116,7 @@ def hbm(torch, device: str, share: float, seconds: float) -> dict:
     median = statistics.median(samples)
     return {"size_bytes": size, "copies_per_sample": per_sample, "samples": len(samples), "seconds_per_copy": median,
             "bytes_per_second": 2 * size / median, "best_bytes_per_second": 2 * size / min(samples),
-            "words_checked": 2 * (size // 4), "wrong_words": wrong, "free_bytes": free}
+            "words_checked": 2 * (size // 4), "wrong_words": wrong, "free_bytes": free, "window": [timed_from, timed_to]}
 
 
 def gemm(torch, device: str, seconds: float) -> dict:
@@ -134,14 +135,16 @@ def gemm(torch, device: str, seconds: float) -> dict:
     while time.monotonic() < warm_until:
         timer.seconds(multiply, max(1, round(SAMPLE_S / once)))
     per_sample = max(1, min(500, round(SAMPLE_S / once)))
-    samples, deadline = [], time.monotonic() + seconds
+    samples, deadline, timed_from = [], time.monotonic() + seconds, time.time()
     while time.monotonic() < deadline or len(samples) < 3:
         samples.append(timer.seconds(multiply, per_sample) / per_sample)
+    timed_to = time.time()
     median = statistics.median(samples)
     first, second = (_digest(torch, device, CHECK_N if cuda else CPU_CHECK_N) for _ in range(2))
     return {"n": n, "dtype": "bf16", "multiplies_per_sample": per_sample, "samples": len(samples), "seconds_per_multiply": median,
             "flops_per_second": 2 * n**3 / median, "best_flops_per_second": 2 * n**3 / min(samples),
-            "check": {"n": CHECK_N if cuda else CPU_CHECK_N, "seed": SEED, "digests": [first, second]}}
+            "check": {"n": CHECK_N if cuda else CPU_CHECK_N, "seed": SEED, "digests": [first, second]},
+            "window": [timed_from, timed_to]}
 
 
 def _digest(torch, device: str, n: int) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from nodecheck.assemble.gpu_load import why_slow
 from nodecheck.config import Config
 from nodecheck.core.units import format_figure
 from nodecheck.report.findings import Finding
@@ -22,6 +23,9 @@ def _what_to_check(m) -> str:
     if m.scope == "host-link" and kind == "c2c":
         return ("check the GPU's NVLink-C2C links to its Grace CPU (`nvidia-smi c2c -s`: every link at its speed), that "
                 "nothing else was copying over them, and the host memory's NUMA node")
+    if m.scope == "gpu" and (during := why_slow(m.details.get("load"))):
+        return (f"while it ran: {during}; check its cooling and power (`nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE`) "
+                "and its memory's health (`nvidia-smi -q -d ROW_REMAPPER,ECC`)")
     if m.scope == "gpu":
         return ("check the GPU's clocks and braking while it runs (`nvidia-smi -q -d PERFORMANCE,CLOCK`: the memory clock at "
                 "its maximum, no HW slowdown), its power limit, and its memory's health (`nvidia-smi -q -d ROW_REMAPPER,ECC`)")
