@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.prometheus.exposition import write_textfile
+from nodecheck.report.model import Measurement
 
 DASHBOARD = REPO / "deploy" / "grafana" / "nodecheck-dashboard.json"
 
@@ -39,6 +40,8 @@ def test_dashboard_queries_use_exported_metrics(tmp_path):
                    {"0000:47:00.0": {"correctable": 3, "nonfatal": 0, "fatal": 0}, "0000:48:00.0": {"correctable": 0, "nonfatal": 0, "fatal": 0}})
     report = build_report(SnapshotHost(snap))
     report.measurements.append(make_measurement())
+    report.measurements.append(Measurement.computed("gpu0:compute", "gemm", 797.5e12, 989.4e12, 1, "matmul", "bf16 dense",
+                                                    {"path_kind": "compute"}))
     exported = {f.name for f in text_string_to_metric_families(write_textfile(report, tmp_path).read_text())}
     queried = {m for q in dashboard_queries() for m in re.findall(r"\bnodecheck_[a-z_]+", q)}
     assert len(queried) >= 10 and queried <= exported, queried - exported

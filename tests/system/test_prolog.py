@@ -279,3 +279,45 @@ def test_a_snapshot_judged_names_the_recorded_node_and_drains_nothing(tmp_path):
     assert json.loads(named.stdout)["node"] == "testnode"
     acted = run_nodecheck("prolog", "--from", str(snap), env_extra=env)
     assert acted.returncode == 2 and "add --dry-run" in acted.stderr and "drain" not in acted.stdout
+
+
+def test_the_health_check_runs_idle_bench_on_an_idle_node_only_while_no_process_holds_a_gpu(tmp_path, monkeypatch):
+    """[prolog] idle_bench: the GPU's own tests where they cost no job anything. A health check of an idle node runs
+    them; of a node with a job, or of an idle node whose GPU a process holds (Slurm and NVML disagree), it does not,
+    and says why at info: nothing drains for it."""
+    from helpers import GIB, OUTSIDE
+    from helpers import node as gpu_node
+
+    from nodecheck.bench import plan
+    from nodecheck.config import Config
+    from nodecheck.report.model import Measurement
+    from nodecheck.slurm import prolog
+
+    asked = []
+
+    def bench(tail, timeout, env):
+        asked.append(tail[tail.index("--tests") + 1])
+        return [Measurement.measured("gpu0:memory", "hbm", 1.2e12, 3.35e12, 1 << 30, "copy", "read+write",
+                                     {"path_kind": "memory"})]
+    monkeypatch.setattr(plan, "run_in_subprocess", bench)
+    config = Config()
+    config.prolog.idle_bench = ["hbm"]
+    free = gpu_node(tmp_path, [], {})
+    verdict = prolog.run_checks(free, config, {}, "n1", before_job=False, idle=True)
+    assert asked == ["hbm"] and [f.kind for f in verdict.failing] == ["bandwidth_below_spec"]
+    asked.clear()
+    assert prolog.run_checks(free, config, {}, "n1", before_job=False, idle=False).failing == [] and asked == []
+    held = gpu_node(tmp_path, [{"pid": 4242, "used_memory": 30 * GIB}], {4242: ("python3", "R", OUTSIDE)})
+    verdict = prolog.run_checks(held, config, {}, "n1", before_job=False, idle=True)
+    skipped = [f for f in verdict.findings if f.kind == "bench_skipped"]
+    assert asked == [] and [f.severity for f in skipped] == ["info"]
+    assert "[prolog] idle_bench (hbm) not run: gpu0 is held by pid 4242 python3 though Slurm says the node is idle" in skipped[0].message
+
+
+def test_idle_bench_names_only_tests_bench_knows():
+    from nodecheck.config import loads
+    from nodecheck.core.errors import ConfigError
+
+    assert loads('[prolog]\nidle_bench = ["hbm", "gemm"]\n', "c.toml").prolog.idle_bench == ["hbm", "gemm"]
+    with pytest.raises(ConfigError, match="key 'prolog.idle_bench': unknown test 'burn'"):
+        loads('[prolog]\nidle_bench = ["burn"]\n', "bad.toml")

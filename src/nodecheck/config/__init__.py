@@ -55,6 +55,7 @@ class NicExpectation:
 class PrologSettings:
     timeout_s: float = 30.0  # the whole prolog or health check, hard
     bench: list[str] = field(default_factory=list)  # quick bandwidth tests run by the prolog (none by default)
+    idle_bench: list[str] = field(default_factory=list)  # quick tests the health check runs on a node Slurm says is idle
     skip_partitions: list[str] = field(default_factory=list)
     skip_comment: str = "nodecheck:skip"  # `sbatch --comment=nodecheck:skip` skips the prolog for that job
     gpu_process_allow: list[str] = field(default_factory=lambda: ["nvidia-cuda-mps-server"])  # may hold a GPU outside jobs
@@ -256,11 +257,14 @@ def _probes(table: dict, config: Config, source: str) -> None:
 
 
 def _prolog(table: dict, prolog: PrologSettings, source: str) -> None:
-    check_known_keys(table, ("timeout_s", "bench", "skip_partitions", "skip_comment", "gpu_process_allow"), "prolog.", source)
+    check_known_keys(table, ("timeout_s", "bench", "idle_bench", "skip_partitions", "skip_comment", "gpu_process_allow"),
+                     "prolog.", source)
     prolog.timeout_s = _number(table, "timeout_s", source, "prolog.", 1, 3600, prolog.timeout_s)
-    prolog.bench = _strings(table, "bench", source, "prolog.", prolog.bench)
-    if unknown := next((test for test in prolog.bench if test not in BENCH_TESTS), None):
-        raise ConfigError(f"{source}: key 'prolog.bench': unknown test {unknown!r} (expected some of: {', '.join(BENCH_TESTS)})")
+    for key in ("bench", "idle_bench"):
+        tests = _strings(table, key, source, "prolog.", getattr(prolog, key))
+        if unknown := next((test for test in tests if test not in BENCH_TESTS), None):
+            raise ConfigError(f"{source}: key 'prolog.{key}': unknown test {unknown!r} (expected some of: {', '.join(BENCH_TESTS)})")
+        setattr(prolog, key, tests)
     prolog.skip_partitions = _strings(table, "skip_partitions", source, "prolog.", prolog.skip_partitions)
     prolog.skip_comment = _string(table, "skip_comment", source, "prolog.", prolog.skip_comment)
     prolog.gpu_process_allow = _strings(table, "gpu_process_allow", source, "prolog.", prolog.gpu_process_allow)

@@ -80,9 +80,11 @@ class Group:
 def node_view(report: Report, fallback_name: str) -> NodeView:
     values: dict[str, float] = {}
     for m in report.measurements:
-        if m.ok and m.ratio is not None and measured_on(m.path) is None:  # another node's: its own Report speaks
+        # a GPU's own test (hbm, gemm) whose model has no spec is compared by its figure: its peers are the same model
+        value = m.ratio if m.ratio is not None else m.figure if m.scope == "gpu" else None
+        if m.ok and value is not None and measured_on(m.path) is None:  # another node's: its own Report speaks
             key = f"measured:{m.test}/{m.path}"
-            values[key] = min(values.get(key, m.ratio), m.ratio)
+            values[key] = min(values.get(key, value), value)
     values.update(_facts(report))
     name = str((report.node or {}).get("hostname") or fallback_name)
     topology = topology_facts(report)  # hashed for the fingerprint, kept to say what a drift is

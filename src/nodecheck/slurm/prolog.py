@@ -88,7 +88,9 @@ def run_checks(host, config, environ: dict[str, str], node: str, before_job: boo
     processes holding the GPUs (src/nodecheck/checks/gpu_processes.py)."""
     deadline = deadline if deadline is not None else time.monotonic() + config.prolog.timeout_s
     budget = max(0.0, deadline - time.monotonic())
-    bench = list(config.prolog.bench) if before_job else []
+    # the prolog's tests before a job; the health check's [prolog] idle_bench on a node Slurm says is idle, where
+    # they cost no job anything (as operators schedule DCGM's diagnostic on free nodes)
+    bench = list(config.prolog.bench) if before_job else list(config.prolog.idle_bench) if idle else []
     first_deadline = deadline - (budget / 2 if bench else 0)
     first_share = first_deadline - time.monotonic()
     # a check that runs out of time is as grave as the findings it could have made, no graver:
@@ -99,12 +101,28 @@ def run_checks(host, config, environ: dict[str, str], node: str, before_job: boo
     checks = {"node": (lambda: _node_check(host, config, first_share, built, before_job or idle, job_id), "error"),
               "proximity": (lambda: _proximity_check(host, environ, config, node, first_share), config.proximity.severity)}
     runs = _run_bounded(checks, first_deadline)
-    if bench:
+    held = idle and not before_job and _held_gpus(built.get("report"))
+    if bench and held:  # Slurm says idle, NVML says otherwise: the node is someone's, its tests wait for another round
+        runs.append(CheckRun("bench", 0.0, False, [Finding(
+            "bench_skipped", "info", "bench", "not run", "an idle node",
+            f"[prolog] idle_bench ({', '.join(bench)}) not run: {held} though Slurm says the node is idle")]))
+    elif bench:
         remaining = deadline - time.monotonic()
         runs += _run_bounded({"bench": (lambda: _bench_check(bench, config, environ, remaining, built.get("report"), built),
                                         "warning")}, deadline)
     findings = _joined([f for run in runs for f in run.findings], runs, built)
     return Verdict(node, runs, findings, failing_findings(findings, config.fail_severity))
+
+
+def _held_gpus(report) -> str:
+    """"gpu3 is held by pid 4242 python (job 17)" for the first GPU a process other than nodecheck's holds; ""
+    for none (or no Report: the node check did not finish, and the bench's own workers skip what is held)."""
+    from nodecheck.bench.gpu_itself import holders
+
+    for gpu in report.gpus if report is not None else []:
+        if held := holders(gpu):
+            return f"gpu{gpu.index} is held by {', '.join(held[:3])}"
+    return ""
 
 
 def _joined(findings: list[Finding], runs: list[CheckRun], built: dict) -> list[Finding]:
@@ -280,7 +298,7 @@ def execute(mode: str, host, config, environ: dict[str, str], dry_run: bool, rec
             state = Scontrol(config.slurm.conf, scontrol_share).node(node)
         except NodecheckError as error:  # the checks still run and are shown; nothing is resumed blind
             slurm_error = f"cannot read node {node}'s state from Slurm: {error}"
-    # bandwidth tests only in the prolog: a health check runs every few minutes, jobs or not
+    # bandwidth tests in the prolog; in a health check ([prolog] idle_bench) only where Slurm says the node is idle
     # an idle node's GPU processes are judged by the health check too: it neither resumes a node the prolog drained
     # for one nor waits for the next job to find it
     verdict = run_checks(host, config, environ, node, before_job=mode == "prolog", deadline=deadline - scontrol_share,

@@ -589,3 +589,31 @@ def test_reports_read_by_a_pool_of_processes_compare_as_read_in_one(tmp_path, hg
     assert (died.returncode, died.stdout) == (2, ""), died.stderr
     assert "a process reading the Reports died (out of memory?): nothing compared" in died.stderr
     assert "Traceback" not in died.stderr
+
+
+def test_each_gpus_own_figures_are_compared_with_the_same_gpu_of_its_peers(tmp_path, hgx_report):
+    """bench --tests hbm,gemm per GPU across the fleet: gpu5 of one node reads 0.86 of its peers' gpu5 on memory
+    bandwidth (each node's GPUs alike within it, so no sibling verdict there); a model without a spec (ratio
+    null) is compared by its figure."""
+    from nodecheck.report.model import Measurement
+
+    def with_gpu_tests(report, name, hbm5=2.8e12, spec=3.35e12):
+        hbm = [Measurement.measured(f"gpu{i}:memory", "hbm", hbm5 if i == 5 else 2.8e12, spec, 1 << 30, "copy", "read+write",
+                                    {"path_kind": "memory"}) for i in range(8)]
+        gemm = [Measurement.computed(f"gpu{i}:compute", "gemm", 797.5e12, 989.4e12, 1, "matmul", "bf16 dense",
+                                     {"path_kind": "compute"}) for i in range(8)]
+        base = node(report, name)
+        return dataclasses.replace(base, measurements=base.measurements + hbm + gemm)
+
+    write(tmp_path / "fleet", [with_gpu_tests(hgx_report, f"gpu-{i:02d}") for i in range(6)]
+          + [with_gpu_tests(hgx_report, "gpu-weak5", hbm5=2.4e12)])
+    document = json.loads(cli("fleet", str(tmp_path / "fleet"), "--json").stdout)
+    (group,) = document["groups"]
+    assert document["out_of_line"] == ["gpu-weak5"]
+    assert [(o["key"], o["ratio"]) for o in group["outliers"]] == [("measured:hbm/gpu5:memory", round(2.4 / 2.8, 4))]
+
+    write(tmp_path / "nospec", [with_gpu_tests(hgx_report, f"gpu-{i:02d}", spec=None) for i in range(6)]
+          + [with_gpu_tests(hgx_report, "gpu-weak5", hbm5=2.4e12, spec=None)])
+    document = json.loads(cli("fleet", str(tmp_path / "nospec"), "--json").stdout)
+    assert document["out_of_line"] == ["gpu-weak5"]
+    assert document["groups"][0]["medians"]["measured:hbm/gpu5:memory"] == 2.8e12
