@@ -119,7 +119,7 @@ def test_hbm_is_a_bench_test_that_applies_where_there_are_gpus(hgx):
     mig = dataclasses.replace(hgx, gpus=[dataclasses.replace(hgx.gpus[0], mig_enabled=True), hgx.gpus[1]])
     assert without_mig_gpus(mig, {"hbm", "p2p"})[1] == {"hbm"}
     assert path_identity("gpu12:memory") == ("gpu", ["gpu12"], None)
-    assert Config().threshold("hbm", "memory")[0] == 0.7 and Config().threshold("gemm", "compute")[0] == 0.6
+    assert Config().threshold("hbm", "memory")[0] == 0.7 and Config().threshold("gemm", "compute")[0] == 0.55
     assert "gemm" in applicable(hgx, across_nodes=False) and path_identity("gpu3:compute") == ("gpu", ["gpu3"], None)
 
 
@@ -152,7 +152,7 @@ def test_gemm_judges_throughput_against_the_dense_spec_and_the_bits_against_the_
                              ("gpu_below_siblings", "gpu2:compute"), ("gpu_result_mismatch", "gpu5:compute"),
                              ("gpu_result_mismatch", "gpu6:compute")}
     slow = findings[("bandwidth_below_spec", "gpu2:compute")]
-    assert (slow.measured, slow.expected) == ("0.51", ">= 0.6") and "500 TFLOPS = 0.51 of spec 989 TFLOPS" in slow.message
+    assert (slow.measured, slow.expected) == ("0.51", ">= 0.55") and "500 TFLOPS = 0.51 of spec 989 TFLOPS" in slow.message
     assert "680 TFLOPS = 0.85 of the median of its 8 sibling GPUs of the same model (798 TFLOPS)" in findings[
         ("gpu_below_siblings", "gpu1:compute")].message
     assert "gpu5 computed other bits than 7 of the 8 GPUs of its model" in findings[("gpu_result_mismatch", "gpu5:compute")].message
@@ -194,3 +194,20 @@ def test_a_gemm_figure_reads_in_tflops_in_every_face(monkeypatch, hgx):
     assert samples[("nodecheck_bandwidth_ratio", "gemm")] == pytest.approx(0.505, abs=0.001)
     assert samples[("nodecheck_gpu_flops_per_second", "gemm")] == 500e12
     assert ("nodecheck_bandwidth_bytes_per_second", "gemm") not in samples  # no byte rate: not a zero
+
+
+# torch.matmul BF16 8192 x 8192 on healthy GPUs, as published (zzc0721/torch-performance-test-data: issue #79, #95,
+# #108, #45 (its FP16 figure: the issue gives no BF16 one)): (NVML name, GiB, TFLOPS)
+PUBLISHED_HEALTHY_GEMM = [("NVIDIA H100 80GB HBM3", 80, 797.51), ("NVIDIA H100 PCIe", 80, 492.84),
+                          ("NVIDIA A100-PCIE-40GB", 40, 215.26), ("NVIDIA H200", 141, 790.29)]
+
+
+@pytest.mark.parametrize(("name", "gib", "tflops"), PUBLISHED_HEALTHY_GEMM)
+def test_published_healthy_gemm_runs_raise_no_finding(monkeypatch, hgx, name, gib, tflops):
+    from nodecheck.assemble.gpu_specs import gpu_spec
+
+    gpus = [dataclasses.replace(g, name=name, memory_bytes=gib << 30, spec=gpu_spec(name, gib << 30)) for g in hgx.gpus[:4]]
+    replayed(monkeypatch, {g.index: computed(tflops * 1e12) for g in gpus}, "gemm")
+    measurements = gpu_itself.gpu_tests(dataclasses.replace(hgx, gpus=gpus), {"gemm"}, "quick", 60)
+    assert all(m.ok and m.ratio >= 0.6 for m in measurements)  # each at least 0.05 above the threshold
+    assert measurement_findings(measurements, Config()) == []
