@@ -211,3 +211,19 @@ def test_published_healthy_gemm_runs_raise_no_finding(monkeypatch, hgx, name, gi
     measurements = gpu_itself.gpu_tests(dataclasses.replace(hgx, gpus=gpus), {"gemm"}, "quick", 60)
     assert all(m.ok and m.ratio >= 0.6 for m in measurements)  # each at least 0.05 above the threshold
     assert measurement_findings(measurements, Config()) == []
+
+
+def test_config_check_judges_a_saved_gemm_in_its_unit(monkeypatch, hgx):
+    """`config check --from` a saved bench Report: its gemm is judged by the config's thresholds, in TFLOPS, and
+    counted where [prolog] bench runs it."""
+    from nodecheck.verdicts.config_check import as_the_prolog_judges
+
+    report = dataclasses.replace(hgx, gpus=hgx.gpus[:1])
+    replayed(monkeypatch, {0: computed(500e12)}, "gemm")
+    saved = dataclasses.replace(report, measurements=gpu_itself.gpu_tests(report, {"gemm"}, "quick", 60))
+    config = Config()
+    config.prolog.bench = ["gemm"]
+    findings, lines = as_the_prolog_judges(config, saved)
+    ((line, counted),) = lines
+    assert counted and line.startswith("gemm on gpu0:compute: 500 TFLOPS = 0.51 x spec, threshold 0.55 (calibrated for gemm over compute")
+    assert line.endswith("error: bandwidth_below_spec") and "bandwidth_below_spec" in {f.kind for f in findings}
