@@ -15,7 +15,7 @@ def repeated(unit: str, size: int = MB) -> str:
 
 def _cases() -> dict:
     from nodecheck.bench import nccl_debug, nccl_tests
-    from nodecheck.probes import acs, kernel_lines, kernel_log, nics, platform, topo
+    from nodecheck.probes import acs, kernel_lines, kernel_log, nccl_topo, nics, platform, topo
     from nodecheck.slurm import scontrol as slurm
 
     nccl_line = "h:1:1 [0] NCCL INFO "
@@ -26,6 +26,9 @@ def _cases() -> dict:
                                ["NV18\t", " ", "GPU0\t", "0-15,"]),
         "nccl-tests output": (lambda line: nccl_tests.parse_nccl_log(f"# nThread 1 nGpus 8\n{line}\n"),
                               ["#  Rank  0 Group  0 Pid 1 on ", "   8   2 float sum ", " 1", "#  Avg bus bandwidth : "]),
+        "NCCL topology XML": (lambda line: nccl_topo.parse_nccl_topo_xml(f'<system version="1"><cpu numaid="0">{line}</cpu></system>'),
+                              ['<pci busid="0000:00:00.0" link_speed="32.0 GT/s PCIe" link_width="16"/>', '<gpu dev="0"><nvlink target="',
+                               '<nic><net name="mlx5_0" speed="400000"/></nic>', " ", "0"]),
         "NCCL debug log": (lambda line: nccl_debug.parse_nccl_debug(f"{nccl_line}{line}\n"),
                            ["Bootstrap : Using ab:", "ab:", ":1:1 [0] ", "2024-01-01T00:00:00 ", "Channel 00/0 : 0[0] -> ",
                             "NET/IB : Using [1]a", "|", "NET/OFI Selected provider is ", "rank 1 nranks ", "Ring 00 : 15 -> 0 ",
