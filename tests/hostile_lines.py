@@ -29,6 +29,8 @@ def _cases() -> dict:
         "NCCL topology XML": (lambda line: nccl_topo.parse_nccl_topo_xml(f'<system version="1"><cpu numaid="0">{line}</cpu></system>'),
                               ['<pci busid="0000:00:00.0" link_speed="32.0 GT/s PCIe" link_width="16"/>', '<gpu dev="0"><nvlink target="',
                                '<nic><net name="mlx5_0" speed="400000"/></nic>', " ", "0"]),
+        "NCCL topology log": (lambda line: nccl_topo.parse_nccl_topo_log(f"{nccl_line}=== System : maxBw 1.0 ===\n{nccl_line}CPU/0\n{nccl_line}{line}\n"),
+                              ["+ PCI[24.0] - PCI/1000", " ", "+ NVL[240.0] - GPU/", "                + PCI[", "GPU/E000 ("]),
         "NCCL debug log": (lambda line: nccl_debug.parse_nccl_debug(f"{nccl_line}{line}\n"),
                            ["Bootstrap : Using ab:", "ab:", ":1:1 [0] ", "2024-01-01T00:00:00 ", "Channel 00/0 : 0[0] -> ",
                             "NET/IB : Using [1]a", "|", "NET/OFI Selected provider is ", "rank 1 nranks ", "Ring 00 : 15 -> 0 ",

@@ -417,7 +417,7 @@ def targets() -> list[Target]:
     from nodecheck.probes.aer import parse_aer_file
     from nodecheck.probes.ib_counters import parse_counter
     from nodecheck.probes.lstopo import parse_lstopo_xml
-    from nodecheck.probes.nccl_topo import parse_nccl_topo_xml
+    from nodecheck.probes.nccl_topo import parse_nccl_topo_log, parse_nccl_topo_xml
     from nodecheck.probes.nics import parse_proc_route
     from nodecheck.probes.nvml import parse_nvml
     from nodecheck.prometheus.http import parse_request
@@ -433,6 +433,8 @@ def targets() -> list[Target]:
                                         limit=120_000), parse_lstopo_xml, (ParseError,)),
         Target("nccl_topo", lambda: [p.read_text() for p in sorted((TESTS / "fixtures/nccl-topo").glob("*.xml"))],
                parse_nccl_topo_xml, (ParseError,)),
+        Target("nccl_topo_log", lambda: [p.read_text() for p in sorted((TESTS / "fixtures/nccl-topo").glob("*.txt"))],
+               parse_nccl_topo_log, (ParseError,)),
         Target("nvml", _nvml_seeds, parse_nvml, (ParseError,), structured=True),
         Target("nics", _nic_seeds, _parse_nics, (ParseError,), structured=True),
         Target("proc_route", lambda: [(REPO / "tests/fixtures/cpu-vm-2core/fs/proc/net/route").read_text()],

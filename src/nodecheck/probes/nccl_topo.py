@@ -42,6 +42,7 @@ class PciHop:
     pci_class: str | None
     link_gts: float | None  # None: unknown ("", "0", a figure NCCL did not write)
     link_width: int | None
+    nccl_gbps: float | None = None  # the link's bandwidth as NCCL rates it (GB/s), where its log says so
 
 
 @dataclass
@@ -224,3 +225,80 @@ def _busid(value) -> str | None:
         return None
     text = str(value)[:40].strip().lower()
     return normal_pci(text) or text
+
+
+# The topology as NCCL's log prints it (NCCL_DEBUG_SUBSYS=GRAPH or INIT), one "=== System" block per rank:
+#   === System : maxBw 24.0 totalBw 240.0 ===      (maxWidth ... before NCCL 2.12)
+#   CPU/0-0 (1/1/2)                                  a top-level node; ids "0", "0-0", "FFFFFFFFFFFFFFFF"
+#     + PCI[24.0] - PCI/0-4b000                      a link to a child, its depth given by where "+" stands
+#                   + PCI[24.0] - GPU/0-4e000 (0)    a GPU and its rank
+#   + NVL[240.0] - NVS/0,  + NET[25.0] - NET/0, + SYS[5000.0] - CPU/1
+_SYSTEM = re.compile(r"=== System : (?:maxBw|maxWidth) ")
+_INFO = re.compile(r"NCCL INFO ?(.*)$")
+_NODE = re.compile(r"^(?P<type>CPU|GPU|NIC|NET|NVS|PCI)/(?:(?P<system>\d{1,4})-)?(?P<id>[0-9A-Fa-f]{1,16})\b(?:\s*\((?P<rank>\d{1,7})\))?")
+_LINK = re.compile(r"^(?P<indent>\s*)\+ (?P<link>[A-Z0-9]{2,4})\[(?P<bw>\d{1,6}(?:\.\d{1,3})?)\] - (?P<node>.+)$")
+MAX_LOG_LINES = 200_000
+
+
+def parse_nccl_topo_log(text: str) -> NcclTopo:
+    """The topology of the first "=== System" block of an NCCL debug log: CPUs, each GPU (its rank, the PCI levels
+    from its CPU with NCCL's bandwidth for each, its NVLinks' targets and bandwidth) and NIC. ParseError when the log
+    holds no such block."""
+    if len(text) > MAX_TOPO_BYTES:
+        raise ParseError(f"NCCL log of {len(text)} bytes: more than {MAX_TOPO_BYTES >> 20} MiB, not read")
+    topo, stack = None, []  # stack: (column of "+", node kind, the hops down to it, the GPU it is)
+    for line in text.splitlines()[:MAX_LOG_LINES]:
+        found = _INFO.search(line[:2000])
+        body = found[1] if found else line[:2000]
+        if topo is None:
+            if _SYSTEM.search(body):
+                topo = NcclTopo(None)
+            continue
+        link = _LINK.match(body)
+        node = _NODE.match(body.strip()) if link is None else None
+        if node is not None and not body.startswith(" "):  # a top-level node: a CPU (or, on some, a NIC)
+            if node["type"] == "CPU":
+                topo.cpus.append(NcclTopoCpu(_hex_or_none(node["id"]), None, None, None, None))
+            stack = [(-1, node["type"], [], None)]
+            continue
+        if link is None or not stack:
+            break  # the block ends at the first line that is none of its own
+        column = len(link["indent"])
+        while stack and stack[-1][0] >= column:
+            stack.pop()
+        if not stack:
+            break
+        _, parent, hops, gpu = stack[-1]
+        child = _NODE.match(link["node"].strip())
+        if child is None:
+            continue
+        kind, bandwidth = child["type"], float(link["bw"])
+        if link["link"] == "NVL" and gpu is not None:  # a GPU's NVLink: to a peer GPU or an NVSwitch
+            gpu.nvlinks.append({"target": "nvswitch" if kind == "NVS" else _log_busid(child["id"]), "count": None,
+                                "tclass": None, "bw": bandwidth})
+            continue
+        if link["link"] != "PCI" or parent not in ("CPU", "PCI"):
+            continue  # SYS between CPUs, NET below a NIC, links back up
+        hop = PciHop(_log_busid(child["id"]), None, None, None, bandwidth)
+        cpu = max(0, len(topo.cpus) - 1)
+        here = None
+        if kind == "GPU":
+            here = NcclTopoGpu(hop.busid, cpu, hops + [hop], rank=_int(child["rank"]))
+            topo.gpus.append(here)
+        elif kind == "NIC":
+            topo.nics.append(NcclTopoNic(hop.busid, cpu, hops + [hop]))
+        stack.append((column, kind, hops + [hop], here))
+    if topo is None:
+        raise ParseError("no \"=== System\" block: NCCL prints its topology with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=GRAPH")
+    return topo
+
+
+def _hex_or_none(value: str) -> int | None:
+    number = int(value, 16) if value else None
+    return number if number is not None and number < 1 << 16 else None  # FFFFFFFFFFFFFFFF: no NUMA id
+
+
+def _log_busid(value: str) -> str:
+    """NCCL's int64 bus id as it prints it (hex of domain, bus, device, function: E000 = 0000:0e:00.0)."""
+    digits = f"{int(value, 16):09x}"[-9:]
+    return f"{digits[:4]}:{digits[4:6]}:{digits[6:8]}.{digits[8]}"

@@ -104,3 +104,53 @@ def test_what_is_not_a_topology_or_past_its_bounds_is_refused_saying_why(text, w
 def test_garbage_after_a_whole_topology_is_said_and_the_topology_kept():
     topo = parse_nccl_topo_xml((FIXTURES / "gb10-dgx-spark-dump.xml").read_text() + "<system>")
     assert len(topo.gpus) == 1 and topo.ends_early.startswith("the XML ends or breaks at line 16")
+
+
+# NCCL's topology as its GRAPH log prints it (tests/fixtures/nccl-topo/*-graph-log.txt)
+def log(name: str):
+    from nodecheck.probes.nccl_topo import parse_nccl_topo_log
+
+    return parse_nccl_topo_log((FIXTURES / name).read_text())
+
+
+def test_the_graph_log_of_an_hgx_a100_gives_each_gpus_pci_chain_with_nccls_bandwidth():
+    """nccl-tests#100: GPU E000 (rank 0) three PCI levels below CPU 0 at 24 GB/s each; CPU 1 is a SYS link, no chain."""
+    topo = log("nccl-tests100-a100-graph-log.txt")
+    (gpu,) = topo.gpus
+    assert (gpu.busid, gpu.rank, [c.numaid for c in topo.cpus]) == ("0000:0e:00.0", 0, [0])
+    assert [(h.busid, h.nccl_gbps) for h in gpu.chain] == [
+        ("0000:01:00.0", 24.0), ("0000:06:00.0", 24.0), ("0000:0c:00.0", 24.0), ("0000:0e:00.0", 24.0)]
+
+
+def test_a_vms_graph_log_puts_gpu_and_nic_straight_under_the_cpu():
+    """nccl-tests#182: NCCL could not read the bridge's speed and width in the VM; GPU 3000 and NIC 3010 each one PCI
+    link below the CPU at 12 GB/s: a flattened tree (no switch between them)."""
+    topo = log("nccl-tests182-graph-log.txt")
+    ((gpu,), (nic,)) = topo.gpus, topo.nics
+    assert [(h.busid, h.nccl_gbps) for h in gpu.chain] == [("0000:03:00.0", 12.0)]
+    assert [h.busid for h in nic.chain] == ["0000:03:01.0"]
+
+
+def test_nccl_2_5s_form_with_a_cpu_of_no_numa_id():
+    topo = log("nccl340-old-graph-log.txt")
+    assert [c.numaid for c in topo.cpus] == [None] and [(g.busid, g.rank) for g in topo.gpus] == [("0000:01:00.0", 0)]
+
+
+def test_nvlinks_and_nvswitches_in_a_graph_log_and_a_log_without_a_system_block():
+    from nodecheck.probes.nccl_topo import parse_nccl_topo_log
+
+    text = """h:1:2 [0] NCCL INFO === System : maxBw 240.0 totalBw 240.0 ===
+h:1:2 [0] NCCL INFO CPU/0-0 (1/1/2)
+h:1:2 [0] NCCL INFO + PCI[48.0] - PCI/0-17000
+h:1:2 [0] NCCL INFO               + PCI[48.0] - GPU/0-18000 (0)
+h:1:2 [0] NCCL INFO                             + NVL[240.0] - NVS/0
+h:1:2 [0] NCCL INFO               + PCI[48.0] - NIC/0-19000
+h:1:2 [0] NCCL INFO                             + NET[50.0] - NET/0 (0/0/50.000000)
+h:1:2 [0] NCCL INFO ==========================================
+"""
+    topo = parse_nccl_topo_log(text)
+    ((gpu,), (nic,)) = topo.gpus, topo.nics
+    assert gpu.nvlinks == [{"target": "nvswitch", "count": None, "tclass": None, "bw": 240.0}]
+    assert [h.busid for h in gpu.chain] == ["0000:17:00.0", "0000:18:00.0"] and [h.busid for h in nic.chain] == ["0000:17:00.0", "0000:19:00.0"]
+    with pytest.raises(ParseError, match="no .=== System. block"):
+        parse_nccl_topo_log("h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB\n")
