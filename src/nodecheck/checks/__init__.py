@@ -20,6 +20,7 @@ from nodecheck.checks import (
     measured,
     nccl,
     nccl_conf,
+    nccl_topo,
     nic_events,
     nics,
     pcie,
@@ -70,6 +71,7 @@ CHECKS: tuple[Check, ...] = (
     # judged where their input is: the bandwidth verdicts, an NCCL run's log, the prolog
     measured.CHECK,
     nccl.CHECK,
+    nccl_topo.CHECK,
     gpu_processes.CHECK,
     prolog.CHECK,
 )

@@ -1,4 +1,5 @@
-"""`nodecheck bench` and `nccl-log`: bandwidth measured and judged, saved logs read and judged."""
+"""`nodecheck bench`, `nccl-log` and `nccl-topo`: bandwidth measured and judged, saved logs and NCCL's topology
+read and judged."""
 
 from __future__ import annotations
 
@@ -135,6 +136,42 @@ def nccl_log(
         from nodecheck.render.bench import nccl_run_lines
 
         typer.echo("\n".join(nccl_run_lines(run, findings, where)))
+    raise typer.Exit(EXIT_FINDINGS if at_or_above(findings, config.fail_severity) else EXIT_OK)
+
+
+@app.command("nccl-topo")
+def nccl_topo(
+    dump: Path = typer.Argument(..., help="NCCL's topology: its dump (NCCL_TOPO_DUMP_FILE), a topology file (NCCL_TOPO_FILE) or a debug log with NCCL_DEBUG_SUBSYS=GRAPH."),
+    source: Optional[Path] = typer.Option(None, "--from", help="Judge it against this snapshot's node instead of this machine."),
+    as_json: bool = typer.Option(False, "--json", help="Print NCCL's picture and the findings as JSON (schema nodecheck.nccl_topo)."),
+    config_path: Optional[Path] = CONFIG_OPTION,
+) -> None:
+    """NCCL's own picture of the node (CPUs, each GPU's PCI chain, NVLinks and NICs) against the node's: NVLinks NCCL
+    does not see, PCIe links, NUMA nodes and NIC speeds it reads otherwise, NICs it places elsewhere than topo -m."""
+    from dataclasses import asdict
+
+    from nodecheck.core.errors import ParseError
+    from nodecheck.host.files import read_user_file
+    from nodecheck.probes.nccl_topo import MAX_TOPO_BYTES, parse_nccl_topo_log, parse_nccl_topo_xml
+    from nodecheck.report.findings import at_or_above
+    from nodecheck.verdicts.nccl_topo import topo_findings
+
+    try:
+        text = read_user_file(dump, MAX_TOPO_BYTES, "NCCL's topology").decode("utf-8", errors="replace")
+        form = "xml" if text.lstrip().startswith("<") else "log"
+        topo = parse_nccl_topo_xml(text) if form == "xml" else parse_nccl_topo_log(text)
+        report, config = load_report(source, config_path)
+    except (NodecheckError, ParseError) as error:
+        fail(str(error) if str(dump) in str(error) else f"{dump}: {error}")
+    findings = topo_findings(topo, report)
+    where = f"snapshot {source}" if source else "this node"
+    if as_json:
+        typer.echo(json.dumps({"schema": "nodecheck.nccl_topo", "schema_version": 1, "form": form, "topology": asdict(topo),
+                               "judged_against": where, "findings": [asdict(f) for f in findings]}, indent=2))
+    else:
+        from nodecheck.render.nccl_topo import nccl_topo_lines
+
+        typer.echo("\n".join(nccl_topo_lines(topo, form, findings, where)))
     raise typer.Exit(EXIT_FINDINGS if at_or_above(findings, config.fail_severity) else EXIT_OK)
 
 

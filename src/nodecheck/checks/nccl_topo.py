@@ -1,0 +1,24 @@
+"""NCCL's picture of the node against the node's own: its topology dump, a topology file or its GRAPH log, read
+by `nodecheck nccl-topo` (verdicts/nccl_topo.py), declared here with the other checks."""
+
+from __future__ import annotations
+
+from nodecheck.checks.base import Check, Kind
+
+NCCL_TOPO_NVLINK_MISSING = Kind("nccl_topo_nvlink_missing", "fabric", "{subject} NCCL sees {measured}, {expected}",
+    doc=(
+        ("error",
+         "NCCL's topology (its dump, `NCCL_TOPO_DUMP_FILE`, or its GRAPH log) holds no NVLink, or fewer than NVML counts "
+         "active, on a GPU it holds: NCCL routes that GPU's traffic over PCIe (a GB300 tray whose dump had lost one GPU's 18 "
+         "NVLinks ran all-reduce at 51.6 GB/s instead of 507)"),
+    ))
+NCCL_TOPO_MISMATCH = Kind("nccl_topo_mismatch", "fabric", "{subject} NCCL: {measured}, node: {expected}",
+    doc=(
+        ("warning",
+         "NCCL's topology disagrees with the node's: a GPU's PCIe width or speed (NCCL reads the maximum from sysfs; a VM's "
+         "emulated bridge says 2.5 GT/s), its NUMA node, a NIC's speed, or whether a NIC sits under the same PCIe switch as a "
+         "GPU against `nvidia-smi topo -m` (virtual bridges reverse it: NVIDIA/nccl#820); a value NCCL did not write "
+         "(width 0) is unknown, and a GPU the dump does not hold is no finding"),
+    ))
+
+CHECK = Check((NCCL_TOPO_NVLINK_MISSING, NCCL_TOPO_MISMATCH), made_by="nodecheck nccl-topo")

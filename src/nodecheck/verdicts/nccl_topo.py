@@ -1,0 +1,131 @@
+"""NCCL's picture of the node (probes/nccl_topo.py: its dump, a topology file, its GRAPH log) against the node's own
+(the Report: NVML, sysfs, `nvidia-smi topo -m`): each disagreement named with NCCL's value beside the node's. NCCL
+routes every job by its picture, so where they differ the job takes the wrong path and nothing else says why.
+
+A dump holds only the GPUs of the job's ranks on that node: a GPU it does not hold is no finding. A value NCCL did
+not write (a link width of 0, a speed of "") is unknown, never a disagreement."""
+
+from __future__ import annotations
+
+from nodecheck.core.link_types import link_distance
+from nodecheck.core.pci import normal_pci
+from nodecheck.core.specs import pcie_generation
+from nodecheck.probes.nccl_topo import NcclTopo, NcclTopoGpu, NcclTopoNic
+from nodecheck.report.findings import Finding
+from nodecheck.report.model import Report
+
+CLOSE = ("PIX", "PXB")  # topo -m's links through PCIe switches only, as NCCL's shared switch is
+
+
+def topo_findings(topo: NcclTopo, report: Report) -> list[Finding]:
+    gpus = {normal_pci(g.pci_bus_id): g for g in report.gpus if g.pci_bus_id}
+    matched = [(mine, gpus[mine.busid]) for mine in topo.gpus if mine.busid in gpus]
+    findings = []
+    for nccl_gpu, gpu in matched:
+        findings += _nvlinks(nccl_gpu, gpu) + _pcie(nccl_gpu, gpu) + _numa(topo, nccl_gpu, gpu)
+    nics = _nic_index(report)
+    for nccl_nic in topo.nics:
+        nic = nics.get(nccl_nic.busid) or next((nics[n["name"]] for n in nccl_nic.nets if n.get("name") in nics), None)
+        if nic is not None:
+            findings += _nic_speed(nccl_nic, nic)
+            findings += _placement(nccl_nic, nic, matched, report)
+    return findings
+
+
+def _nvlinks(nccl_gpu: NcclTopoGpu, gpu) -> list[Finding]:
+    """The GB300 case: NVML's fabric healthy and every link active, NCCL's dump without them: its traffic goes over
+    PCIe (a tray's all-reduce read 51.6 GB/s of its 507)."""
+    if gpu.mig_enabled or not gpu.nvlinks or nccl_gpu.dev is None and not nccl_gpu.nvlinks:
+        return []  # no NVML view to hold it against, or a topology file's bare GPU (it says nothing of NVLink)
+    active = sum(1 for link in gpu.nvlinks if link.get("active"))
+    counts = [link["count"] for link in nccl_gpu.nvlinks if isinstance(link.get("count"), int)]
+    if active and not nccl_gpu.nvlinks:
+        return [Finding("nccl_topo_nvlink_missing", "error", f"gpu{gpu.index}", "no NVLink", f"{active} active (NVML)",
+                        f"NCCL sees no NVLink on gpu{gpu.index}; NVML: {active} active: this GPU's traffic goes over PCIe. "
+                        "Check the fabric manager and the GPU's fabric state (`nvidia-smi -q -d FABRIC`), and rerun with "
+                        "NCCL_DEBUG_SUBSYS=GRAPH to see why NCCL left them out")]
+    seen = sum(counts)
+    if active and counts and len(counts) == len(nccl_gpu.nvlinks) and seen < active:
+        return [Finding("nccl_topo_nvlink_missing", "error", f"gpu{gpu.index}", f"{seen} NVLinks", f"{active} active (NVML)",
+                        f"NCCL counts {seen} NVLinks on gpu{gpu.index}; NVML: {active} active: NCCL routes it over fewer "
+                        "links than it has")]
+    return []
+
+
+def _pcie(nccl_gpu: NcclTopoGpu, gpu) -> list[Finding]:
+    """NCCL reads the GPU's maximum link speed and width from sysfs (max_link_speed, max_link_width): a VM's emulated
+    bridge (2.5 GT/s x1) makes it rate the GPU's PCIe path far below what it is."""
+    own = nccl_gpu.chain[-1] if nccl_gpu.chain else None
+    pcie = gpu.pcie or {}
+    out = []
+    if own is not None and own.link_width and pcie.get("width_max") and own.link_width != pcie["width_max"]:
+        out.append(Finding("nccl_topo_mismatch", "warning", f"gpu{gpu.index}", f"x{own.link_width}", f"x{pcie['width_max']}",
+                           f"NCCL reads gpu{gpu.index}'s PCIe link as x{own.link_width}; NVML: x{pcie['width_max']} at most: "
+                           "NCCL rates the path by what it read"))
+    generation = pcie_generation(f"{own.link_gts:g} GT/s") if own is not None and own.link_gts else None
+    wanted = pcie.get("gen_max") or pcie.get("gen_gpu_max")
+    if generation and wanted and generation != wanted:
+        out.append(Finding("nccl_topo_mismatch", "warning", f"gpu{gpu.index}", f"{own.link_gts:g} GT/s (Gen{generation})",
+                           f"Gen{wanted}", f"NCCL reads gpu{gpu.index}'s PCIe link at {own.link_gts:g} GT/s (Gen{generation}); "
+                           f"NVML: Gen{wanted}: in a VM an emulated bridge says so; a topology file (NCCL_TOPO_FILE) with the "
+                           "host's figures corrects NCCL's picture"))
+    return out
+
+
+def _numa(topo: NcclTopo, nccl_gpu: NcclTopoGpu, gpu) -> list[Finding]:
+    numaid = topo.cpus[nccl_gpu.cpu].numaid if nccl_gpu.cpu < len(topo.cpus) else None
+    if numaid is None or gpu.numa_node is None or gpu.numa_node < 0 or numaid == gpu.numa_node:
+        return []
+    return [Finding("nccl_topo_mismatch", "warning", f"gpu{gpu.index}", f"NUMA node {numaid}", f"NUMA node {gpu.numa_node}",
+                    f"NCCL places gpu{gpu.index} under NUMA node {numaid}; sysfs: NUMA node {gpu.numa_node}: NCCL binds its "
+                    "threads and host buffers to the other socket")]
+
+
+def _nic_index(report: Report) -> dict[str, object]:
+    """A physical NIC by its PCI address, its RDMA device and its netdev name: how NCCL's <nic> may name it."""
+    index: dict[str, object] = {}
+    for nic in report.nics:
+        if nic.virtual:
+            continue
+        for key in (normal_pci(nic.pci_address), nic.rdma_device, nic.name):
+            if key:
+                index.setdefault(key, nic)
+    return index
+
+
+def _nic_speed(nccl_nic: NcclTopoNic, nic) -> list[Finding]:
+    speeds = {n["speed"] for n in nccl_nic.nets if isinstance(n.get("speed"), int) and n["speed"] > 0}
+    if not nic.speed_mbps or not speeds or nic.speed_mbps in speeds:
+        return []
+    seen = max(speeds)
+    return [Finding("nccl_topo_mismatch", "warning", nic.rdma_device or nic.name, f"{seen} Mb/s", f"{nic.speed_mbps} Mb/s",
+                    f"NCCL rates {nic.rdma_device or nic.name} at {seen} Mb/s; the port says {nic.speed_mbps} Mb/s: NCCL "
+                    "balances its rails by the rate it read")]
+
+
+def _placement(nccl_nic: NcclTopoNic, nic, matched: list, report: Report) -> list[Finding]:
+    """A NIC NCCL puts under the same switch as a GPU where `nvidia-smi topo -m` says they are far apart, or the
+    reverse (PCIe switches with virtual bridges reverse which NIC is near which GPU: NVIDIA/nccl#820)."""
+    links = {(link.a, link.b): link.type for link in report.links if isinstance(link.a, int) and isinstance(link.b, str)}
+    out = []
+    for nccl_gpu, gpu in matched:
+        topo_type = links.get((gpu.index, nic.name)) or links.get((gpu.index, nic.rdma_device or ""))
+        if topo_type is None or link_distance(topo_type) is None:
+            continue
+        nccl_close = _share_a_switch(nccl_gpu, nccl_nic)
+        if nccl_close is None or nccl_close == (topo_type in CLOSE):
+            continue
+        said = "under the same PCIe switch as" if nccl_close else "under another PCIe switch than"
+        out.append(Finding("nccl_topo_mismatch", "warning", f"gpu{gpu.index}/{nic.rdma_device or nic.name}",
+                           "near" if nccl_close else "far", topo_type,
+                           f"NCCL places {nic.rdma_device or nic.name} {said} gpu{gpu.index}; `nvidia-smi topo -m`: {topo_type}: "
+                           "NCCL picks each GPU's NIC by its own picture"))
+    return out
+
+
+def _share_a_switch(nccl_gpu: NcclTopoGpu, nccl_nic: NcclTopoNic) -> bool | None:
+    """Whether NCCL has the two under a common PCIe bridge below their CPU (None: a chain NCCL did not give)."""
+    if not nccl_gpu.chain or not nccl_nic.chain or nccl_gpu.cpu != nccl_nic.cpu:
+        return None if not nccl_gpu.chain or not nccl_nic.chain else False
+    ours = {hop.busid for hop in nccl_gpu.chain[:-1]}
+    return any(hop.busid in ours for hop in nccl_nic.chain[:-1])
