@@ -82,6 +82,9 @@ def test_nccl_nodes_on_one_gpu_meet_over_net_socket(gpu, world):
     # nodes are the ones the ranks told each other (first GPU run: nccl["nodes"] == ["node0"] for 4 ranks)
     print(json.dumps({"world": world, "busbw": m["bytes_per_second"], "nccl": nccl}))
     assert nccl["nodes"] == ["node0"] and m["bytes_per_second"] > 0, nccl
+    # NCCL_TOPO_DUMP_FILE: rank 0's NCCL wrote its picture of its node, the one GPU in it, kept beside the figure
+    topology = m["details"].get("nccl_topology")
+    assert topology and len(topology["gpus"]) == 1 and topology["gpus"][0]["busid"], topology
     assert sorted({n["node"] for n in m["details"]["nodes"]}) == [f"node{r}" for r in range(world)], m["details"]["nodes"]
 
 

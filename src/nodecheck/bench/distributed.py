@@ -22,7 +22,7 @@ from nodecheck.assemble.rails import fabric_nics, rail_rates, rank_nvlink, rank_
 from nodecheck.bench.bounds import calibration, slowest_pair
 from nodecheck.bench.common import ABOVE_RING_BOUND, NVLS_NOTE, local_rank, staged_if_shm
 from nodecheck.bench.identity import rank_gpu
-from nodecheck.bench.nccl_debug import attach, debug_env, read_debug_files
+from nodecheck.bench.nccl_debug import attach, debug_env, read_debug_files, read_topology
 from nodecheck.bench.results import run_worker
 from nodecheck.core.errors import NodecheckError
 from nodecheck.core.ifnames import gloo_selection, nccl_selection
@@ -172,15 +172,16 @@ def run_allreduce(report: Report, config, env: DistEnv, level: str, timeout: flo
             result = run_worker(argv, out, timeout + 15, env=child_env)  # the worker's own timeout goes first
         except NodecheckError as error:
             return attach(_failed(path, backend, f"all-reduce over {env.world_size} ranks via {env.master_addr}:{env.master_port} "
-                                                 f"failed: {error}"), read_debug_files(tmp))
+                                                 f"failed: {error}"), read_debug_files(tmp), read_topology(tmp))
         nccl = read_debug_files(tmp) if backend == "nccl" else None
+        topology = read_topology(tmp) if backend == "nccl" else None
     one_node = _on_one_node(result, report)
     if one_node:  # the traffic never left the node: the NICs bound nothing, the node's own paths do
         result = dict(result, spec_bytes_per_second=one_node[0])
         kind, fabric = one_node[1], []
         if backend == "nccl":  # one GPU a rank: the in-node all-reduce's path, judged and joined to signals as that
             path = f"allreduce:node-{env.world_size}-gpus"
-    measurement = attach(measurement_from_worker(path, result), nccl)
+    measurement = attach(measurement_from_worker(path, result), nccl, topology)
     measurement.details["path_kind"] = kind
     if backend == "nccl":
         measurement.details["gpu"] = {"index": gpu.index if gpu else None, "ordinal": ordinal, "how": gpu_how}
@@ -311,12 +312,12 @@ def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str
             return run_worker(argv, Path(f"{tmp}/rank{r}.json"), timeout + 15, env=env, what=f"NCCL rank {r}")
 
         done = run_until({str(r): (lambda r=r: rank(r)) for r in range(world)}, time.monotonic() + timeout + 30, workers=world)
-        nccl = read_debug_files(tmp)
+        nccl, topology = read_debug_files(tmp), read_topology(tmp)
     errors = [f"rank {r}: {done[str(r)]}" for r in range(world) if isinstance(done.get(str(r)), BaseException)]
     result = done.get("0") if isinstance(done.get("0"), dict) else None
     if errors or result is None:
         return attach(Measurement.failed(path, "allreduce", NCCL_METHOD, "busbw",
-                                         f"NCCL all-reduce over {world} GPUs failed: " + ("; ".join(errors) or "no result")), nccl)
+                                         f"NCCL all-reduce over {world} GPUs failed: " + ("; ".join(errors) or "no result")), nccl, topology)
     measurement = measurement_from_worker(path, result)
     measurement.method = NCCL_METHOD
     measurement.details["path_kind"] = pair.kind if pair else None
@@ -324,4 +325,4 @@ def node_allreduce(report: Report, level: str, timeout: float, environ: dict[str
         measurement.details["calibration"] = variant
     if measurement.ratio and measurement.ratio > 1:
         measurement.details["note"] = NVLS_NOTE
-    return staged_if_shm(attach(measurement, nccl))
+    return staged_if_shm(attach(measurement, nccl, topology))

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import shutil
 import sys
+import tempfile
 
 from nodecheck.assemble.rails import fabric_nics, nic_rate, rail_rates, ring_bound
 from nodecheck.bench.bounds import calibration, peer_access, slowest_pair
 from nodecheck.bench.common import ABOVE_RING_BOUND, NVLS_NOTE, staged_if_shm
 from nodecheck.bench.lifeline import environment
-from nodecheck.bench.nccl_debug import attach, debug_env, debug_run
+from nodecheck.bench.nccl_debug import TOPOLOGY_FILE, attach, debug_env, debug_run, read_topology
 from nodecheck.bench.nccl_tests import collective_of, parse_nccl_log, ranks_from_rows
 from nodecheck.core.errors import NodecheckError
 from nodecheck.host.commands import run_command
@@ -53,13 +54,16 @@ def run_nccl_tests(report: Report, config, level: str, timeout: float, environ: 
         return _failed(path, method, f"all_reduce_perf inside the node needs at least two GPUs (found {gpus})")
     argv = [binary, "-b", low, "-e", high, "-f", "2", "-g", str(gpus)]
     env = dict(debug_env(standalone(environ)), **environment(None, timeout))
-    try:  # under a lifeline: a C binary does not notice that the bench which started it was killed
-        text = run_command([sys.executable, "-m", "nodecheck.bench.lifeline", *argv], timeout, env=env, what=BINARY)
-        log = parse_nccl_log(text)
-    except NodecheckError as error:
-        return _failed(path, method, str(error))
+    with tempfile.TemporaryDirectory(prefix="nodecheck-nccl-tests-") as tmp:
+        env["NCCL_TOPO_DUMP_FILE"] = f"{tmp}/{TOPOLOGY_FILE}"  # NCCL's picture of the node, as the job's ranks see it
+        try:  # under a lifeline: a C binary does not notice that the bench which started it was killed
+            text = run_command([sys.executable, "-m", "nodecheck.bench.lifeline", *argv], timeout, env=env, what=BINARY)
+            log = parse_nccl_log(text)
+        except NodecheckError as error:
+            return _failed(path, method, str(error))
+        topology = read_topology(tmp)
     measurement = measurement_from_log(log, report, path, method, name=BINARY) or _failed(path, method, f"{BINARY} printed no out-of-place result")
-    return staged_if_shm(attach(measurement, debug_run(text)))  # NCCL's debug lines come mixed into the table
+    return staged_if_shm(attach(measurement, debug_run(text), topology))  # NCCL's debug lines come mixed into the table
 
 
 # What a launcher gives its ranks: an MPI-built all_reduce_perf that sees them joins the job's MPI world (or

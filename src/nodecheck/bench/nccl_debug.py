@@ -209,9 +209,26 @@ def debug_env(environ: dict[str, str], directory: str | None = None) -> dict[str
         env["NCCL_DEBUG_SUBSYS"] = DEBUG_SUBSYS
     if directory is not None:
         env["NCCL_DEBUG_FILE"] = f"{directory}/nccl-debug.%h.%p.log"
+        env["NCCL_TOPO_DUMP_FILE"] = f"{directory}/{TOPOLOGY_FILE}"  # NCCL's picture of the node, written by rank 0
     else:
         env.pop("NCCL_DEBUG_FILE", None)
     return env
+
+
+TOPOLOGY_FILE = "nccl-topo.xml"
+
+
+def read_topology(directory: str | Path) -> dict | None:
+    """The topology NCCL dumped into `directory` (NCCL_TOPO_DUMP_FILE, see debug_env), as the Report keeps it
+    (probes/nccl_topo.py's NcclTopo); None when NCCL wrote none there (a rank other than 0, a run that did not start)
+    or what it wrote is not its topology."""
+    from nodecheck.probes.nccl_topo import MAX_TOPO_BYTES, parse_nccl_topo_xml
+
+    try:
+        text = read_bounded(Path(directory) / TOPOLOGY_FILE, MAX_TOPO_BYTES)
+        return asdict(parse_nccl_topo_xml(text)) if text else None
+    except (ProbeFailed, ParseError):
+        return None
 
 
 def read_debug_files(directory: str | Path) -> NcclRun | None:
@@ -237,8 +254,11 @@ def debug_run(text: str) -> NcclRun | None:
         return None
 
 
-def attach(measurement, run: NcclRun | None):
-    """The measurement with what NCCL did during it in details["nccl"] (rules judge it: nccl_run)."""
+def attach(measurement, run: NcclRun | None, topology: dict | None = None):
+    """The measurement with what NCCL did during it in details["nccl"] (rules judge it: nccl_run), and the topology
+    it routed by in details["nccl_topology"] (held against the node's: verdicts/nccl_topo.py)."""
     if run is not None:
         measurement.details["nccl"] = asdict(run)
+    if topology is not None:
+        measurement.details["nccl_topology"] = topology
     return measurement

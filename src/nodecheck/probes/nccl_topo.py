@@ -38,27 +38,27 @@ _DECLARATIONS = re.compile(r"<!(?:DOCTYPE|ENTITY)", re.IGNORECASE)
 class PciHop:
     """One <pci> level above a device (or its own): NCCL's figures for its link."""
 
-    busid: str
-    pci_class: str | None
-    link_gts: float | None  # None: unknown ("", "0", a figure NCCL did not write)
-    link_width: int | None
+    busid: str | None = None
+    pci_class: str | None = None
+    link_gts: float | None = None  # None: unknown ("", "0", a figure NCCL did not write)
+    link_width: int | None = None
     nccl_gbps: float | None = None  # the link's bandwidth as NCCL rates it (GB/s), where its log says so
 
 
 @dataclass
 class NcclTopoCpu:
-    numaid: int | None  # None: not written (a GB10's dump) or not a number
-    affinity: str | None
-    host_hash: str | None  # several in one dump: a multi-node NVLink domain fused into one "node"
-    arch: str | None
-    vendor: str | None
+    numaid: int | None = None  # None: not written (a GB10's dump) or not a number
+    affinity: str | None = None
+    host_hash: str | None = None  # several in one dump: a multi-node NVLink domain fused into one "node"
+    arch: str | None = None
+    vendor: str | None = None
 
 
 @dataclass
 class NcclTopoGpu:
-    busid: str | None  # its own <pci>'s
-    cpu: int  # position in NcclTopo.cpus
-    chain: list[PciHop]  # the <pci> levels from its CPU down to it, its own last
+    busid: str | None = None  # its own <pci>'s
+    cpu: int = 0  # position in NcclTopo.cpus
+    chain: list[PciHop] = field(default_factory=list)  # the <pci> levels from its CPU down to it, its own last
     dev: int | None = None  # None: a topology file's bare <pci> of a GPU's class
     rank: int | None = None
     sm: int | None = None
@@ -69,15 +69,15 @@ class NcclTopoGpu:
 
 @dataclass
 class NcclTopoNic:
-    busid: str | None
-    cpu: int
-    chain: list[PciHop]
+    busid: str | None = None
+    cpu: int = 0
+    chain: list[PciHop] = field(default_factory=list)
     nets: list[dict] = field(default_factory=list)  # {name, dev, speed (Mb/s), port, guid, gdr}; none: a bare <pci>
 
 
 @dataclass
 class NcclTopo:
-    version: int | None
+    version: int | None = None
     cpus: list[NcclTopoCpu] = field(default_factory=list)
     gpus: list[NcclTopoGpu] = field(default_factory=list)
     nics: list[NcclTopoNic] = field(default_factory=list)

@@ -12,7 +12,7 @@ def nccl_topo_lines(topo: NcclTopo, form: str, findings: list, where: str) -> li
     if topo.ends_early:
         lines.append(f"  {topo.ends_early}")
     for gpu in topo.gpus:
-        cpu = topo.cpus[gpu.cpu].numaid if gpu.cpu < len(topo.cpus) else None
+        cpu = topo.cpus[gpu.cpu].numaid if 0 <= gpu.cpu < len(topo.cpus) else None
         own = gpu.chain[-1] if gpu.chain else None
         link = (f", {own.link_gts:g} GT/s" if own and own.link_gts else "") + (f" x{own.link_width}" if own and own.link_width else "")
         nvlinks = sum(n["count"] for n in gpu.nvlinks if isinstance(n.get("count"), int)) or len(gpu.nvlinks)

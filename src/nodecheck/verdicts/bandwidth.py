@@ -106,13 +106,16 @@ def with_threshold(m, config: Config):
 
 
 def _what_nccl_did(report: Report, measurements: list) -> list[Finding]:
-    """The findings of what NCCL logged during the measurements (details["nccl"]), each named once."""
+    """The findings of what NCCL logged during the measurements (details["nccl"]) and of the topology it routed by
+    (details["nccl_topology"]), each named once."""
     from nodecheck.verdicts.nccl_run import nccl_findings, nccl_run_from_details
+    from nodecheck.verdicts.nccl_topo import topo_findings, topology_from_details
 
     findings, seen = [], set()
     for m in measurements:
         run = nccl_run_from_details((m.details or {}).get("nccl") if isinstance(m.details, dict) else None)
-        for finding in nccl_findings(run, report) if run else []:
+        topology = topology_from_details((m.details or {}).get("nccl_topology") if isinstance(m.details, dict) else None)
+        for finding in (nccl_findings(run, report) if run else []) + (topo_findings(topology, report) if topology else []):
             if (finding.kind, finding.subject, finding.message) not in seen:
                 seen.add((finding.kind, finding.subject, finding.message))
                 findings.append(finding)

@@ -32,6 +32,19 @@ def topo_findings(topo: NcclTopo, report: Report) -> list[Finding]:
     return findings
 
 
+def topology_from_details(raw) -> NcclTopo | None:
+    """The topology a measurement kept (details["nccl_topology"], from a Report: untrusted), or None when it holds
+    none of that shape."""
+    from nodecheck.core.typed_json import record
+
+    if not isinstance(raw, dict):
+        return None
+    try:
+        return record(NcclTopo, raw)
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
 def _nvlinks(nccl_gpu: NcclTopoGpu, gpu) -> list[Finding]:
     """The GB300 case: NVML's fabric healthy and every link active, NCCL's dump without them: its traffic goes over
     PCIe (a tray's all-reduce read 51.6 GB/s of its 507)."""
@@ -73,7 +86,7 @@ def _pcie(nccl_gpu: NcclTopoGpu, gpu) -> list[Finding]:
 
 
 def _numa(topo: NcclTopo, nccl_gpu: NcclTopoGpu, gpu) -> list[Finding]:
-    numaid = topo.cpus[nccl_gpu.cpu].numaid if nccl_gpu.cpu < len(topo.cpus) else None
+    numaid = topo.cpus[nccl_gpu.cpu].numaid if 0 <= nccl_gpu.cpu < len(topo.cpus) else None
     if numaid is None or gpu.numa_node is None or gpu.numa_node < 0 or numaid == gpu.numa_node:
         return []
     return [Finding("nccl_topo_mismatch", "warning", f"gpu{gpu.index}", f"NUMA node {numaid}", f"NUMA node {gpu.numa_node}",

@@ -22,7 +22,8 @@ TABLE = PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt"
 def test_the_debug_environment():
     env = debug_env({"PATH": "/bin", "NCCL_DEBUG_FILE": "/tmp/x"})
     assert (env["NCCL_DEBUG"], env["NCCL_DEBUG_SUBSYS"], "NCCL_DEBUG_FILE" in env) == ("INFO", DEBUG_SUBSYS, False)
-    assert debug_env({"NCCL_DEBUG": "TRACE"}, "/d") == {"NCCL_DEBUG": "TRACE", "NCCL_DEBUG_FILE": "/d/nccl-debug.%h.%p.log"}
+    assert debug_env({"NCCL_DEBUG": "TRACE"}, "/d") == {"NCCL_DEBUG": "TRACE", "NCCL_DEBUG_FILE": "/d/nccl-debug.%h.%p.log",
+                                                        "NCCL_TOPO_DUMP_FILE": "/d/nccl-topo.xml"}
 
 
 def test_nccl_tests_output_keeps_what_nccl_chose(tmp_path):
@@ -36,7 +37,9 @@ def test_nccl_tests_output_keeps_what_nccl_chose(tmp_path):
     (bin_dir / "all_reduce_perf").chmod(0o755)
     report = hgx_h100_with_ndr(tmp_path)
     (m,) = plan.run(report, Config(), ["nccl_tests"], "quick", 30, {"PATH": f"{bin_dir}:/usr/bin:/bin"}, None)
-    assert m.ok and (tmp_path / "env").read_text().split() == ["NCCL_DEBUG=INFO", f"NCCL_DEBUG_SUBSYS={DEBUG_SUBSYS}"]
+    given = (tmp_path / "env").read_text().split()
+    assert m.ok and given[:2] == ["NCCL_DEBUG=INFO", f"NCCL_DEBUG_SUBSYS={DEBUG_SUBSYS}"]
+    assert len(given) == 3 and given[2].startswith("NCCL_TOPO_DUMP_FILE=") and given[2].endswith("/nccl-topo.xml")
     assert (m.details["nccl"]["gdr"], m.details["nccl"]["inter_node_transports"]) == (False, ["NET/IB/0", "NET/IB/1", "NET/IB/2", "NET/IB/3"])
     judged = with_measurements(report, [m], 0.0, Config())
     assert [f.kind for f in judged.findings if f.kind.startswith("nccl_")] == ["nccl_no_gdr"]

@@ -97,3 +97,30 @@ def test_the_command_reads_a_dump_or_a_log_and_exits_by_what_it_found(tmp_path):
     (tmp_path / "hwloc.xml").write_text('<topology version="2.0"/>')
     refused = cli("nccl-topo", str(tmp_path / "hwloc.xml"), "--from", str(EXAMPLE))
     assert refused.returncode == 2 and "not NCCL's topology XML: root element is <topology>" in refused.stderr
+
+
+def test_bench_asks_nccl_for_its_picture_and_judges_the_one_it_kept(node, tmp_path):
+    """bench's NCCL runs dump NCCL's topology next to their debug files; the measurement keeps it and the verdicts
+    hold it against the node, as `nccl-topo` does. A kept topology that is not one (a Report is untrusted) is none."""
+    import dataclasses
+
+    from nodecheck.bench.nccl_debug import TOPOLOGY_FILE, attach, debug_env, read_topology
+    from nodecheck.config import Config
+    from nodecheck.report.model import Measurement
+    from nodecheck.verdicts.bandwidth import with_measurements
+
+    assert debug_env({}, str(tmp_path))["NCCL_TOPO_DUMP_FILE"] == f"{tmp_path}/{TOPOLOGY_FILE}"
+    assert "NCCL_TOPO_DUMP_FILE" not in debug_env({})  # nccl-tests' stdout run: its own folder is set where it runs
+    assert read_topology(tmp_path) is None  # NCCL wrote none (a rank other than 0, a run that did not start)
+    (tmp_path / TOPOLOGY_FILE).write_text(dump(nvlinks={1: 0}))
+    kept = read_topology(tmp_path)
+    allreduce = attach(Measurement.measured("allreduce:node-8-gpus", "allreduce", 360e9, 450e9, 1 << 30, "nccl", "busbw",
+                                            {"path_kind": "nvlink"}), None, kept)
+    judged = with_measurements(node, [allreduce], 1.8e9, Config())
+    (lost,) = [f for f in judged.findings if f.kind == "nccl_topo_nvlink_missing"]
+    assert lost.subject == "gpu1" and judged.measurements[0].details["nccl_topology"]["gpus"][1]["nvlinks"] == []
+    for garbage in ({"gpus": "x"}, {"gpus": [{"cpu": -5, "busid": "0000:18:00.0", "chain": [{"link_width": "wide"}]}]}, [], "x"):
+        broken = dataclasses.replace(allreduce, details={"path_kind": "nvlink", "nccl_topology": garbage})
+        assert not [f for f in with_measurements(node, [broken], 1.8e9, Config()).findings if f.kind.startswith("nccl_topo")]
+    (tmp_path / TOPOLOGY_FILE).write_text("<topology/>")
+    assert read_topology(tmp_path) is None
