@@ -139,16 +139,30 @@ def nccl_log(
     raise typer.Exit(EXIT_FINDINGS if at_or_above(findings, config.fail_severity) else EXIT_OK)
 
 
+# NCCL reads this file when NCCL_TOPO_FILE is unset (src/graph/topo.cc): where providers' topology daemons put theirs
+VIRTUAL_TOPOLOGY = "/var/run/nvidia-topologyd/virtualTopology.xml"
+
+
 @app.command("nccl-topo")
 def nccl_topo(
-    dump: Path = typer.Argument(..., help="NCCL's topology: its dump (NCCL_TOPO_DUMP_FILE), a topology file (NCCL_TOPO_FILE) or a debug log with NCCL_DEBUG_SUBSYS=GRAPH."),
+    dump: Optional[Path] = typer.Argument(None, help="NCCL's topology: its dump (NCCL_TOPO_DUMP_FILE), a topology file (NCCL_TOPO_FILE) or a debug log with NCCL_DEBUG_SUBSYS=GRAPH."),
     source: Optional[Path] = typer.Option(None, "--from", help="Judge it against this snapshot's node instead of this machine."),
     as_json: bool = typer.Option(False, "--json", help="Print NCCL's picture and the findings as JSON (schema nodecheck.nccl_topo)."),
+    write: Optional[Path] = typer.Option(None, "--write", help="Write a topology file for this VM's flattened PCI tree (no dump to read)."),
+    install: bool = typer.Option(False, "--install", help=f"Write it where NCCL reads one when NCCL_TOPO_FILE is unset ({VIRTUAL_TOPOLOGY})."),
     config_path: Optional[Path] = CONFIG_OPTION,
 ) -> None:
     """NCCL's own picture of the node (CPUs, each GPU's PCI chain, NVLinks and NICs) against the node's: NVLinks NCCL
-    does not see, PCIe links, NUMA nodes and NIC speeds it reads otherwise, NICs it places elsewhere than topo -m."""
+    does not see, PCIe links, NUMA nodes and NIC speeds it reads otherwise, NICs it places elsewhere than topo -m.
+    With --write or --install: a topology file for a VM whose PCI tree is flattened, paired by the config's
+    [topology] pairs or the guest's NUMA nodes, never by a guess."""
     from dataclasses import asdict
+
+    if (dump is None) == (write is None and not install):
+        fail("give NCCL's topology to read, or --write FILE / --install to write one (one of them)")
+    if dump is None:
+        _write_topology(write, install, source, config_path)
+        return
 
     from nodecheck.core.errors import ParseError
     from nodecheck.host.files import read_user_file
@@ -173,6 +187,49 @@ def nccl_topo(
 
         typer.echo("\n".join(nccl_topo_lines(topo, form, findings, where)))
     raise typer.Exit(EXIT_FINDINGS if at_or_above(findings, config.fail_severity) else EXIT_OK)
+
+
+def _write_topology(write: Optional[Path], install: bool, source: Optional[Path], config_path: Optional[Path]) -> None:
+    """The topology file for a flattened VM, read back through the reader before it is written (atomically)."""
+    import os
+    import tempfile
+
+    from nodecheck.assemble.nccl_topo_file import flattened, pairing, topology_xml
+    from nodecheck.probes.nccl_topo import parse_nccl_topo_xml
+
+    try:
+        report, config = load_report(source, config_path)
+        flat, seen = flattened(report)
+        if not flat:
+            raise NodecheckError(f"no topology file written: {seen}")
+        paired, how = pairing(report, config.topology_pairs)
+    except NodecheckError as error:
+        fail(str(error))
+    text = topology_xml(report, paired)
+    back = parse_nccl_topo_xml(text)  # what NCCL will read: each GPU and its NICs under one bridge, as intended
+    bridges = {g.busid: g.chain[0].busid for g in back.gpus}
+    astray = [n.busid for g, nics in _busids(report, paired).items() for n in back.nics if n.busid in nics and n.chain[0].busid != bridges.get(g)]
+    if astray or len(back.gpus) != len(paired):
+        fail(f"the topology file would not read back as paired ({', '.join(map(str, astray)) or 'a GPU missing'}): not written")
+    target = Path(VIRTUAL_TOPOLOGY) if install else write
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=target.parent, prefix=".nodecheck-topo-", delete=False) as handle:
+            handle.write(text)
+        os.chmod(handle.name, 0o644)
+        os.replace(handle.name, target)
+    except OSError as error:
+        fail(f"{target}: cannot write the topology file ({error.strerror or error})")
+    typer.echo(f"{target}: {len(paired)} GPU(s) and their NICs, paired by {how} ({seen})")
+    typer.echo(f"NCCL reads it {'when NCCL_TOPO_FILE is unset' if install else f'with NCCL_TOPO_FILE={target}'}; "
+               f"`nodecheck nccl-topo {target}` reads it back")
+
+
+def _busids(report, paired: dict) -> dict[str, set[str]]:
+    from nodecheck.core.pci import normal_pci
+
+    gpus = {g.index: normal_pci(g.pci_bus_id) for g in report.gpus}
+    return {gpus[index]: {normal_pci(n.pci_address) for n in nics} for index, nics in paired.items()}
 
 
 def _read_log(path: Path) -> str:

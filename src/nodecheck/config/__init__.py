@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nodecheck.config.topology import topology_pairs
 from nodecheck.core.errors import ConfigError
 from nodecheck.core.limits import MAX_LINK_MBPS
 from nodecheck.core.link_types import LINK_TYPE
@@ -119,6 +120,7 @@ class Config:
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     proximity: ProximityPolicy = field(default_factory=ProximityPolicy)
     errors: ErrorSettings = field(default_factory=ErrorSettings)
+    topology_pairs: list[tuple[str, str]] = field(default_factory=list)  # [topology] pairs: config/topology.py
 
     def ratio_for(self, test: str, path_kind: str | None = None, direction: str | None = None,
                   variant: str | None = None) -> float:
@@ -188,7 +190,8 @@ def read_config_text(path: Path, what: str) -> str:
 def parse(data: dict, source: str) -> Config:
     config = Config(path=source)
     check_known_keys(data, ("gpus", "links", "nics", "thresholds", "bench", "serve", "metrics", "prolog", "slurm", "proximity",
-                            "probes", "errors"), "", source)
+                            "probes", "errors", "topology"), "", source)
+    config.topology_pairs = topology_pairs(_table(data, "topology", source), source)
     _probes(_table(data, "probes", source), config, source)
     gpus = _table(data, "gpus", source)
     check_known_keys(gpus, ("count", "pcie_gen", "pcie_width", "nvlinks_per_gpu", "ecc", "mig", "compute_mode"), "gpus.", source)
