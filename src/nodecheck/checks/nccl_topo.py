@@ -16,7 +16,8 @@ NCCL_TOPO_MISMATCH = Kind("nccl_topo_mismatch", "fabric", "{subject} NCCL: {meas
     doc=(
         ("warning",
          "NCCL's topology disagrees with the node's: a GPU's PCIe width or speed (NCCL reads the maximum from sysfs; a VM's "
-         "emulated bridge says 2.5 GT/s), its NUMA node, a NIC's speed, or whether a NIC sits under the same PCIe switch as a "
+         "emulated bridge says 2.5 GT/s), its NUMA node, a Grace GPU's C2C link count against NVML's, a NIC's speed, its "
+         "GPUDirect RDMA flag (gdr=0) where the node gives GPUDirect RDMA, or whether a NIC sits under the same PCIe switch as a "
          "GPU against `nvidia-smi topo -m` (virtual bridges reverse it: NVIDIA/nccl#820); a value NCCL did not write "
          "(width 0) is unknown, and a GPU the dump does not hold is no finding"),
     ))

@@ -22,12 +22,12 @@ def topo_findings(topo: NcclTopo, report: Report) -> list[Finding]:
     matched = [(mine, gpus[mine.busid]) for mine in topo.gpus if mine.busid in gpus]
     findings = []
     for nccl_gpu, gpu in matched:
-        findings += _nvlinks(nccl_gpu, gpu) + _pcie(nccl_gpu, gpu) + _numa(topo, nccl_gpu, gpu)
+        findings += _nvlinks(nccl_gpu, gpu) + _c2c(nccl_gpu, gpu) + _pcie(nccl_gpu, gpu) + _numa(topo, nccl_gpu, gpu)
     nics = _nic_index(report)
     for nccl_nic in topo.nics:
         nic = nics.get(nccl_nic.busid) or next((nics[n["name"]] for n in nccl_nic.nets if n.get("name") in nics), None)
         if nic is not None:
-            findings += _nic_speed(nccl_nic, nic)
+            findings += _nic_speed(nccl_nic, nic) + _nic_gdr(nccl_nic, nic, report)
             findings += _placement(nccl_nic, nic, matched, report)
     return findings
 
@@ -63,6 +63,20 @@ def _nvlinks(nccl_gpu: NcclTopoGpu, gpu) -> list[Finding]:
                         f"NCCL counts {seen} NVLinks on gpu{gpu.index}; NVML: {active} active: NCCL routes it over fewer "
                         "links than it has")]
     return []
+
+
+def _c2c(nccl_gpu: NcclTopoGpu, gpu) -> list[Finding]:
+    """A Grace GPU's NVLink-C2C links: NCCL's count against NVML's active ones (its host path, the CPU's memory)."""
+    active = (gpu.c2c or {}).get("links") if isinstance(gpu.c2c, dict) else None
+    if not isinstance(active, int) or active <= 0 or nccl_gpu.dev is None:
+        return []
+    count = (nccl_gpu.c2c or {}).get("count")
+    if isinstance(count, int) and count == active:
+        return []
+    seen = "no C2C link" if not isinstance(count, int) else f"{count} C2C links"
+    return [Finding("nccl_topo_mismatch", "warning", f"gpu{gpu.index}", seen, f"{active} active (NVML)",
+                    f"NCCL sees {seen} on gpu{gpu.index}; NVML: {active} active: NCCL rates the GPU's path to the CPU's "
+                    "memory by what it sees")]
 
 
 def _pcie(nccl_gpu: NcclTopoGpu, gpu) -> list[Finding]:
@@ -114,6 +128,18 @@ def _nic_speed(nccl_nic: NcclTopoNic, nic) -> list[Finding]:
     return [Finding("nccl_topo_mismatch", "warning", nic.rdma_device or nic.name, f"{seen} Mb/s", f"{nic.speed_mbps} Mb/s",
                     f"NCCL rates {nic.rdma_device or nic.name} at {seen} Mb/s; the port says {nic.speed_mbps} Mb/s: NCCL "
                     "balances its rails by the rate it read")]
+
+
+def _nic_gdr(nccl_nic: NcclTopoNic, nic, report: Report) -> list[Finding]:
+    """NCCL's GPUDirect RDMA flag for a NIC against the node's own verdict (a peer-memory module, or DMA-BUF)."""
+    gpudirect = report.platform.gpudirect if report.platform else None
+    flags = {n.get("gdr") for n in nccl_nic.nets if n.get("gdr") is not None}
+    if not gpudirect or flags != {False}:
+        return []
+    return [Finding("nccl_topo_mismatch", "warning", nic.rdma_device or nic.name, "gdr=0", f"GPUDirect RDMA ({gpudirect})",
+                    f"NCCL marks {nic.rdma_device or nic.name} without GPUDirect RDMA (gdr=0) though the node gives it "
+                    f"({gpudirect}): NCCL stages every transfer through host memory (a GB10 has none by design: its GPU "
+                    "shares the CPU's memory)")]
 
 
 def _placement(nccl_nic: NcclTopoNic, nic, matched: list, report: Report) -> list[Finding]:

@@ -124,3 +124,20 @@ def test_bench_asks_nccl_for_its_picture_and_judges_the_one_it_kept(node, tmp_pa
         assert not [f for f in with_measurements(node, [broken], 1.8e9, Config()).findings if f.kind.startswith("nccl_topo")]
     (tmp_path / TOPOLOGY_FILE).write_text("<topology/>")
     assert read_topology(tmp_path) is None
+
+
+def test_c2c_and_gpudirect_as_nccl_reads_them_against_nvml_and_the_node(node):
+    """A Grace GPU whose C2C links NCCL counts otherwise than NVML (a GB10 dump: 8 links), and NICs NCCL marks
+    gdr=0 while the node loads nvidia_peermem."""
+    import dataclasses
+
+    from nodecheck.report.model import Platform
+
+    gpus = [dataclasses.replace(g, c2c={"links": 10, "link_mbps": 44712}) if g.index == 0 else g for g in node.gpus]
+    text = dump().replace('<gpu dev="0" sm="90" rank="0" gdr="1">', '<gpu dev="0" sm="90" rank="0" gdr="1"><c2c bw="43125" count="8"/>')
+    text = text.replace('name="mlx5_2" dev="2" speed="400000" port="1" guid="0x2" gdr="1"', 'name="mlx5_2" dev="2" speed="400000" port="1" guid="0x2" gdr="0"')
+    platform = Platform(peer_memory="nvidia_peermem", modules_known=True)
+    judged = topo_findings(parse_nccl_topo_xml(text), dataclasses.replace(node, gpus=gpus, platform=platform))
+    assert {(f.subject, f.measured, f.expected) for f in judged} == {
+        ("gpu0", "8 C2C links", "10 active (NVML)"), ("mlx5_2", "gdr=0", "GPUDirect RDMA (nvidia_peermem)")}
+    assert topo_findings(parse_nccl_topo_xml(text), dataclasses.replace(node, platform=None)) == []  # nothing to hold it against
