@@ -48,9 +48,9 @@ def test_applicable_tests():
 
     assert plan.applicable(report(0), across_nodes=False) == []
     assert plan.applicable(report(0), across_nodes=True) == ["allreduce"]
-    # one GPU: a world of one rank moves no data, so no all-reduce unless asked for
-    assert plan.applicable(report(1), across_nodes=False) == ["h2d", "d2h"]
-    assert plan.applicable(report(8), across_nodes=False) == ["h2d", "d2h", "p2p", "allreduce"]
+    # one GPU: a world of one rank moves no data, so no all-reduce unless asked for; the GPU's own tests on every GPU
+    assert plan.applicable(report(1), across_nodes=False) == ["h2d", "d2h", "hbm", "gemm"]
+    assert plan.applicable(report(8), across_nodes=False) == ["h2d", "d2h", "hbm", "gemm", "p2p", "allreduce"]
 
 
 def test_cli_on_a_node_without_gpu():
