@@ -133,6 +133,17 @@ def replaying(captured: list[dict], driver: str = "580.159.04", fail_init: Excep
 
     m.nvmlDeviceGetNvLinkState = lambda h, link: nvlink(h, link, "state")
     m.nvmlDeviceGetNvLinkVersion = lambda h, link: nvlink(h, link, "version")
+
+    # each active link's far end, {link: (bus id, NVML_NVLINK_DEVICE_TYPE_*)}, where a test gives it (no capture has
+    # it: Not Supported, as an older driver answers)
+    def remote(h, link, part):
+        said = h.get("nvlink_remote", {}).get(link)
+        if said is None:
+            raise NVMLError_NotSupported("Not Supported")
+        return types.SimpleNamespace(busId=said[0].encode()) if part == 0 else _value(said[1])
+
+    m.nvmlDeviceGetNvLinkRemotePciInfo = lambda h, link: remote(h, link, 0)
+    m.nvmlDeviceGetNvLinkRemoteDeviceType = lambda h, link: remote(h, link, 1)
     # error signals: the capture's PCIe replay counter (0 on that node); clock event reasons and volatile
     # uncorrectable ECC as its `nvidia-smi -q` says them (every reason "Not Active": 0; DRAM Uncorrectable 0)
     # unless a test gives others; NVLink error counters per link as NVML returns them (an int per counter)

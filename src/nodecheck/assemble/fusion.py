@@ -83,6 +83,7 @@ def _gpus(topo: GpuTopology | None, nvml: NvmlFacts | None, hw: LstopoFacts | No
             gpu.utilization_percent, gpu.memory_bytes = n.utilization_gpu, n.memory_total_bytes
             gpu.nvlinks = [{"link": link, "active": active, "version": version}
                            | ({} if active is not None else {"error": n.errors.get("nvlink", "state unknown")})
+                           | _remote(n.nvlink_remotes.get(link))
                            for link, active, version in n.nvlinks]
             gpu.ecc_enabled, gpu.remapped_rows_pending, gpu.remapped_rows_failed = n.ecc_enabled, n.remapped_rows_pending, n.remapped_rows_failed
             gpu.vbios = n.vbios
@@ -147,3 +148,8 @@ def _nearest_nics(gpu: int, links: list[Link]) -> list[str]:
         return []
     best = min(d for d, _ in to_nics)
     return [name for d, name in to_nics if d == best]
+
+
+def _remote(said: dict | None) -> dict:
+    """An active link's far end as the Report keeps it: {"remote": bus id, "remote_type": gpu|switch|npu|unknown}."""
+    return {"remote": said["bus_id"], "remote_type": said.get("type")} if said else {}

@@ -19,11 +19,12 @@ from nodecheck.core.limits import MAX_GPUS, MAX_NVLINK_MBPS, MAX_NVLINKS
 from nodecheck.core.units import format_cpulist, is_int, mask_words_to_cpus
 from nodecheck.probes.base import Probe
 from nodecheck.probes.nvml_c2c import dump_c2c, parse_c2c
-from nodecheck.probes.nvml_calls import ask_counters
+from nodecheck.probes.nvml_calls import as_text, ask_counters
 from nodecheck.probes.nvml_clock_events import dump_clock_events, parse_clock_events
 from nodecheck.probes.nvml_fabric import dump_bw_mode, dump_fabric, parse_fabric, reduced_bw_mode
 from nodecheck.probes.nvml_memory import dump_memory, parse_memory
 from nodecheck.probes.nvml_nvlink5 import dump_nvlink5, parse_nvlink5
+from nodecheck.probes.nvml_nvlink_remote import dump_remote, parse_remotes
 from nodecheck.probes.nvml_p2p import dump_p2p, parse_p2p
 from nodecheck.probes.nvml_processes import describe_owners, dump_memory_used, dump_processes, parse_memory_used, parse_processes
 
@@ -121,7 +122,7 @@ def _dump_gpu(pynvml, index: int, handle) -> dict:
         "vbios": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetVbiosVersion", None), handle),
         "architecture": _ask(pynvml, getattr(pynvml, "nvmlDeviceGetArchitecture", None), handle),
         "uuid": _ask(pynvml, pynvml.nvmlDeviceGetUUID, handle),
-        "pci_bus_id": pci if isinstance(pci, dict) else _text(pci.busId),
+        "pci_bus_id": pci if isinstance(pci, dict) else as_text(pci.busId),
         "pcie_gen_current": _ask(pynvml, pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
         "pcie_gen_max": _ask(pynvml, pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
         "pcie_gen_gpu_max": _ask(pynvml, pynvml.nvmlDeviceGetGpuMaxPcieLinkGeneration, handle),
@@ -196,9 +197,9 @@ def no_such_link(error: object) -> bool:
 
 
 def _dump_nvlinks(pynvml, handle) -> list[dict]:
-    """Each NVLink's state, version and error counters, link 0 up to the first the GPU does not have. A link NVML
-    answers with another error (Unknown Error, GPU is lost) is recorded as such and the next asked: stopping there
-    left an HGX GPU's later links out, and a GPU with five readable links of eighteen passed."""
+    """Each NVLink's state, version, error counters and far end, link 0 up to the first the GPU does not have. A link
+    NVML answers with another error (GPU is lost) is recorded so and the next asked: stopping there passed an HGX GPU
+    with five readable links of eighteen."""
     links = []
     for link in range(min(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18), MAX_NVLINKS)):
         state = _ask(pynvml, pynvml.nvmlDeviceGetNvLinkState, handle, link)
@@ -213,14 +214,11 @@ def _dump_nvlinks(pynvml, handle) -> list[dict]:
         errors = [_ask(pynvml, getattr(pynvml, "nvmlDeviceGetNvLinkErrorCounter", None), handle, link, counter)
                   for counter in range(len(NVLINK_ERROR_COUNTERS))]
         entry = {"link": link, "state": state, "version": version, "errors": errors}
+        entry |= {"remote": dump_remote(pynvml, handle, link)} if state else {}  # its far end, as NCCL asks for <nvlink target>
         if state == 0:  # NVML's per-link field tells a link asleep in its low-power state from one that is down
             entry["field_state"] = _field_value(pynvml, handle, "NVML_FI_DEV_NVLINK_GET_STATE", scope=link)
         links.append(entry)
     return links
-
-
-def _text(value) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 @dataclass
@@ -248,6 +246,7 @@ class NvmlGpu:
     # active None: NVML failed to say the link's state (errors["nvlink"] has its words)
     nvlink_count: int | None = None  # NVML_FI_DEV_NVLINK_LINK_COUNT: the links the GPU says it has
     nvlink_speed_mbps: int | None = None  # NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON: its active links' per-link speed
+    nvlink_remotes: dict[int, dict] = field(default_factory=dict)  # link -> {bus_id, type} at its far end (nvml_nvlink_remote)
     pcie_replays: int | None = None  # nvmlDeviceGetPcieReplayCounter, since the driver loaded
     clock_event_reasons: int | None = None  # nvmlDeviceGetCurrentClocksEventReasons: a bitmask of nvmlClocksEventReason*
     clock_event_ns: dict[str, int] | None = None  # how long each reason has slowed its clocks (parse_clock_events)
@@ -336,6 +335,7 @@ def _parse_gpu(position: int, raw: dict) -> NvmlGpu:
     if words and all(is_int(w) and 0 <= w < 1 << 64 for w in words):
         gpu.cpu_affinity = format_cpulist(mask_words_to_cpus(words))
     gpu.nvlinks = _parse_nvlinks(gpu, raw.get("nvlinks"))
+    gpu.nvlink_remotes = parse_remotes(raw.get("nvlinks"))
     # Blackwell keeps its NVLink errors in NVLink 5 counters of its own; judged there only, as DCGM does
     fifth = parse_nvlink5(raw.get("nvlink5_errors"), gpu.errors) if (gpu.architecture or 0) >= BLACKWELL else {}
     gpu.nvlink_errors = {**(_nvlink_errors(raw.get("nvlinks")) or {}), **fifth} or None

@@ -11,6 +11,11 @@ from nodecheck.core.units import is_int
 _VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
+def as_text(value) -> str:
+    """A string NVML hands back as bytes (a bus id, a name) as text."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
 def ask_struct(pynvml, function: str, struct: str, handle):
     """nvidia-ml-py's `function`(handle, &s) on a fresh `struct`: the filled structure, or {"error": ...} where this
     nvidia-ml-py lacks either or NVML refuses."""

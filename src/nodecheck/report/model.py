@@ -32,7 +32,7 @@ class Gpu:
     pcie: dict | None = None  # gen_current, gen_max, gen_gpu_max, width_current, width_max
     utilization_percent: int | None = None
     memory_bytes: int | None = None  # the GPU's memory (NVML), which bounds the largest payload a test may use
-    nvlinks: list[dict] = field(default_factory=list)  # {link, active, version}; active None: NVML's error
+    nvlinks: list[dict] = field(default_factory=list)  # {link, active, version, remote, remote_type}; active None: NVML's error
     nvlink_speed_mbps: int | None = None  # NVML's per-link NVLink speed (what `nvidia-smi nvlink -s` prints), MB/s
     p2p_read: dict[str, str] | None = None  # peer ("gpu1") -> NVML's P2P read status ("ok", "not supported" ...)
     nvlinks_wired: int | None = None  # how many of its NVLinks should be up (nvlink_rules.wired_nvlinks); None: nothing says
@@ -57,6 +57,11 @@ class Gpu:
     def __post_init__(self) -> None:  # a Report read back (a hostile one too): only NVLink entries of the shape written
         self.nvlinks = [link for link in self.nvlinks if isinstance(link, dict) and isinstance(link.get("link"), int)
                         and "active" in link and link["active"] in (True, False, None)]
+        for link in self.nvlinks:  # the far end NVML named: a short bus id, or nothing
+            if not isinstance(link.get("remote"), str) or len(link["remote"]) > 32:
+                link.pop("remote", None)
+            if link.get("remote_type") not in ("gpu", "switch", "npu", "unknown") or "remote" not in link:
+                link.pop("remote_type", None)
         if not isinstance(self.p2p_read, dict):
             self.p2p_read = None
         elif self.p2p_read:

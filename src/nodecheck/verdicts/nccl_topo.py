@@ -7,6 +7,8 @@ not write (a link width of 0, a speed of "") is unknown, never a disagreement.""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from nodecheck.core.link_types import link_distance
 from nodecheck.core.pci import normal_pci
 from nodecheck.core.specs import pcie_generation
@@ -21,14 +23,18 @@ def topo_findings(topo: NcclTopo, report: Report) -> list[Finding]:
     gpus = {normal_pci(g.pci_bus_id): g for g in report.gpus if g.pci_bus_id}
     matched = [(mine, gpus[mine.busid]) for mine in topo.gpus if mine.busid in gpus]
     findings = []
+    hops = report.hops() if topo.version is not None else {}  # a GRAPH log's tree is NCCL's after it merged switches
+    names = {busid: f"gpu{gpu.index}" for busid, gpu in gpus.items()}
     for nccl_gpu, gpu in matched:
-        findings += _nvlinks(nccl_gpu, gpu) + _c2c(nccl_gpu, gpu) + _pcie(nccl_gpu, gpu) + _numa(topo, nccl_gpu, gpu)
+        findings += _nvlinks(nccl_gpu, gpu) + _nvlink_targets(nccl_gpu, gpu, names) + _c2c(nccl_gpu, gpu)
+        findings += _pcie(nccl_gpu, gpu) + _numa(topo, nccl_gpu, gpu) + _chain(f"gpu{gpu.index}", nccl_gpu.chain, hops.get(nccl_gpu.busid), hops)
     nics = _nic_index(report)
     for nccl_nic in topo.nics:
         nic = nics.get(nccl_nic.busid) or next((nics[n["name"]] for n in nccl_nic.nets if n.get("name") in nics), None)
         if nic is not None:
             findings += _nic_speed(nccl_nic, nic) + _nic_gdr(nccl_nic, nic, report)
             findings += _placement(nccl_nic, nic, matched, report)
+            findings += _chain(nic.rdma_device or nic.name, nccl_nic.chain, hops.get(normal_pci(nic.pci_address)), hops)
     return findings
 
 
@@ -63,6 +69,52 @@ def _nvlinks(nccl_gpu: NcclTopoGpu, gpu) -> list[Finding]:
                         f"NCCL counts {seen} NVLinks on gpu{gpu.index}; NVML: {active} active: NCCL routes it over fewer "
                         "links than it has")]
     return []
+
+
+def _nvlink_targets(nccl_gpu: NcclTopoGpu, gpu, names: dict[str, str]) -> list[Finding]:
+    """NCCL's `<nvlink target count>` is NVML's remote PCI bus id of each active link, counted per target
+    (src/graph/xml.cc ncclTopoGetXmlFromGpu): NCCL naming peer GPUs that NVML's links do not reach is a picture of
+    another wiring (a dump of another node, a topology file of another board, links rewired since). Peer GPUs only:
+    NVSwitches are counted in the sum (_nvlinks), and each switch's bus id differs between bare metal and a VM."""
+    ends = [link for link in gpu.nvlinks if link.get("active")]
+    if nccl_gpu.dev is None or not ends or any("remote" not in link for link in ends):
+        return []  # a topology file's bare GPU, or an NVML that did not say every far end
+    nvml = Counter(normal_pci(link["remote"]) for link in ends if link.get("remote_type") == "gpu")
+    nccl: Counter = Counter()
+    for link in nccl_gpu.nvlinks:
+        if not isinstance(link.get("count"), int) or not link.get("target"):
+            return []  # a count or target NCCL did not write: nothing to hold against
+        if str(link.get("tclass") or "").startswith("0x0302") or link["target"] in names:
+            nccl[link["target"]] += link["count"]
+    if nccl == nvml:
+        return []
+
+    def said(counts: Counter) -> str:
+        return ", ".join(f"{names.get(end, end)} x{count}" for end, count in sorted(counts.items(), key=str)) or "no peer GPU"
+
+    return [Finding("nccl_topo_mismatch", "warning", f"gpu{gpu.index}", f"NVLinks to {said(nccl)}", f"{said(nvml)} (NVML)",
+                    f"NCCL routes gpu{gpu.index}'s NVLinks to {said(nccl)}; NVML's active links end at {said(nvml)}: "
+                    "NCCL's picture is of another wiring (a dump of another node or a topology file of another board): "
+                    "take a new dump (NCCL_TOPO_DUMP_FILE) on this node")]
+
+
+def _chain(subject: str, chain: list, hops: list | None, every: dict) -> list[Finding]:
+    """The PCI levels NCCL puts above a device against its sysfs path after NCCL's collapse: NCCL hangs each device
+    two sysfs levels up, skipping a switch's downstream port, and stops at the root port (src/graph/xml.cc
+    ncclTopoGetXmlFromSys, "Rewind two /"), so its levels are sysfs's hops 2, 4, ... above the device. A flattened
+    VM's tree under a topology file's made-up switches is as meant (no such bridge is on the node)."""
+    if not hops or not chain or any(hop.busid is None for hop in chain):
+        return []
+    nccl = [hop.busid for hop in reversed(chain[:-1])]  # upward from the device, as sysfs's hops go
+    node = [normal_pci(hop.bdf) for hop in hops[2::2]]
+    known = {normal_pci(hop.bdf) for path in every.values() for hop in path}
+    if nccl == node or not node and not known.intersection(nccl):
+        return []
+    path = " > ".join(reversed(nccl)) or "its CPU"
+    real = " > ".join(reversed(node)) or "its CPU (no PCIe switch)"
+    return [Finding("nccl_topo_mismatch", "warning", subject, path, real + " (sysfs)",
+                    f"NCCL places {subject} under {path}; sysfs (each switch's two ports as one level, as NCCL counts them): "
+                    f"{real}: NCCL's PIX/PXB/PHB between GPUs and NICs follow its tree, so it pairs them by another one")]
 
 
 def _c2c(nccl_gpu: NcclTopoGpu, gpu) -> list[Finding]:

@@ -141,3 +141,101 @@ def test_c2c_and_gpudirect_as_nccl_reads_them_against_nvml_and_the_node(node):
     assert {(f.subject, f.measured, f.expected) for f in judged} == {
         ("gpu0", "8 C2C links", "10 active (NVML)"), ("mlx5_2", "gdr=0", "GPUDirect RDMA (nvidia_peermem)")}
     assert topo_findings(parse_nccl_topo_xml(text), dataclasses.replace(node, platform=None)) == []  # nothing to hold it against
+
+
+# The DGX-1 V100 of NVIDIA/nccl issue 671 as NCCL dumped it: gpu0 (0000:06:00.0) under the PLX switch 0000:03:00.0,
+# its six NVLinks to 07 x1, 0a x1, 0b x2, 85 x2 (the hybrid cube mesh); NCCL wrote each target from NVML's remote PCI
+# bus id of that link, so NVML's far ends for the same node are those targets, link by link.
+DGX1_DUMP = REPO / "tests/fixtures/nccl-topo/nccl671-dgx1-v100-dump-cut.xml"
+DGX1_BUSES = ["06", "07", "0a", "0b", "85", "86", "89", "8a"]
+DGX1_GPU0_ENDS = ["07", "0a", "0b", "0b", "85", "85"]
+
+
+def dgx1_report(tmp_path, gpu0_ends=DGX1_GPU0_ENDS, remote_type=0):
+    from helpers import h100_nvml_records, make_snapshot
+
+    base = dict(h100_nvml_records()[0], name="Tesla V100-SXM2-32GB", arch=5, fabric=None)
+    gpus = []
+    for index, bus in enumerate(DGX1_BUSES):
+        ends = gpu0_ends if index == 0 else []
+        gpus.append(dict(base, uuid=f"GPU-dgx1-{index}", pci=f"00000000:{bus.upper()}:00.0", nvlink_count=6,
+                         nvlink=[[link, 1, 2] for link in range(6)],
+                         nvlink_remote={link: (f"00000000:{end.upper()}:00.0", remote_type) for link, end in enumerate(ends)}))
+    return build_report(SnapshotHost(make_snapshot(tmp_path / "dgx1", nvml_gpus=gpus)))
+
+
+def test_nvml_records_each_links_far_end_as_nccl_asks_it(tmp_path):
+    report = dgx1_report(tmp_path)
+    assert [(l["remote"], l["remote_type"]) for l in report.gpus[0].nvlinks[:3]] == [
+        ("00000000:07:00.0".lower(), "gpu"), ("00000000:0a:00.0", "gpu"), ("00000000:0b:00.0", "gpu")]
+    assert all("remote" not in l for l in report.gpus[1].nvlinks)  # NVML did not say (Not Supported): nothing kept
+
+
+def test_nccls_nvlink_targets_agree_with_nvmls_far_ends_on_the_published_dgx1(tmp_path):
+    topo = parse_nccl_topo_xml(DGX1_DUMP.read_text())
+    assert [f for f in topo_findings(topo, dgx1_report(tmp_path)) if "NVLinks to" in f.measured] == []
+
+
+def test_an_nvlink_that_ends_elsewhere_than_nccl_routes_it_is_named(tmp_path):
+    """One of gpu0's two links to gpu3 (0b) ends at gpu7 (8a) by NVML: NCCL's picture is of another wiring."""
+    ends = DGX1_GPU0_ENDS[:3] + ["8a"] + DGX1_GPU0_ENDS[4:]
+    topo = parse_nccl_topo_xml(DGX1_DUMP.read_text())
+    (found,) = [f for f in topo_findings(topo, dgx1_report(tmp_path, ends)) if "NVLinks to" in f.measured]
+    assert (found.kind, found.severity, found.subject) == ("nccl_topo_mismatch", "warning", "gpu0")
+    assert found.measured == "NVLinks to gpu1 x1, gpu2 x1, gpu3 x2, gpu4 x2"
+    assert found.expected == "gpu1 x1, gpu2 x1, gpu3 x1, gpu4 x2, gpu7 x1 (NVML)"
+
+
+def test_nvswitch_ends_are_counted_not_matched_by_bus_id(tmp_path):
+    """An HGX GPU's links end at NVSwitches whose bus ids differ between bare metal and a VM: no target finding."""
+    report = dgx1_report(tmp_path, ["c4"] * 6, remote_type=2)
+    text = DGX1_DUMP.read_text().split("<nvlink")[0] + '<nvlink target="fffffff:ffff:ff" count="6" tclass="0x068000"/></gpu></pci></pci></cpu></system>'
+    assert [f for f in topo_findings(parse_nccl_topo_xml(text), report) if "NVLinks to" in f.measured] == []
+
+
+def hop(bdf):
+    from nodecheck.core.pci import Hop
+
+    return Hop(bdf, 16, 16, "8.0 GT/s PCIe", "8.0 GT/s PCIe")
+
+
+def test_nccls_pci_levels_are_sysfs_hops_after_its_collapse(tmp_path):
+    """The DGX-1's gpu0 sits below the PLX switch's downstream port 04:10.0, its upstream port 03:00.0 and the root
+    port 00:03.0: NCCL skips the downstream port and stops at the root port, so it writes 03:00.0 alone above it."""
+    report = dgx1_report(tmp_path)
+    report.pcie_paths = {"0000:06:00.0": [hop("0000:06:00.0"), hop("0000:04:10.0"), hop("0000:03:00.0"), hop("0000:00:03.0")]}
+    topo = parse_nccl_topo_xml(DGX1_DUMP.read_text())
+    assert [f for f in topo_findings(topo, report) if f.subject == "gpu0" and "sysfs" in f.expected] == []
+    # the same GPU behind a second switch level: NCCL's tree lacks a switch the node has
+    report.pcie_paths["0000:06:00.0"][2:] = [hop("0000:03:00.0"), hop("0000:02:08.0"), hop("0000:01:00.0"), hop("0000:00:03.0")]
+    (found,) = [f for f in topo_findings(topo, report) if f.subject == "gpu0" and "sysfs" in f.expected]
+    assert (found.kind, found.measured, found.expected) == ("nccl_topo_mismatch", "0000:03:00.0", "0000:01:00.0 > 0000:03:00.0 (sysfs)")
+    assert found.message.startswith("NCCL places gpu0 under 0000:03:00.0; sysfs")
+
+
+def test_a_flattened_vm_under_a_providers_made_up_switches_is_as_meant(tmp_path):
+    """Azure's ND H100 v5 file puts each GPU under a bridge ffff:ff:0N.0 that no node has; the VM's sysfs has the GPU
+    straight on the root bus: NCCL's tree is the file's on purpose, no finding."""
+    text = (REPO / "tests/fixtures/nccl-topo/azure-ndv5-topo.xml").read_text()
+    topo = parse_nccl_topo_xml(text)
+    gpu_bus = topo.gpus[0].busid
+    report = dgx1_report(tmp_path)
+    report.pcie_paths = {gpu_bus: [hop(gpu_bus)]}
+    import dataclasses
+
+    report.gpus = [dataclasses.replace(report.gpus[0], pci_bus_id=gpu_bus)] + report.gpus[1:]
+    topo.gpus[0].dev = 0  # as a dump NCCL wrote while it ran with the file
+    assert [f for f in topo_findings(topo, report) if "sysfs" in f.expected] == []
+
+
+def test_a_far_end_from_a_hostile_dump_or_report_is_no_far_end():
+    from nodecheck.probes.nvml_nvlink_remote import parse_remotes
+    from nodecheck.report.model import Gpu
+
+    raw = [{"link": 0, "remote": {"bus_id": "0000:07:00.0<script>", "type": 0}}, {"link": 1, "remote": {"bus_id": "f" * 1_000_000}},
+           {"link": "2", "remote": {"bus_id": "0000:07:00.0"}}, {"link": 3, "remote": {"error": "Not Supported"}},
+           {"link": 4, "remote": {"bus_id": "00000000:0B:00.0", "type": 2}}, {"link": 5, "remote": {"bus_id": "0000:0a:00.0", "type": 7}}]
+    assert parse_remotes(raw) == {4: {"bus_id": "00000000:0b:00.0", "type": "switch"}, 5: {"bus_id": "0000:0a:00.0", "type": None}}
+    gpu = Gpu(0, nvlinks=[{"link": 0, "active": True, "remote": "x" * 100_000, "remote_type": "gpu"},
+                          {"link": 1, "active": True, "remote": "0000:07:00.0", "remote_type": "evil"}])
+    assert [sorted(link) for link in gpu.nvlinks] == [["active", "link"], ["active", "link", "remote"]]
