@@ -239,3 +239,26 @@ def test_a_far_end_from_a_hostile_dump_or_report_is_no_far_end():
     gpu = Gpu(0, nvlinks=[{"link": 0, "active": True, "remote": "x" * 100_000, "remote_type": "gpu"},
                           {"link": 1, "active": True, "remote": "0000:07:00.0", "remote_type": "evil"}])
     assert [sorted(link) for link in gpu.nvlinks] == [["active", "link"], ["active", "link", "remote"]]
+
+
+def test_a_published_h200_dump_agrees_with_nvmls_nvswitch_ends_as_published(tmp_path):
+    """NVML's far ends of an HGX H100's GPU 0 as `nvidia-smi nvlink -R` printed them (nccl#1182: NVSwitches 05-08,
+    5/5/4/4 links) beside NCCL's dump of an H200 board's gpu0 (nccl-tests#256: the same four switches, the same
+    counts): links to NVSwitches agree by their sum, and no peer GPU is named."""
+    import re
+
+    from helpers import h100_nvml_records, make_snapshot
+
+    said = (REPO / "tests/fixtures/nccl-topo/nccl1182-h100-nvlink-R-gpu0.txt").read_text()
+    ends = {int(link): bus for link, bus in re.findall(r"Link (\d+): Remote Device (\S+): Link", said)}
+    assert len(ends) == 18
+    gpu = dict(h100_nvml_records()[0], name="NVIDIA H200", pci="00000000:18:00.0", nvlink_count=18,
+               nvlink=[[link, 1, 6] for link in range(18)], nvlink_remote={link: (bus, 2) for link, bus in ends.items()})
+    report = build_report(SnapshotHost(make_snapshot(tmp_path / "h200", nvml_gpus=[gpu])))
+    text = (REPO / "tests/fixtures/nccl-topo/nccl-tests256-h200-dump-cut.xml").read_text()
+    topo = parse_nccl_topo_xml(text)
+    assert topo.ends_early and [g.busid for g in topo.gpus] == ["0000:18:00.0"]
+    assert [f for f in topo_findings(topo, report) if f.subject == "gpu0"] == []
+    # three of the links to switch 08 gone from NCCL's picture: named by the sum
+    lost = topo_findings(parse_nccl_topo_xml(text.replace('target="0000:08:00.0" count="4"', 'target="0000:08:00.0" count="1"')), report)
+    assert [(f.kind, f.measured) for f in lost if f.subject == "gpu0"] == [("nccl_topo_nvlink_missing", "15 NVLinks")]
