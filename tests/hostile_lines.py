@@ -38,6 +38,11 @@ def _cases() -> dict:
         "NCCL debug log without heads": (lambda line: nccl_debug.parse_nccl_debug(f"NET/OFI x\n{line}\n"),
                                          ["NET/OFI Selected provider is ", "[2026-01-15 02:30:45] ", "Channel 00/0 : 0",
                                           "[default0]:", "0: ", " "]),
+        "NCCL Inspector": (lambda line: _inspector(line),
+                           ['{"coll_perf": {"coll": "', '"coll_sn": ', "{", "[", " ", '{"header": {}, "metadata": {}, "dump_stats": ']),
+        "NCCL RAS report": (lambda line: _ras(line),
+                            ["Rank 1 -- GPU 0 managed by process 1 on node ", "#0-0 (ab) ", "30 ranks have launched up to operation ",
+                             "Process 1 on node h managing GPU ", " ", "    0         1 "]),
         "/proc/net/route": (lambda line: nics.parse_proc_route(f"Iface\tDestination\tGateway\n{line}\n"), ["\t", "eth0\t0001"]),
         "/proc/cmdline": (lambda line: platform.parse_cmdline(line), ["iommu=", " ", "\""]),
         "kernel log (Xid)": (lambda line: kernel_log.parse_kernel_log(f"{line}\n"),
@@ -54,6 +59,26 @@ def _cases() -> dict:
                                ["Reason= [", " ", "State=", "Reason="]),
         "fleet (node types)": (None, []),  # many shapes only (_many)
     }
+
+
+def _inspector(line: str) -> None:
+    from nodecheck.core.errors import ParseError
+    from nodecheck.job.inspector import parse_inspector
+    from nodecheck.job.ranks import judge_job
+
+    marker = '{"header": {"id": "0x1", "rank": 0, "n_ranks": 2}, "metadata": {"hostname": "h", "pid": 1}, "dump_stats": {"coll_records": 9}}'
+    try:
+        judge_job(parse_inspector(f"{marker}\n{line}\n").ops)
+    except ParseError:
+        pass
+
+
+def _ras(line: str) -> None:
+    from nodecheck.job.ras import parse_ras
+    from nodecheck.job.stuck import judge_ras
+
+    head = "NCCL version 2.26.2 compiled with CUDA 12.6\nGroup     Comms\nINCOMPLETE\n#0-0 (ab) MISMATCH\n2 ranks have launched up to operation 1\n"
+    judge_ras(parse_ras(head + line + "\n"))
 
 
 def _journal_file(line: str) -> None:

@@ -407,6 +407,21 @@ def _where_it_was(text: str):
         return where_it_was(f"{tmp}/out.json", killed=True)
 
 
+def _judged_inspector(text: str) -> object:
+    """The file read, then every rank's records judged as `nccl-job` judges them."""
+    from nodecheck.job.inspector import parse_inspector
+    from nodecheck.job.ranks import judge_job
+
+    return judge_job(parse_inspector(text).ops)
+
+
+def _judged_ras(text: str) -> object:
+    from nodecheck.job.ras import parse_ras
+    from nodecheck.job.stuck import judge_ras
+
+    return judge_ras(parse_ras(text))
+
+
 def targets() -> list[Target]:
     from nodecheck.bench.nccl_debug import parse_nccl_debug
     from nodecheck.bench.nccl_tests import parse_nccl_log
@@ -435,6 +450,10 @@ def targets() -> list[Target]:
                parse_nccl_topo_xml, (ParseError,)),
         Target("nccl_topo_log", lambda: [p.read_text() for p in sorted((TESTS / "fixtures/nccl-topo").glob("*.txt"))],
                parse_nccl_topo_log, (ParseError,)),
+        Target("nccl_inspector", lambda: [p.read_text() for p in sorted((TESTS / "fixtures/nccl-inspector").glob("*.log"))],
+               _judged_inspector, (ParseError,)),
+        Target("nccl_ras", lambda: [p.read_text() for p in sorted((TESTS / "fixtures/nccl-ras").glob("*.txt"))],
+               _judged_ras, (ParseError,)),
         Target("nvml", _nvml_seeds, parse_nvml, (ParseError,), structured=True),
         Target("nics", _nic_seeds, _parse_nics, (ParseError,), structured=True),
         Target("proc_route", lambda: [(REPO / "tests/fixtures/cpu-vm-2core/fs/proc/net/route").read_text()],

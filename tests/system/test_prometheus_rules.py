@@ -30,6 +30,16 @@ def test_rules_are_valid_and_their_unit_tests_pass():
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
 
 
+def test_nccl_inspectors_rules_name_a_node_below_its_peers():
+    """The recording rules and alert over NCCL Inspector's own exposition (deploy/prometheus/nccl-inspector-rules.yml):
+    one tray at half its peers' bus bandwidth fires, a job of two nodes (too few peers) does not; a changed
+    expectation fails."""
+    checked = promtool("check", "rules", "nccl-inspector-rules.yml")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    tested = promtool("test", "rules", "nccl-inspector-rules.test.yml")
+    assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
+
+
 def test_a_broken_expectation_fails_the_unit_tests(tmp_path):
     """The unit tests can fail: the same file with one expected value changed must not pass."""
     broken = (RULES / "nodecheck-rules.test.yml").read_text().replace("has only 16 active NVLinks", "has only 15 active NVLinks")

@@ -253,6 +253,52 @@ def test_an_allreduce_across_the_allocation_leaves_the_jobs_report(slurm, tmp_pa
     assert shown.returncode == 0 and allreduce["path"] in shown.stdout, shown.stdout + shown.stderr
 
 
+# What NCCL with the Inspector plugin writes in each rank of a job (no GPU here: this stands in for NCCL, as the plugin
+# writes, the v4.3 format of its README): 20 AllReduce operations of 2 ranks, rank 1 joining each 3 ms late
+INSPECTOR_RANK = r"""
+import json, os
+assert os.environ["NCCL_INSPECTOR_ENABLE"] == "1" and os.path.isfile(os.environ["NCCL_PROFILER_PLUGIN"])
+rank, n = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
+records = [{"header": {"id": "0xjob", "rank": rank, "n_ranks": n, "nnodes": 1},
+            "metadata": {"inspector_output_format_version": "v4.3", "hostname": os.uname().nodename, "pid": os.getpid()},
+            "dump_stats": {"coll_records": 20, "p2p_records": 0}}]
+for sn in range(20):
+    exec_us = 9000.0 + (0 if rank == 1 else 3000.0 + 10 * rank)
+    records.append({"coll_perf": {"coll": "AllReduce", "coll_sn": sn, "coll_msg_size_bytes": 1 << 28, "coll_exec_time_us": exec_us,
+                                  "coll_timing_source": "kernel_gpu", "coll_busbw_gbs": (1 << 28) / exec_us / 1e3}})
+path = os.path.join(os.environ["NCCL_INSPECTOR_DUMP_DIR"], f"{os.uname().nodename}-pid{os.getpid()}.log")
+with open(path, "w") as out:
+    out.write("\n".join(json.dumps(r) for r in records) + "\n")
+"""
+
+
+def test_a_job_step_under_the_inspector_wrapper_names_its_late_rank(slurm, tmp_path):
+    """deploy/slurm/nodecheck-inspector in a real job: srun runs the step with the plugin's variables set, each rank
+    writes its file under DIR/JOBID, and the wrapper names rank 1, the late one, in DIR/JOBID.nccl-job.json. Without
+    an allocation or without the plugin it says so (exit 2)."""
+    script = REPO / "deploy/slurm/nodecheck-inspector"
+    plugin = tmp_path / "libnccl-profiler-inspector.so"
+    plugin.write_bytes(b"")
+    alone = subprocess.run(["sh", str(script), str(tmp_path / "d"), "--", "true"], capture_output=True, text=True, timeout=60,
+                           env={"PATH": os.environ["PATH"], "NCCL_PROFILER_PLUGIN": str(plugin)})
+    assert alone.returncode == 2 and "not inside a Slurm allocation" in alone.stderr
+    unplugged = subprocess.run(["sh", str(script), str(tmp_path / "d"), "--", "true"], capture_output=True, text=True, timeout=60,
+                               env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "1"})
+    assert unplugged.returncode == 2 and "NCCL_PROFILER_PLUGIN must name" in unplugged.stderr
+    slurm.configure(HEALTHY)
+    (tmp_path / "rank.py").write_text(INSPECTOR_RANK)
+    dumps, log = tmp_path / "inspector", tmp_path / "inspector.log"
+    entry = Path(sys.executable).parent / "nodecheck"
+    job = slurm.sbatch("-o", str(log), "-n", "2", "-t", "5", "--export", f"ALL,NODECHECK={entry},NCCL_PROFILER_PLUGIN={plugin}",
+                       "--wrap", f"sh {script} {dumps} --ntasks=2 -- {sys.executable} {tmp_path / 'rank.py'}")
+    slurm.wait_for(lambda: finished(slurm, job), 280, f"inspector job {job} to finish")
+    text = log.read_text() if log.exists() else ""
+    assert slurm.job(job)["JobState"] == "COMPLETED", text[-3000:] or slurm.log("slurmd.log")
+    verdict = json.loads((dumps / f"{job}.nccl-job.json").read_text())
+    assert [(n["why"], n["rank"]) for n in verdict["named"]] == [("late", 1)], verdict
+    assert f"nodecheck-inspector: a rank held job {job} back" in text and not list(dumps.glob(".nodecheck-inspector.*"))
+
+
 def test_a_jobs_process_on_a_gpu_is_the_jobs_and_a_stray_one_drains(slurm, tmp_path, monkeypatch):
     """Real processes, as NVML would list them on a GPU: a running job's task (this Slurm tracks processes without
     cgroups, proctrack/linuxproc: its slurmstepd parent says it is a job's) and a process that left its parent

@@ -22,7 +22,7 @@ LAYERS = [
     ("checks", ["nodecheck.checks"]),
     ("verdicts", ["nodecheck.verdicts"]),
     ("pipeline", ["nodecheck.pipeline"]),
-    ("services", ["nodecheck.bench", "nodecheck.fleet", "nodecheck.scale"]),
+    ("services", ["nodecheck.bench", "nodecheck.fleet", "nodecheck.job", "nodecheck.scale"]),
     ("faces", ["nodecheck.render", "nodecheck.prometheus", "nodecheck.kubernetes", "nodecheck.slurm", "nodecheck.cli",
                "nodecheck.__main__"]),
 ]

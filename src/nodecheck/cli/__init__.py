@@ -1,4 +1,4 @@
-"""The command line: inspect, snapshot, config, bench, nccl-log, nccl-topo, check, serve, scale, prolog, healthcheck,
+"""The command line: inspect, snapshot, config, bench, nccl-log, nccl-topo, nccl-job, check, serve, scale, prolog, healthcheck,
 kernel-log, clear, fleet.
 Each family of commands is a module of its own, holding its declarations and the calls they make; this
 module registers them, in the order `--help` lists them, and is the entry point."""
@@ -15,8 +15,9 @@ import typer
 from nodecheck.cli.app import EXIT_USAGE, app
 from nodecheck.core.errors import ConfigError
 
-FAMILIES = ("inspect", "bench", "serve", "scale", "slurm", "signals", "fleet")  # each registers its commands, in this order
+FAMILIES = ("inspect", "bench", "job", "serve", "scale", "slurm", "signals", "fleet")  # each registers its commands, in this order
 FAMILY_OF = {"inspect": "inspect", "snapshot": "inspect", "config": "inspect", "bench": "bench", "nccl-log": "bench", "nccl-topo": "bench",
+             "nccl-job": "job",
              "serve": "serve", "check": "serve", "scale": "scale", "prolog": "slurm", "healthcheck": "slurm",
              "kernel-log": "signals", "clear": "signals", "fleet": "fleet"}
 

@@ -1,0 +1,70 @@
+"""NCCL RAS's text reports read (src/nodecheck/job/ras.py) and stuck or missing ranks named (job/stuck.py), on the
+reports pasted in NVIDIA/nccl issues (tests/fixtures/nccl-ras/SOURCES.md), each with the answer its thread gives, and
+on mutations of them: the same report taken twice with a rank left behind."""
+
+import pytest
+from helpers import REPO, cli
+
+from nodecheck.core.errors import ParseError
+from nodecheck.job.ras import parse_ras
+from nodecheck.job.stuck import judge_ras
+
+RAS = REPO / "tests/fixtures/nccl-ras"
+
+
+def test_a_healthy_256_rank_report_reads_ok_and_names_nobody():
+    """nccl#1730: RUNNING, OK while PyTorch's watchdog timed out: RAS saw no fault, and nodecheck says none."""
+    (report,) = parse_ras((RAS / "nccl1730-256-ranks-ok.txt").read_text())
+    assert (report.version, report.statuses, report.comms, report.missing_processes) == ("2.26.2", ["RUNNING", "OK"], [], [])
+    assert judge_ras([report]) == ([], [])
+
+
+def test_a_minority_ahead_names_nobody():
+    """nccl#1911: 30 ranks at AllGather 640, ranks 12 and 13 at 641: RAS lists the two, who are not stragglers."""
+    (report,) = parse_ras((RAS / "nccl1911-mismatch-minority-ahead.txt").read_text())
+    (comm,) = report.comms
+    assert (comm.comm_id, comm.errors, comm.coll) == ("fa93daea854b060b", ["MISMATCH"], "AllGather")
+    assert [(c.ranks, c.operation, [r.rank for r in c.listed]) for c in comm.counts] == [(30, 640, []), (2, 641, [12, 13])]
+    assert comm.counts[1].listed[0].pid == 323032 and comm.counts[1].listed[0].node == "10.137.190.124"
+    named, notes = judge_ras([report])
+    assert named == [] and "ahead of the majority by 1 AllGather" in notes[0]
+
+
+def test_a_process_that_sent_no_data_is_named_once_with_its_rank():
+    """nccl#1762: process 60004 on 10.4.109.13 (GPU 0) missing, job-wide and as rank 1 of #0-0; the paste is cut
+    inside a garbage rank's line (the RAS bug of that thread), which is said and not read."""
+    (report,) = parse_ras((RAS / "nccl1762-incomplete-cut.txt").read_text())
+    assert report.ends_early and "NOCOMM" in report.statuses
+    named, _ = judge_ras([report])
+    assert [(n.why, n.host, n.pid, n.rank) for n in named] == [("missing", "10.4.109.13", 60004, 1)]
+
+
+def behind_by(lag: int) -> str:
+    """nccl#1911's report with its minority left behind the majority instead of ahead."""
+    text = (RAS / "nccl1911-mismatch-minority-ahead.txt").read_text()
+    return text.replace("up to operation 641", f"up to operation {640 - lag}")
+
+
+def test_a_rank_behind_in_two_queries_is_stuck_and_in_one_only_is_said():
+    named, notes = judge_ras(parse_ras(behind_by(3)))
+    assert named == [] and "3 AllGather operation(s) behind in one query" in notes[0]
+    named, _ = judge_ras(parse_ras(behind_by(3) + "\n" + behind_by(5)))
+    assert sorted((n.why, n.rank, n.pid) for n in named) == [("stuck", 12, 323032), ("stuck", 13, 323033)]
+    assert "behind its communicator's majority by 3-5 AllGather operation(s) in 2 queries" in named[0].message
+    assert judge_ras(parse_ras(behind_by(1) + "\n" + behind_by(1)))[0] == []  # one behind: a collective in flight
+
+
+def test_column_widths_and_garbage_do_not_matter():
+    widened = behind_by(3).replace("  Rank 12 -- GPU 4", "      Rank    12   --   GPU   4")
+    assert [r.rank for r in parse_ras(widened)[0].comms[0].counts[1].listed] == [12, 13]
+    with pytest.raises(ParseError):
+        parse_ras("hello\n")
+    parse_ras("NCCL version 2.26.2 compiled with CUDA 12.6\n" + "Rank 1 -- " * 100_000 + "\n#0-0 (zz) X\n" + "x" * (1 << 20))
+
+
+def test_the_command_reads_ras_beside_inspector_and_exits_by_what_it_named(tmp_path):
+    (tmp_path / "q1.txt").write_text(behind_by(4))
+    (tmp_path / "q2.txt").write_text(behind_by(6))
+    result = cli("nccl-job", str(tmp_path / "q1.txt"), str(tmp_path / "q2.txt"))
+    assert result.returncode == 1 and "stuck: rank 12 (10.137.190.124, pid 323032)" in result.stdout
+    assert cli("nccl-job", str(RAS / "nccl1911-mismatch-minority-ahead.txt")).returncode == 0
