@@ -43,6 +43,9 @@ def _cases() -> dict:
         "NCCL RAS report": (lambda line: _ras(line),
                             ["Rank 1 -- GPU 0 managed by process 1 on node ", "#0-0 (ab) ", "30 ranks have launched up to operation ",
                              "Process 1 on node h managing GPU ", " ", "    0         1 "]),
+        "NCCL RAS JSON": (lambda line: _ras_json(line),
+                          ['{"nccl_version": "2.29.1", "communicators": [{"ranks": [{"rank": 0, "host": "', '"', "[", "{", " ",
+                           '{"event": "PEER_DEAD", "group": "LIFECYCLE", "peer": {"addr": "']),
         "/proc/net/route": (lambda line: nics.parse_proc_route(f"Iface\tDestination\tGateway\n{line}\n"), ["\t", "eth0\t0001"]),
         "/proc/cmdline": (lambda line: platform.parse_cmdline(line), ["iommu=", " ", "\""]),
         "kernel log (Xid)": (lambda line: kernel_log.parse_kernel_log(f"{line}\n"),
@@ -79,6 +82,18 @@ def _ras(line: str) -> None:
 
     head = "NCCL version 2.26.2 compiled with CUDA 12.6\nGroup     Comms\nINCOMPLETE\n#0-0 (ab) MISMATCH\n2 ranks have launched up to operation 1\n"
     judge_ras(parse_ras(head + line + "\n"))
+
+
+def _ras_json(line: str) -> None:
+    from nodecheck.core.errors import ParseError
+    from nodecheck.job.ras_json import parse_ras_json
+    from nodecheck.job.stuck import judge_ras
+
+    head = '{"nccl_version": "2.29.1", "communicators": [{"hash": "0x1", "ranks": [], "missing_ranks": []}]}\n'
+    try:
+        judge_ras(parse_ras_json(head + line + "\n"))
+    except ParseError:
+        pass
 
 
 def _journal_file(line: str) -> None:

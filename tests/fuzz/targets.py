@@ -422,6 +422,13 @@ def _judged_ras(text: str) -> object:
     return judge_ras(parse_ras(text))
 
 
+def _judged_ras_json(text: str) -> object:
+    from nodecheck.job.ras_json import parse_ras_json
+    from nodecheck.job.stuck import judge_ras
+
+    return judge_ras(parse_ras_json(text))
+
+
 def targets() -> list[Target]:
     from nodecheck.bench.nccl_debug import parse_nccl_debug
     from nodecheck.bench.nccl_tests import parse_nccl_log
@@ -454,6 +461,8 @@ def targets() -> list[Target]:
                _judged_inspector, (ParseError,)),
         Target("nccl_ras", lambda: [p.read_text() for p in sorted((TESTS / "fixtures/nccl-ras").glob("*.txt"))],
                _judged_ras, (ParseError,)),
+        Target("nccl_ras_json", lambda: [p.read_text() for p in sorted((TESTS / "fixtures/nccl-ras").glob("*.json"))],
+               _judged_ras_json, (ParseError,)),
         Target("nvml", _nvml_seeds, parse_nvml, (ParseError,), structured=True),
         Target("nics", _nic_seeds, _parse_nics, (ParseError,), structured=True),
         Target("proc_route", lambda: [(REPO / "tests/fixtures/cpu-vm-2core/fs/proc/net/route").read_text()],

@@ -33,14 +33,15 @@ def nccl_job(
     from nodecheck.job.inspector import parse_inspector
     from nodecheck.job.ranks import judge_job
     from nodecheck.job.ras import parse_ras
+    from nodecheck.job.ras_json import is_ras_json, parse_ras_json
     from nodecheck.job.stuck import judge_ras
 
     ops, read, notes, ras = [], [], [], []
     for path in _files(paths):
         try:
             text = _read(path)
-            if RAS_HEAD.search(text[:1 << 16]):
-                queries = parse_ras(text)
+            if RAS_HEAD.search(text[:1 << 16]) or is_ras_json(text):
+                queries = parse_ras(text) if RAS_HEAD.search(text[:1 << 16]) else parse_ras_json(text)
                 ras += queries
                 read.append({"path": str(path), "ras_reports": len(queries)})
                 continue

@@ -26,6 +26,8 @@ _COMM = re.compile(r"^#(\d{1,9})-(\d{1,9}) \(([0-9a-fA-F]{1,32})\)\s+([A-Z, ]{2,
 _COUNT = re.compile(r"^(\d{1,9}) ranks? (?:has|have) launched up to operation (\d{1,18})$")
 _COLL = re.compile(r"^Communicator ranks have different (\w{1,40}) operation counts$")
 _RANK = re.compile(r"^Rank (\d{1,9})(?: has status (\w{1,20}))? -- GPU (\S{1,40}) managed by process (\d{1,10}) on node (\S{1,255})$")
+_TRAVEL = re.compile(r"^Minimum (-?\d{1,9}\.\d{1,6})s, maximum")
+_NEGATIVE = "Warning: negative travel times were observed"
 _PROCESS = re.compile(r"^Process (\d{1,10}) on node (\S{1,255}) managing GPU (\S{1,40})$")
 
 
@@ -54,6 +56,7 @@ class RasComm:
     coll: str | None = None  # whose counts differ (2.26 on)
     counts: list[RasCount] = field(default_factory=list)
     missing: list[RasRank] = field(default_factory=list)  # "Missing communicator data from N ranks" and those listed
+    errored: list[RasRank] = field(default_factory=list)  # ranks holding an NCCL error (the JSON form's status)
 
 
 @dataclass
@@ -63,6 +66,8 @@ class RasReport:
     comms: list[RasComm] = field(default_factory=list)
     missing_processes: list[RasRank] = field(default_factory=list)  # job processes that sent no data at all
     ends_early: bool = False  # the text ends inside a line RAS writes whole
+    timestamp: str | None = None  # when the query ran (the JSON form's, the querying node's local time)
+    clocks: str | None = None  # "synchronized" or "not synchronized" (verbose reports' travel times); None: not said
 
 
 def parse_ras(text: str) -> list[RasReport]:
@@ -104,6 +109,7 @@ def parse_ras(text: str) -> list[RasReport]:
             report.comms.append(comm)
             count, in_missing = None, False
             continue
+        _clock_line(line, report)
         _comm_line(line, report, comm, in_missing, count)
         if comm is not None and (found := _COUNT.match(line)):
             count = RasCount(int(found[1]), int(found[2]))
@@ -114,6 +120,16 @@ def parse_ras(text: str) -> list[RasReport]:
     if not reports:
         raise ParseError("no NCCL RAS report (a line \"NCCL version ...\" followed by its job summary): run `ncclras` on a node of the job")
     return reports
+
+
+def _clock_line(line: str, report: RasReport) -> None:
+    """Verbose reports (`ncclras -v`) time the RAS network's messages between nodes: "valid only if system clocks are
+    synchronized", and RAS warns when a travel time is negative, "indicating that the system clocks are *not*
+    synchronized" (client_support.cc): then no event ordering across hosts can be trusted."""
+    if line.startswith(_NEGATIVE):
+        report.clocks = "not synchronized"
+    elif (found := _TRAVEL.match(line)) is not None and report.clocks is None:
+        report.clocks = "not synchronized" if float(found[1]) < 0 else "synchronized"
 
 
 def _comm_line(line: str, report: RasReport, comm: RasComm | None, in_missing: bool, count: RasCount | None) -> None:

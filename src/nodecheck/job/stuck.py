@@ -5,7 +5,10 @@
   stuck. One operation behind is a collective in flight; behind in one query only is said, not named: a second
   query some seconds later tells a stuck rank from a slow one.
 - A minority *ahead* of the majority (NVIDIA/nccl#1911: 2 ranks launched AllGather 641 while 30 were at 640) has
-  launched the next operation first: it names nobody."""
+  launched the next operation first: it names nobody.
+- A rank holding an NCCL error (the JSON form's async_error or init_state, ncclResult_t): named, with the error. A
+  rank holding only ncclRemoteError was told of another's failure: said, not named (the failing one is named, or is
+  among the missing)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,14 @@ from collections import defaultdict
 
 from nodecheck.job.ranks import Named
 from nodecheck.job.ras import RasReport
+from nodecheck.job.ras_json import REMOTE, RESULTS
 
+_MISSING = {  # what RAS says of a missing rank (the JSON form's status; the text form says only that it is missing)
+    None: "sent RAS no communicator data: it is dead, hung outside NCCL, or cut off from the others",
+    "missing": "sent RAS no communicator data: it is dead, hung outside NCCL, or cut off from the others",
+    "unresponsive": "did not answer RAS (unresponsive): hung, overloaded or cut off from the others",
+    "dead": "is considered dead by RAS (no answer past its timeout): the process or its node is gone",
+}
 BEHIND = 2  # operations behind the majority before a rank is waited for rather than in flight
 
 
@@ -21,11 +31,22 @@ def judge_ras(reports: list[RasReport]) -> tuple[list[Named], list[str]]:
     named: dict[tuple[str, int], Named] = {}
     notes: list[str] = []
     latest = reports[-1]
-    for rank in latest.missing_processes + [r for comm in latest.comms for r in comm.missing]:
+    missing = latest.missing_processes + [r for comm in latest.comms for r in comm.missing]
+    for rank in sorted(missing, key=lambda r: list(_MISSING).index(r.status if r.status in _MISSING else None)):  # the gravest last
         entry = named.setdefault((rank.node, rank.pid), Named("missing", rank.node, rank.pid, rank.rank, [], [], 1.0, 1, gpu=rank.gpu))
         entry.rank = entry.rank if entry.rank is not None else rank.rank  # the job-wide line names no rank; a communicator's does
-        entry.message = (f"process {rank.pid} on node {rank.node} (GPU {rank.gpu}) sent RAS no communicator data: it is dead, "
-                         "hung outside NCCL, or cut off from the others")
+        entry.message = f"process {rank.pid} on node {rank.node} (GPU {rank.gpu}) {_MISSING.get(rank.status, _MISSING[None])}"
+    remote = []
+    for rank in (r for comm in latest.comms for r in comm.errored):
+        if rank.status.endswith(RESULTS[REMOTE]):
+            remote.append(rank)
+            continue
+        entry = named.setdefault((rank.node, rank.pid), Named("error", rank.node, rank.pid, rank.rank, [], [], 1.0, 1, gpu=rank.gpu))
+        entry.message = (f"rank {rank.rank} ({rank.node}, pid {rank.pid}, GPU {rank.gpu}) holds {rank.status.split()[-1]}: "
+                         "NCCL failed on it (its log says where)")
+    if remote:
+        notes.append(f"{len(remote)} rank(s) hold ncclRemoteError (e.g. rank {remote[0].rank} on {remote[0].node}): they were told of "
+                     "another rank's failure, so they are not named")
     behind: dict[tuple, list[int]] = defaultdict(list)  # (comm, coll, node, pid, rank) -> how far behind, per query
     gpus: dict[tuple[str, int], str] = {}
     for query, report in enumerate(reports):
