@@ -46,6 +46,8 @@ def _cases() -> dict:
         "NCCL RAS JSON": (lambda line: _ras_json(line),
                           ['{"nccl_version": "2.29.1", "communicators": [{"ranks": [{"rank": 0, "host": "', '"', "[", "{", " ",
                            '{"event": "PEER_DEAD", "group": "LIFECYCLE", "peer": {"addr": "']),
+        "NCCL Inspector Prometheus": (lambda line: _inspector_prom(line),
+                                      ['nccl_bus_bandwidth_gbs{node="', 'nccl_bus_bandwidth_gbs{', 'a="', '\\"', " ", "}"]),
         "/proc/net/route": (lambda line: nics.parse_proc_route(f"Iface\tDestination\tGateway\n{line}\n"), ["\t", "eth0\t0001"]),
         "/proc/cmdline": (lambda line: platform.parse_cmdline(line), ["iommu=", " ", "\""]),
         "kernel log (Xid)": (lambda line: kernel_log.parse_kernel_log(f"{line}\n"),
@@ -94,6 +96,14 @@ def _ras_json(line: str) -> None:
         judge_ras(parse_ras_json(head + line + "\n"))
     except ParseError:
         pass
+
+
+def _inspector_prom(line: str) -> None:
+    from nodecheck.job.inspector_prom import parse_inspector_prom
+    from nodecheck.job.peers import judge_peers
+
+    head = 'nccl_bus_bandwidth_gbs{node="a",gpu="GPU0",message_size="4-5GB"} 600\n'
+    judge_peers(parse_inspector_prom(head + line + "\n")[0])
 
 
 def _journal_file(line: str) -> None:

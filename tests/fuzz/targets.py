@@ -429,6 +429,13 @@ def _judged_ras_json(text: str) -> object:
     return judge_ras(parse_ras_json(text))
 
 
+def _judged_inspector_prom(text: str) -> object:
+    from nodecheck.job.inspector_prom import parse_inspector_prom
+    from nodecheck.job.peers import judge_peers
+
+    return judge_peers(parse_inspector_prom(text)[0])
+
+
 def targets() -> list[Target]:
     from nodecheck.bench.nccl_debug import parse_nccl_debug
     from nodecheck.bench.nccl_tests import parse_nccl_log
@@ -459,6 +466,8 @@ def targets() -> list[Target]:
                parse_nccl_topo_log, (ParseError,)),
         Target("nccl_inspector", lambda: [p.read_text() for p in sorted((TESTS / "fixtures/nccl-inspector").glob("*.log"))],
                _judged_inspector, (ParseError,)),
+        Target("nccl_inspector_prom", lambda: [p.read_text() for p in sorted((TESTS / "fixtures/nccl-inspector").glob("*.prom"))],
+               _judged_inspector_prom, (ParseError,)),
         Target("nccl_ras", lambda: [p.read_text() for p in sorted((TESTS / "fixtures/nccl-ras").glob("*.txt"))],
                _judged_ras, (ParseError,)),
         Target("nccl_ras_json", lambda: [p.read_text() for p in sorted((TESTS / "fixtures/nccl-ras").glob("*.json"))],

@@ -31,15 +31,21 @@ def nccl_job(
     from dataclasses import asdict
 
     from nodecheck.job.inspector import parse_inspector
+    from nodecheck.job.inspector_prom import is_inspector_prom, parse_inspector_prom
     from nodecheck.job.ranks import judge_job
     from nodecheck.job.ras import parse_ras
     from nodecheck.job.ras_json import is_ras_json, parse_ras_json
     from nodecheck.job.stuck import judge_ras
 
-    ops, read, notes, ras = [], [], [], []
+    ops, read, notes, ras, prom = [], [], [], [], []
     for path in _files(paths):
         try:
             text = _read(path)
+            if is_inspector_prom(text):
+                samples, skipped = parse_inspector_prom(text)
+                prom += samples
+                read.append({"path": str(path), "prometheus_samples": len(samples), "skipped": {"not an Inspector metric": skipped} if skipped else {}})
+                continue
             if RAS_HEAD.search(text[:1 << 16]) or is_ras_json(text):
                 queries = parse_ras(text) if RAS_HEAD.search(text[:1 << 16]) else parse_ras_json(text)
                 ras += queries
@@ -60,6 +66,12 @@ def nccl_job(
     if not read:
         fail("no NCCL Inspector file could be read in " + ", ".join(map(str, paths)))
     verdict = judge_job(ops)
+    if prom:
+        from nodecheck.job.peers import judge_peers
+
+        named, said = judge_peers(prom)
+        verdict.named += named
+        notes += said
     if ras:
         named, said = judge_ras(ras)
         verdict.named += named
@@ -75,8 +87,8 @@ def nccl_job(
     else:
         from nodecheck.render.job import nccl_job_lines
 
-        typer.echo("\n".join(nccl_job_lines(verdict, len(read) - len({p["path"] for p in read if "ras_reports" in p}),
-                                             len({(op.host, op.pid) for op in ops}), len(ras))))
+        typer.echo("\n".join(nccl_job_lines(verdict, sum(1 for p in read if "collectives" in p), len({(op.host, op.pid) for op in ops}),
+                                             len(ras), (sum(1 for p in read if "prometheus_samples" in p), len({(s.node, s.gpu) for s in prom})))))
     raise typer.Exit(EXIT_FINDINGS if verdict.named else EXIT_OK)
 
 

@@ -52,7 +52,7 @@ def _gpu_of(entry: Named, report: Report):
     for gpu in report.gpus:
         if entry.pid is not None and any(p.pid == entry.pid for p in gpu.processes or []):
             return gpu
-    if entry.gpu is not None and entry.gpu.isdigit():
+    if entry.gpu is not None and entry.gpu.isascii() and entry.gpu.isdigit():
         return next((gpu for gpu in report.gpus if gpu.index == int(entry.gpu)), None)
     return None
 
