@@ -35,6 +35,7 @@ def nccl_job(
     from nodecheck.job.ranks import judge_job
     from nodecheck.job.ras import parse_ras
     from nodecheck.job.ras_json import is_ras_json, parse_ras_json
+    from nodecheck.job.starts import late_by_start
     from nodecheck.job.stuck import judge_ras
 
     ops, read, notes, ras, prom = [], [], [], [], []
@@ -66,6 +67,8 @@ def nccl_job(
     if not read:
         fail("no NCCL Inspector file could be read in " + ", ".join(map(str, paths)))
     verdict = judge_job(ops)
+    said_clocks = {r.clocks for r in ras if r.clocks}
+    late_by_start(ops, "not synchronized" if "not synchronized" in said_clocks else said_clocks.pop() if said_clocks else None, verdict)
     if prom:
         from nodecheck.job.peers import judge_peers
 

@@ -58,14 +58,14 @@ def judge_job(ops: list[Op]) -> JobVerdict:
                              "each rank's wait, so they name no rank (NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING=1 keeps only kernel timing)")
     if any(op.timing is None for op in timed):
         verdict.notes.append("records without coll_timing_source (an Inspector before v4.2): taken as kernel timing")
-    groups = _complete(timed, verdict)
+    groups = complete_ops(timed, verdict)
     verdict.comms = len({comm for comm, _, _ in groups})
     verdict.ops = len(groups)
     verdict.named = _merge(_late(groups)) + _slow_links(groups)
     return verdict
 
 
-def _complete(ops: list[Op], verdict: JobVerdict) -> dict[tuple[str, str, int], dict[int, Op]]:
+def complete_ops(ops: list[Op], verdict: JobVerdict) -> dict[tuple[str, str, int], dict[int, Op]]:
     """(comm, coll, sn) -> {rank: its record}, for the operations every rank of the communicator recorded."""
     groups: dict[tuple[str, str, int], dict[int, Op]] = defaultdict(dict)
     for op in ops:

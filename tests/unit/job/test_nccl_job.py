@@ -12,7 +12,7 @@ from helpers import cli
 
 from nodecheck.core.errors import ParseError
 from nodecheck.job.inspector import parse_inspector
-from nodecheck.job.ranks import judge_job
+from nodecheck.job.ranks import JobVerdict, judge_job
 
 # plugins/profiler/inspector/README.md, "Per-Dump Stats Record" and "Output Example" (JSON v4.3), one object a line
 README_MARKER = {"header": {"id": "0x7f8c496ae9f661", "rank": 2, "n_ranks": 8, "nnodes": 1},
@@ -55,9 +55,10 @@ def test_older_self_contained_records_and_garbage_lines():
         parse_inspector("hello\nworld\n")
 
 
-def job(tmp_path, hosts=2, per_host=4, ops=40, late=None, lead_us=4100.0, seed=7, timing="kernel_gpu"):
+def job(tmp_path, hosts=2, per_host=4, ops=40, late=None, lead_us=4100.0, seed=7, timing="kernel_gpu", skew_us=None):
     """One communicator over hosts x per_host ranks, each process a v4.3 file; `late`: the rank that joins each
-    operation lead_us after the others (every rank also jitters by up to 200 us)."""
+    operation lead_us after the others (every rank also jitters by up to 200 us). skew_us: {host index: its clock's
+    offset}, and each record carries its verbose start time (event_trace_ts.coll_start_ts) on its host's clock."""
     rng = random.Random(seed)
     n = hosts * per_host
     size, work = 1 << 28, 9000.0  # bytes, and the collective's own time once every rank is in
@@ -67,9 +68,11 @@ def job(tmp_path, hosts=2, per_host=4, ops=40, late=None, lead_us=4100.0, seed=7
         done = max(arrive.values()) + work
         for rank in range(n):
             exec_us = done - arrive[rank]
-            lines[rank].append({"coll_perf": {"coll": "AllReduce", "coll_sn": sn, "coll_msg_size_bytes": size, "coll_exec_time_us": exec_us,
-                                              "coll_timing_source": timing, "coll_algobw_gbs": size / exec_us / 1e3,
-                                              "coll_busbw_gbs": size / exec_us / 1e3 * 2 * (n - 1) / n}})
+            perf = {"coll": "AllReduce", "coll_sn": sn, "coll_msg_size_bytes": size, "coll_exec_time_us": exec_us,
+                    "coll_timing_source": timing, "coll_algobw_gbs": size / exec_us / 1e3, "coll_busbw_gbs": size / exec_us / 1e3 * 2 * (n - 1) / n}
+            if skew_us is not None:  # 1752867229235059: the README's verbose record's start, as a base
+                perf["event_trace_ts"] = {"coll_start_ts": int(1752867229235059 + sn * 20000 + arrive[rank] + skew_us.get(rank // per_host, 0))}
+            lines[rank].append({"coll_perf": perf})
     for rank in range(n):
         host = f"node{rank // per_host}"
         marker = {"header": {"id": "0xdp0", "rank": rank, "n_ranks": n, "nnodes": hosts},
@@ -168,3 +171,61 @@ def test_reports_say_why_the_named_rank_is_slow(tmp_path):
         "node1 gpu1 (rails ib1): ib_port_errors", "node1 gpu1 (rails ib1): gpu_clock_slowdown"]
     shown = cli("nccl-job", str(tmp_path / "job"), "--reports", str(tmp_path / "job"))  # no Report there
     assert "because no Report of node1 among those given" in shown.stdout
+
+
+def test_verbose_start_times_name_the_late_rank_even_when_timed_on_the_cpu(tmp_path):
+    """CPU-timed records hold no wait, but the late rank still calls each collective last: its start is the latest.
+    Between hosts that only holds when their clocks agree (RAS's verbose travel times say so)."""
+    from nodecheck.job.starts import late_by_start
+
+    (tmp_path / "a").mkdir()
+    ops = ops_of(job(tmp_path / "a", late=5, timing="collective_cpu", skew_us={}))
+    verdict = judge_job(ops)
+    late_by_start(ops, None, verdict)
+    (named,) = verdict.named
+    assert (named.why, named.rank, named.host) == ("late", 5, "node1") and "started latest of its host in 100%" in named.message
+    assert 3900 < named.lead_us < 4300 and "only between ranks of one host" in verdict.notes[-1]
+
+
+def test_start_times_across_hosts_only_with_agreeing_clocks(tmp_path):
+    """One rank a host: a host's clock 30 ms ahead makes its rank start 'latest' every time; compared across hosts
+    only when RAS says the clocks agree, and then the truly late rank is named."""
+    from nodecheck.job.starts import late_by_start
+
+    (tmp_path / "skewed").mkdir()
+    (tmp_path / "synced").mkdir()
+    skewed = ops_of(job(tmp_path / "skewed", hosts=8, per_host=1, late=3, timing="collective_cpu", skew_us={6: 30000}))
+    for clocks in (None, "not synchronized"):
+        verdict = JobVerdict()
+        late_by_start(skewed, clocks, verdict)
+        assert verdict.named == []  # one rank a host: nothing to compare within a host
+    synced = ops_of(job(tmp_path / "synced", hosts=8, per_host=1, late=3, timing="collective_cpu", skew_us={}))
+    verdict = JobVerdict()
+    late_by_start(synced, "synchronized", verdict)
+    assert [(n.rank, n.host) for n in verdict.named] == [(3, "node3")] and "across hosts" in verdict.notes[0]
+
+
+def test_kernel_and_start_rules_agree_on_one_entry(tmp_path):
+    from nodecheck.job.starts import late_by_start
+
+    ops = ops_of(job(tmp_path, late=2, skew_us={}))
+    verdict = judge_job(ops)
+    late_by_start(ops, None, verdict)
+    (named,) = verdict.named
+    assert named.rank == 2 and "shortest" not in named.message and "; its collectives started latest of its host" in named.message
+
+
+def test_the_command_takes_rass_word_on_the_clocks(tmp_path):
+    from helpers import REPO
+
+    (tmp_path / "job").mkdir()
+    job(tmp_path / "job", hosts=8, per_host=1, late=3, timing="collective_cpu", skew_us={})
+    head = (REPO / "tests/fixtures/nccl-ras/nccl1730-256-ranks-ok.txt").read_text()
+    travel = " Travel times (valid only if system clocks are synchronized between nodes):\n  Minimum {}s, maximum 0.002s, average 0.001s\n"
+    result = cli("nccl-job", str(tmp_path / "job"))
+    assert result.returncode == 0, result.stdout  # no RAS word on the clocks, one rank a host: nobody
+    (tmp_path / "skewed.txt").write_text(head + travel.format("-0.013"))
+    assert cli("nccl-job", str(tmp_path / "job"), str(tmp_path / "skewed.txt")).returncode == 0
+    (tmp_path / "synced.txt").write_text(head + travel.format("0.000"))
+    result = cli("nccl-job", str(tmp_path / "job"), str(tmp_path / "synced.txt"))
+    assert result.returncode == 1 and "late: rank 3 (node3" in result.stdout, result.stdout
