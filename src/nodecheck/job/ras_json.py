@@ -89,7 +89,7 @@ def _comm(index: int, comm: dict, report: RasReport) -> None:
     comm_id = str(comm.get("hash"))[:34].lower().removeprefix("0x")
     ranks = [r for r in _list(comm.get("ranks")) if isinstance(r, dict)]
     counts: dict[str, dict[int, list[RasRank]]] = defaultdict(lambda: defaultdict(list))
-    errored = []
+    errored, entries = [], []
     for entry in ranks:
         rank = _rank(entry)
         if rank is None:
@@ -106,7 +106,7 @@ def _comm(index: int, comm: dict, report: RasReport) -> None:
         if len(by_count) > 1:  # RAS's MISMATCH: ranks of one communicator at different operations of a collective
             entry = RasComm(index, 0, comm_id, ["MISMATCH"], coll)
             entry.counts = [RasCount(len(listed), operation, listed) for operation, listed in sorted(by_count.items())]
-            report.comms.append(entry)
+            entries.append(entry)
     missing = [m for m in _list(comm.get("missing_ranks")) if isinstance(m, dict)]
     if missing:
         entry = RasComm(index, 0, comm_id, ["INCOMPLETE"])
@@ -114,14 +114,16 @@ def _comm(index: int, comm: dict, report: RasReport) -> None:
             rank = _rank(item)
             if rank is not None:
                 status = item.get("status") if isinstance(item.get("status"), dict) else {}
-                rank.status = "dead" if status.get("considered_dead") is True else "unresponsive" if status.get("unresponsive") is True else "missing"
+                # neither: missing only, as the text form says (status None)
+                rank.status = "dead" if status.get("considered_dead") is True else "unresponsive" if status.get("unresponsive") is True else None
                 entry.missing.append(rank)
-        report.comms.append(entry)
+        entries.append(entry)
     if errored:
         entry = RasComm(index, 0, comm_id, ["ERROR"])
         entry.errored = errored
-        report.comms.append(entry)
-    report.statuses += sorted({word for c in report.comms if c.comm_id == comm_id for word in c.errors}) or ["OK"]
+        entries.append(entry)
+    report.comms += entries
+    report.statuses += sorted({word for entry in entries for word in entry.errors}) or ["OK"]
 
 
 def _list(value) -> list:

@@ -20,7 +20,6 @@ from nodecheck.job.ras_json import REMOTE, RESULTS
 
 _MISSING = {  # what RAS says of a missing rank (the JSON form's status; the text form says only that it is missing)
     None: "sent RAS no communicator data: it is dead, hung outside NCCL, or cut off from the others",
-    "missing": "sent RAS no communicator data: it is dead, hung outside NCCL, or cut off from the others",
     "unresponsive": "did not answer RAS (unresponsive): hung, overloaded or cut off from the others",
     "dead": "is considered dead by RAS (no answer past its timeout): the process or its node is gone",
 }
