@@ -35,7 +35,7 @@ def nccl_job(
     from nodecheck.job.ranks import judge_job
     from nodecheck.job.ras import parse_ras
     from nodecheck.job.ras_json import is_ras_json, parse_ras_json
-    from nodecheck.job.starts import late_by_start
+    from nodecheck.job.starts import clocks_said, late_by_start
     from nodecheck.job.stuck import judge_ras
 
     ops, read, notes, ras, prom = [], [], [], [], []
@@ -47,8 +47,9 @@ def nccl_job(
                 prom += samples
                 read.append({"path": str(path), "prometheus_samples": len(samples), "skipped": {"not an Inspector metric": skipped} if skipped else {}})
                 continue
-            if RAS_HEAD.search(text[:1 << 16]) or is_ras_json(text):
-                queries = parse_ras(text) if RAS_HEAD.search(text[:1 << 16]) else parse_ras_json(text)
+            is_ras_text = RAS_HEAD.search(text[:1 << 16]) is not None
+            if is_ras_text or is_ras_json(text):
+                queries = parse_ras(text) if is_ras_text else parse_ras_json(text)
                 ras += queries
                 read.append({"path": str(path), "ras_reports": len(queries)})
                 continue
@@ -67,8 +68,7 @@ def nccl_job(
     if not read:
         fail("no NCCL Inspector file could be read in " + ", ".join(map(str, paths)))
     verdict = judge_job(ops)
-    said_clocks = {r.clocks for r in ras if r.clocks}
-    late_by_start(ops, "not synchronized" if "not synchronized" in said_clocks else said_clocks.pop() if said_clocks else None, verdict)
+    late_by_start(ops, clocks_said(ras), verdict)
     if prom:
         from nodecheck.job.peers import judge_peers
 

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 
 from nodecheck.core.errors import ParseError
+from nodecheck.core.units import to_int
 
 MAX_LINE = 4096  # the plugin's label buffer is 1 KiB
 MAX_SAMPLES = 200_000  # per file: 8 communicators on a GPU make some 24 KB
@@ -102,4 +103,5 @@ def _number(text: str) -> float | None:
 
 
 def _count(text: str | None) -> int | None:
-    return int(text) if text is not None and text.isascii() and text.isdigit() and len(text) <= 9 else None  # not "²"
+    value = to_int(text)
+    return value if value is not None and 0 <= value < 10**9 else None

@@ -13,8 +13,15 @@ from collections import defaultdict
 
 from nodecheck.job.inspector import Op
 from nodecheck.job.ranks import LATE_SHARE, MIN_LEAD, MIN_OPS, JobVerdict, Named, complete_ops
+from nodecheck.job.ras import RasReport
 
 SYNCHRONIZED = "synchronized"
+
+
+def clocks_said(reports: list[RasReport]) -> str | None:
+    """What the RAS reports given say of the hosts' clocks: one that saw them disagree outweighs any that did not."""
+    said = {report.clocks for report in reports if report.clocks}
+    return "not synchronized" if "not synchronized" in said else SYNCHRONIZED if said else None
 
 
 def late_by_start(ops: list[Op], clocks: str | None, verdict: JobVerdict) -> None:

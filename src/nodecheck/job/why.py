@@ -4,6 +4,7 @@ made it late or stuck is in what nodecheck saw of its node: a braked GPU, a rail
 
 from __future__ import annotations
 
+from nodecheck.core.units import to_int
 from nodecheck.job.ranks import Named
 from nodecheck.report.model import Report
 
@@ -52,8 +53,8 @@ def _gpu_of(entry: Named, report: Report):
     for gpu in report.gpus:
         if entry.pid is not None and any(p.pid == entry.pid for p in gpu.processes or []):
             return gpu
-    if entry.gpu is not None and entry.gpu.isascii() and entry.gpu.isdigit():
-        return next((gpu for gpu in report.gpus if gpu.index == int(entry.gpu)), None)
+    if (index := to_int(entry.gpu)) is not None:
+        return next((gpu for gpu in report.gpus if gpu.index == index), None)
     return None
 
 
