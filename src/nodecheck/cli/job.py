@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Optional
 
@@ -15,7 +14,6 @@ from nodecheck.core.errors import NodecheckError, ParseError
 MAX_FILE = 256 << 20  # one process's JSON Lines: ~200-500 bytes a collective
 MAX_FILES = 20_000  # a job of some thousands of ranks, a file each
 MAX_DEPTH = 3  # NCCL_INSPECTOR_DUMP_DIR, a job's directory of them, one more level
-RAS_HEAD = re.compile(r"^NCCL version \d+\.\d+\.\d+ compiled with CUDA", re.MULTILINE)  # how every ncclras report begins
 
 
 @app.command("nccl-job")
@@ -33,7 +31,7 @@ def nccl_job(
     from nodecheck.job.inspector import parse_inspector
     from nodecheck.job.inspector_prom import is_inspector_prom, parse_inspector_prom
     from nodecheck.job.ranks import judge_job
-    from nodecheck.job.ras import parse_ras
+    from nodecheck.job.ras import HEAD, client_error, parse_ras
     from nodecheck.job.ras_json import is_ras_json, parse_ras_json
     from nodecheck.job.starts import clocks_said, late_by_start
     from nodecheck.job.stuck import judge_ras
@@ -47,7 +45,10 @@ def nccl_job(
                 prom += samples
                 read.append({"path": str(path), "prometheus_samples": len(samples), "skipped": {"not an Inspector metric": skipped} if skipped else {}})
                 continue
-            is_ras_text = RAS_HEAD.search(text[:1 << 16]) is not None
+            if (failed := client_error(text)) is not None:
+                raise ParseError(f"not a RAS report but the client's own error \"{failed}\": that query failed (RAS "
+                                 "unreachable, or the process closed it; see the NCCL versions whose RAS is safe in docs/jobs.md)")
+            is_ras_text = HEAD.search(text[:1 << 16]) is not None
             if is_ras_text or is_ras_json(text):
                 queries = parse_ras(text) if is_ras_text else parse_ras_json(text)
                 ras += queries
@@ -78,7 +79,7 @@ def nccl_job(
     if ras:
         named, said = judge_ras(ras)
         verdict.named += named
-        notes += said + [f"RAS: {len(ras)} report(s), NCCL {', '.join(sorted({r.version for r in ras if r.version}))}"]
+        notes += said + [f"RAS: {len(ras)} report(s), {', '.join(sorted({f'{r.library} {r.version}' for r in ras if r.version}))}"]
     verdict.notes = notes + (verdict.notes if ops else [])
     if reports is not None and verdict.named:
         from nodecheck.job.why import explain

@@ -1,6 +1,7 @@
 """NCCL RAS's text report (`ncclras`, NCCL 2.24 on; NVIDIA/nccl src/ras/client_support.cc), as pasted:
 
-    NCCL version 2.26.2 compiled with CUDA 12.6                 one report per such line (several queries in a file)
+    NCCL version 2.26.2 compiled with CUDA 12.6                 one report per such line (several queries in a file);
+                                                                RCCL's rcclras: "RCCL version 2.28.3 compiled with ROCm"
     Job summary / Nodes Processes GPUs ...                      totals, the column widths differ between versions
     Group Comms Nodes Ranks ... Status Errors                   one row per communicator group
     INCOMPLETE / Missing communicator data from 1 job process   then "Process P on node H managing GPU G"
@@ -21,7 +22,12 @@ from nodecheck.core.errors import ParseError
 MAX_RAS_BYTES = 16 << 20  # a report of a 256-rank job is a few KB; a query per minute for a day fits
 MAX_REPORTS = 10_000
 MAX_LINE = 4096
-_VERSION = re.compile(r"^NCCL version (\d{1,3}\.\d{1,3}\.\d{1,3})")
+_VERSION = re.compile(r"^([NR]CCL) version (\d{1,3}\.\d{1,3}\.\d{1,3})")
+HEAD = re.compile(r"^[NR]CCL version \d+\.\d+\.\d+ compiled with (?:CUDA|ROCm)", re.MULTILINE)  # how every report begins
+# What the client itself prints when a query fails (src/ras/client.cc: perror and fprintf(stderr, ...)); a file
+# holding only that is a failed query, not a report.
+_CLIENT_ERROR = re.compile(r"^(?:read socket|write to socket|socket|setsockopt): |^Connecting to \S{1,300}: |^Resolving \S{1,300}: "
+                           r"|^NCCL unexpectedly closed the connection$|^Connection timed out|^Unexpected response from NCCL: ")
 _COMM = re.compile(r"^#(\d{1,9})-(\d{1,9}) \(([0-9a-fA-F]{1,32})\)\s+([A-Z, ]{2,80})$")
 _COUNT = re.compile(r"^(\d{1,9}) ranks? (?:has|have) launched up to operation (\d{1,18})$")
 _COLL = re.compile(r"^Communicator ranks have different (\w{1,40}) operation counts$")
@@ -62,6 +68,7 @@ class RasComm:
 @dataclass
 class RasReport:
     version: str | None
+    library: str = "NCCL"  # or RCCL (ROCm's port, whose rcclras prints the same report)
     statuses: list[str] = field(default_factory=list)  # each group's Status and Errors words, from the table
     comms: list[RasComm] = field(default_factory=list)
     missing_processes: list[RasRank] = field(default_factory=list)  # job processes that sent no data at all
@@ -85,7 +92,7 @@ def parse_ras(text: str) -> list[RasReport]:
         if found:
             if len(reports) >= MAX_REPORTS:
                 break
-            reports.append(RasReport(found[1]))
+            reports.append(RasReport(found[2], found[1]))
             comm, count, in_table, in_missing = None, None, False, False
             continue
         if not reports or not line:
@@ -120,6 +127,15 @@ def parse_ras(text: str) -> list[RasReport]:
     if not reports:
         raise ParseError("no NCCL RAS report (a line \"NCCL version ...\" followed by its job summary): run `ncclras` on a node of the job")
     return reports
+
+
+def client_error(text: str) -> str | None:
+    """The client's own error line when the text is only that (a query that failed: RAS unreachable, or the
+    connection reset by the process), else None."""
+    lines = [line.strip() for line in text[:4096].splitlines() if line.strip()]
+    if 0 < len(lines) <= 3 and len(text) <= 4096 and _CLIENT_ERROR.match(lines[0]):
+        return lines[0][:200]
+    return None
 
 
 def _clock_line(line: str, report: RasReport) -> None:

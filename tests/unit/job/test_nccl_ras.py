@@ -6,7 +6,7 @@ import pytest
 from helpers import REPO, cli
 
 from nodecheck.core.errors import ParseError
-from nodecheck.job.ras import parse_ras
+from nodecheck.job.ras import client_error, parse_ras
 from nodecheck.job.stuck import judge_ras
 
 RAS = REPO / "tests/fixtures/nccl-ras"
@@ -68,3 +68,30 @@ def test_the_command_reads_ras_beside_inspector_and_exits_by_what_it_named(tmp_p
     result = cli("nccl-job", str(tmp_path / "q1.txt"), str(tmp_path / "q2.txt"))
     assert result.returncode == 1 and "stuck: rank 12 (10.137.190.124, pid 323032)" in result.stdout
     assert cli("nccl-job", str(RAS / "nccl1911-mismatch-minority-ahead.txt")).returncode == 0
+
+
+@pytest.mark.parametrize("name, missing", [
+    ("healthy", []),
+    ("degraded", [("10.194.132.77", 3467978, 6, "6")]),
+    ("degraded_2node", [("10.245.40.180", 3534512, 3, "3")]),
+])
+def test_rccl_reports_from_live_mi300x_nodes_read_like_nccl_ones(name, missing):
+    """ROCm's rcclras prints "RCCL version 2.28.3 compiled with ROCm ...": the same report; the answer keys are
+    the INCOMPLETE sections of the captures (the process that sent no data, and its rank)."""
+    text = (RAS / f"rccl2.28.3-mi300x-{name}.txt").read_text()
+    (report,) = parse_ras(text)
+    assert (report.library, report.version) == ("RCCL", "2.28.3")
+    named, _ = judge_ras([report])
+    assert [(n.host, n.pid, n.rank, n.gpu) for n in named] == missing
+    result = cli("nccl-job", str(RAS / f"rccl2.28.3-mi300x-{name}.txt"))
+    assert result.returncode == (1 if missing else 0) and "RCCL 2.28.3" in result.stdout
+
+
+def test_a_failed_query_is_said_as_one_not_read_as_an_empty_report():
+    """rcclras printing only its own perror ("read socket: Connection reset by peer") got no report: exit 2 and
+    say so, never "no rank holds the job back"."""
+    result = cli("nccl-job", str(RAS / "rccl2.28.3-mi300x-connection_reset.txt"))
+    assert result.returncode == 2 and "client's own error \"read socket: Connection reset by peer\"" in result.stderr
+    assert client_error("NCCL unexpectedly closed the connection\n") is not None
+    assert client_error((RAS / "rccl2.28.3-mi300x-healthy.txt").read_text()) is None
+    assert client_error("read socket: x\n" * 10) is None  # more than the client prints: not its message alone
