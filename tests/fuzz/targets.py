@@ -113,6 +113,23 @@ def _nic_seeds() -> list:
     return seeds + ([roce] if roce else [])
 
 
+def _resource_slice_seeds() -> list:
+    """The API server's answers, as the published ResourceSlices of tests/fixtures/kubernetes make them."""
+    import yaml
+
+    eks = yaml.safe_load((TESTS / "fixtures/kubernetes/resourceslices-eks-h100x8-v1.yaml").read_text())
+    p100 = yaml.safe_load((TESTS / "fixtures/kubernetes/resourceslice-p100-v1beta1.yaml").read_text())
+    return [eks, {"items": [p100]}]
+
+
+def _mapped_slices(value):
+    from nodecheck.kubernetes.resource_slices import map_gpus, slice_devices
+
+    for node in ("ip-100-64-147-149.ec2.internal", "192.168.140.59"):
+        devices, _ = slice_devices(value if isinstance(value, dict) else {}, node)
+        map_gpus(devices, [(0, "GPU-b87512d7-c8a6-5f4b-8d3f-68183df62d66", "00000000:53:00.0"), (1, None, "0000:00:0b.0")])
+
+
 def _parse_nics(value):
     from nodecheck.probes.nics import parse_nics
 
@@ -472,6 +489,7 @@ def targets() -> list[Target]:
                _judged_ras, (ParseError,)),
         Target("nccl_ras_json", lambda: [p.read_text() for p in sorted((TESTS / "fixtures/nccl-ras").glob("*.json"))],
                _judged_ras_json, (ParseError,)),
+        Target("dra_resource_slices", _resource_slice_seeds, _mapped_slices, (), structured=True),
         Target("nvml", _nvml_seeds, parse_nvml, (ParseError,), structured=True),
         Target("nics", _nic_seeds, _parse_nics, (ParseError,), structured=True),
         Target("proc_route", lambda: [(REPO / "tests/fixtures/cpu-vm-2core/fs/proc/net/route").read_text()],
