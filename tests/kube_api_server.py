@@ -12,22 +12,66 @@ What it implements, from the API's documentation:
   has no merge key); metadata.resourceVersion in the patch makes it conditional (409 Conflict when stale).
 - POST namespaces/NS/events: 409 AlreadyExists for a name already taken.
 - Bearer token checked (401), RBAC from the manifests' rules (403 with the server's wording), 404 for another
-  node. Every change bumps resourceVersion."""
+  node. Every change bumps resourceVersion.
+- resource.k8s.io (ResourceSlices, DeviceTaintRules) when a test gives it a kube_dra.DraState; 404 otherwise."""
 
 from __future__ import annotations
 
 import copy
 import json
 import re
+import ssl
 import threading
 
-from helpers import REPO
+from helpers import REPO, make_ca_and_certs
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 NODE = json.loads((REPO / "tests/fixtures/kubernetes/node-hgx.json").read_text())
+TOKEN = "eyJhbGciOiJSUzI1NiJ9.nodecheck-test-token.c2lnbmF0dXJl"  # noqa: S105 - the fake server's own
+T0 = 1_795_000_000.0  # 2026-11-18T11:06:40Z: the fake clock's start
 ACCOUNT = ("monitoring", "nodecheck")
 STRATEGIC, MERGE = "application/strategic-merge-patch+json", "application/merge-patch+json"
+
+
+def service_account(root) -> tuple[ssl.SSLContext, object]:
+    """(the server's TLS context, the service account directory under root: token and ca.crt)."""
+    make_ca_and_certs(root)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(root / "server.pem", root / "server.key")
+    account = root / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text(TOKEN + "\n")
+    (account / "ca.crt").write_bytes((root / "ca.pem").read_bytes())
+    return context, account
+
+
+class Clock:
+    """The publisher's wall clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def serve_in_pod(api_port: int, account, work, *flags: str):
+    """`nodecheck serve` as the DaemonSet runs it (in-cluster environment, the account directory, NODE_NAME) on the
+    HGX snapshot whose gpu3 has an NVLink down: (the process, its metrics port)."""
+    import subprocess
+    import sys
+
+    from helpers import free_port, hgx_nvml, make_snapshot
+
+    snap = make_snapshot(work / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml(inactive={3: [7]}))
+    port = free_port()
+    env = {"PATH": "/usr/bin:/bin", "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(api_port),
+           "NODE_NAME": NODE["metadata"]["name"], "STATE_DIRECTORY": str(work / "state")}
+    proc = subprocess.Popen([sys.executable, "-m", "nodecheck", "serve", "--from", str(snap), "--listen", f"127.0.0.1:{port}",
+                             *flags, "--kubernetes-credentials", str(account)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc, port
 
 
 def granted(*manifests: str) -> set[tuple[str, str, str | None]]:
@@ -45,7 +89,7 @@ def granted(*manifests: str) -> set[tuple[str, str, str | None]]:
             assert {"kind": "ServiceAccount", "namespace": ACCOUNT[0], "name": ACCOUNT[1]} in binding["subjects"]
             namespace = role["metadata"].get("namespace") if role_kind == "Role" else None
             for rule in role["rules"]:
-                assert rule["apiGroups"] == [""]
+                assert rule["apiGroups"] in ([""], ["resource.k8s.io"])  # the core group; DRA's (kube_dra.py)
                 out |= {(verb, resource, namespace) for verb in rule["verbs"] for resource in rule["resources"]}
     return out
 
@@ -56,8 +100,9 @@ def status_document(code: int, reason: str, message: str) -> dict:
 
 
 class FakeApiServer:
-    def __init__(self, ssl_context, token: str, permissions: set, node: dict | None = None) -> None:
+    def __init__(self, ssl_context, token: str, permissions: set, node: dict | None = None, dra=None) -> None:
         self.node = copy.deepcopy(node or NODE)
+        self.dra = dra  # kube_dra.DraState: resource.k8s.io's ResourceSlices and DeviceTaintRules; None: not served
         self.token, self.permissions = token, permissions
         self.events: list[dict] = []
         self.requests: list[dict] = []  # method, path, content_type, body, authorization
@@ -98,7 +143,8 @@ class FakeApiServer:
                 parsed = json.loads(body) if body else None
             except ValueError:
                 parsed = None
-            self.requests.append({"method": request.method, "path": request.path, "content_type": request.content_type,
+            self.requests.append({"method": request.method, "path": request.path, "query": request.query_string.decode(),
+                                  "content_type": request.content_type,
                                   "body": parsed, "authorization": request.headers.get("Authorization")})
             if self.faults:
                 status, payload, headers = self.faults.pop(0)
@@ -114,12 +160,13 @@ class FakeApiServer:
     def _allowed(self, verb: str, resource: str, namespace: str | None) -> bool:
         return (verb, resource, None) in self.permissions or (namespace is not None and (verb, resource, namespace) in self.permissions)
 
-    def _forbidden(self, verb: str, resource: str, name: str, namespace: str | None) -> Response:
+    def _forbidden(self, verb: str, resource: str, name: str, namespace: str | None, group: str = "") -> Response:
         kind, _, sub = resource.partition("/")
         where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
         subresource = f' subresource "{sub}"' if sub else ""
-        return self._refuse(403, "Forbidden", f'{kind} "{name}" is forbidden: User "system:serviceaccount:{ACCOUNT[0]}:{ACCOUNT[1]}" '
-                                              f'cannot {verb} resource "{kind}" in API group ""{subresource} {where}')
+        qualified = f"{kind}.{group}" if group else kind
+        return self._refuse(403, "Forbidden", f'{qualified} "{name}" is forbidden: User "system:serviceaccount:{ACCOUNT[0]}:{ACCOUNT[1]}" '
+                                              f'cannot {verb} resource "{kind}" in API group "{group}"{subresource} {where}')
 
     def _route(self, request: Request, body) -> Response:
         if request.headers.get("Authorization") != f"Bearer {self.token}":
@@ -138,6 +185,8 @@ class FakeApiServer:
             if resource == "nodes/status":
                 return self._patch_status(request.content_type, body)
             return self._patch_node(request.content_type, body)
+        if request.path.startswith("/apis/resource.k8s.io/") and self.dra is not None:
+            return self.dra.route(self, request, body, request.path.split("/")[3:])
         if request.method == "POST" and events_path:
             namespace = events_path.group(1)
             if not self._allowed("create", "events", namespace):

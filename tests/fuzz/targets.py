@@ -130,6 +130,31 @@ def _mapped_slices(value):
         map_gpus(devices, [(0, "GPU-b87512d7-c8a6-5f4b-8d3f-68183df62d66", "00000000:53:00.0"), (1, None, "0000:00:0b.0")])
 
 
+def _taint_rule_seeds() -> list:
+    """DeviceTaintRuleLists as the API server answers nodecheck's list: its own rules (as it writes them, with what
+    the server adds) beside the example rule of Kubernetes' device-taints documentation."""
+    from nodecheck.kubernetes.device_taint_rules import Rule, rule_object
+
+    node = "ip-100-64-147-149.ec2.internal"
+    own = [rule_object(Rule(f"nodecheck.{node}.gpu-{i}.gpu-xid.0", "gpu.nvidia.com", node, f"gpu-{i}", "nodecheck/gpu_xid",
+                            f"gpu{i}", f"gpu{i} Xid 79"), node, "NoSchedule", "v1", str(100 + i), "2026-11-18T11:06:40Z")
+           for i in range(3)]
+    example = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule", "metadata": {"name": "example"},
+               "spec": {"deviceSelector": {"driver": "dra.example.com", "pool": "my-pool", "device": "some-device"},
+                        "taint": {"key": "dra.example.com/unhealthy", "value": "Broken", "effect": "NoExecute"}}}
+    return [{"kind": "DeviceTaintRuleList", "apiVersion": "resource.k8s.io/v1", "metadata": {"resourceVersion": "9"},
+             "items": [*own, example]}]
+
+
+def _held_rules(value):
+    from nodecheck.kubernetes.device_taint_rules import Rule, held_rules, same
+
+    held, _ = held_rules(value if isinstance(value, dict) else {}, "ip-100-64-147-149.ec2.internal")
+    rule = Rule("r", "gpu.nvidia.com", "p", "gpu-0", "nodecheck/gpu_xid", "gpu0", "m")
+    for one in held.values():
+        same(one, rule, "NoSchedule")
+
+
 def _parse_nics(value):
     from nodecheck.probes.nics import parse_nics
 
@@ -490,6 +515,7 @@ def targets() -> list[Target]:
         Target("nccl_ras_json", lambda: [p.read_text() for p in sorted((TESTS / "fixtures/nccl-ras").glob("*.json"))],
                _judged_ras_json, (ParseError,)),
         Target("dra_resource_slices", _resource_slice_seeds, _mapped_slices, (), structured=True),
+        Target("dra_device_taint_rules", _taint_rule_seeds, _held_rules, (), structured=True),
         Target("nvml", _nvml_seeds, parse_nvml, (ParseError,), structured=True),
         Target("nics", _nic_seeds, _parse_nics, (ParseError,), structured=True),
         Target("proc_route", lambda: [(REPO / "tests/fixtures/cpu-vm-2core/fs/proc/net/route").read_text()],

@@ -9,7 +9,7 @@ import sys
 import pytest
 from helpers import REPO, SHARED
 
-TARGETS = ["topo", "lstopo", "nccl_topo", "nccl_topo_log", "nccl_inspector", "nccl_inspector_prom", "nccl_ras", "nccl_ras_json", "dra_resource_slices", "nvml", "nics", "proc_route", "nccl_tests", "nccl_debug", "lspci", "kernel_log", "kernel_log_source", "state", "aer", "ib_counter", "nccl_conf", "imex", "config", "web_config", "cpulist",
+TARGETS = ["topo", "lstopo", "nccl_topo", "nccl_topo_log", "nccl_inspector", "nccl_inspector_prom", "nccl_ras", "nccl_ras_json", "dra_resource_slices", "dra_device_taint_rules", "nvml", "nics", "proc_route", "nccl_tests", "nccl_debug", "lspci", "kernel_log", "kernel_log_source", "state", "aer", "ib_counter", "nccl_conf", "imex", "config", "web_config", "cpulist",
            "rate", "count", "http_request", "scontrol_node", "nodelist", "fleet_report", "saved_report", "judged_report", "served_measurements", "heartbeat_beats", "heartbeat_sidecar", "kube_node",
            "snapshot"]
 

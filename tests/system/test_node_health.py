@@ -6,7 +6,6 @@ account's CA and token. No Kubernetes API server runs here (docs say so)."""
 import json
 import logging
 import signal
-import ssl
 import subprocess
 import sys
 import threading
@@ -26,7 +25,7 @@ from helpers import (
     promtool_check,
     wait_until,
 )
-from kube_api_server import ACCOUNT, MERGE, NODE, STRATEGIC, FakeApiServer, granted
+from kube_api_server import ACCOUNT, MERGE, NODE, STRATEGIC, TOKEN, Clock, FakeApiServer, granted, serve_in_pod, service_account
 from scripted_server import ScriptedServer
 
 from nodecheck.core.errors import NodecheckError
@@ -37,23 +36,12 @@ from nodecheck.pipeline import build_report
 from nodecheck.report.findings import Finding
 
 NAME = NODE["metadata"]["name"]
-TOKEN = "eyJhbGciOiJSUzI1NiJ9.nodecheck-test-token.c2lnbmF0dXJl"  # noqa: S105 - the fake server's own
 EVERYTHING = granted("rbac.yaml", "rbac-taint.yaml")
-T0 = 1_795_000_000.0  # 2026-11-18T11:06:40Z: the fake clock's start
 
 
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory):
-    """(the server's TLS context, the service account directory: token and ca.crt)."""
-    root = tmp_path_factory.mktemp("kube-tls")
-    make_ca_and_certs(root)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(root / "server.pem", root / "server.key")
-    account = root / "serviceaccount"
-    account.mkdir()
-    (account / "token").write_text(TOKEN + "\n")
-    (account / "ca.crt").write_bytes((root / "ca.pem").read_bytes())
-    return context, account
+    return service_account(tmp_path_factory.mktemp("kube-tls"))
 
 
 @pytest.fixture(scope="module")
@@ -71,14 +59,6 @@ def reports(tmp_path_factory):
 def api(tls):
     with FakeApiServer(tls[0], TOKEN, set(EVERYTHING)) as server:
         yield server
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def client(tls, port: int, waits: list | None = None, stop_after: int | None = None, attempts: int = 5) -> ApiClient:
@@ -448,13 +428,7 @@ def test_follow_publishes_in_its_own_thread_and_survives_a_refusing_server(tls, 
 
 def test_serve_publishes_the_conditions_and_the_taint(tls, api, tmp_path):
     """The daemon as the DaemonSet runs it: in-cluster environment, the account directory, NODE_NAME."""
-    snap = make_snapshot(tmp_path / "hgx", topo="hgx-h100-8gpu-8nic-sglang30401.txt", nvml_gpus=hgx_nvml(inactive={3: [7]}))
-    port = free_port()
-    env = {"PATH": "/usr/bin:/bin", "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(api.port),
-           "NODE_NAME": NAME, "STATE_DIRECTORY": str(tmp_path / "state")}
-    proc = subprocess.Popen([sys.executable, "-m", "nodecheck", "serve", "--from", str(snap), "--listen", f"127.0.0.1:{port}",
-                             "--kubernetes-conditions", "--kubernetes-taint", "--kubernetes-credentials", str(tls[1])],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc, port = serve_in_pod(api.port, tls[1], tmp_path, "--kubernetes-conditions", "--kubernetes-taint")
     try:
         wait_until(lambda: api.conditions().get("NodecheckGpuProblem", {}).get("status") == "True", 60, "the condition")
         wait_until(lambda: any(t["key"] == TAINT_KEY for t in api.taints()), 60, "the taint")

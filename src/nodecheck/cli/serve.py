@@ -104,6 +104,9 @@ def serve(
     measurements_file: Optional[Path] = typer.Option(None, "--measurements", help="Publish the measurements this file holds (what `nodecheck bench --json` wrote, e.g. from a timer), read again every interval."),
     kubernetes_conditions: bool = typer.Option(False, "--kubernetes-conditions", help="In a pod: patch this node's conditions NodecheckGpuProblem, NodecheckFabricProblem, NodecheckBandwidthProblem and post Events for warnings, with the pod's service account (deploy/kubernetes/rbac.yaml)."),
     kubernetes_taint: bool = typer.Option(False, "--kubernetes-taint", help="With --kubernetes-conditions: taint the node nodecheck/unhealthy:NoSchedule while a condition is True, and lift that taint (only that one) when none is (deploy/kubernetes/rbac-taint.yaml)."),
+    kubernetes_device_taints: bool = typer.Option(False, "--kubernetes-device-taints", help="With --kubernetes-conditions: take a GPU with a failing finding from the scheduler by a DRA DeviceTaintRule on exactly its device (key nodecheck/<check>), found in the node's ResourceSlices by UUID or PCI address; lifted when the finding clears (deploy/kubernetes/rbac-device-taints.yaml)."),
+    kubernetes_device_taint_effect: str = typer.Option("NoSchedule", "--kubernetes-device-taint-effect", help="With --kubernetes-device-taints: NoSchedule (new pods keep off the GPU), NoExecute (its pods are evicted too) or None (said, not acted on: a dry run)."),
+    kubernetes_device_taint_max_share: float = typer.Option(0.5, "--kubernetes-device-taint-max-share", help="With --kubernetes-device-taints: the most of the node's GPUs device taints may take (above 0, at most 1); past it no new GPU is tainted by device, and the node condition (and --kubernetes-taint) speaks for the rest."),
     kubernetes_node: Optional[str] = typer.Option(None, "--kubernetes-node", envvar="NODE_NAME", help="The Node's name (default: $NODE_NAME, which the DaemonSet sets from spec.nodeName)."),
     kubernetes_credentials: Path = typer.Option(Path("/var/run/secrets/kubernetes.io/serviceaccount"), "--kubernetes-credentials", help="The service account's token and ca.crt."),
     config_path: Optional[Path] = CONFIG_OPTION,
@@ -132,8 +135,10 @@ def serve(
         host, port = address
         interval = interval if interval is not None else config.interval
         node_health = None
-        if kubernetes_conditions or kubernetes_taint:
-            node_health = _node_health(kubernetes_conditions, kubernetes_taint, kubernetes_node, kubernetes_credentials, config)
+        if kubernetes_conditions or kubernetes_taint or kubernetes_device_taints:
+            device_taints = (kubernetes_device_taint_effect, kubernetes_device_taint_max_share) if kubernetes_device_taints else None
+            node_health = _node_health(kubernetes_conditions, kubernetes_taint, kubernetes_node, kubernetes_credentials, config,
+                                       device_taints)
         web = None
         if web_config is not None:
             from nodecheck.prometheus.webconfig import load_web_config
@@ -172,18 +177,33 @@ def _hostname(host) -> str | None:
 NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
-def _node_health(conditions: bool, taint: bool, node: Optional[str], credentials: Path, config):
-    """The Kubernetes publisher, or a clear configuration error before anything is served."""
+def _node_health(conditions: bool, taint: bool, node: Optional[str], credentials: Path, config,
+                 device_taints: tuple[str, float] | None = None):
+    """The Kubernetes publisher, or a clear configuration error before anything is served. device_taints: (effect,
+    max share) with --kubernetes-device-taints."""
     import os
 
     from nodecheck.kubernetes.api import ApiClient
+    from nodecheck.kubernetes.device_taint_rules import EFFECTS
+    from nodecheck.kubernetes.device_taints import DeviceTaints
     from nodecheck.kubernetes.node_health import NodeHealth
 
     if taint and not conditions:
         raise typer.BadParameter("needs --kubernetes-conditions as well", param_hint="'--kubernetes-taint'")
+    if device_taints is not None:
+        effect, share = device_taints
+        if not conditions:
+            raise typer.BadParameter("needs --kubernetes-conditions as well", param_hint="'--kubernetes-device-taints'")
+        if effect not in EFFECTS:
+            raise typer.BadParameter(f"{effect[:20]!r}: one of {', '.join(EFFECTS)}", param_hint="'--kubernetes-device-taint-effect'")
+        if not 0 < share <= 1:
+            raise typer.BadParameter(f"{share:g}: a share of the node's GPUs, above 0 and at most 1",
+                                     param_hint="'--kubernetes-device-taint-max-share'")
     if not node:
         raise typer.BadParameter("no node name: set NODE_NAME from the pod's spec.nodeName (deploy/kubernetes/daemonset.yaml)",
                                  param_hint="'--kubernetes-node'")
     if len(node) > 253 or not NODE_NAME.fullmatch(node):
         raise typer.BadParameter(f"{node[:60]!r} is not a Kubernetes node name", param_hint="'--kubernetes-node'")
-    return NodeHealth(ApiClient.in_cluster(dict(os.environ), credentials), node, config.fail_severity, taint)
+    api = ApiClient.in_cluster(dict(os.environ), credentials)
+    devices = None if device_taints is None else DeviceTaints(api, node, config.fail_severity, *device_taints)
+    return NodeHealth(api, node, config.fail_severity, taint, device_taints=devices)

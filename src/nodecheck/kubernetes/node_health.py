@@ -15,8 +15,12 @@ see it, through the pod's service account (src/nodecheck/kubernetes/api.py).
   resourceVersion it read: it never removes or rewrites a taint it did not set, as it resumes only its own
   Slurm drains.
 
-RBAC (deploy/kubernetes/rbac.yaml, rbac-taint.yaml): nodes/status patch and events create; nodes patch for the
-taint. No get: the node is read from the answer to a PATCH that changes nothing."""
+- **Device taints** (only with --kubernetes-device-taints, device_taints.py): a GPU's failing finding taints that
+  GPU's DRA device instead; the node taint then covers only what no device taint speaks for.
+
+RBAC (deploy/kubernetes/rbac.yaml, rbac-taint.yaml, rbac-device-taints.yaml): nodes/status patch and events create;
+nodes patch for the taint; ResourceSlices list and DeviceTaintRules list, create, update, delete for device taints.
+No get: the node is read from the answer to a PATCH that changes nothing."""
 
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from typing import Callable
 
 from nodecheck.core.errors import NodecheckError
 from nodecheck.kubernetes.api import ApiClient, ApiError
+from nodecheck.kubernetes.device_taints import DeviceTaints
 from nodecheck.kubernetes.npd import AREAS, AreaVerdict, area_verdict, fit
 from nodecheck.report.findings import Finding
 from nodecheck.report.model import Report
@@ -156,8 +161,9 @@ class NodeHealth:
 
     def __init__(self, api: ApiClient, node: str, fail_severity: str = "error", taint: bool = False,
                  heartbeat_s: float = HEARTBEAT_S, event_repeat_s: float = EVENT_REPEAT_S,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, device_taints: DeviceTaints | None = None) -> None:
         self.api, self.node, self.fail_severity, self.taint = api, node, fail_severity, taint
+        self.device_taints = device_taints  # per GPU, by DRA DeviceTaintRules (device_taints.py); None: off
         self.heartbeat_s, self.event_repeat_s, self.clock = heartbeat_s, event_repeat_s, clock
         self.uid: str | None = None
         self.known: dict[str, dict] | None = None  # our conditions as the server last answered them
@@ -181,7 +187,8 @@ class NodeHealth:
     # -- one round
     def sync(self, report: Report) -> None:
         now = self.clock()
-        wanted = conditions(report, self.fail_severity)
+        verdicts = [area_verdict(report, area, self.fail_severity) for area in AREAS]
+        wanted = [condition(verdict) for verdict in verdicts]
         beat = now - self.patched_at >= self.heartbeat_s
         if self.known is None or beat:  # at the heartbeat too: another writer's conditions show only when read
             self._learn(self.api.request("PATCH", self._status_path(), {}, STRATEGIC))
@@ -192,10 +199,26 @@ class NodeHealth:
             self._learn(self.api.request("PATCH", self._status_path(), patch, STRATEGIC))
             self.patched_at = now
             self._transition_events(wanted, before, now)
+        covered, device_error = self._device_taints(report, now)
         self._post_pending()
         self._warning_events(report, now)
-        if self.taint:
-            self._reconcile_taint(any(c["status"] == "True" for c in wanted), now)
+        if self.taint:  # what a device taint speaks for is not the node's (issue 53); the rest still is
+            self._reconcile_taint(any((f.kind, f.subject) not in covered for v in verdicts for f in v.failing), now)
+        if device_error is not None:
+            raise device_error
+
+    def _device_taints(self, report: Report, now: float) -> tuple[set[tuple[str, str]], ApiError | None]:
+        """The findings device taints speak for, and the error that stopped them: then they speak for none, so
+        that the node taint (with --kubernetes-taint) covers a GPU whose rule could not be written."""
+        if self.device_taints is None:
+            return set(), None
+        try:
+            outcome = self.device_taints.sync(report, now)
+        except ApiError as error:
+            return set(), error
+        for kind, reason, message in outcome.events:
+            self._queue(kind, reason, message, now)
+        return outcome.covered, None
 
     def _status_path(self) -> str:
         return f"/api/v1/nodes/{self.node}/status"
@@ -312,6 +335,8 @@ class NodeHealth:
                 if not isinstance(error, NodecheckError):
                     log.exception("node %s: publishing the conditions failed", self.node)
                 self.known, self.tainted = None, None
+                if self.device_taints is not None:
+                    self.device_taints.held = None
                 self.record_round(False)
                 now = time.monotonic()
                 if not failing or now - said >= repeat_s:
@@ -337,6 +362,8 @@ class NodeHealth:
         if self.published_at is not None:
             families.append(GaugeMetricFamily("nodecheck_kubernetes_publish_last_success_timestamp_seconds",
                                               "when the node conditions last reached the API server", value=self.published_at))
+        if self.device_taints is not None:
+            families.extend(self.device_taints.families())
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Families(families))
         body = generate_latest(registry)

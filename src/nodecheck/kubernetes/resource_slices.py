@@ -35,8 +35,8 @@ class SliceDevice:
 
 @dataclass
 class DeviceMap:
-    devices: dict[int, list[SliceDevice]] = field(default_factory=dict)  # GPU index -> its devices (MIG ones too)
-    unmatched: list[int] = field(default_factory=list)  # GPUs no slice lists
+    devices: dict = field(default_factory=dict)  # the caller's GPU key (NVML index, "gpu3") -> its devices, MIG ones too
+    unmatched: list = field(default_factory=list)  # GPUs no slice lists
     notes: list[str] = field(default_factory=list)
 
 
@@ -95,9 +95,10 @@ def slice_devices(answer: dict, node: str) -> tuple[list[SliceDevice], list[str]
     return devices, notes
 
 
-def map_gpus(devices: list[SliceDevice], gpus: list[tuple[int, str | None, str | None]]) -> DeviceMap:
-    """gpus: (NVML index, UUID, PCI bus id). A GPU matches the device with its UUID, else (no UUID in the slice)
-    the one at its PCI address; MIG devices follow their GPU. A UUID two devices claim as their own is not used."""
+def map_gpus(devices: list[SliceDevice], gpus: list[tuple[int | str, str | None, str | None]]) -> DeviceMap:
+    """gpus: (key: NVML's index, or a name such as "gpu3" or "pci:0000:53:00.0"; UUID; PCI bus id). A GPU matches the
+    device with its UUID, else (no UUID in the slice) the one at its PCI address; MIG devices follow their GPU. A
+    UUID two devices claim as their own is not used."""
     result = DeviceMap()
     by_uuid: dict[str, list[SliceDevice]] = {}
     for device in devices:
@@ -106,7 +107,8 @@ def map_gpus(devices: list[SliceDevice], gpus: list[tuple[int, str | None, str |
     for index, uuid, pci in gpus:
         own = by_uuid.get(uuid.lower(), []) if uuid else []
         if len(own) > 1:
-            result.notes.append(f"gpu{index}: UUID {uuid} is listed by {len(own)} devices: not tainted by device")
+            label = f"gpu{index}" if isinstance(index, int) else index
+            result.notes.append(f"{label}: UUID {uuid} is listed by {len(own)} devices: not tainted by device")
             result.unmatched.append(index)
             continue
         if not own and normal_pci(pci):

@@ -73,9 +73,11 @@ def test_docs_metrics_lists_exactly_the_exposed_series(tmp_path):
     without its row fails here."""
     import re
 
+    from nodecheck.kubernetes.device_taints import DeviceTaints
     from nodecheck.kubernetes.node_health import NodeHealth
 
-    publisher = NodeHealth(None, "node-1")  # serve --kubernetes-conditions adds its own series to /metrics
+    # serve --kubernetes-conditions adds its own series to /metrics, and --kubernetes-device-taints two more
+    publisher = NodeHealth(None, "node-1", device_taints=DeviceTaints(None, "node-1"))
     publisher.record_round(True)
     exposed = set(re.findall(r"^# TYPE (\S+) ", exposition(tmp_path) + publisher.exposition().decode(), re.M))
     rows = [line.split("|")[1] for line in (REPO / "docs" / "metrics.md").read_text().splitlines() if line.startswith("| `")]
