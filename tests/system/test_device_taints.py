@@ -322,6 +322,20 @@ def test_an_api_server_gone_is_an_error_and_the_next_round_reads_afresh(tls, api
     assert devices.sync(report(xid(3)), T0 + 1).covered == {("gpu_xid", "gpu3")} and len(api.dra.rules) == 1
 
 
+def test_hostile_answers_are_read_as_nothing_or_refused_never_a_crash(tls, api):
+    devices = DeviceTaints(client(tls, api.port, attempts=1), NAME)
+    api.fail_next(200, {"kind": "DeviceTaintRuleList", "items": [{"metadata": 5}, None, {"metadata": {"name": ["x"]}}]})
+    api.fail_next(200, {"kind": "ResourceSliceList", "items": "x" * 1000})
+    outcome = devices.sync(report(xid(3)), T0)
+    assert outcome.covered == set() and api.dra.rules == {} and devices.withheld == 1
+    assert "no ResourceSlice lists a device of node gpu-node-7" in outcome.events[0][2]
+    api.fail_next(200, b"<html>a proxy's page</html>")
+    with pytest.raises(ApiError, match="not a JSON object"):
+        devices.sync(report(xid(3), xid(4)), T0 + 1)
+    assert devices.held is None  # read again next round
+    assert devices.sync(report(xid(3), xid(4)), T0 + 2).covered == {("gpu_xid", "gpu3"), ("gpu_xid", "gpu4")}
+
+
 def test_the_rbac_manifest_grants_exactly_what_device_taints_ask(tls):
     permissions = granted("rbac.yaml", "rbac-device-taints.yaml")
     with server(tls, permissions) as api:

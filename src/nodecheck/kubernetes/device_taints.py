@@ -81,7 +81,7 @@ class DeviceTaints:
                           if gpu_of(f.subject, addresses) is not None)
         if asked == self.asked and self.held is not None and now - self.checked_at < self.heartbeat_s:
             return Outcome(set(self.covered))
-        outcome = Outcome()
+        outcome, self.held = Outcome(), None  # until this round is done: a failed one reads again
         held = self._list()
         devices = self._devices(report, addresses) if asked else DeviceMap()
         already = frozenset(h.gpu for h in (held or {}).values() if h.gpu)
@@ -149,7 +149,6 @@ class DeviceTaints:
     def _reconcile(self, rules: list[Rule], held: dict[str, Held]) -> list[tuple[str, str, str]]:
         """Make the server hold exactly `rules` of this node's; a write that lost a race (409) reads again."""
         events: list[tuple[str, str, str]] = []
-        self.held = None  # until it is done: a failed round reads again
         for attempt in range(CONFLICT_RETRIES):
             if attempt:
                 held = self._list() or {}
