@@ -390,6 +390,7 @@ def scrape(port: int) -> bytes:
 
 @pytest.mark.parametrize("args, message", [
     (["--kubernetes-device-taints"], "needs --kubernetes-conditions"),
+    (["--kubernetes-conditions", "--kubernetes-device-taint-effect", "NoExecute"], "goes with --kubernetes-device-taints"),
     (["--kubernetes-conditions", "--kubernetes-device-taints", "--kubernetes-device-taint-effect", "PreferNoSchedule"],
      "one of NoSchedule, NoExecute, None"),
     (["--kubernetes-conditions", "--kubernetes-device-taints", "--kubernetes-device-taint-max-share", "0"], "above 0 and at most 1"),

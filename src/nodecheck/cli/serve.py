@@ -135,6 +135,8 @@ def serve(
         host, port = address
         interval = interval if interval is not None else config.interval
         node_health = None
+        if not kubernetes_device_taints and (kubernetes_device_taint_effect, kubernetes_device_taint_max_share) != ("NoSchedule", 0.5):
+            raise typer.BadParameter("goes with --kubernetes-device-taints", param_hint="'--kubernetes-device-taint-*'")
         if kubernetes_conditions or kubernetes_taint or kubernetes_device_taints:
             device_taints = (kubernetes_device_taint_effect, kubernetes_device_taint_max_share) if kubernetes_device_taints else None
             node_health = _node_health(kubernetes_conditions, kubernetes_taint, kubernetes_node, kubernetes_credentials, config,
