@@ -36,6 +36,26 @@ def private_state_directory(tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def private_temp_directory(tmp_path_factory):
+    """The temporary directories of the nodecheck processes the tests start, under the suite's own directory: a
+    process a test kills on purpose (a crashed exporter, a killed bench, SIGKILL) cannot remove its
+    nodecheck-serve-*, nodecheck-bench-* or nodecheck-nccl-tests-* directory, and left one in the machine's /tmp
+    each run. Processes started with an environment of their own (slurmd's, `env=`) are not covered."""
+    import tempfile
+
+    directory = tmp_path_factory.mktemp("tmp")
+    previous = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(directory)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    yield directory
+    if previous is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = previous
+    tempfile.tempdir = None
+
+
+@pytest.fixture(scope="session", autouse=True)
 def private_bytecode_cache(tmp_path_factory):
     """Bytecode for the nodecheck processes the tests start, kept in the suite's own directory: where the machine
     sets PYTHONDONTWRITEBYTECODE (this sandbox does), each of hundreds of runs compiled every module again, 0.1 s a
