@@ -36,14 +36,17 @@ def private_state_directory(tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def private_temp_directory(tmp_path_factory):
-    """The temporary directories of the nodecheck processes the tests start, under the suite's own directory: a
-    process a test kills on purpose (a crashed exporter, a killed bench, SIGKILL) cannot remove its
+def private_temp_directory():
+    """The temporary directories of the suite and of the nodecheck processes it starts, in one directory removed at
+    the end: a process a test kills on purpose (a crashed exporter, a killed bench, SIGKILL) cannot remove its
     nodecheck-serve-*, nodecheck-bench-* or nodecheck-nccl-tests-* directory, and left one in the machine's /tmp
-    each run. Processes started with an environment of their own (slurmd's, `env=`) are not covered."""
+    each run. It is made like /tmp (sticky, anyone may write), since munged, slurmd and the units' unprivileged
+    user reach into the directories tests make there. Processes started with an environment of their own
+    (`env=` without TMPDIR) still use /tmp."""
     import tempfile
 
-    directory = tmp_path_factory.mktemp("tmp")
+    directory = Path(tempfile.mkdtemp(prefix="nodecheck-suite-tmp-"))
+    directory.chmod(0o1777)
     previous = os.environ.get("TMPDIR")
     os.environ["TMPDIR"] = str(directory)
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
@@ -53,6 +56,7 @@ def private_temp_directory(tmp_path_factory):
     else:
         os.environ["TMPDIR"] = previous
     tempfile.tempdir = None
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
