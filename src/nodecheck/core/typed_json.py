@@ -40,6 +40,13 @@ def _whole(text: str) -> int:
     return int(text)
 
 
+def member(value, key: str, kind: type):
+    """value[key] when value is a JSON object and the member has the kind expected; None otherwise: how an answer
+    read as untrusted input (an API server's object) is walked without a KeyError or a list taken for a dict."""
+    found = value.get(key) if isinstance(value, dict) else None
+    return found if isinstance(found, kind) else None
+
+
 def record(kind, raw, lenient=frozenset()):
     """One dataclass from its JSON object, each field decoded by its type: unknown keys dropped, a missing
     one takes its default (None, [] or {} where it has none), except an essential field (ESSENTIAL): the

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from nodecheck.core.pci import normal_pci
+from nodecheck.core.typed_json import member
 from nodecheck.kubernetes.resource_slices import DeviceMap
 from nodecheck.report.findings import Finding, at_or_above, one_line
 
@@ -171,38 +172,28 @@ class Held:
     gpu: str | None = None  # the GPU it was written for (its annotation)
 
 
-def _get(value, key: str, kind: type):
-    found = value.get(key) if isinstance(value, dict) else None
-    return found if isinstance(found, kind) else None
-
-
 def held_rules(answer: dict, node: str, limit: int = 4 * MAX_RULES) -> tuple[dict[str, Held], list[str]]:
     """This node's rules in a DeviceTaintRuleList (the API server's answer, untrusted): only those whose labels
     and annotation name nodecheck and this node, whatever the server's label selector let through."""
-    items = _get(answer, "items", list) or []
+    items = member(answer, "items", list) or []
     notes = [f"{len(items)} DeviceTaintRules listed: the first {limit} read"] if len(items) > limit else []
     out: dict[str, Held] = {}
     for item in items[:limit]:
-        metadata = _get(item, "metadata", dict)
-        labels = _get(metadata, "labels", dict) or {}
-        annotations = _get(metadata, "annotations", dict) or {}
-        name = _get(metadata, "name", str)
+        metadata = member(item, "metadata", dict)
+        labels = member(metadata, "labels", dict) or {}
+        annotations = member(metadata, "annotations", dict) or {}
+        name = member(metadata, "name", str)
         if (not name or labels.get(MANAGED_BY) != "nodecheck" or labels.get(NODE_LABEL) != node_label(node)
                 or annotations.get(NODE_ANNOTATION) != node):
             continue
-        spec = _get(item, "spec", dict)
-        selector, taint = _get(spec, "deviceSelector", dict), _get(spec, "taint", dict)
-        out[name] = Held(name, _get(metadata, "resourceVersion", str),
-                         tuple(_get(selector, k, str) for k in ("driver", "pool", "device")),
-                         tuple(_get(taint, k, str) for k in ("key", "value", "effect")),
-                         _get_str(annotations, MESSAGE_ANNOTATION), _get(taint, "timeAdded", str),
-                         _get_str(annotations, GPU_ANNOTATION))
+        spec = member(item, "spec", dict)
+        selector, taint = member(spec, "deviceSelector", dict), member(spec, "taint", dict)
+        out[name] = Held(name, member(metadata, "resourceVersion", str),
+                         tuple(member(selector, k, str) for k in ("driver", "pool", "device")),
+                         tuple(member(taint, k, str) for k in ("key", "value", "effect")),
+                         member(annotations, MESSAGE_ANNOTATION, str), member(taint, "timeAdded", str),
+                         member(annotations, GPU_ANNOTATION, str))
     return out, notes
-
-
-def _get_str(mapping: dict, key: str) -> str | None:
-    value = mapping.get(key)
-    return value if isinstance(value, str) else None
 
 
 def same(held: Held, rule: Rule, effect: str) -> bool:

@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from nodecheck.core.errors import NodecheckError
+from nodecheck.core.typed_json import member
 from nodecheck.kubernetes.api import ApiClient, ApiError
 from nodecheck.kubernetes.device_taints import DeviceTaints
 from nodecheck.kubernetes.npd import AREAS, AreaVerdict, area_verdict, fit
@@ -120,28 +121,21 @@ def warning_event_name(node: str, finding: Finding, window: int, occurrence: int
     return f"{node[:200]}.nodecheck-{digest}"
 
 
-def _field(value, key: str, kind: type):
-    """value[key] when value is an object and the field has the kind expected; None otherwise (the answer is
-    the API server's, read as untrusted input)."""
-    found = value.get(key) if isinstance(value, dict) else None
-    return found if isinstance(found, kind) else None
-
-
 def node_uid(node: dict) -> str | None:
-    return _field(_field(node, "metadata", dict), "uid", str)
+    return member(member(node, "metadata", dict), "uid", str)
 
 
 def node_conditions(node: dict) -> dict[str, dict]:
     """nodecheck's conditions in a Node, by type."""
-    listed = _field(_field(node, "status", dict), "conditions", list) or []
+    listed = member(member(node, "status", dict), "conditions", list) or []
     ours = set(CONDITIONS.values())
-    return {c["type"]: c for c in listed if isinstance(_field(c, "type", str), str) and c["type"] in ours}
+    return {c["type"]: c for c in listed if isinstance(member(c, "type", str), str) and c["type"] in ours}
 
 
 def node_taints(node: dict) -> tuple[list, str | None]:
     """(the Node's taints, its resourceVersion)."""
-    taints = _field(_field(node, "spec", dict), "taints", list) or []
-    return taints, _field(_field(node, "metadata", dict), "resourceVersion", str)
+    taints = member(member(node, "spec", dict), "taints", list) or []
+    return taints, member(member(node, "metadata", dict), "resourceVersion", str)
 
 
 def taints_with(taints: list, tainted: bool) -> list | None:

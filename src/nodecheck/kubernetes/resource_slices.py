@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nodecheck.core.pci import normal_pci
+from nodecheck.core.typed_json import member
 
 MAX_SLICES = 256  # a node's pools: a slice holds at most 128 devices
 MAX_DEVICES = 4096
@@ -40,11 +41,6 @@ class DeviceMap:
     notes: list[str] = field(default_factory=list)
 
 
-def _get(value, key: str, kind: type):
-    found = value.get(key) if isinstance(value, dict) else None
-    return found if isinstance(found, kind) else None
-
-
 def _text(value) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= MAX_NAME else None
 
@@ -52,7 +48,7 @@ def _text(value) -> str | None:
 def _attribute(attributes: dict, driver: str, name: str) -> str | None:
     """A string attribute by its bare or driver-qualified name ({"string": "..."} in the API)."""
     for key in (name, f"{driver}/{name}"):
-        if (value := _text(_get(_get(attributes, key, dict), "string", str))) is not None:
+        if (value := _text(member(member(attributes, key, dict), "string", str))) is not None:
             return value
     return None
 
@@ -60,17 +56,17 @@ def _attribute(attributes: dict, driver: str, name: str) -> str | None:
 def slice_devices(answer: dict, node: str) -> tuple[list[SliceDevice], list[str]]:
     """The devices of this node's slices in a ResourceSliceList (or a kubectl List), newest pool generation
     only, with what was left out and why."""
-    items = _get(answer, "items", list) or []
+    items = member(answer, "items", list) or []
     notes: list[str] = []
     if len(items) > MAX_SLICES:
         notes.append(f"{len(items)} ResourceSlices listed: the first {MAX_SLICES} read")
     newest: dict[tuple[str, str], int] = {}
     kept: list[tuple[tuple[str, str], int, dict, str]] = []
     for item in items[:MAX_SLICES]:
-        spec = _get(item, "spec", dict)
-        driver, pool = _text(_get(spec, "driver", str)), _get(spec, "pool", dict)
-        pool_name, generation = _text(_get(pool, "name", str)), _get(pool, "generation", int)
-        if spec is None or driver is None or pool_name is None or _get(spec, "nodeName", str) != node:
+        spec = member(item, "spec", dict)
+        driver, pool = _text(member(spec, "driver", str)), member(spec, "pool", dict)
+        pool_name, generation = _text(member(pool, "name", str)), member(pool, "generation", int)
+        if spec is None or driver is None or pool_name is None or member(spec, "nodeName", str) != node:
             continue  # another node's, a network-attached pool, or not a slice
         key = (driver, pool_name)
         generation = generation if generation is not None and not isinstance(generation, bool) else 0
@@ -80,12 +76,12 @@ def slice_devices(answer: dict, node: str) -> tuple[list[SliceDevice], list[str]
     for key, generation, spec, driver in kept:
         if generation != newest[key]:
             continue
-        for device in (_get(spec, "devices", list) or []):
+        for device in (member(spec, "devices", list) or []):
             if len(devices) >= MAX_DEVICES:
                 notes.append(f"more than {MAX_DEVICES} devices listed: the rest not read")
                 return devices, notes
-            name = _text(_get(device, "name", str))
-            attributes = _get(device, "attributes", dict) or _get(_get(device, "basic", dict), "attributes", dict) or {}
+            name = _text(member(device, "name", str))
+            attributes = member(device, "attributes", dict) or member(member(device, "basic", dict), "attributes", dict) or {}
             if name is None:
                 continue
             pci = next((normal_pci(p) for a in PCI_ATTRIBUTES if (p := _attribute(attributes, driver, a))), None)
