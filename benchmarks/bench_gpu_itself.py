@@ -55,6 +55,14 @@ def gemm_reference(ordinal: int) -> float:
     return 2 * n**3 / best
 
 
+def test_seconds(m: dict) -> float:
+    """How long the timed part of a test ran (its --seconds), from its method text: "... over 3 s ..."."""
+    import re
+
+    found = re.search(r"(\d+(?:\.\d+)?) s\b", m.get("method") or "")
+    return float(found.group(1)) if found else 0.0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--full", action="store_true")
@@ -77,9 +85,11 @@ def main() -> None:
         ref = refs.get(m["path"])
         print(f"{m['path']:14} {m['test']:5} {(spec or 0) / 1e12:20.3f} {(ref or 0) / 1e12:10.3f} {(got or 0) / 1e12:10.3f} "
               f"{(got / ref if got and ref else 0):12.3f} {m['ratio'] or 0:7.3f}  {m.get('error') or ''}")
-        check = (m.get("details") or {}).get("result_check")
-        if check:
-            print(f"  result check: {check}")
+        details = m.get("details") or {}
+        for name in ("data check", "result check"):
+            check = details.get(name.replace(" ", "_"))
+            if check:  # the silent-data-corruption checks' cost, beside the run they follow
+                print(f"  {name}: {check.get('seconds')} s after a {test_seconds(m):.1f} s run; {check}")
     if shutil.which("nvbandwidth"):
         out = subprocess.run(["nvbandwidth", "-t", "device_local_copy"], capture_output=True, text=True, timeout=300).stdout
         print("nvbandwidth -t device_local_copy (copied bytes once; read + written is twice it):")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU node: every GPU path of nodecheck, each step printed with its command, exit status and wall
 # time, into DIR/log.txt (DIR = $OUT, else ./gpu-node-run). Used for the "Measured on" table of README.md.
-#   bash benchmarks/gpu_node.sh [steps...]     steps: facts install gpu inspect one bench h2d nccl prolog nvlink itself suite multi
+#   bash benchmarks/gpu_node.sh [steps...]     steps: facts install gpu inspect one bench h2d nccl prolog nvlink itself topofile suite multi
 # (multi is not in the default list: it is for a node with several GPUs, and takes up to an hour; suite is not
 # either: the whole suite needs the test extra, which an offline node lacks, and CI runs it)
 # Offline nodes (the lent GPU machine): run benchmarks/gpu_carry.sh here first and carry .whl, .hw and .shared.
@@ -131,6 +131,12 @@ itself() {
   step 120 "$PY" -m nodecheck inspect
   step 300 "$PY" benchmarks/bench_gpu_itself.py
   step 300 "$PY" benchmarks/bench_gpu_itself.py --full
+}
+
+# NCCL's topology (issue 51, item 5): a file `nccl-topo --write` (and `--install`) made for this flattened VM, loaded by
+# NCCL in an all-reduce of two NET/Socket "nodes" on this GPU; its new dump holds the GPU under the file's bridge (as root)
+topofile() {
+  step 300 "$PY" -m pytest -m gpu -ra -v -s -p no:cacheprovider tests/gpu/test_nccl_on_one_gpu.py -k written_topology_file
 }
 
 suite() { step 330 "$PY" -m pytest -ra -q -p no:cacheprovider --timeout 120; }

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from helpers import finish_ranks, free_port, requires_root, wait_until
@@ -28,7 +29,7 @@ def gpu():
 
 
 def launch(world: int, per_node: int = 1, timeout: float = 120, port: int | None = None, cluster=None,
-           config: str | None = None) -> list[subprocess.Popen]:
+           config: str | None = None, extra_env: dict | None = None) -> list[subprocess.Popen]:
     """One `nodecheck bench --tests allreduce` per rank, as torchrun would start it; rank r on "node" r // per_node
     (its host name), every rank with a host hash of its own and GPU 0 as its only GPU. Over loopback, or with a
     `cluster` (tests/netns_cluster.py) each node in its namespace, talking over its eth0."""
@@ -38,7 +39,8 @@ def launch(world: int, per_node: int = 1, timeout: float = 120, port: int | None
         node = rank // per_node
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % per_node),
                    MASTER_ADDR=cluster.addresses[0] if cluster else "127.0.0.1", MASTER_PORT=str(port), CUDA_VISIBLE_DEVICES="0",
-                   NCCL_HOSTID=f"nodecheck-rank{rank}", NCCL_IB_DISABLE="1", NCCL_SOCKET_IFNAME="eth0" if cluster else "lo")
+                   NCCL_HOSTID=f"nodecheck-rank{rank}", NCCL_IB_DISABLE="1", NCCL_SOCKET_IFNAME="eth0" if cluster else "lo",
+                   **(extra_env or {}))
         argv = ["unshare", "--uts", "sh", "-c", 'hostname "$0"; exec "$@"', f"node{node}", sys.executable, "-m", "nodecheck",
                 "bench", "--tests", "allreduce", "--quick", "--json", "--timeout", str(timeout)] + (["--config", config] if config else [])
         if cluster:
@@ -176,3 +178,59 @@ def test_a_bench_killed_mid_run_leaves_no_process_holding_gpu_memory(gpu):
         proc.wait(timeout=60)
     wait_until(lambda: not (gpu_processes() - before), 60, "no process of the bench left on the GPU")
     assert workers() == []
+
+
+VIRTUAL_TOPOLOGY = Path("/var/run/nvidia-topologyd/virtualTopology.xml")  # cli/bench.py's: NCCL's default file
+
+
+@pytest.mark.parametrize("how", ["NCCL_TOPO_FILE", "installed"])
+def test_a_written_topology_file_loads_in_nccl(gpu, tmp_path, how):
+    """Issue 51, item 5: `nodecheck nccl-topo --write` (or `--install`) on a flattened VM, paired by the config, and an
+    all-reduce over NET/Socket "nodes" on this GPU with it: NCCL loads the file (given by NCCL_TOPO_FILE, or from its
+    default path when that is unset) and its own new dump (NCCL_TOPO_DUMP_FILE, kept by bench) holds the GPU under the
+    file's made-up bridge with the file's link figures; rank 0's Report names no PCI mismatch on the GPU. A node whose
+    GPU sits behind real bridges is no flattened VM: nothing is written there, and the test skips."""
+    from nodecheck.probes.nccl_topo import parse_nccl_topo_xml
+
+    inspect = subprocess.run([sys.executable, "-m", "nodecheck", "inspect", "--json"], capture_output=True, text=True, timeout=180)
+    report = json.loads(inspect.stdout)
+    nics = [n["name"] for n in report.get("nics", []) if not n.get("virtual") and n.get("pci_address")]
+    if not nics:
+        pytest.skip("no physical NIC with a PCI address to pair the GPU with")
+    config = tmp_path / "node.toml"
+    config.write_text(f'[topology]\npairs = [["gpu0", "{nics[0]}"]]\n')
+    written = tmp_path / "topo.xml"
+    if how == "installed":
+        if VIRTUAL_TOPOLOGY.exists():
+            pytest.skip(f"{VIRTUAL_TOPOLOGY} is there already: not replaced")
+        made_dir = not VIRTUAL_TOPOLOGY.parent.exists()
+        argv, written, extra = ["--install"], VIRTUAL_TOPOLOGY, {}
+    else:
+        argv, extra = ["--write", str(written)], {"NCCL_TOPO_FILE": str(written)}
+    try:
+        wrote = subprocess.run([sys.executable, "-m", "nodecheck", "nccl-topo", *argv, "--config", str(config)],
+                               capture_output=True, text=True, timeout=180)
+        print(wrote.stdout, wrote.stderr)
+        if wrote.returncode == 2 and "behind PCIe bridges" in wrote.stderr:
+            pytest.skip(wrote.stderr.strip())
+        assert wrote.returncode == 0, wrote
+        intended = parse_nccl_topo_xml(written.read_text())
+        results = finish_ranks(launch(2, config=str(config), extra_env=extra))
+    finally:
+        if how == "installed":
+            VIRTUAL_TOPOLOGY.unlink(missing_ok=True)
+            if made_dir:
+                VIRTUAL_TOPOLOGY.parent.rmdir()
+    code, rank0, err = results[0]
+    m = allreduce_of(rank0)
+    assert m["ok"], (m, err[-2000:])
+    dump = m["details"].get("nccl_topology")
+    print(json.dumps({"written": written.name, "dump": dump}))
+    (gpu_file,) = intended.gpus
+    (gpu_dump,) = [g for g in dump["gpus"] if (g["busid"] or "").lower() == gpu_file.busid.lower()]
+    levels = [(h["busid"] or "").lower() for h in gpu_dump["chain"]]
+    assert levels == [h.busid.lower() for h in gpu_file.chain], (levels, gpu_file.chain)
+    bridge = gpu_dump["chain"][0]
+    assert (bridge["link_gts"], bridge["link_width"]) == (gpu_file.chain[0].link_gts, gpu_file.chain[0].link_width), bridge
+    astray = [f for f in rank0.get("findings", []) if f["kind"] == "nccl_topo_mismatch" and f["subject"] == "gpu0"]
+    assert not astray, astray

@@ -34,6 +34,7 @@ def test_one_worker_per_gpu_at_once_each_copy_checked(tmp_path):
         assert m.payload_bytes == 64 << 20 and m.details["device"] == "cpu"  # 512 MiB "free" x 0.25 / 2
         assert m.details["data_check"]["wrong_elements"] == 0 and m.bytes_per_second > 0
         assert m.details["data_check"]["elements"] == 2 * (64 << 20) // 4  # every word, both patterns
+        assert m.details["data_check"]["seconds"] > 0  # what the check added to the run, as the worker timed it
         assert m.details["siblings"] == 3 and m.details["sibling_ratio"] > 0
 
 
@@ -49,6 +50,7 @@ def test_gemm_on_each_gpu_at_once_gives_the_same_bits_on_every_one(tmp_path):
         assert m.ok and m.flops_per_second > 0 and m.bytes_per_second is None, m.error
         check = m.details["result_check"]
         assert check["repeat_agrees"] and (check["agreeing"], check["of"]) == (3, 3) and check["usual"] == check["digests"][0]
+        assert check["seconds"] > 0
     assert not [f for f in measurement_findings(measurements, Config()) if f.kind == "gpu_result_mismatch"]
 
 

@@ -128,7 +128,8 @@ def _hbm(figures: dict) -> tuple[float, int, str, dict]:
     size, wrong, words = int(figures["size_bytes"]), int(figures["wrong_words"]), int(figures["words_checked"])
     return float(figures["bytes_per_second"]), size, f"{size >> 20} MiB", {
         "best_bytes_per_second": figures.get("best_bytes_per_second"), "free_bytes": figures.get("free_bytes"),
-        "data_check": {"expected": "each 32-bit word its own index, then its complement", "elements": words, "wrong_elements": wrong}}
+        "data_check": {"expected": "each 32-bit word its own index, then its complement", "elements": words, "wrong_elements": wrong,
+                       "seconds": _seconds(figures.get("check_seconds"))}}
 
 
 def _gemm(figures: dict) -> tuple[float, int, str, dict]:
@@ -139,7 +140,12 @@ def _gemm(figures: dict) -> tuple[float, int, str, dict]:
     return float(figures["flops_per_second"]), 3 * n * n * 2, f"{n} x {n}", {
         "precision": "bf16", "best_flops_per_second": figures.get("best_flops_per_second"),
         "result_check": {"inputs": f"{int(check['n'])} x {int(check['n'])} BF16 from seed {int(check['seed'])}",
-                         "digests": digests}}
+                         "digests": digests, "seconds": _seconds(check.get("seconds"))}}
+
+
+def _seconds(value) -> float | None:
+    """What a check cost, as the worker timed it; None where its answer holds no plain duration."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 86400 else None
 
 
 def _window(figures) -> tuple[float, float] | None:

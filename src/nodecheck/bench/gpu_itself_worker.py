@@ -109,14 +109,17 @@ def hbm(torch, device: str, share: float, seconds: float) -> dict:
     while time.monotonic() < deadline or len(samples) < 3:
         samples.append(timer.seconds(copy, per_sample) / per_sample)
     timed_to = time.time()
+    checked_from = time.perf_counter()  # what the data check adds to the run (.item() waits for the device)
     wrong = int((dst.view(torch.int32) != words).sum().item())  # what the copies wrote is what was read
     torch.bitwise_not(words, out=words)  # every bit the other way
     dst.copy_(src)
     wrong += int((dst.view(torch.int32) != words).sum().item())
+    check_seconds = time.perf_counter() - checked_from
     median = statistics.median(samples)
     return {"size_bytes": size, "copies_per_sample": per_sample, "samples": len(samples), "seconds_per_copy": median,
             "bytes_per_second": 2 * size / median, "best_bytes_per_second": 2 * size / min(samples),
-            "words_checked": 2 * (size // 4), "wrong_words": wrong, "free_bytes": free, "window": [timed_from, timed_to]}
+            "words_checked": 2 * (size // 4), "wrong_words": wrong, "check_seconds": check_seconds, "free_bytes": free,
+            "window": [timed_from, timed_to]}
 
 
 def gemm(torch, device: str, seconds: float) -> dict:
@@ -140,10 +143,12 @@ def gemm(torch, device: str, seconds: float) -> dict:
         samples.append(timer.seconds(multiply, per_sample) / per_sample)
     timed_to = time.time()
     median = statistics.median(samples)
+    checked_from = time.perf_counter()  # what the result check adds to the run (each digest copies to the host)
     first, second = (_digest(torch, device, CHECK_N if cuda else CPU_CHECK_N) for _ in range(2))
+    check = {"n": CHECK_N if cuda else CPU_CHECK_N, "seed": SEED, "digests": [first, second],
+             "seconds": time.perf_counter() - checked_from}
     return {"n": n, "dtype": "bf16", "multiplies_per_sample": per_sample, "samples": len(samples), "seconds_per_multiply": median,
-            "flops_per_second": 2 * n**3 / median, "best_flops_per_second": 2 * n**3 / min(samples),
-            "check": {"n": CHECK_N if cuda else CPU_CHECK_N, "seed": SEED, "digests": [first, second]},
+            "flops_per_second": 2 * n**3 / median, "best_flops_per_second": 2 * n**3 / min(samples), "check": check,
             "window": [timed_from, timed_to]}
 
 

@@ -132,7 +132,8 @@ def computed(flops: float, digests=(USUAL, USUAL)) -> dict:
     return {"index": 0, "device": "cuda:0", "gemm": {"n": 8192, "dtype": "bf16", "multiplies_per_sample": 36, "samples": 30,
                                                      "seconds_per_multiply": 2 * 8192**3 / flops, "flops_per_second": flops,
                                                      "best_flops_per_second": flops * 1.01,
-                                                     "check": {"n": 4096, "seed": 20261129, "digests": list(digests)}}}
+                                                     "check": {"n": 4096, "seed": 20261129, "digests": list(digests),
+                                                               "seconds": 0.021}}}
 
 
 def test_gemm_judges_throughput_against_the_dense_spec_and_the_bits_against_the_siblings(monkeypatch, hgx):
@@ -146,7 +147,7 @@ def test_gemm_judges_throughput_against_the_dense_spec_and_the_bits_against_the_
     assert (healthy.flops_per_second, healthy.spec_flops_per_second) == (HEALTHY_FLOPS, 989.4e12)
     assert healthy.ratio == pytest.approx(0.806, abs=0.001) and healthy.figure == HEALTHY_FLOPS
     assert healthy.details["result_check"] == {"inputs": "4096 x 4096 BF16 from seed 20261129", "digests": [USUAL, USUAL],
-                                               "repeat_agrees": True, "usual": USUAL, "agreeing": 7, "of": 8}
+                                               "seconds": 0.021, "repeat_agrees": True, "usual": USUAL, "agreeing": 7, "of": 8}
     findings = {(f.kind, f.subject): f for f in measurement_findings(measurements, Config())}
     assert set(findings) == {("gpu_below_siblings", "gpu1:compute"), ("bandwidth_below_spec", "gpu2:compute"),
                              ("gpu_below_siblings", "gpu2:compute"), ("gpu_result_mismatch", "gpu5:compute"),
@@ -174,6 +175,21 @@ def test_a_gemm_answer_that_is_not_one_is_a_failure(monkeypatch, hgx, garbled):
     replayed(monkeypatch, {0: garbled}, "gemm")
     (m,) = gpu_itself.gpu_tests(report, {"gemm"}, "quick", 60)
     assert not m.ok and m.error.startswith("gemm on gpu0")
+
+
+@pytest.mark.parametrize("seconds", ["0.02", -1.0, True, 1e30, None, [0.02]])
+def test_a_check_duration_that_is_no_plain_one_is_left_out_and_the_figure_kept(monkeypatch, hgx, seconds):
+    """What the data and result checks cost comes from the worker's answer: one that is no duration is None, never
+    a failure of the measurement it rides on."""
+    report = dataclasses.replace(hgx, gpus=hgx.gpus[:1])
+    copy, multiply = answer(HEALTHY), computed(HEALTHY_FLOPS)
+    copy["hbm"]["check_seconds"] = multiply["gemm"]["check"]["seconds"] = seconds
+    replayed(monkeypatch, {0: copy}, "hbm")
+    (m,) = gpu_itself.hbm_tests(report, "quick", 60)
+    assert m.ok and m.details["data_check"]["seconds"] is None and m.details["data_check"]["wrong_elements"] == 0
+    replayed(monkeypatch, {0: multiply}, "gemm")
+    (m,) = gpu_itself.gpu_tests(report, {"gemm"}, "quick", 60)
+    assert m.ok and m.details["result_check"]["seconds"] is None and m.details["result_check"]["repeat_agrees"]
 
 
 def test_a_gemm_figure_reads_in_tflops_in_every_face(monkeypatch, hgx):
