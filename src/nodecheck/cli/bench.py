@@ -191,10 +191,8 @@ def nccl_topo(
 
 def _write_topology(write: Optional[Path], install: bool, source: Optional[Path], config_path: Optional[Path]) -> None:
     """The topology file for a flattened VM, read back through the reader before it is written (atomically)."""
-    import os
-    import tempfile
-
     from nodecheck.assemble.nccl_topo_file import flattened, pairing, topology_xml
+    from nodecheck.host.files import atomic_file
     from nodecheck.probes.nccl_topo import parse_nccl_topo_xml
 
     try:
@@ -214,10 +212,8 @@ def _write_topology(write: Optional[Path], install: bool, source: Optional[Path]
     target = Path(VIRTUAL_TOPOLOGY) if install else write
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=target.parent, prefix=".nodecheck-topo-", delete=False) as handle:
-            handle.write(text)
-        os.chmod(handle.name, 0o644)
-        os.replace(handle.name, target)
+        with atomic_file(target) as handle:  # a failed write leaves no half file, and no temporary
+            handle.write(text.encode())
     except OSError as error:
         fail(f"{target}: cannot write the topology file ({error.strerror or error})")
     typer.echo(f"{target}: {len(paired)} GPU(s) and their NICs, paired by {how} ({seen})")

@@ -84,6 +84,15 @@ def test_install_puts_it_where_nccl_reads_one_unasked(vm, tmp_path, monkeypatch)
     assert [p.name for p in (tmp_path / "run/nvidia-topologyd").iterdir()] == ["virtualTopology.xml"]  # no temporary left
 
 
+def test_a_write_that_fails_leaves_no_temporary_beside_its_target(tmp_path):
+    (tmp_path / "c.toml").write_text('[topology]\npairs = [["gpu0", "eth0"]]\n')
+    (tmp_path / "out/topo.xml").mkdir(parents=True)  # a directory where the file should go: the rename fails
+    (tmp_path / "out/topo.xml/kept").write_text("")
+    failed = cli("nccl-topo", "--write", str(tmp_path / "out/topo.xml"), "--from", str(VM), "--config", str(tmp_path / "c.toml"))
+    assert failed.returncode == 2 and "cannot write the topology file" in failed.stderr, failed.stderr
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["topo.xml"]
+
+
 @pytest.mark.parametrize("text", ['[topology]\npairs = [["gpu0"]]\n', '[topology]\npairs = [["card0", "eth0"]]\n',
                                   '[topology]\npairs = "gpu0"\n', '[topology]\nother = 1\n'])
 def test_a_topology_table_not_of_its_shape_is_a_config_error(text):
