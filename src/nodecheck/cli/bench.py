@@ -168,7 +168,7 @@ def nccl_topo(
     from nodecheck.host.files import read_user_file
     from nodecheck.probes.nccl_topo import MAX_TOPO_BYTES, parse_nccl_topo_log, parse_nccl_topo_xml
     from nodecheck.report.findings import at_or_above
-    from nodecheck.verdicts.nccl_topo import topo_findings
+    from nodecheck.verdicts.nccl_topo import topo_findings, with_bare_devices_named
 
     try:
         text = read_user_file(dump, MAX_TOPO_BYTES, "NCCL's topology").decode("utf-8", errors="replace")
@@ -177,6 +177,7 @@ def nccl_topo(
         report, config = load_report(source, config_path)
     except (NodecheckError, ParseError) as error:
         fail(str(error) if str(dump) in str(error) else f"{dump}: {error}")
+    topo = with_bare_devices_named(topo, report)  # a file's devices without a class, as this node makes them
     findings = topo_findings(topo, report)
     where = f"snapshot {source}" if source else "this node"
     if as_json:

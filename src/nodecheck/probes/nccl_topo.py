@@ -12,8 +12,9 @@ that reverses which NIC is near which GPU, a VM's flattened PCI tree) the job is
 
 What real files hold, each read: RCCL's version 2; link_width "0" or "" (unknown, never a downtrained link); speeds
 written "32.0 GT/s PCIe", "16 GT/s", "2.5 GT/s PCIe"; the fffffff:ff:ff.0 NVSwitch NCCL cannot see; several <gpu>
-under one <pci>; a provider's topology file whose GPUs and NICs are bare <pci> of their class (Azure's), and a paste
-cut mid-tree: read what is there and say where it ends. Bounded: MAX_TOPO_BYTES of text, MAX_ELEMENTS, MAX_DEPTH; no
+under one <pci>; a provider's topology file whose GPUs and NICs are bare <pci> of their class (Azure's) or of none
+(AWS's g5: NCCL reads the class from sysfs; kept as unclassed), and a paste cut mid-tree: read what is there and say
+where it ends. Bounded: MAX_TOPO_BYTES of text, MAX_ELEMENTS, MAX_DEPTH; no
 DTD or entity (a dump has none). Raises only ParseError."""
 
 from __future__ import annotations
@@ -76,11 +77,21 @@ class NcclTopoNic:
 
 
 @dataclass
+class NcclTopoBare:
+    """A topology file's bare <pci> without a class (AWS's file for g5.12xlarge lists its four GPUs so): NCCL reads
+    the class from sysfs on the node it runs on, so what it is depends on that node (verdicts/nccl_topo.py names it)."""
+    busid: str | None = None
+    cpu: int = 0
+    chain: list[PciHop] = field(default_factory=list)
+
+
+@dataclass
 class NcclTopo:
     version: int | None = None
     cpus: list[NcclTopoCpu] = field(default_factory=list)
     gpus: list[NcclTopoGpu] = field(default_factory=list)
     nics: list[NcclTopoNic] = field(default_factory=list)
+    unclassed: list[NcclTopoBare] = field(default_factory=list)  # bare devices the file gives no class
     ends_early: str | None = None  # where a cut or broken paste stopped being read; None: read to </system>
 
 
@@ -168,6 +179,8 @@ class _Reader:
                     self.topo.gpus.append(NcclTopoGpu(hop.busid, self._cpu(), self._chain()))
                 elif hop.pci_class.startswith(NIC_CLASSES):
                     self.topo.nics.append(NcclTopoNic(hop.busid, self._cpu(), self._chain()))
+            elif not closing["children"] and hop.busid:  # no class: NCCL reads it from the node's sysfs
+                self.topo.unclassed.append(NcclTopoBare(hop.busid, self._cpu(), self._chain()))
             self.pcis.pop()
         if self.stack:
             self.stack.pop()

@@ -22,6 +22,10 @@ def nccl_topo_lines(topo: NcclTopo, form: str, findings: list, where: str) -> li
     for nic in topo.nics:
         names = ", ".join(f"{n.get('name')} {n.get('speed')} Mb/s" for n in nic.nets) or "no <net> (a topology file's bare device)"
         lines.append(clean(f"  NIC {nic.busid}: {names}"))
+    if topo.unclassed:
+        shown = ", ".join(str(b.busid) for b in topo.unclassed[:8]) + (", ..." if len(topo.unclassed) > 8 else "")
+        lines.append(clean(f"  {len(topo.unclassed)} device(s) without a class, none of them a GPU or NIC of {where} "
+                           f"(NCCL reads the class from the node it runs on): {shown}"))
     lines.append(f"Against {where}: " + ("agrees" if not findings else f"{len(findings)} finding(s)"))
     lines += [clean(f"  {f.severity}: {f.message}") for f in findings]
     return lines

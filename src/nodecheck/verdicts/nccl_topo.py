@@ -7,6 +7,7 @@ not write (a link width of 0, a speed of "") is unknown, never a disagreement.""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 from nodecheck.core.link_types import link_distance
@@ -20,6 +21,7 @@ CLOSE = ("PIX", "PXB")  # topo -m's links through PCIe switches only, as NCCL's 
 
 
 def topo_findings(topo: NcclTopo, report: Report) -> list[Finding]:
+    topo = with_bare_devices_named(topo, report)
     gpus = {normal_pci(g.pci_bus_id): g for g in report.gpus if g.pci_bus_id}
     matched = [(mine, gpus[mine.busid]) for mine in topo.gpus if mine.busid in gpus]
     findings = []
@@ -36,6 +38,20 @@ def topo_findings(topo: NcclTopo, report: Report) -> list[Finding]:
             findings += _placement(nccl_nic, nic, matched, report)
             findings += _chain(nic.rdma_device or nic.name, nccl_nic.chain, hops.get(normal_pci(nic.pci_address)), hops)
     return findings
+
+
+def with_bare_devices_named(topo: NcclTopo, report: Report) -> NcclTopo:
+    """A topology file's devices without a class as NCCL will take them on this node, which reads each one's class
+    from sysfs (src/graph/xml.cc ncclTopoGetXmlFromSys): the bus id of one of the node's GPUs a bare GPU, of a NIC a
+    bare NIC; the rest stay unclassed (another node's file, or devices NCCL does not route by)."""
+    if not topo.unclassed:
+        return topo
+    gpus = {normal_pci(g.pci_bus_id) for g in report.gpus if g.pci_bus_id}
+    nics = {normal_pci(n.pci_address) for n in report.nics if n.pci_address and not n.virtual}
+    return dataclasses.replace(
+        topo, gpus=topo.gpus + [NcclTopoGpu(b.busid, b.cpu, b.chain) for b in topo.unclassed if b.busid in gpus],
+        nics=topo.nics + [NcclTopoNic(b.busid, b.cpu, b.chain) for b in topo.unclassed if b.busid in nics and b.busid not in gpus],
+        unclassed=[b for b in topo.unclassed if b.busid not in gpus and b.busid not in nics])
 
 
 def topology_from_details(raw) -> NcclTopo | None:

@@ -43,6 +43,16 @@ def test_azures_nd_a100_v4_file_puts_two_gpus_and_two_nics_under_each_bridge():
     assert [c.vendor for c in topo.cpus] == ["AuthenticAMD"] * 4
 
 
+def test_a_file_of_bare_devices_without_a_class_keeps_them_unclassed():
+    """aws-ofi-nccl#466's g5.12xlarge file: four <pci busid> and nothing else. NCCL reads each one's class from sysfs,
+    so the file alone does not say they are GPUs: kept as unclassed, in order, under CPU 0, never dropped."""
+    topo = read("aws-ofi-nccl466-g5-topo.xml")
+    assert (topo.version, topo.ends_early, topo.gpus, topo.nics) == (1, None, [], [])
+    assert [(b.busid, b.cpu, [h.busid for h in b.chain]) for b in topo.unclassed] == [
+        (f"0000:00:{dev}.0", 0, [f"0000:00:{dev}.0"]) for dev in ("1b", "1c", "1d", "1e")]
+    assert all(b.chain[0].link_gts is None and b.chain[0].link_width is None for b in topo.unclassed)
+
+
 def test_a_gb10_dump_has_no_numa_id_no_gdr_and_its_gpu_on_c2c():
     topo = read("gb10-dgx-spark-dump.xml")
     ((cpu,), (gpu,)) = topo.cpus, topo.gpus

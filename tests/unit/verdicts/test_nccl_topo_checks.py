@@ -13,7 +13,7 @@ from helpers import REPO, cli
 from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
 from nodecheck.probes.nccl_topo import parse_nccl_topo_xml
-from nodecheck.verdicts.nccl_topo import topo_findings
+from nodecheck.verdicts.nccl_topo import topo_findings, with_bare_devices_named
 
 EXAMPLE = REPO / "examples" / "hgx-h100-8gpu"
 BUSES = ["18", "28", "38", "48", "58", "68", "78", "88"]
@@ -226,6 +226,29 @@ def test_a_flattened_vm_under_a_providers_made_up_switches_is_as_meant(tmp_path)
     report.gpus = [dataclasses.replace(report.gpus[0], pci_bus_id=gpu_bus)] + report.gpus[1:]
     topo.gpus[0].dev = 0  # as a dump NCCL wrote while it ran with the file
     assert [f for f in topo_findings(topo, report) if "sysfs" in f.expected] == []
+
+
+def test_a_files_devices_without_a_class_are_what_the_node_says_they_are(tmp_path):
+    """The g5.12xlarge file (aws-ofi-nccl#466): its four bare devices are the node's four A10Gs where the node has
+    GPUs at those addresses (NCCL reads their class there), judged as GPUs: NUMA 0 as the node's, no finding. Held
+    against a node with none of them, they stay unclassed and the command says so."""
+    import dataclasses
+
+    fixture = REPO / "tests/fixtures/nccl-topo/aws-ofi-nccl466-g5-topo.xml"
+    topo = parse_nccl_topo_xml(fixture.read_text())
+    report = dgx1_report(tmp_path)
+    g5 = dataclasses.replace(report, gpus=[dataclasses.replace(report.gpus[i], pci_bus_id=f"00000000:00:{dev}.0", numa_node=0)
+                                           for i, dev in enumerate(("1b", "1c", "1d", "1e"))])
+    named = with_bare_devices_named(topo, g5)
+    assert [g.busid for g in named.gpus] == [f"0000:00:{dev}.0" for dev in ("1b", "1c", "1d", "1e")] and named.unclassed == []
+    assert all(g.dev is None for g in named.gpus) and topo_findings(topo, g5) == []
+    wrong = dataclasses.replace(g5, gpus=[dataclasses.replace(g, numa_node=1) for g in g5.gpus])
+    assert {(f.kind, f.subject) for f in topo_findings(topo, wrong)} == {("nccl_topo_mismatch", f"gpu{i}") for i in range(4)}
+    elsewhere = cli("nccl-topo", str(fixture), "--from", str(EXAMPLE))
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert "0 GPU(s), 0 NIC(s)" in elsewhere.stdout and "4 device(s) without a class, none of them a GPU or NIC" in elsewhere.stdout
+    assert json.loads(cli("nccl-topo", str(fixture), "--from", str(EXAMPLE), "--json").stdout)["topology"]["unclassed"][0][
+        "busid"] == "0000:00:1b.0"
 
 
 def test_a_far_end_from_a_hostile_dump_or_report_is_no_far_end():
