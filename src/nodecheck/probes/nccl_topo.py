@@ -66,6 +66,7 @@ class NcclTopoGpu:
     gdr: bool | None = None
     nvlinks: list[dict] = field(default_factory=list)  # {target (busid), count, tclass}
     c2c: dict | None = None  # {bw (MB/s per link), count}
+    cut: bool = False  # a paste that ends inside this <gpu>: what it held past the cut (NVLinks, C2C) is unknown
 
 
 @dataclass
@@ -128,6 +129,7 @@ class _Reader:
         self.stack: list[tuple[str, dict]] = []  # (tag, attributes) of the open elements
         self.elements = 0
         self.pcis: list[dict] = []  # open <pci>: {"hop": PciHop, "children": how many <pci>, <gpu>, <nic> in it}
+        self.gpus_open: list[int] = []  # positions in topo.gpus of the <gpu> elements not yet closed
 
     def take(self, events) -> None:
         for event, element in events:
@@ -155,7 +157,8 @@ class _Reader:
         elif tag == "gpu":
             self._child()
             self.topo.gpus.append(NcclTopoGpu(self._busid(), self._cpu(), self._chain(), _int(attrs.get("dev")), _int(attrs.get("rank")),
-                                              _int(attrs.get("sm")), _flag(attrs.get("gdr"))))
+                                              _int(attrs.get("sm")), _flag(attrs.get("gdr")), cut=True))  # until its end tag
+            self.gpus_open.append(len(self.topo.gpus) - 1)
         elif tag == "nic":
             self._child()
             self.topo.nics.append(NcclTopoNic(self._busid(), self._cpu(), self._chain()))
@@ -171,6 +174,8 @@ class _Reader:
         self.stack.append((tag, attrs))
 
     def _end(self, tag: str) -> None:
+        if tag == "gpu" and self.gpus_open:
+            self.topo.gpus[self.gpus_open.pop()].cut = False
         if tag == "pci" and self.pcis:
             closing = self.pcis[-1]
             hop = closing["hop"]

@@ -18,7 +18,8 @@ def nccl_topo_lines(topo: NcclTopo, form: str, findings: list, where: str) -> li
         nvlinks = sum(n["count"] for n in gpu.nvlinks if isinstance(n.get("count"), int)) or len(gpu.nvlinks)
         lines.append(clean(f"  GPU {gpu.busid}" + (f" rank {gpu.rank}" if gpu.rank is not None else "")
                            + f": NUMA {cpu if cpu is not None else '?'}, {max(0, len(gpu.chain) - 1)} PCI level(s) above{link}"
-                           + (f", {nvlinks} NVLink(s)" if gpu.nvlinks else "") + (f", C2C x{gpu.c2c.get('count')}" if gpu.c2c else "")))
+                           + (f", {nvlinks} NVLink(s)" if gpu.nvlinks else "") + (f", C2C x{gpu.c2c.get('count')}" if gpu.c2c else "")
+                           + (" (the paste ends inside it: what follows is unknown)" if gpu.cut else "")))
     for nic in topo.nics:
         names = ", ".join(f"{n.get('name')} {n.get('speed')} Mb/s" for n in nic.nets) or "no <net> (a topology file's bare device)"
         lines.append(clean(f"  NIC {nic.busid}: {names}"))

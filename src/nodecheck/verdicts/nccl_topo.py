@@ -70,8 +70,9 @@ def topology_from_details(raw) -> NcclTopo | None:
 def _nvlinks(nccl_gpu: NcclTopoGpu, gpu) -> list[Finding]:
     """The GB300 case: NVML's fabric healthy and every link active, NCCL's dump without them: its traffic goes over
     PCIe (a tray's all-reduce read 51.6 GB/s of its 507)."""
-    if gpu.mig_enabled or not gpu.nvlinks or nccl_gpu.dev is None and not nccl_gpu.nvlinks:
-        return []  # no NVML view to hold it against, or a topology file's bare GPU (it says nothing of NVLink)
+    if gpu.mig_enabled or not gpu.nvlinks or nccl_gpu.dev is None and not nccl_gpu.nvlinks or nccl_gpu.cut:
+        return []  # no NVML view to hold it against, a topology file's bare GPU (it says nothing of NVLink), or a
+        # paste that ends inside the GPU's NVLink list (NVIDIA/nccl#671's DGX-1 dump: gpu1's 6 links, 4 pasted)
     active = sum(1 for link in gpu.nvlinks if link.get("active"))
     counts = [link["count"] for link in nccl_gpu.nvlinks if isinstance(link.get("count"), int)]
     if active and not nccl_gpu.nvlinks:
@@ -93,8 +94,8 @@ def _nvlink_targets(nccl_gpu: NcclTopoGpu, gpu, names: dict[str, str]) -> list[F
     another wiring (a dump of another node, a topology file of another board, links rewired since). Peer GPUs only:
     NVSwitches are counted in the sum (_nvlinks), and each switch's bus id differs between bare metal and a VM."""
     ends = [link for link in gpu.nvlinks if link.get("active")]
-    if nccl_gpu.dev is None or not ends or any("remote" not in link for link in ends):
-        return []  # a topology file's bare GPU, or an NVML that did not say every far end
+    if nccl_gpu.dev is None or nccl_gpu.cut or not ends or any("remote" not in link for link in ends):
+        return []  # a topology file's bare GPU, a paste cut inside it, or an NVML that did not say every far end
     nvml = Counter(normal_pci(link["remote"]) for link in ends if link.get("remote_type") == "gpu")
     nccl: Counter = Counter()
     for link in nccl_gpu.nvlinks:
@@ -136,8 +137,8 @@ def _chain(subject: str, chain: list, hops: list | None, every: dict) -> list[Fi
 def _c2c(nccl_gpu: NcclTopoGpu, gpu) -> list[Finding]:
     """A Grace GPU's NVLink-C2C links: NCCL's count against NVML's active ones (its host path, the CPU's memory)."""
     active = (gpu.c2c or {}).get("links") if isinstance(gpu.c2c, dict) else None
-    if not isinstance(active, int) or active <= 0 or nccl_gpu.dev is None:
-        return []
+    if not isinstance(active, int) or active <= 0 or nccl_gpu.dev is None or nccl_gpu.cut and nccl_gpu.c2c is None:
+        return []  # a bare GPU, or a paste cut inside the GPU before its <c2c>
     count = (nccl_gpu.c2c or {}).get("count")
     if isinstance(count, int) and count == active:
         return []

@@ -32,6 +32,7 @@ def test_azures_nd_h100_v5_file_pairs_each_gpu_with_its_nic_under_a_made_up_brid
     assert all(len(ns) == 1 for ns in paired(topo).values())
     assert {(h.link_gts, h.link_width) for g in topo.gpus for h in g.chain} == {(32.0, 16)}
     assert [g.cpu for g in topo.gpus] == [0, 0, 0, 0, 1, 1, 1, 1] and all(g.dev is None and not g.nvlinks for g in topo.gpus)
+    assert not any(g.cut for g in topo.gpus)
 
 
 def test_azures_nd_a100_v4_file_puts_two_gpus_and_two_nics_under_each_bridge():
@@ -72,6 +73,7 @@ def test_a_paste_cut_mid_tree_is_read_as_far_as_it_goes_and_says_where_it_ends()
     assert [(link["target"], link["count"]) for link in gpu0.nvlinks] == [
         ("0000:07:00.0", 1), ("0000:0a:00.0", 1), ("0000:0b:00.0", 2), ("0000:85:00.0", 2)]
     assert [link["count"] for link in gpu1.nvlinks] == [2, 2] and gpu1.rank == 1
+    assert (gpu0.cut, gpu1.cut) == (False, True)  # the paste ends inside gpu1: its other links are unknown
     assert [h.busid for h in gpu0.chain] == ["0000:03:00.0", "0000:06:00.0"] and gpu0.chain[0].pci_class == "0x060400"
 
 

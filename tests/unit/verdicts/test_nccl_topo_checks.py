@@ -176,6 +176,23 @@ def test_nccls_nvlink_targets_agree_with_nvmls_far_ends_on_the_published_dgx1(tm
     assert [f for f in topo_findings(topo, dgx1_report(tmp_path)) if "NVLinks to" in f.measured] == []
 
 
+def test_a_gpu_the_paste_cuts_inside_is_not_judged_by_the_nvlinks_it_shows(tmp_path):
+    """nccl#671's paste ends inside gpu1's third NVLink: 4 of its 6 are shown. That is the paste, not NCCL: gpu1's
+    NVLinks are unknown (no nccl_topo_nvlink_missing error), while gpu0, whole before the cut, is still judged. The same
+    gpu1 closed after those two lines is NCCL's own picture, and its missing links are named."""
+    report = dgx1_report(tmp_path)
+    text = DGX1_DUMP.read_text()
+    cut = parse_nccl_topo_xml(text)
+    assert [g.cut for g in cut.gpus] == [False, True]
+    assert [f for f in topo_findings(cut, report) if f.kind == "nccl_topo_nvlink_missing"] == []
+    assert "gpu1" not in {f.subject for f in topo_findings(cut, report) if "NVLink" in f.measured}
+    closed = text[:text.rindex("<nvlink")] + "</gpu></pci></pci></cpu></system>"
+    (found,) = [f for f in topo_findings(parse_nccl_topo_xml(closed), report) if f.kind == "nccl_topo_nvlink_missing"]
+    assert (found.subject, found.measured, found.expected) == ("gpu1", "4 NVLinks", "6 active (NVML)")
+    shown = cli("nccl-topo", str(DGX1_DUMP), "--from", str(EXAMPLE)).stdout
+    assert "GPU 0000:07:00.0 rank 1" in shown and "(the paste ends inside it: what follows is unknown)" in shown
+
+
 def test_an_nvlink_that_ends_elsewhere_than_nccl_routes_it_is_named(tmp_path):
     """One of gpu0's two links to gpu3 (0b) ends at gpu7 (8a) by NVML: NCCL's picture is of another wiring."""
     ends = DGX1_GPU0_ENDS[:3] + ["8a"] + DGX1_GPU0_ENDS[4:]
