@@ -77,6 +77,19 @@ def test_a_paste_cut_mid_tree_is_read_as_far_as_it_goes_and_says_where_it_ends()
     assert [h.busid for h in gpu0.chain] == ["0000:03:00.0", "0000:06:00.0"] and gpu0.chain[0].pci_class == "0x060400"
 
 
+def test_an_a100_three_switch_levels_down_cut_inside_its_nvlinks():
+    """nccl#1125's A100 node: gpu0 under three Broadcom switch levels (01, 03, 05), Gen4 x16, on an AMD EPYC; the four
+    NVSwitch links pasted before the cut (d5, d2, d4, d7, two each) read, the GPU marked cut."""
+    topo = read("nccl1125-a100-amd-three-switch-levels-cut.xml")
+    assert topo.ends_early.startswith("the XML ends or breaks at line 12")
+    ((cpu,), (gpu,)) = topo.cpus, topo.gpus
+    assert (cpu.numaid, cpu.vendor, cpu.affinity) == (0, "AuthenticAMD", "00000000,ffffffff,00000000,ffffffff")
+    assert [h.busid for h in gpu.chain] == ["0000:01:00.0", "0000:03:00.0", "0000:05:00.0", "0000:07:00.0"]
+    assert {(h.link_gts, h.link_width) for h in gpu.chain} == {(16.0, 16)}
+    assert (gpu.dev, gpu.rank, gpu.sm, gpu.gdr, gpu.cut) == (0, 0, 80, True, True)
+    assert [(n["target"], n["count"]) for n in gpu.nvlinks] == [(f"0000:{b}:00.0", 2) for b in ("d5", "d2", "d4", "d7")]
+
+
 def test_rccls_version_2_dump_with_four_levels_above_its_gpu():
     topo = read("rccl1185-mi300-v2-dump-cut.xml")
     assert (topo.version, topo.cpus[0].numaid) == (2, 3) and topo.ends_early
