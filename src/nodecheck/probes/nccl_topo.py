@@ -252,6 +252,7 @@ def _busid(value) -> str | None:
 #                   + PCI[24.0] - GPU/0-4e000 (0)    a GPU and its rank
 #   + NVL[240.0] - NVS/0,  + NET[25.0] - NET/0, + SYS[5000.0] - CPU/1
 _SYSTEM = re.compile(r"=== System : (?:maxBw|maxWidth) ")
+_CLOSING = re.compile(r"^={20,}$")  # the block's last line (src/graph/topo.cc ncclTopoPrint): every node printed
 _INFO = re.compile(r"NCCL INFO ?(.*)$")
 _NODE = re.compile(r"^(?P<type>CPU|GPU|NIC|NET|NVS|PCI)/(?:(?P<system>\d{1,4})-)?(?P<id>[0-9A-Fa-f]{1,16})\b(?:\s*\((?P<rank>\d{1,7})\))?")
 _LINK = re.compile(r"^(?P<indent>\s*)\+ (?P<link>[A-Z0-9]{2,4})\[(?P<bw>\d{1,6}(?:\.\d{1,3})?)\] - (?P<node>.+)$")
@@ -261,29 +262,41 @@ MAX_LOG_LINES = 200_000
 def parse_nccl_topo_log(text: str) -> NcclTopo:
     """The topology of the first "=== System" block of an NCCL debug log: CPUs, each GPU (its rank, the PCI levels
     from its CPU with NCCL's bandwidth for each, its NVLinks' targets and bandwidth) and NIC. ParseError when the log
-    holds no such block."""
+    holds no such block. A GPU is printed with its NVLinks below it, so one is whole once a line at its own depth or
+    above follows, or the block's closing line; one the paste (or another process's line) ends below is `cut`."""
     if len(text) > MAX_TOPO_BYTES:
         raise ParseError(f"NCCL log of {len(text)} bytes: more than {MAX_TOPO_BYTES >> 20} MiB, not read")
-    topo, stack = None, []  # stack: (column of "+", node kind, the hops down to it, the GPU it is)
+    topo, stack, prefix, closed = None, [], "", False  # stack: (column of "+", node kind, the hops down to it, the GPU it is)
+
+    def whole(entries) -> None:
+        for entry in entries:
+            if entry[3] is not None:
+                entry[3].cut = False
     for line in text.splitlines()[:MAX_LOG_LINES]:
         found = _INFO.search(line[:2000])
         body = found[1] if found else line[:2000]
         if topo is None:
             if _SYSTEM.search(body):
-                topo = NcclTopo(None)
+                topo, prefix = NcclTopo(None), (line[:found.start()] if found else "")
             continue
+        if found is not None and line[:found.start()] != prefix:
+            continue  # another process's or thread's line in the middle of this one's block (several ranks log at once)
+        if _CLOSING.match(body.strip()):
+            closed = True
+            break
         link = _LINK.match(body)
         node = _NODE.match(body.strip()) if link is None else None
         if node is not None and not body.startswith(" "):  # a top-level node: a CPU (or, on some, a NIC)
             if node["type"] == "CPU":
                 topo.cpus.append(NcclTopoCpu(_hex_or_none(node["id"]), None, None, None, None))
+            whole(stack)
             stack = [(-1, node["type"], [], None)]
             continue
         if link is None or not stack:
             break  # the block ends at the first line that is none of its own
         column = len(link["indent"])
         while stack and stack[-1][0] >= column:
-            stack.pop()
+            whole([stack.pop()])
         if not stack:
             break
         _, parent, hops, gpu = stack[-1]
@@ -301,13 +314,17 @@ def parse_nccl_topo_log(text: str) -> NcclTopo:
         cpu = max(0, len(topo.cpus) - 1)
         here = None
         if kind == "GPU":
-            here = NcclTopoGpu(hop.busid, cpu, hops + [hop], rank=_int(child["rank"]))
+            here = NcclTopoGpu(hop.busid, cpu, hops + [hop], rank=_int(child["rank"]), cut=True)  # until a line closes it
             topo.gpus.append(here)
         elif kind == "NIC":
             topo.nics.append(NcclTopoNic(hop.busid, cpu, hops + [hop]))
         stack.append((column, kind, hops + [hop], here))
     if topo is None:
         raise ParseError("no \"=== System\" block: NCCL prints its topology with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=GRAPH")
+    if closed:
+        whole(stack)
+    else:
+        topo.ends_early = "the block ends before NCCL's closing line of '=': read up to there"
     return topo
 
 

@@ -28,7 +28,7 @@ def topo_findings(topo: NcclTopo, report: Report) -> list[Finding]:
     hops = report.hops() if topo.version is not None else {}  # a GRAPH log's tree is NCCL's after it merged switches
     names = {busid: f"gpu{gpu.index}" for busid, gpu in gpus.items()}
     for nccl_gpu, gpu in matched:
-        findings += _nvlinks(nccl_gpu, gpu) + _nvlink_targets(nccl_gpu, gpu, names) + _c2c(nccl_gpu, gpu)
+        findings += _nvlinks(nccl_gpu, gpu, topo.version is None) + _nvlink_targets(nccl_gpu, gpu, names) + _c2c(nccl_gpu, gpu)
         findings += _pcie(nccl_gpu, gpu) + _numa(topo, nccl_gpu, gpu) + _chain(f"gpu{gpu.index}", nccl_gpu.chain, hops.get(nccl_gpu.busid), hops)
     nics = _nic_index(report)
     for nccl_nic in topo.nics:
@@ -67,10 +67,12 @@ def topology_from_details(raw) -> NcclTopo | None:
         return None
 
 
-def _nvlinks(nccl_gpu: NcclTopoGpu, gpu) -> list[Finding]:
+def _nvlinks(nccl_gpu: NcclTopoGpu, gpu, from_log: bool = False) -> list[Finding]:
     """The GB300 case: NVML's fabric healthy and every link active, NCCL's dump without them: its traffic goes over
-    PCIe (a tray's all-reduce read 51.6 GB/s of its 507)."""
-    if gpu.mig_enabled or not gpu.nvlinks or nccl_gpu.dev is None and not nccl_gpu.nvlinks or nccl_gpu.cut:
+    PCIe (a tray's all-reduce read 51.6 GB/s of its 507). A GRAPH log prints each GPU with all its NVLinks below it
+    (no count: NVL lines are judged only when there are none)."""
+    bare = nccl_gpu.dev is None and not from_log  # a topology file's <pci> of a GPU's class: it says nothing of NVLink
+    if gpu.mig_enabled or not gpu.nvlinks or bare and not nccl_gpu.nvlinks or nccl_gpu.cut:
         return []  # no NVML view to hold it against, a topology file's bare GPU (it says nothing of NVLink), or a
         # paste that ends inside the GPU's NVLink list (NVIDIA/nccl#671's DGX-1 dump: gpu1's 6 links, 4 pasted)
     active = sum(1 for link in gpu.nvlinks if link.get("active"))

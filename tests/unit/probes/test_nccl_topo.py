@@ -145,6 +145,8 @@ def test_the_graph_log_of_an_hgx_a100_gives_each_gpus_pci_chain_with_nccls_bandw
     assert (gpu.busid, gpu.rank, [c.numaid for c in topo.cpus]) == ("0000:0e:00.0", 0, [0])
     assert [(h.busid, h.nccl_gbps) for h in gpu.chain] == [
         ("0000:01:00.0", 24.0), ("0000:06:00.0", 24.0), ("0000:0c:00.0", 24.0), ("0000:0e:00.0", 24.0)]
+    # the paste ends at the GPU's own line: the NVLinks NCCL prints below it are not there, so unknown
+    assert gpu.cut and topo.ends_early == "the block ends before NCCL's closing line of '=': read up to there"
 
 
 def test_a_vms_graph_log_puts_gpu_and_nic_straight_under_the_cpu():
@@ -154,6 +156,7 @@ def test_a_vms_graph_log_puts_gpu_and_nic_straight_under_the_cpu():
     ((gpu,), (nic,)) = topo.gpus, topo.nics
     assert [(h.busid, h.nccl_gbps) for h in gpu.chain] == [("0000:03:00.0", 12.0)]
     assert [h.busid for h in nic.chain] == ["0000:03:01.0"]
+    assert not gpu.cut  # the NIC's line at the GPU's own depth follows: everything below the GPU was printed
 
 
 def test_nccl_2_5s_form_with_a_cpu_of_no_numa_id():
@@ -176,6 +179,10 @@ h:1:2 [0] NCCL INFO ==========================================
     topo = parse_nccl_topo_log(text)
     ((gpu,), (nic,)) = topo.gpus, topo.nics
     assert gpu.nvlinks == [{"target": "nvswitch", "count": None, "tclass": None, "bw": 240.0}]
+    assert (gpu.cut, topo.ends_early) == (False, None)
+    lines = text.splitlines()  # another rank's lines in the middle of the block, as several ranks log at once
+    mixed = parse_nccl_topo_log("\n".join(lines[:4] + ["h:7:8 [1] NCCL INFO Setting affinity for GPU 1 to ff"] + lines[4:]))
+    assert mixed.gpus[0].nvlinks == gpu.nvlinks and len(mixed.nics) == 1 and mixed.ends_early is None
     assert [h.busid for h in gpu.chain] == ["0000:17:00.0", "0000:18:00.0"] and [h.busid for h in nic.chain] == ["0000:17:00.0", "0000:19:00.0"]
     with pytest.raises(ParseError, match="no .=== System. block"):
         parse_nccl_topo_log("h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB\n")

@@ -193,6 +193,24 @@ def test_a_gpu_the_paste_cuts_inside_is_not_judged_by_the_nvlinks_it_shows(tmp_p
     assert "GPU 0000:07:00.0 rank 1" in shown and "(the paste ends inside it: what follows is unknown)" in shown
 
 
+def test_a_graph_log_without_nvlinks_on_a_whole_gpu_is_named_and_a_cut_one_is_not(node, tmp_path):
+    """NCCL's GRAPH log prints each GPU with all its NVLinks below it, then the block's closing line: a GPU printed
+    whole without one, on a node whose NVML counts 18 active, is NCCL routing it over PCIe (the GB300 case, from a
+    log). The same lines cut at the GPU (as nccl-tests#100's paste is) say nothing of its NVLinks."""
+    from nodecheck.probes.nccl_topo import parse_nccl_topo_log
+
+    lines = ["n1:1:2 [0] NCCL INFO === System : maxBw 24.0 totalBw 24.0 ===", "n1:1:2 [0] NCCL INFO CPU/0-0 (1/1/2)",
+             "n1:1:2 [0] NCCL INFO + PCI[24.0] - PCI/0-17000", "n1:1:2 [0] NCCL INFO               + PCI[24.0] - GPU/0-18000 (0)"]
+    closing = "n1:1:2 [0] NCCL INFO =========================================="
+    (found,) = topo_findings(parse_nccl_topo_log("\n".join(lines + [closing])), node)
+    assert (found.kind, found.severity, found.subject, found.measured) == ("nccl_topo_nvlink_missing", "error", "gpu0", "no NVLink")
+    assert topo_findings(parse_nccl_topo_log("\n".join(lines)), node) == []
+    with_links = lines + ["n1:1:2 [0] NCCL INFO                             + NVL[720.0] - NVS/0", closing]
+    assert topo_findings(parse_nccl_topo_log("\n".join(with_links)), node) == []
+    (tmp_path / "graph.txt").write_text("\n".join(lines + [closing]) + "\n")
+    assert cli("nccl-topo", str(tmp_path / "graph.txt"), "--from", str(EXAMPLE)).returncode == 1
+
+
 def test_an_nvlink_that_ends_elsewhere_than_nccl_routes_it_is_named(tmp_path):
     """One of gpu0's two links to gpu3 (0b) ends at gpu7 (8a) by NVML: NCCL's picture is of another wiring."""
     ends = DGX1_GPU0_ENDS[:3] + ["8a"] + DGX1_GPU0_ENDS[4:]
