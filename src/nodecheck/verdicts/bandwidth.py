@@ -155,6 +155,11 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
                 f"{m.path} {m.test} {format_figure(m)} = {m.ratio:.2f} x the ring bound of the rails nodecheck "
                 f"read, more than any all-reduce algorithm moves over them ({bound:.2f} x): NCCL used other or more NICs, "
                 "or a rail's rate was misread (set [nics] speed_mbps); this verdict cannot be trusted"))
+        elif m.ratio is not None and m.ratio < threshold and m.details.get("payload_below_plateau"):
+            findings.append(Finding(  # a latency-bound payload: a healthy path reads low there too
+                "bandwidth_below_spec", "info", m.path, f"{m.ratio:.2f}", f">= {threshold:g}",
+                f"{m.path} {m.test} {format_figure(m)} = {m.ratio:.2f} of spec {format_figure(m, spec=True)}, not judged: "
+                f"{m.details['payload_below_plateau']}; run nccl-tests up to 1G or more (-e 1G, as nodecheck bench does)"))
         elif m.ratio is not None and m.ratio < threshold and m.details.get("path_assumed"):
             findings.append(Finding(  # the path's kind is a guess: a staged path would pass at this figure
                 "bandwidth_below_spec", "info", m.path, f"{m.ratio:.2f}", f">= {threshold:g}",

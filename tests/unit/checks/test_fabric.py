@@ -105,6 +105,29 @@ def test_published_healthy_runs_pass_at_benchs_quick_payload(tmp_path):
     assert (finding.kind, finding.severity, finding.measured) == ("bandwidth_below_spec", "error", "0.39")
 
 
+def test_a_log_across_nodes_that_stops_before_busbw_levels_off_is_said_not_judged(tmp_path):
+    """AWS's healthy EKS 2x p5 job read 167 GB/s at 256 MiB and 279 at 512 MiB, 0.42 and 0.70 of the 400 GB/s ring
+    bound of its 32 adapters, and 438 at 2 GiB: the same log pasted only to 512 MiB is latency, not the rails. It is
+    said (info) instead of naming a slow node; to 1 GiB it is judged (0.78, healthy)."""
+    import dataclasses
+
+    from nodecheck.bench.nccl_binary import measurement_from_log
+
+    p5 = efa_node(tmp_path, "aws-p5-48xlarge-8x-h100-nv18.txt", hgx_nvml(18, version=6), adapters=32)
+    log = parse_nccl_log(need(PUBLIC / "nccl" / "aws-eks-2x-p5-all_reduce_perf-mpirun-tagged-elided.txt").read_text())
+    whole = list(log.rows)
+    for end, severities in ((256 << 20, ["info"]), (512 << 20, ["info"]), (1 << 30, [])):
+        log.rows = [r for r in whole if r.size_bytes <= end]
+        m = measurement_from_log(log, p5, "nccl-log", "m", nodes=2)
+        assert m.details["across_nodes"] and bool(m.details.get("payload_below_plateau")) == bool(severities), (end, m.details)
+        m = dataclasses.replace(m, spec_bytes_per_second=400e9)  # the ring bound of all 32 adapters, as judged above
+        m.ratio = m.bytes_per_second / m.spec_bytes_per_second
+        findings = measurement_findings([m], Config())
+        assert [f.severity for f in findings] == severities, (end, findings)
+        if severities:
+            assert "below the 1 GiB where a healthy run's busbw stops climbing across nodes" in findings[0].message
+
+
 def test_a_fabric_misread_is_said_not_passed(tmp_path):
     """The same p5 run judged against one 100 Gbit/s rail (NCCL_IB_HCA naming one adapter, as a wrong
     config would): 35 x the bound, which no algorithm reaches: a warning that the verdict cannot be

@@ -75,11 +75,52 @@ def test_nccl_log_is_judged_against_a_snapshots_node(tmp_path):
     human = nodecheck("bench", "--nccl-log", str(log), "--from", str(snap), env={"COLUMNS": "200"})
     assert "0.78 of 300.0 GB/s" in human.stdout and "normal for this node" in human.stdout
 
-    slow = need(PUBLIC / "nccl" / "tinybox-6x-rtx4090-p2p-patched-all_reduce_perf-single-size.txt")
-    run = nodecheck("bench", "--nccl-log", str(slow), "--from", str(snap), "--json")
+    # the same healthy run at half its rate, every row (a node with half its NVLinks): an error
+    halved = tmp_path / "halved.txt"
+    halved.write_text("\n".join(_halved(line) for line in log.read_text().splitlines()) + "\n")
+    run = nodecheck("bench", "--nccl-log", str(halved), "--from", str(snap), "--json")
     assert run.returncode == 1
     (finding,) = json.loads(run.stdout)["findings"]
-    assert finding["kind"] == "bandwidth_below_spec" and finding["subject"] == "nccl-log"
+    assert (finding["kind"], finding["severity"], finding["subject"], finding["measured"]) == (
+        "bandwidth_below_spec", "error", "nccl-log", "0.39")
+
+    # one 32 MiB message (tinybox's 4090 run): over NVLink that is latency, not the link; said, never judged
+    small = need(PUBLIC / "nccl" / "tinybox-6x-rtx4090-p2p-patched-all_reduce_perf-single-size.txt")
+    run = nodecheck("bench", "--nccl-log", str(small), "--from", str(snap), "--json")
+    assert run.returncode == 0
+    (note,) = json.loads(run.stdout)["findings"]
+    assert (note["kind"], note["severity"]) == ("bandwidth_below_spec", "info")
+    assert "not judged: its largest message is 32 MiB, below the 256 MiB where a healthy run's busbw" in note["message"]
+
+
+def test_a_log_that_stops_before_busbw_levels_off_is_said_not_judged(tmp_path):
+    """superbench's healthy 8x A100 run read 202 GB/s at 128 MiB, 0.67 of the node's NVLink, and 235 (0.78) at
+    8 GiB: a run to -e 128M, or the paste cut there, measured latency. Said (info, exit 0), never an error; to 256 MiB
+    it is judged (222 GB/s, 0.74: healthy). Over PCIe busbw levels off by 16 MiB, so a 128 MiB run is judged there
+    (test_collective_bounds: the 4x RTX 5090 run)."""
+    snap = a100_node(tmp_path)
+    lines = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt").read_text().splitlines()
+    for end, code, severities in ((128 << 20, 0, ["info"]), (256 << 20, 0, [])):
+        cut = tmp_path / f"to-{end}.txt"
+        cut.write_text("\n".join(lines[:lines.index(next(l for l in lines if l.split()[:1] == [str(end)])) + 1]) + "\n")
+        run = nodecheck("bench", "--nccl-log", str(cut), "--from", str(snap), "--json")
+        assert run.returncode == code, run.stderr
+        out = json.loads(run.stdout)
+        assert [f["severity"] for f in out["findings"]] == severities and out["measurement"]["payload_bytes"] == end
+    assert "its largest message is 128 MiB, below the 256 MiB where a healthy run's busbw stops climbing over NVLink" in \
+        nodecheck("bench", "--nccl-log", str(tmp_path / f"to-{128 << 20}.txt"), "--from", str(snap)).stdout
+
+
+def _halved(line: str) -> str:
+    """An nccl-tests row with its algbw and busbw halved and its time doubled (both directions of the table)."""
+    cells = line.split()
+    if len(cells) not in (12, 13) or not cells[0].isdigit():
+        return line
+    at = len(cells) - 8  # the out-of-place time's column: 4, or 5 where a root column stands before it
+    for time, algbw, busbw in ((at, at + 1, at + 2), (at + 4, at + 5, at + 6)):
+        cells[time] = f"{float(cells[time]) * 2:g}"
+        cells[algbw], cells[busbw] = (f"{float(cells[i]) / 2:.2f}" for i in (algbw, busbw))
+    return "  ".join(cells)
 
 
 def test_nccl_log_on_a_node_without_gpus_says_there_is_nothing_to_compare(tmp_path):
