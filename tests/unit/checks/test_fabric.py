@@ -81,6 +81,26 @@ def test_published_aws_efa_runs_read_as_healthy(tmp_path):
     assert ranks_from_rows(batch, "all_reduce") == (8, 8)
 
 
+def test_published_aws_efa_runs_read_as_healthy_through_nccl_log(tmp_path):
+    """`bench --nccl-log ... --nodes 2` on the same two AWS logs: a rank's traffic leaves by its GPU's rails, four EFA
+    adapters a GPU on a p5 (before: one, so AWS's healthy 438 GB/s read 4.38 x a 100 GB/s bound, a 'misread'
+    warning), the four adapters of a p4de shared by its eight GPUs. One rank per p5 node is bounded by its GPU's four."""
+    from nodecheck.bench.nccl_binary import _network_bound, measurement_from_log
+
+    p4de = efa_node(tmp_path, "aws-p4d-24xlarge-8x-a100-nv12.txt", hgx_nvml(12, version=5, **A100_SXM4), adapters=4)
+    p5 = efa_node(tmp_path, "aws-p5-48xlarge-8x-h100-nv18.txt", hgx_nvml(18, version=6), adapters=32)
+    for report, name, bound, rails in ((p5, "aws-eks-2x-p5-all_reduce_perf-mpirun-tagged-elided.txt", 400e9, "32 rail(s)"),
+                                       (p4de, "aws-2x-p4de-all_reduce_perf-srun-prefixed-noavg.txt", 50e9, "4 rail(s)")):
+        m = measurement_from_log(parse_nccl_log(need(PUBLIC / "nccl" / name).read_text()), report, "nccl-log", "m", nodes=2)
+        assert m.spec_bytes_per_second == pytest.approx(bound) and f"ring bound: {rails}" in m.details["spec_basis"], m.details
+        assert measurement_findings([m], Config()) == [], name
+    assert "4 rails per GPU" in measurement_from_log(parse_nccl_log(need(PUBLIC / "nccl" / "aws-eks-2x-p5-all_reduce_perf-mpirun-tagged-elided.txt")
+                                                                    .read_text()), p5, "nccl-log", "m", nodes=2).details["spec_basis"]
+    one, _, basis = _network_bound(p5, None, "all_reduce", 2, 2)
+    assert one == pytest.approx(50e9) and "ring bound: 4 rail(s)" in basis
+    assert _network_bound(p5, None, "sendrecv", 2, 2)[0] == pytest.approx(50e9)
+
+
 def test_published_healthy_runs_pass_at_benchs_quick_payload(tmp_path):
     """bench --quick judges its all-reduce across nodes at 1 GiB. AWS's own two p5 nodes on EKS reached 313.29 GB/s
     there, 0.78 of the 400 GB/s ring bound (1.09 at 2 GiB): against the general 0.8 a healthy pair was named slow and
