@@ -80,8 +80,9 @@ def _nvlinks(nccl_gpu: NcclTopoGpu, gpu, from_log: bool = False) -> list[Finding
     if active and not nccl_gpu.nvlinks:
         return [Finding("nccl_topo_nvlink_missing", "error", f"gpu{gpu.index}", "no NVLink", f"{active} active (NVML)",
                         f"NCCL sees no NVLink on gpu{gpu.index}; NVML: {active} active: this GPU's traffic goes over PCIe. "
-                        "Check the fabric manager and the GPU's fabric state (`nvidia-smi -q -d FABRIC`), and rerun with "
-                        "NCCL_DEBUG_SUBSYS=GRAPH to see why NCCL left them out")]
+                        "Check the fabric manager and the GPU's fabric state (`nvidia-smi -q -d FABRIC`)"
+                        + ("; the log's NCCL_DEBUG_SUBSYS=GRAPH lines before the block say why NCCL left them out" if from_log
+                           else ", and rerun with NCCL_DEBUG_SUBSYS=GRAPH to see why NCCL left them out"))]
     seen = sum(counts)
     if active and counts and len(counts) == len(nccl_gpu.nvlinks) and seen < active:
         return [Finding("nccl_topo_nvlink_missing", "error", f"gpu{gpu.index}", f"{seen} NVLinks", f"{active} active (NVML)",

@@ -204,6 +204,7 @@ def test_a_graph_log_without_nvlinks_on_a_whole_gpu_is_named_and_a_cut_one_is_no
     closing = "n1:1:2 [0] NCCL INFO =========================================="
     (found,) = topo_findings(parse_nccl_topo_log("\n".join(lines + [closing])), node)
     assert (found.kind, found.severity, found.subject, found.measured) == ("nccl_topo_nvlink_missing", "error", "gpu0", "no NVLink")
+    assert "the log's NCCL_DEBUG_SUBSYS=GRAPH lines before the block say why" in found.message  # not "rerun with" it
     assert topo_findings(parse_nccl_topo_log("\n".join(lines)), node) == []
     with_links = lines + ["n1:1:2 [0] NCCL INFO                             + NVL[720.0] - NVS/0", closing]
     assert topo_findings(parse_nccl_topo_log("\n".join(with_links)), node) == []
