@@ -110,12 +110,10 @@ def measurement_from_log(log, report: Report, path: str, method: str, config=Non
             details["calibration"] = variant
         if assumed:
             details["path_assumed"] = assumed
-    plateau = "across nodes" if across else "pcie" if str(kind).startswith("pcie") else "in node"
-    floor, levels_off = PLATEAU[plateau]
+    floor, where, levels_off = PLATEAU["across nodes" if across else "pcie" if str(kind).startswith("pcie") else "in node"]
     if largest.size_bytes < floor:  # a run to a small -e, or a paste cut mid-table
-        details["payload_below_plateau"] = (
-            f"its largest message is {_size(largest.size_bytes)}, below the {_size(floor)} where a healthy run's busbw "
-            f"stops climbing {'across nodes' if across else 'over ' + ('PCIe' if plateau == 'pcie' else 'NVLink')} ({levels_off})")
+        details["payload_below_plateau"] = (f"its largest message is {_size(largest.size_bytes)}, below the {_size(floor)} "
+                                            f"where a healthy run's busbw stops climbing {where} ({levels_off})")
     measurement = Measurement.measured(path, "nccl_tests", largest.out_of_place.busbw_gbytes * 1e9, spec, largest.size_bytes,
                                        method, "busbw", details)
     nvswitch = kind == "nvlink" and not str(basis).startswith(PARTIAL_MESH)
@@ -130,9 +128,10 @@ def measurement_from_log(log, report: Report, path: str, method: str, config=Non
 # the path, and the faster the path the later it levels off. Published healthy runs (captures/public/nccl): nccl-tests#287's
 # 4x RTX 5090 over PCIe reads 26.90 GB/s at 16 MiB and 27.26 at 128 MiB; superbench's 8x A100 SXM4 over NVLink 202 GB/s
 # at 128 MiB, 222 at 256 MiB, 235 at 8 GiB; AWS's EKS 2x p5 job 167, 313 and 438 GB/s at 256 MiB, 1 GiB and 2 GiB.
-PLATEAU = {"pcie": (16 << 20, "nccl-tests#287's healthy 4x RTX 5090: 0.99 of its 128 MiB figure at 16 MiB"),
-           "in node": (256 << 20, "superbench's healthy 8x A100: 0.86 of its 8 GiB figure at 128 MiB, 0.95 at 256 MiB"),
-           "across nodes": (1 << 30, "AWS's healthy EKS 2x p5 job: 0.38 of its 2 GiB figure at 256 MiB, 0.72 at 1 GiB")}
+PLATEAU = {  # the path: (where busbw levels off, said as, the run that shows it)
+    "pcie": (16 << 20, "over PCIe", "nccl-tests#287's healthy 4x RTX 5090: 0.99 of its 128 MiB figure at 16 MiB"),
+    "in node": (256 << 20, "over NVLink", "superbench's healthy 8x A100: 0.86 of its 8 GiB figure at 128 MiB, 0.95 at 256 MiB"),
+    "across nodes": (1 << 30, "across nodes", "AWS's healthy EKS 2x p5 job: 0.38 of its 2 GiB figure at 256 MiB, 0.72 at 1 GiB")}
 
 
 def _size(count: int) -> str:
