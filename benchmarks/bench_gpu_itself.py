@@ -55,20 +55,15 @@ def gemm_reference(ordinal: int) -> float:
     return 2 * n**3 / best
 
 
-def test_seconds(m: dict) -> float:
-    """How long the timed part of a test ran (its --seconds), from its method text: "... over 3 s ..."."""
-    import re
-
-    found = re.search(r"(\d+(?:\.\d+)?) s\b", m.get("method") or "")
-    return float(found.group(1)) if found else 0.0
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--full", action="store_true")
     args = parser.parse_args()
     import torch
 
+    from nodecheck.bench.gpu_itself import LEVELS
+
+    timed = LEVELS["full" if args.full else "quick"]["seconds"]  # each test's timed samples, as the bench runs them
     refs = {f"gpu{i}:memory": reference(i) for i in range(torch.cuda.device_count())}
     refs.update({f"gpu{i}:compute": gemm_reference(i) for i in range(torch.cuda.device_count())})
     torch.cuda.empty_cache()
@@ -89,7 +84,7 @@ def main() -> None:
         for name in ("data check", "result check"):
             check = details.get(name.replace(" ", "_"))
             if check:  # the silent-data-corruption checks' cost, beside the run they follow
-                print(f"  {name}: {check.get('seconds')} s after a {test_seconds(m):.1f} s run; {check}")
+                print(f"  {name}: {check.get('seconds')} s after a {timed:g} s run; {check}")
     if shutil.which("nvbandwidth"):
         out = subprocess.run(["nvbandwidth", "-t", "device_local_copy"], capture_output=True, text=True, timeout=300).stdout
         print("nvbandwidth -t device_local_copy (copied bytes once; read + written is twice it):")

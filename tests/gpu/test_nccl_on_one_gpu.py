@@ -180,9 +180,6 @@ def test_a_bench_killed_mid_run_leaves_no_process_holding_gpu_memory(gpu):
     assert workers() == []
 
 
-VIRTUAL_TOPOLOGY = Path("/var/run/nvidia-topologyd/virtualTopology.xml")  # cli/bench.py's: NCCL's default file
-
-
 @pytest.mark.parametrize("how", ["NCCL_TOPO_FILE", "installed"])
 def test_a_written_topology_file_loads_in_nccl(gpu, tmp_path, how):
     """Issue 51, item 5: `nodecheck nccl-topo --write` (or `--install`) on a flattened VM, paired by the config, and an
@@ -190,8 +187,10 @@ def test_a_written_topology_file_loads_in_nccl(gpu, tmp_path, how):
     default path when that is unset) and its own new dump (NCCL_TOPO_DUMP_FILE, kept by bench) holds the GPU under the
     file's made-up bridge with the file's link figures; rank 0's Report names no PCI mismatch on the GPU. A node whose
     GPU sits behind real bridges is no flattened VM: nothing is written there, and the test skips."""
+    from nodecheck.cli.bench import VIRTUAL_TOPOLOGY as DEFAULT_FILE  # where NCCL reads one when NCCL_TOPO_FILE is unset
     from nodecheck.probes.nccl_topo import parse_nccl_topo_xml
 
+    VIRTUAL_TOPOLOGY = Path(DEFAULT_FILE)
     inspect = subprocess.run([sys.executable, "-m", "nodecheck", "inspect", "--json"], capture_output=True, text=True, timeout=180)
     report = json.loads(inspect.stdout)
     nics = [n["name"] for n in report.get("nics", []) if not n.get("virtual") and n.get("pci_address")]
