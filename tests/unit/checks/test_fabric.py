@@ -96,6 +96,12 @@ def test_published_aws_efa_runs_read_as_healthy_through_nccl_log(tmp_path):
         assert measurement_findings([m], Config()) == [], name
     assert "4 rails per GPU" in measurement_from_log(parse_nccl_log(need(PUBLIC / "nccl" / "aws-eks-2x-p5-all_reduce_perf-mpirun-tagged-elided.txt")
                                                                     .read_text()), p5, "nccl-log", "m", nodes=2).details["spec_basis"]
+    slow = parse_nccl_log(need(PUBLIC / "nccl" / "aws-eks-2x-p5-all_reduce_perf-mpirun-tagged-elided.txt").read_text())
+    for row in slow.rows:  # the same job with half its rail bandwidth: caught against the p5's 32 adapters
+        if row.out_of_place:
+            row.out_of_place.busbw_gbytes /= 2
+    (finding,) = measurement_findings([measurement_from_log(slow, p5, "nccl-log", "m", nodes=2)], Config())
+    assert (finding.kind, finding.severity, finding.measured) == ("bandwidth_below_spec", "error", "0.55")
     one, _, basis = _network_bound(p5, None, "all_reduce", 2, 2)
     assert one == pytest.approx(50e9) and "ring bound: 4 rail(s)" in basis
     assert _network_bound(p5, None, "sendrecv", 2, 2)[0] == pytest.approx(50e9)
