@@ -583,13 +583,13 @@ def switch_node(tmp_path, uplink_width: int, uplink_speed: str = "32.0 GT/s PCIe
 # from test_nccl_tests.py
 
 
-def json_report(results, average=156.742):
+def json_report(results, average=156.742, out_of_bounds=0):
     # the layout nccl-tests' src/util.cu writes with -J (JSON_FILE_VERSION 2)
     return json.dumps({"version": 2, "start_time": "2026-11-22 10:00:00", "args": ["all_reduce_perf", "-J", "r.json"],
                        "env": [], "nccl_version": 22809,
                        "config": {"nthreads": 1, "ngpus": 8, "devices": [{"rank": 0, "group": 0, "pid": 1, "hostname": "n1",
                                                                            "device": 0, "device_hex": "0000:18:00", "device_info": "NVIDIA H100 80GB HBM3"}]},
-                       "results": results, "out_of_bounds": {"count": 0, "okay": "true"},
+                       "results": results, "out_of_bounds": {"count": out_of_bounds, "okay": not out_of_bounds},
                        "average_bus_bandwidth": {"bandwidth": average, "okay": "unchecked"}, "errors": []})
 
 

@@ -478,9 +478,16 @@ def _judged_inspector_prom(text: str) -> object:
     return judge_peers(parse_inspector_prom(text)[0])
 
 
+def _checked_nccl_tests(text: str):
+    """An nccl-tests log read, and its own data check said and judged as `bench --nccl-log` does."""
+    from nodecheck.bench.nccl_tests import check_said, failed_check, parse_nccl_log
+
+    log = parse_nccl_log(text)
+    return log, failed_check(log), check_said(log)
+
+
 def targets() -> list[Target]:
     from nodecheck.bench.nccl_debug import parse_nccl_debug
-    from nodecheck.bench.nccl_tests import parse_nccl_log
     from nodecheck.config import loads
     from nodecheck.core import units
     from nodecheck.core.errors import ConfigError, NodecheckError, ParseError
@@ -520,7 +527,8 @@ def targets() -> list[Target]:
         Target("nics", _nic_seeds, _parse_nics, (ParseError,), structured=True),
         Target("proc_route", lambda: [(REPO / "tests/fixtures/cpu-vm-2core/fs/proc/net/route").read_text()],
                parse_proc_route, (ParseError,)),
-        Target("nccl_tests", lambda: _texts("captures/public/nccl/*.txt"), parse_nccl_log, (ParseError,)),
+        Target("nccl_tests", lambda: _texts("captures/public/nccl/*.txt") + [
+            p.read_text() for p in sorted((TESTS / "fixtures/nccl-tests").glob("*.txt"))], _checked_nccl_tests, (ParseError,)),
         Target("nccl_debug", lambda: _texts("captures/public/nccl-debug/*.txt"), parse_nccl_debug, (ParseError,)),
         Target("lspci", lambda: _texts("captures/public/lspci/*.txt"), parse_lspci, (ParseError,)),
         Target("kernel_log", _kernel_log_seeds, _kernel_log_words, (ParseError,)),

@@ -12,8 +12,9 @@ from nodecheck.bench.bounds import calibration, peer_access, slowest_pair
 from nodecheck.bench.common import ABOVE_RING_BOUND, NVLS_NOTE, staged_if_shm
 from nodecheck.bench.lifeline import environment
 from nodecheck.bench.nccl_debug import TOPOLOGY_FILE, attach, debug_env, debug_run, read_topology
-from nodecheck.bench.nccl_tests import collective_of, parse_nccl_log, ranks_from_rows
+from nodecheck.bench.nccl_tests import collective_of, failed_check, parse_nccl_log, ranks_from_rows
 from nodecheck.core.errors import NodecheckError
+from nodecheck.core.units import format_size
 from nodecheck.host.commands import run_command
 from nodecheck.report.model import Measurement, Report
 from nodecheck.verdicts.bandwidth import PARTIAL_MESH
@@ -97,6 +98,8 @@ def measurement_from_log(log, report: Report, path: str, method: str, config=Non
     ranks = _ranks(log, inferred)
     details = {"avg_busbw_gbytes": log.avg_busbw_gbytes, "rows": len(log.rows), "issues": log.issues, "devices": log.devices,
                "collective": collective, "collective_basis": how, "ranks_from_rows": list(inferred) if inferred else None}
+    if check := failed_check(log):  # wrong data is wrong at any speed
+        details["data_check"] = check
     across = _across_nodes(log, run, report, nodes, ranks)
     if across:
         over_nvlink = run is not None and bool(run.inter_node_transports) and all(
@@ -112,7 +115,7 @@ def measurement_from_log(log, report: Report, path: str, method: str, config=Non
             details["path_assumed"] = assumed
     floor, where, levels_off = PLATEAU["across nodes" if across else "pcie" if str(kind).startswith("pcie") else "in node"]
     if largest.size_bytes < floor:  # a run to a small -e, or a paste cut mid-table
-        details["payload_below_plateau"] = (f"its largest message is {_size(largest.size_bytes)}, below the {_size(floor)} "
+        details["payload_below_plateau"] = (f"its largest message is {format_size(largest.size_bytes)}, below the {format_size(floor)} "
                                             f"where a healthy run's busbw stops climbing {where} ({levels_off})")
     measurement = Measurement.measured(path, "nccl_tests", largest.out_of_place.busbw_gbytes * 1e9, spec, largest.size_bytes,
                                        method, "busbw", details)
@@ -132,13 +135,6 @@ PLATEAU = {  # the path: (where busbw levels off, said as, the run that shows it
     "pcie": (16 << 20, "over PCIe", "nccl-tests#287's healthy 4x RTX 5090: 0.99 of its 128 MiB figure at 16 MiB"),
     "in node": (256 << 20, "over NVLink", "superbench's healthy 8x A100: 0.86 of its 8 GiB figure at 128 MiB, 0.95 at 256 MiB"),
     "across nodes": (1 << 30, "across nodes", "AWS's healthy EKS 2x p5 job: 0.38 of its 2 GiB figure at 256 MiB, 0.72 at 1 GiB")}
-
-
-def _size(count: int) -> str:
-    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
-        if count >= 1 << shift:
-            return f"{count / (1 << shift):g} {unit}"
-    return f"{count} B"
 
 
 def _ranks(log, inferred: tuple[int, int] | None) -> int | None:

@@ -5,6 +5,14 @@ A row is size, count, type, [redop], [root], then for out-of-place and in-place 
 algbw, busbw (GB/s) and #wrong (or N/A). alltoall leaves redop blank and old versions have no
 root, so a row is read from both ends, never by column position. Lines that cannot be read are
 listed in `issues`; whatever could be read is kept (a truncated log still gives its rows).
+
+nccl-tests checks every result (`-c 1`, its default) and says so twice: per row, the count of wrong
+elements summed over the ranks (`#wrong`; versions before 2.13 printed the largest relative
+difference instead, `error`, where 1e-06 is float rounding, not a failure) and once per test,
+"Out of bounds values : N OK|FAILED" (src/util.cu writeResultFooter; the first versions printed
+it and the table's headings without '#'). Rows may carry four
+per-iteration columns after each half (`-I 1`, nccl-tests 2.19: i_min i_max i_p99 i_cv%) and a
+trailing timestamp (`-S 1`, 2.17: %Y-%m-%d %H:%M:%S).
 """
 
 from __future__ import annotations
@@ -22,9 +30,13 @@ MAX_UNPARSED_SHOWN = 5
 LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: |\[(?:default|rank)\d{1,7}\]: ?)")
 # numbers of at most 19 digits (int64): a 5,000-digit "size" is no row (int() refuses past 4,300 digits)
 _ROW_START = re.compile(r"^\s*(\d{1,19})\s+(\d{1,19})\s+([A-Za-z_][A-Za-z0-9_]*)\b(.*)$")
-_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
+_AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
 _COLLECTIVE = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _CONFIG = re.compile(r"^#\s*nThread\s+(\d{1,9})\s+nGpus\s+(\d{1,9})")
+_OUT_OF_BOUNDS = re.compile(r"^\s*(?:#\s*)?Out of bounds values\s*:\s*(\d{1,19})\s+(OK|FAILED)\b")
+# the first versions printed the table's headings and footer without '#' (nccl-tests#37)
+_BARE_HEADING = re.compile(r"^\s*(?:out-of-place\b|size\s+count\b|\(B\)\s|Avg bus bandwidth\s*:)")
+_TIMESTAMP = re.compile(r"\s\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")  # -S 1: a row's suffix (%Y-%m-%d %H:%M:%S)
 _DEVICE = re.compile(r"^#\s+Rank\s+(\d{1,9})\b.*?\bon\s+(\S+)\s+device\s+(\d{1,9})\s+\[[^\]]*\]\s+(.+)$")
 
 
@@ -45,6 +57,7 @@ class Row:
     root: int | None
     out_of_place: Timing | None
     in_place: Timing | None
+    partial: bool = False  # read from one half where the line was cut: without a root, its last cell may be a time
 
 
 @dataclass
@@ -60,6 +73,9 @@ class NcclLog:
     peak_busbw_gbytes: float | None = None  # the largest out-of-place busbw of any row: the figure people compare
     ranks: int | None = None  # the highest rank a device line names, plus one: the job had at least that many
     hosts: list[str] = field(default_factory=list)  # the distinct hosts of the device lines, in order
+    out_of_bounds: int | None = None  # "Out of bounds values : N": results nccl-tests' check failed, over its tests
+    check_column: str | None = None  # "#wrong" (a count of wrong elements) or "error" (before 2.13: a difference)
+    columns_per_half: int = 4  # 8 with per-iteration columns (-I 1)
 
 
 def parse_nccl_log(text: str) -> NcclLog:
@@ -70,10 +86,12 @@ def parse_nccl_log(text: str) -> NcclLog:
     unparsed: list[str] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = LAUNCHER_PREFIX.sub("", raw.rstrip("\r"), count=1)
-        if line.lstrip().startswith("#"):
+        if bounds := _OUT_OF_BOUNDS.match(line):
+            log.out_of_bounds = (log.out_of_bounds or 0) + int(bounds[1])
+        elif line.lstrip().startswith("#") or _BARE_HEADING.match(line):
             _header_line(log, line.strip())
-        elif start := _ROW_START.match(line):
-            row, note = _row(start)
+        elif start := _ROW_START.match(_without_timestamp(line)):
+            row, note = _row(start, log.columns_per_half)
             if row is None:
                 log.issues.append(f"line {number}: unreadable result row: {line.strip()[:100]!r}")
                 continue
@@ -92,6 +110,12 @@ def parse_nccl_log(text: str) -> NcclLog:
     return _with_peak(log)
 
 
+def _without_timestamp(line: str) -> str:
+    """The row without the timestamp -S 1 ends it with: only its last 20 characters are looked at."""
+    line = line.rstrip()
+    return line[:-20] if _TIMESTAMP.fullmatch(line[-20:]) else line
+
+
 def _with_peak(log: NcclLog) -> NcclLog:
     figures = [r.out_of_place.busbw_gbytes for r in log.rows if r.out_of_place]
     log.peak_busbw_gbytes = max(figures) if figures else None
@@ -108,6 +132,10 @@ def _header_line(log: NcclLog, line: str) -> None:
     elif match := _DEVICE.match(line):
         log.devices.append(f"rank {match[1]} {match[2]} device {match[3]}: {match[4].strip()}")
         _count_rank(log, int(match[1]), match[2])
+    elif " busbw " in line:  # the column names: what the check column holds, and how wide each half is
+        words = line.split()
+        log.check_column = "#wrong" if "#wrong" in words else "error" if "error" in words else log.check_column
+        log.columns_per_half = 8 if "i_cv%" in words else 4
 
 
 def _count_rank(log: NcclLog, rank: int, host) -> None:
@@ -116,15 +144,16 @@ def _count_rank(log: NcclLog, rank: int, host) -> None:
         log.hosts.append(host)
 
 
-def _row(start: re.Match) -> tuple[Row | None, str | None]:
-    """A result row, or None; and a note when the row was read only in part."""
+def _row(start: re.Match, width: int = 4) -> tuple[Row | None, str | None]:
+    """A result row, or None; and a note when the row was read only in part. width: the columns of each half (8
+    where per-iteration columns follow its time, algbw, busbw and #wrong)."""
     size, count, dtype, tail = int(start[1]), int(start[2]), start[3], start[4]
     tokens = tail.split()
     for groups in (2, 1):
-        if len(tokens) < 4 * groups:
+        if len(tokens) < width * groups:
             continue
-        middle, body = tokens[: len(tokens) - 4 * groups], tokens[len(tokens) - 4 * groups :]
-        timings = [_timing(body[i : i + 4]) for i in range(0, 4 * groups, 4)]
+        middle, body = tokens[: len(tokens) - width * groups], tokens[len(tokens) - width * groups :]
+        timings = [_timing(body[i : i + 4]) for i in range(0, width * groups, width)]
         if len(middle) <= 2 and all(timings):
             break
     else:
@@ -137,7 +166,7 @@ def _row(start: re.Match) -> tuple[Row | None, str | None]:
     # only); without that gap the line was cut after its out-of-place part.
     if re.search(r"\S {20,}\S", tail):
         return Row(size, count, dtype, redop, root, None, timings[0]), None
-    return Row(size, count, dtype, redop, root, timings[0], None), "in-place columns missing (truncated?)"
+    return Row(size, count, dtype, redop, root, timings[0], None, partial=True), "in-place columns missing (truncated?)"
 
 
 def _timing(cells: list[str]) -> Timing | None:
@@ -183,6 +212,10 @@ def _parse_json(text: str) -> NcclLog:
         else:
             log.rows.append(row)
             log.collective = log.collective or (result.get("experiment_name") or None)
+    bounds = doc.get("out_of_bounds")
+    if isinstance(bounds, dict) and (count := _int(bounds.get("count"))) is not None and count >= 0:
+        log.out_of_bounds = count
+    log.check_column = "#wrong"  # nwrong: a count
     average = doc.get("average_bus_bandwidth")
     if isinstance(average, dict) and isinstance(average.get("bandwidth"), (int, float)):
         log.avg_busbw_gbytes = float(average["bandwidth"])
@@ -211,6 +244,38 @@ def _json_timing(body) -> Timing | None:
     return Timing(float(time_us), float(values[0]), float(values[1]), float(wrong) if isinstance(wrong, (int, float)) else None)
 
 
+CHECK_EXPECTED = "nccl-tests' own check of every result (-c 1): 0 wrong elements, 'Out of bounds values : 0 OK'"
+
+
+def failed_check(log: NcclLog) -> dict | None:
+    """What nccl-tests' own check of the results found wrong (details.data_check), or None where it found nothing or
+    did not check: the wrong elements of the rows whose #wrong column counts them (a row cut before its in-place half
+    only where its root column places its cells; an old `error` column is a rounding difference, not a count) and
+    the 'Out of bounds values' count."""
+    wrong_rows = []
+    if log.check_column == "#wrong":
+        for row in log.rows:
+            counts = [t.wrong for t in (row.out_of_place, row.in_place) if t and t.wrong and t.wrong == int(t.wrong)]
+            if counts and (not row.partial or row.root is not None):  # a cut row with its root: its out-of-place half
+                wrong_rows.append((row.size_bytes, int(sum(counts))))
+    if not wrong_rows and not log.out_of_bounds:
+        return None
+    return {"expected": CHECK_EXPECTED, "elements": None, "wrong_elements": sum(n for _, n in wrong_rows),
+            "wrong_rows": [{"size_bytes": size, "wrong_elements": n} for size, n in wrong_rows[:MAX_WRONG_ROWS]],
+            "out_of_bounds": log.out_of_bounds}
+
+
+def check_said(log: NcclLog) -> str:
+    """nccl-tests' data check in words, for the log's summary."""
+    check = failed_check(log) or {}
+    rows = ", ".join(f"{r['wrong_elements']} at {r['size_bytes']} B" for r in check.get("wrong_rows", [])[:5])
+    bounds = "not in the log" if log.out_of_bounds is None else f"{log.out_of_bounds} {'FAILED' if log.out_of_bounds else 'OK'}"
+    return f"Out of bounds values: {bounds}" + (f"; #wrong {rows}" if rows else "")
+
+
+MAX_WRONG_ROWS = 64  # a Report keeps this many; a sweep of 8 B..16 GiB has 32 sizes
+
+
 def _int(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -218,9 +283,11 @@ def _int(value) -> int | None:
 # busbw = algbw x this factor of the rank count n (nccl-tests doc/PERFORMANCE.md): 2(n-1)/n for all-reduce,
 # (n-1)/n for all-gather, reduce-scatter and alltoall, 1 for broadcast, reduce and sendrecv (no n in it)
 _TWO_RING = ("all_reduce",)
-_ONE_RING = ("all_gather", "reduce_scatter", "alltoall", "gather", "scatter", "hypercube")
+# alltoallv (nccl-tests 2.18.5): algbw is the busiest rank's bytes over the time, busbw that x (n-1)/n; its traffic is
+# uneven by design (NCCL_TESTS_ALLTOALLV_SPREAD), so no link bounds it as it bounds alltoall
+_ONE_RING = ("all_gather", "reduce_scatter", "alltoall", "alltoallv", "gather", "scatter", "hypercube")
 COLLECTIVES = (*_TWO_RING, *_ONE_RING, "broadcast", "reduce", "sendrecv")
-_COLLECTIVE_NAME = re.compile(r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|reduce|sendrecv|gather|scatter"
+_COLLECTIVE_NAME = re.compile(r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all_?v|all_?to_?all|broadcast|reduce|sendrecv|gather|scatter"
                               r"|hypercube)(?:_perf)?", re.IGNORECASE)
 ROUNDING = 0.005  # nccl-tests prints algbw and busbw with two decimals
 

@@ -30,6 +30,7 @@ from nodecheck.bench.heartbeat import EVERY_RANK_READS, STORE_TIMEOUT_S, Heartbe
 from nodecheck.bench.lifeline import hold, runner_deadline
 from nodecheck.bench.results import essential, guarded
 from nodecheck.core import typed_json
+from nodecheck.core.units import format_size
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
@@ -72,7 +73,7 @@ def _time_allreduce(dist, torch, device, size: int, warmup: int, iters: int) -> 
     if size < SMALL and device.type == "cuda":
         iters = max(iters, MIN_SMALL_ITERS)
     x = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
-    what = f"all-reduce of {_size(size)}"
+    what = f"all-reduce of {format_size(size)}"
     for call in range(warmup):
         step(f"{what}: warm-up call {call + 1} of {warmup}")
         dist.all_reduce(x)
@@ -97,7 +98,7 @@ def _check_data(dist, torch, device, world: int, size: int) -> dict:
     world size on every rank (a corrupting link or GPU passes at full speed otherwise). Every rank learns
     the total of wrong elements."""
     x = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
-    step(f"data check: all-reduce of {_size(size)}")
+    step(f"data check: all-reduce of {format_size(size)}")
     dist.all_reduce(x)
     step("data check: summing the wrong elements")
     wrong = torch.tensor([int((x != world).sum().item())], dtype=torch.int64, device=device)
@@ -232,10 +233,6 @@ def _boot_id() -> str | None:
             return file.read(64).strip() or None
     except OSError:
         return None
-
-
-def _size(size: int) -> str:
-    return f"{size >> 20} MiB" if size >= 1 << 20 and size % (1 << 20) == 0 else f"{size} bytes"
 
 
 def _store(dist, rank: int, world: int, timeout: float):

@@ -36,7 +36,10 @@ BENCH_WRONG_RESULT = Kind("bench_wrong_result", "bandwidth", "{head} returned wr
         ("error",
          "an all-reduce's data check failed: after timing, one all-reduce of ones is checked on every rank (each element must "
          "equal the world size, as nccl-tests' `-c 1`); a p2p copy's pattern, or `hbm`'s copied bytes, arrived wrong; "
-         "`details.data_check` holds `expected`, `elements`, `wrong_elements`"),
+         "nccl-tests' own check (its run under `bench`, or a saved log) counted wrong elements in a row's `#wrong` column "
+         "or said 'Out of bounds values : N FAILED' (the `error` column of nccl-tests before 2.13 is a rounding "
+         "difference, not counted); `details.data_check` holds `expected`, `elements`, `wrong_elements` (and for "
+         "nccl-tests `wrong_rows`, `out_of_bounds`)"),
     ))
 
 GPU_BELOW_SIBLINGS = Kind("gpu_below_siblings", "bandwidth", "{subject} {measured} of its siblings' median",

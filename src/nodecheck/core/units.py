@@ -173,6 +173,14 @@ def format_bytes(count: float | None) -> str:
     return "unknown" if count is None else format_count(count, "B")
 
 
+def format_size(count: int) -> str:
+    """A message or buffer size in binary units, as nccl-tests' -b/-e take them: 16777216 -> '16 MiB', 1536 -> '1.5 KiB'."""
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if count >= 1 << shift:
+            return f"{count / (1 << shift):g} {unit}"
+    return f"{count} B"
+
+
 def format_params(count: float) -> str:
     """A parameter count as models are named: 25e6 -> '25M', 7e9 -> '7B', 1.3e12 -> '1.3T'."""
     for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):

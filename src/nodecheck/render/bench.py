@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
+from nodecheck.bench.nccl_tests import check_said
 from nodecheck.core.units import format_figure, format_rate
 from nodecheck.render.table import IDENTITY, SEVERITY_STYLE, TEXT, cell, clean, esc, fitted_table, new_console, render_findings
 from nodecheck.report.model import Report
@@ -32,6 +33,7 @@ def render_nccl_log(log, name: str, console: Console | None = None) -> None:
     if peak is not None:
         console.print(f"Peak bus bandwidth: {peak.out_of_place.busbw_gbytes:g} GB/s (out-of-place, {peak.size_bytes} B)")
     console.print(f"Avg bus bandwidth: {avg}")
+    console.print(f"nccl-tests' data check: {esc(check_said(log))}", highlight=False)
     for issue in log.issues:
         console.print(f"[yellow]could not read[/yellow] {esc(issue)}", highlight=False)
 
@@ -48,6 +50,7 @@ def render_verdict(measurement, findings, where: str, console: Console | None = 
         why = basis or "no GPU pair, or a pair's spec unknown"
         console.print(f"busbw {format_rate(measurement.bytes_per_second)} at {measurement.payload_bytes} B; "
                       f"{esc(where)} has no spec to compare it with ({esc(why.removeprefix('no spec: '))})")
+        _finding_lines(console, findings)  # wrong data is wrong without a spec
         return
     console.print(f"busbw {format_rate(measurement.bytes_per_second)} at {measurement.payload_bytes} B = "
                   f"{measurement.ratio:.2f} of {format_rate(spec)} ({esc(basis or 'slowest GPU pair')} on {esc(where)})")
@@ -59,6 +62,10 @@ def render_verdict(measurement, findings, where: str, console: Console | None = 
                       "(--nodes N says it spanned N nodes)")
     if not findings:
         console.print("[green]normal for this node[/green]")
+    _finding_lines(console, findings)
+
+
+def _finding_lines(console: Console, findings) -> None:
     for f in findings:
         console.print(Text(f"{f.severity}: {clean(f.message)}", style=SEVERITY_STYLE.get(f.severity, "")))
 

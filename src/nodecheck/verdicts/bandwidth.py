@@ -9,9 +9,9 @@ import dataclasses
 
 from nodecheck.assemble.gpu_load import why_slow
 from nodecheck.config import Config
-from nodecheck.core.units import format_figure
+from nodecheck.core.units import format_figure, format_size, is_int, plural
 from nodecheck.report.findings import Finding
-from nodecheck.report.model import Report, path_identity
+from nodecheck.report.model import Measurement, Report, path_identity
 
 FABRIC_KINDS = ("infiniband", "ethernet")
 
@@ -122,6 +122,30 @@ def _what_nccl_did(report: Report, measurements: list) -> list[Finding]:
     return findings
 
 
+def _wrong_data(m: Measurement) -> list[Finding]:
+    """A data check that found wrong data (details.data_check, from a saved Report too: untrusted): nodecheck's own
+    (`wrong_elements` of `elements`), or nccl-tests' (its #wrong rows and 'Out of bounds values' line)."""
+    check = m.details.get("data_check") if isinstance(m.details, dict) else None
+    if not isinstance(check, dict):
+        return []
+    wrong, bounds = check.get("wrong_elements"), check.get("out_of_bounds")
+    wrong = wrong if is_int(wrong) and wrong > 0 else 0
+    bounds = bounds if is_int(bounds) and bounds > 0 else 0
+    if not wrong and not bounds:
+        return []
+    if m.test != "nccl_tests":
+        what = f"{wrong} of {check.get('elements')} elements arrived wrong (expected: {check.get('expected')})"
+    else:
+        rows = [r for r in check.get("wrong_rows") or [] if isinstance(r, dict) and is_int(r.get("size_bytes"))]
+        sizes = f" in {plural(len(rows), 'row')} from {format_size(min(r['size_bytes'] for r in rows))}" if rows else ""
+        what = "nccl-tests' own check found " + ", and ".join(
+            ([f"{wrong} wrong elements{sizes}"] if wrong else []) + ([f"'Out of bounds values : {bounds} FAILED'"] if bounds else []))
+    return [Finding("bench_wrong_result", "error", m.path, f"{wrong or bounds} wrong", "0 wrong",
+                    f"{m.test} on {m.path} returned wrong data: {what}: a GPU, a link, peer-to-peer the platform carries wrong "
+                    "or the NCCL build corrupts data at whatever speed; check Xid and ECC errors (`nodecheck inspect`), and "
+                    "run nccl-tests with -c 1 or nvbandwidth on each node alone")]
+
+
 def measurement_findings(measurements, config: Config) -> list[Finding]:
     """Bandwidth below the test's ratio x spec, and tests that failed, each naming its path (and the slow node)."""
     findings = []
@@ -133,14 +157,7 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
         if not m.ok:
             findings.append(Finding("bench_failed", "error", m.path, "failed", "completed", f"{m.test} on {m.path}: {m.error}"))
             continue
-        findings += _below_siblings(m) + _result_mismatch(m)
-        check = m.details.get("data_check") if isinstance(m.details, dict) else None
-        wrong = check.get("wrong_elements") if isinstance(check, dict) else None
-        if isinstance(wrong, int) and wrong > 0:
-            findings.append(Finding("bench_wrong_result", "error", m.path, f"{wrong} wrong", "0 wrong",
-                                    f"{m.test} on {m.path} returned wrong data: {wrong} of {check.get('elements')} elements arrived "
-                                    f"wrong (expected: {check.get('expected')}): a link or GPU corrupts data at whatever speed; "
-                                    "check Xid and ECC errors (`nodecheck inspect`), and run nccl-tests with -c 1 or nvbandwidth"))
+        findings += _below_siblings(m) + _result_mismatch(m) + _wrong_data(m)
         if m.ratio is not None and (copy_bound(m) or float("inf")) < m.ratio:
             findings.append(Finding(
                 "bandwidth_above_bound", "warning", m.path, f"{m.ratio:.2f}", f"<= {COPY_BOUND:.2f}",
