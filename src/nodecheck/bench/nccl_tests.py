@@ -327,6 +327,10 @@ def ranks_from_rows(log: NcclLog, collective: str | None) -> tuple[int, int] | N
     scale = 2.0 if collective in _TWO_RING else 1.0
     timings = sorted((r.out_of_place for r in log.rows if r.out_of_place and r.out_of_place.algbw_gbytes >= 1),
                      key=lambda t: -t.algbw_gbytes)[:8]
+    if scale == 1.0 and timings and timings[0].algbw_gbytes >= 100 and timings[0].busbw_gbytes == timings[0].algbw_gbytes:
+        # nccl-tests before 2020 (ec1b5e2) wrote all-gather's and reduce-scatter's busbw as their algbw (factor 1):
+        # equal at 100 GB/s, today's (n-1)/n would mean 20,000 ranks (nccl-tests#37: 8 V100, 129.05 and 129.05)
+        return None
     least, most = 1, 1 << 30
     for t in timings:
         low = (t.busbw_gbytes - ROUNDING) / (t.algbw_gbytes + ROUNDING) / scale

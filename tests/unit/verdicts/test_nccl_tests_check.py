@@ -9,7 +9,7 @@ import pytest
 from helpers import PUBLIC, REPO, json_report, need, nodecheck
 
 from nodecheck.bench.nccl_binary import measurement_from_log
-from nodecheck.bench.nccl_tests import collective_name, failed_check, parse_nccl_log
+from nodecheck.bench.nccl_tests import collective_name, failed_check, parse_nccl_log, ranks_from_rows
 from nodecheck.config import Config
 from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
@@ -62,6 +62,10 @@ def test_out_of_bounds_failed_in_a_table_without_hashes():
     assert failed_check(log)["wrong_elements"] == 0
     (finding,) = _findings(log)
     assert finding.measured == "2 wrong" and "'Out of bounds values : 2 FAILED'" in finding.message
+    # its busbw is its algbw, as nccl-tests wrote all-gather's before 2020: no rank count in it, not a 12,906-rank job
+    assert ranks_from_rows(log, "all_gather") is None
+    measurement = measurement_from_log(log, build_report(SnapshotHost(HGX)), "nccl-log", "a log", name="all_gather_perf")
+    assert "across_nodes" not in measurement.details and measurement.spec_bytes_per_second == 450e9
 
 
 @pytest.mark.parametrize("name", ["nccltests176-128gpu-all_reduce-error-column-1e-06.txt",
