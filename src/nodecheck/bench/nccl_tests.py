@@ -1,5 +1,5 @@
 """nccl-tests results (all_reduce_perf, all_gather_perf, alltoall_perf, ...): the text table, with
-or without mpirun (`[1,0]<stdout>:`) or srun (`0: `) line prefixes, and the `-J` JSON report.
+or without mpirun (`[1,0]<stdout>:`), srun (`0: `) or MPICH (`[0]`) line prefixes, and the `-J` JSON report.
 
 A row is size, count, type, [redop], [root], then for out-of-place and in-place each: time (us),
 algbw, busbw (GB/s) and #wrong (or N/A). alltoall leaves redop blank and old versions have no
@@ -28,6 +28,8 @@ _NCCL_DEBUG = re.compile(r" NCCL (?:INFO|WARN)\b")  # NCCL_DEBUG lines mixed int
 MAX_UNPARSED_SHOWN = 5
 # mpirun --tag-output, srun -l, torchrun's --tee/--redirects ("[default0]:", "[rank12]:")
 LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: |\[(?:default|rank)\d{1,7}\]: ?)")
+# MPICH's and Intel MPI's -prepend-rank: "[0]" before each write, so mid-line too ("-1[0]    1626.5": nccl#1453)
+_RANK_TAG = re.compile(r"\[\d{1,7}\]")
 # numbers of at most 19 digits (int64): a 5,000-digit "size" is no row (int() refuses past 4,300 digits)
 _ROW_START = re.compile(r"^\s*(\d{1,19})\s+(\d{1,19})\s+([A-Za-z_][A-Za-z0-9_]*)\b(.*)$")
 _AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
@@ -86,6 +88,8 @@ def parse_nccl_log(text: str) -> NcclLog:
     unparsed: list[str] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = LAUNCHER_PREFIX.sub("", raw.rstrip("\r"), count=1)
+        if tag := _RANK_TAG.match(line):
+            line = line.replace(tag[0], " ")
         if bounds := _OUT_OF_BOUNDS.match(line):
             log.out_of_bounds = (log.out_of_bounds or 0) + int(bounds[1])
         elif line.lstrip().startswith("#") or _BARE_HEADING.match(line):

@@ -146,6 +146,21 @@ def _wrong_data(m: Measurement) -> list[Finding]:
                     "run nccl-tests with -c 1 or nvbandwidth on each node alone")]
 
 
+def _slow_before_plateau(m: Measurement, threshold: float) -> str | None:
+    """Why a figure from a payload below where busbw levels off is slow all the same, or None: a healthy run reached a
+    known share of its level at a smaller size (details.plateau_share), and this figure over that share stays under
+    half the threshold, a margin for a path that climbs later than the published one."""
+    plateau, below = m.details.get("plateau_share"), m.details.get("payload_below_plateau")
+    if not isinstance(plateau, dict) or not isinstance(below, str) or not is_int(plateau.get("size_bytes")):
+        return None
+    share = plateau.get("share")
+    if not isinstance(share, (int, float)) or not 0 < share <= 1 or m.ratio / share >= threshold / 2:
+        return None
+    return (f"slow even for its payload: {below}, and a healthy run already reads {share:g} of its level at "
+            f"{format_size(plateau['size_bytes'])}, so this path would level off near {m.ratio / share:.2f} of spec, "
+            f"under half the threshold")
+
+
 def measurement_findings(measurements, config: Config) -> list[Finding]:
     """Bandwidth below the test's ratio x spec, and tests that failed, each naming its path (and the slow node)."""
     findings = []
@@ -172,6 +187,11 @@ def measurement_findings(measurements, config: Config) -> list[Finding]:
                 f"{m.path} {m.test} {format_figure(m)} = {m.ratio:.2f} x the ring bound of the rails nodecheck "
                 f"read, more than any all-reduce algorithm moves over them ({bound:.2f} x): NCCL used other or more NICs, "
                 "or a rail's rate was misread (set [nics] speed_mbps); this verdict cannot be trusted"))
+        elif m.ratio is not None and m.ratio < threshold and (slow := _slow_before_plateau(m, threshold)):
+            findings.append(Finding(
+                "bandwidth_below_spec", "error", m.path, f"{m.ratio:.2f}", f">= {threshold:g}",
+                f"{m.path} {m.test} {format_figure(m)} = {m.ratio:.2f} of spec {format_figure(m, spec=True)}, {slow}: "
+                f"{_what_to_check(m)}"))
         elif m.ratio is not None and m.ratio < threshold and m.details.get("payload_below_plateau"):
             findings.append(Finding(  # a latency-bound payload: a healthy path reads low there too
                 "bandwidth_below_spec", "info", m.path, f"{m.ratio:.2f}", f">= {threshold:g}",

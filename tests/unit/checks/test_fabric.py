@@ -134,7 +134,8 @@ def test_published_healthy_runs_pass_at_benchs_quick_payload(tmp_path):
 def test_a_log_across_nodes_that_stops_before_busbw_levels_off_is_said_not_judged(tmp_path):
     """AWS's healthy EKS 2x p5 job read 167 GB/s at 256 MiB and 279 at 512 MiB, 0.42 and 0.70 of the 400 GB/s ring
     bound of its 32 adapters, and 438 at 2 GiB: the same log pasted only to 512 MiB is latency, not the rails. It is
-    said (info) instead of naming a slow node; to 1 GiB it is judged (0.78, healthy)."""
+    said (info) instead of naming a slow node; to 1 GiB it is judged (0.78, healthy). A tenth of that rate is slow at
+    any payload a healthy run's share is known for."""
     import dataclasses
 
     from nodecheck.bench.nccl_binary import measurement_from_log
@@ -152,6 +153,18 @@ def test_a_log_across_nodes_that_stops_before_busbw_levels_off_is_said_not_judge
         assert [f.severity for f in findings] == severities, (end, findings)
         if severities:
             assert "below the 1 GiB where a healthy run's busbw stops climbing across nodes" in findings[0].message
+    # the same job at a tenth of its rate (28 GB/s at 512 MiB, 0.07 of the bound): a healthy run already reads 0.38 of
+    # its level at 256 MiB, so this one would level off near 0.18, under half the 0.7 threshold: slow whatever the
+    # payload. At 128 MiB (below any published share) it is still only said.
+    for end, severity in ((512 << 20, "error"), (256 << 20, "error"), (128 << 20, "info")):
+        log.rows = [dataclasses.replace(r, out_of_place=dataclasses.replace(r.out_of_place, busbw_gbytes=r.out_of_place.busbw_gbytes / 10))
+                    for r in whole if r.size_bytes <= end and r.out_of_place]
+        m = measurement_from_log(log, p5, "nccl-log", "m", nodes=2)
+        m = dataclasses.replace(m, spec_bytes_per_second=400e9)
+        m.ratio = m.bytes_per_second / m.spec_bytes_per_second
+        (finding,) = measurement_findings([m], Config())
+        assert finding.severity == severity, (end, finding)
+        assert ("slow even for its payload" in finding.message) == (severity == "error")
 
 
 def test_a_fabric_misread_is_said_not_passed(tmp_path):

@@ -1,6 +1,7 @@
 """nccl-tests' own data check (-c 1): the #wrong rows and the 'Out of bounds values' line of published logs that
 failed it are an error whatever their speed; the `error` column of versions before 2.13 (a rounding difference) and
-healthy published runs are not. Rows with per-iteration columns (-I 1) and a timestamp (-S 1) read as plain rows."""
+healthy published runs are not. Rows with per-iteration columns (-I 1), a timestamp (-S 1) or MPICH's rank tags
+read as plain rows."""
 
 import json
 import re
@@ -167,3 +168,20 @@ def test_alltoallv_is_not_judged_as_alltoall():
     as_v = measurement_from_log(log, report, "nccl-log", "a log", name="alltoallv_perf.txt")
     assert as_v.spec_bytes_per_second is None and "alltoallv" in as_v.details["spec_basis"]
     assert measurement_from_log(log, report, "nccl-log", "a log", name="alltoall_perf.txt").spec_bytes_per_second
+
+
+def test_mpich_rank_tags_mid_line_and_a_run_slow_before_its_plateau():
+    """NVIDIA/nccl#1453: MPICH's -prepend-rank writes "[0]" before each write, so mid-row too; its rows say 24 ranks
+    (busbw/algbw = 2 x 23/24) and 5.3 GB/s at 512 MiB. Judged across 3 HGX H100 nodes (eight 400G rails each): below
+    the 1 GiB where busbw levels off, yet 0.01 of the bound, where a healthy run reads 0.38 of its level by 256 MiB."""
+    log = _log("nccl1453-24-h100-mpich-prepend-rank-slow.txt")
+    assert [r.size_bytes for r in log.rows][::9] == [1048576, 536870912] and len(log.rows) == 10
+    assert log.rows[-1].out_of_place.busbw_gbytes == 5.31 and log.rows[-1].in_place.busbw_gbytes == 5.33
+    assert ranks_from_rows(log, "all_reduce") == (24, 24)
+    assert len(log.issues) == 1 and "line 1" in log.issues[0]  # the tail of a row split by NCCL's lines: said, not read
+    result = nodecheck("bench", "--nccl-log", str(FIXTURES / "nccl1453-24-h100-mpich-prepend-rank-slow.txt"), "--from",
+                       str(HGX), "--nodes", "3", "--json")
+    assert result.returncode == 1, result.stderr
+    (finding,) = json.loads(result.stdout)["findings"]
+    assert (finding["kind"], finding["severity"], finding["measured"]) == ("bandwidth_below_spec", "error", "0.01")
+    assert "slow even for its payload" in finding["message"] and "near 0.03 of spec" in finding["message"]
