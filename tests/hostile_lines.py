@@ -147,7 +147,11 @@ def _many() -> dict:
         "kernel log (Xid)": [("GPUs begun, then fallen off the bus", begun + "NVRM: fallen off the bus.\n" * begun.count("\n"),
                               kernel_log.parse_kernel_log),
                              ("a GPU begun, fallen, begun ...", lines(lambda i: f"NVRM: The NVIDIA GPU {i:08x}:01:00.0\n"
-                                                                                "NVRM: x fallen off the bus\n"), kernel_log.parse_kernel_log)],
+                                                                                "NVRM: x fallen off the bus\n"), kernel_log.parse_kernel_log),
+                             ("a record's further lines, indented", "[ 1.0] NVRM: The NVIDIA GPU 0000:18:00.0\n"
+                              + lines(lambda i: f"               NVRM: line {i}\n"), kernel_log.parse_kernel_log),
+                             ("an NVRM line, then a megabyte of indentation", "[ 1.0] NVRM: The NVIDIA GPU 0000:18:00.0\n"
+                              + " " * MB + "NVRM: fallen off the bus\n", kernel_log.parse_kernel_log)],
         "NCCL debug log": [("socket interfaces, one line", "h:1:1 [0] NCCL INFO NET/Socket : Using "
                             + lines(lambda i: f"if{i}:10.0.0.1<0> ") + "\n", nccl_debug.parse_nccl_debug),
                            ("socket interfaces, a line each", lines(lambda i: f"h:1:1 [0] NCCL INFO NET/Socket : Using if{i}:10.0.0.1<0>\n"),

@@ -240,8 +240,16 @@ MLX5_LINES = (
     "slot (27W).\n")
 
 
+# the driver's three-line fallen-off-the-bus record as dmesg prints it (NVIDIA/NVSentinel#155, driver 570.158.01)
+OFF_BUS_RECORD = (
+    "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0\n"
+    "               NVRM: (PCI ID: 10de:26b5) installed in this system has\n"
+    "               NVRM: fallen off the bus and is not responding to commands.\n"
+    "[ 1843.439662] NVRM: The NVIDIA probe routine failed for 1 device(s).\n")
+
+
 def _kernel_log_seeds() -> list[str]:
-    return _texts("captures/public/health/xid/*.log") + [GB200_NVLINK5_LINES, MLX5_LINES]
+    return _texts("captures/public/health/xid/*.log") + [GB200_NVLINK5_LINES, MLX5_LINES, OFF_BUS_RECORD]
 
 
 def _kernel_log_words(text: str):

@@ -43,6 +43,10 @@ _SXID_LINK = re.compile(r"\s{0,4}(?:Fatal|Non-fatal), Link (\d{1,4})\b")
 _SXID_MORE = re.compile(r"\s{0,4}(?:Severity \d|Data \{)")  # the driver's 2nd and 3rd lines of one SXid event
 SXID_LINES_WITHIN = 8  # the lines of one SXid event lie this close (other switches' lines between them)
 OFF_BUS_WITHIN = 5  # lines between "The NVIDIA GPU ..." and "... fallen off the bus" of one message
+# MULTI_LINE: the driver prints some messages as one record of several lines (the fallen-off-the-bus one is one
+# nv_printf of three "NVRM: " lines, open-gpu-kernel-modules rm_is_supported_device); dmesg and journalctl print the
+# record's further lines unstamped, indented to the message's column (NVIDIA/NVSentinel#155, dmesg of driver
+# 570.158.01). An indented line right after an NVRM line is read as that message's next line, with its stamp.
 XID_FALLEN_OFF_THE_BUS = 79
 # a ConnectX NIC's events, as mlx5_core prints them after the device's address (drivers/net/ethernet/mellanox/mlx5/
 # core/events.c; gpud's infiniband kmsg matcher reads the same): "mlx5_core 0000:5c:00.0: port_module:254:(pid 0): Port
@@ -66,10 +70,15 @@ def parse_kernel_log(text: str) -> list[XidEvent]:
     events: deque[XidEvent] = deque(maxlen=MAX_EVENTS)  # the newest: the last events are the ones that matter now
     # (line, GPU) of the last "The NVIDIA GPU ..." lines awaiting "fallen off the bus"
     off_bus_started: deque[tuple[int, str]] = deque(maxlen=OFF_BUS_WITHIN + 1)
+    continues, began = 0, None  # the line an indented NVRM line must be to continue a message, and that message's stamp
     for number, raw in enumerate(text.splitlines(), start=1):
         if "NVRM" not in raw and "SXid" not in raw and "mlx5" not in raw:
             continue
-        message, usec, _ = kernel_message(raw)
+        message, usec, stamped = kernel_message(raw)
+        if not stamped and number == continues and raw[:1] in " \t":
+            message, usec = message.lstrip(" \t"), began  # a further line of one multi-line message (MULTI_LINE)
+        if message.startswith("NVRM: "):
+            continues, began = number + 1, usec
         if NIC_MESSAGE.match(message):
             if nic := _nic_event(message, number, usec):
                 events.append(nic)
@@ -125,7 +134,7 @@ def _continues(events: deque[XidEvent], switch: int, code: int, number: int) -> 
 
 
 def _event(kind: str, address: str, code: str, raw: str, end: int, line: int, usec: int | None, **more) -> XidEvent:
-    message = raw[end:].strip()[:200]
+    message = raw[end:end + 800].replace("\\x0a", " ").strip()[:200]  # /dev/kmsg escapes a record's inner newlines
     caused = _CAUSED_BY.search(raw)
     return XidEvent(kind, _device(address), int(code), message, line, usec, int(caused[1]) if caused else None,
                     printed=address, **more)

@@ -55,6 +55,44 @@ def test_fallen_off_the_bus_without_an_xid_line_is_an_xid_79_once():
     assert parse_kernel_log(far) == []  # too far apart to be one message
 
 
+# NVIDIA/NVSentinel#155: `dmesg` on a node whose GPU fell off the bus at probe (driver 570.158.01), verbatim. The
+# driver prints the message as one record of three lines (open-gpu-kernel-modules, rm_is_supported_device); dmesg
+# prints the further lines unstamped, indented to the message's column.
+NVSENTINEL_155 = """\
+[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0
+               NVRM: (PCI ID: 10de:26b5) installed in this system has
+               NVRM: fallen off the bus and is not responding to commands.
+[ 1843.439662] NVRM: The NVIDIA probe routine failed for 1 device(s).
+[ 1843.439669] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.158.01  Release Build  (dvs-builder@U22-I3-B10-02-5)  Mon Jun  2 13:13:04 UTC 2025
+"""
+
+
+def _as_printed(record: list[str], first: str) -> str:
+    """One multi-line record as dmesg and journalctl print it: the first line after its prefix, the others
+    indented to the message's column."""
+    return "\n".join([first + record[0]] + [" " * len(first) + line for line in record[1:]]) + "\n"
+
+
+def test_the_driver_s_multi_line_fallen_off_the_bus_as_every_reader_prints_it():
+    record = [line.strip().split("] ", 1)[-1] for line in NVSENTINEL_155.splitlines()[:3]]
+    texts = {
+        "dmesg": NVSENTINEL_155,
+        "dmesg --ctime": _as_printed(record, "[Mon Jun  2 13:20:11 2025] "),
+        "journalctl -k": _as_printed(record, "Jun 02 13:20:11 gpu-b3 kernel: "),
+        "journalctl -k -o short-monotonic": _as_printed(record, "[ 1843.308145] gpu-b3 kernel: "),
+        "/dev/kmsg": "3,1571,1843308145,-;" + "\\x0a".join(record) + "\n",  # the kernel escapes inner newlines
+    }
+    for name, text in texts.items():
+        (event,) = parse_kernel_log(text)
+        assert (event.pci, event.code, event.implied) == ("0000:b3:00.0", 79, True), name
+        assert "\\x0a" not in event.message, name
+    assert parse_kernel_log(texts["dmesg"])[0].usec == 1843308145  # the stamp of the message's first line
+    assert parse_kernel_log(texts["journalctl -k -o short-monotonic"])[0].usec == 1843308145
+    # an indented line continues only the NVRM line right above it: after another message it is no kernel line
+    apart = NVSENTINEL_155.splitlines()
+    assert parse_kernel_log("\n".join([apart[0], "[ 1843.309000] usb 1-1: new device", *apart[1:3]])) == []
+
+
 def test_nvswitch_sxid_and_a_sympathetic_xid():
     (sxid,) = parse_kernel_log("[131453.740743] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up")
     assert (sxid.kind, sxid.switch, sxid.pci, sxid.code, sxid.message) == ("sxid", 0, "0000:05:00.0", 20034,
