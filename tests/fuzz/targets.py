@@ -494,8 +494,16 @@ def _checked_nccl_tests(text: str):
     return log, failed_check(log), check_said(log)
 
 
-def targets() -> list[Target]:
+def _nccl_debug_judged(text: str):
+    """An NCCL debug log read, and its failed IB transfers judged as `nccl-log` judges them."""
     from nodecheck.bench.nccl_debug import parse_nccl_debug
+    from nodecheck.verdicts.nccl_ib_errors import ib_error_findings
+
+    run = parse_nccl_debug(text)
+    return run, ib_error_findings(run.ib_errors, run.addresses)
+
+
+def targets() -> list[Target]:
     from nodecheck.config import loads
     from nodecheck.core import units
     from nodecheck.core.errors import ConfigError, NodecheckError, ParseError
@@ -537,7 +545,8 @@ def targets() -> list[Target]:
                parse_proc_route, (ParseError,)),
         Target("nccl_tests", lambda: _texts("captures/public/nccl/*.txt") + [
             p.read_text() for p in sorted((TESTS / "fixtures/nccl-tests").glob("*.txt"))], _checked_nccl_tests, (ParseError,)),
-        Target("nccl_debug", lambda: _texts("captures/public/nccl-debug/*.txt"), parse_nccl_debug, (ParseError,)),
+        Target("nccl_debug", lambda: _texts("captures/public/nccl-debug/*.txt")
+               + [p.read_text() for p in sorted((TESTS / "fixtures/nccl-debug").glob("*.txt"))], _nccl_debug_judged, (ParseError,)),
         Target("lspci", lambda: _texts("captures/public/lspci/*.txt"), parse_lspci, (ParseError,)),
         Target("kernel_log", _kernel_log_seeds, _kernel_log_words, (ParseError,)),
         Target("kernel_log_source", _kmsg_seeds, _kernel_log_source, (ParseError,)),

@@ -19,7 +19,7 @@ from nodecheck.bench.nccl_tests import LAUNCHER_PREFIX
 from nodecheck.core.errors import ParseError, ProbeFailed
 from nodecheck.core.limits import MAX_COMMAND_OUTPUT
 from nodecheck.host.files import read_bounded
-from nodecheck.verdicts.nccl_run import MAX_HOSTS, MAX_NET_DEVICES, MAX_SETTINGS, NcclRun
+from nodecheck.verdicts.nccl_run import MAX_HOSTS, MAX_IB_ERRORS, MAX_NET_DEVICES, MAX_SETTINGS, NcclRun
 
 # Where an NCCL record starts, anywhere in a line: an optional host:pid:tid (the host may be empty), an optional
 # [dev], the level. Linear: a host starts only where no name character precedes it.
@@ -50,6 +50,15 @@ _NVLS_IN_USE = re.compile(r"\bNVLS (?:comm|multicast support is available)", re.
 _STAMP_HEAD = re.compile(r"^(?:\[[\d\-T:.,Z ]{8,40}\]\s*)")  # "[2026-01-15 02:30:45] NET/OFI ..."
 _SOURCE_HEAD = re.compile(r"[\w.-]{0,64}:\d{1,10}:\d{1,10}(?: \[\d{1,4}\])? [\w./-]{1,80}:\d{1,6}")
 _TESTS_HOST = re.compile(r"^#\s+Rank\s+\d+\b.*?\bon\s+(\S+)\s+device\b")
+# NCCL's IB transport reporting a failed work request (transport/net_ib.cc, and the HPC-X plugin's ib_plugin.c): "NET/IB :
+# Got completion with error 12, opcode 0, len 0, vendor err 129" (older NCCL), "... from peer 10.0.35.1<49189> with
+# error 4, ..." , "... from peer 10.216.210.236<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv) ...", later
+# "... hca mlx5_10" at the end, and the newest "with status=transport retry counter exceeded(12) ...": the peer (its
+# address as NCCL's socket prints it, host<port>), the ibv_wc_status, the local HCA
+_IB_COMPLETION = re.compile(r"NET/IB\w{0,16}(?:/GIN)? ?: ?Got completion (?:from peer (?:(?P<peer>\S{1,80}) )?)?with "
+                            r"(?:error (?P<error>\d{1,4})\b|status=(?:[A-Za-z][^()\n]{0,63}\()?(?P<status>\d{1,4})\b)")
+_IB_HCA = re.compile(r" hca ([\w.-]{1,40})\s{0,8}$")
+_ADDRESS = re.compile(r"(?:\[\d+\])?[A-Za-z0-9_.@-]+:([0-9a-fA-F.:%A-Za-z]{2,64})<\d+>")  # eth0:10.0.35.1<0>
 MAX_WARNINGS = 50  # quoted warnings kept; the count is always whole
 MAX_NETWORKS = 16  # network names kept (IB, Socket, a plugin's): a log naming thousands is garbage past these
 
@@ -80,6 +89,8 @@ def parse_nccl_debug(text: str) -> NcclRun:
             if level == "WARN":
                 _note_provider(run, body)  # aws-ofi-nccl warns it when no RDMA provider was found
                 run.warning_count += 1
+                if _note_ib_error(run, host or "", body):  # judged together, not quoted one by one
+                    continue
                 if len(warnings) < MAX_WARNINGS:
                     warnings.setdefault(body, None)
                 continue
@@ -111,7 +122,11 @@ def records(line: str) -> list[tuple[str | None, str, str]]:
             head, _, last = text.rpartition(" ")
             if _STAMP.fullmatch(last):
                 text = head.rstrip(" \t|")
-        host = match["host"] if match["host"] and _HOSTNAME.match(match["host"]) else None
+        host = match["host"]
+        if host is None and match["pid"] is None:  # NCCL 2.3's and the IB plugin's "host:pid:tid [dev] file.c:line" head
+            before = line[starts[index - 1].end() if index else 0:match.start()].strip()
+            host = before.partition(":")[0] if _SOURCE_HEAD.fullmatch(before) else None
+        host = host if host and _HOSTNAME.match(host) else None
         out.append((host, match["level"], text.strip()))
     return out
 
@@ -132,6 +147,7 @@ def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_n
     if network := _NETWORK.match(body):  # (\S.*) and rstrip: a lazy group before \s*$ is quadratic in trailing spaces
         run.network = run.network or network[1].rstrip()[:64]
     elif socket := _SOCKET.match(body):
+        _note_addresses(run, host, socket[1])
         for token in socket[1].split():  # one interface per token, each matched at its start: linear
             iface = _SOCKET_IFACE.match(token)
             # a node has a few interfaces: past MAX_NET_DEVICES a log names garbage, and the list stays short to search
@@ -140,6 +156,7 @@ def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_n
         if body.startswith("NET/Socket") and "Socket" not in net_names:
             net_names.append("Socket")
     elif ib := _IB.match(body):
+        _note_addresses(run, host, ib[2].rpartition(" OOB ")[2] if " OOB " in ib[2] else "")
         devices = _IB_DEVICE.findall(ib[2])
         for _, name in devices[:MAX_NET_DEVICES]:
             if name not in run.ib_devices and len(run.ib_devices) < MAX_NET_DEVICES:
@@ -169,6 +186,35 @@ def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_n
         run.nvls = False
     elif _NVLS_IN_USE.search(body) and run.nvls is None:
         run.nvls = True
+
+
+def _note_ib_error(run: NcclRun, host: str, body: str) -> bool:
+    """Whether a WARN line is NCCL's IB transport reporting a failed work request; if so it is counted, by (host,
+    peer, status, local HCA)."""
+    failed = _IB_COMPLETION.match(body)
+    if not failed:
+        return False
+    run.ib_error_lines += 1
+    peer = failed["peer"].rpartition("<")[0] or failed["peer"] if failed["peer"] else None
+    hca = _IB_HCA.search(body, failed.end())
+    key = {"host": host[:255], "peer": peer, "status": int(failed["error"] or failed["status"]), "hca": hca[1] if hca else None}
+    for entry in run.ib_errors:
+        if all(entry[k] == v for k, v in key.items()):
+            entry["count"] += 1
+            return True
+    if len(run.ib_errors) < MAX_IB_ERRORS:
+        run.ib_errors.append(key | {"count": 1})
+    return True
+
+
+def _note_addresses(run: NcclRun, host: str, text: str) -> None:
+    """The addresses a host's Bootstrap, NET/Socket or OOB line names ("ib0:10.0.35.1<0>"): a failed IB transfer
+    names its peer by that address."""
+    if not host:
+        return
+    for token in text.split()[:MAX_NET_DEVICES]:
+        if (address := _ADDRESS.match(token)) and len(run.addresses) < MAX_HOSTS:
+            run.addresses.setdefault(address[1], host)
 
 
 def _note_provider(run: NcclRun, body: str) -> None:

@@ -41,6 +41,17 @@ NCCL_WARNING = Kind("nccl_warning", "fabric", "{head}",
         ("warning",
          "an `NCCL WARN` line of the log, quoted (ten at most; the rest counted)"),
     ))
+NCCL_IB_ERROR = Kind("nccl_ib_error", "fabric", "NCCL IB transfers failed: {measured}",
+    doc=(
+        ("warning",
+         "the log's NET/IB \"Got completion ... with error N\" / \"with status=N\" WARN lines (NCCL's IB transport: a work "
+         "request failed and the job died), judged together instead of quoted: the commonest status that is not a flush "
+         "(libibverbs' name for it; 5, flushed, follows an earlier error), what NCCL's maintainers say it means (12: the two "
+         "NICs cannot reach each other or the path is too lossy; 4: usually ACS breaking GPUDirect RDMA), and the end the "
+         "failed connections share: subject the peer several hosts failed with (its address, and its host where the log's "
+         "Bootstrap or OOB lines name it), the host (and HCA) that failed with several peers or logged a local error, or "
+         "`host -> peer` for one connection; measured `status N (name) xCOUNT`. Each record is in `details.nccl.ib_errors`"),
+    ))
 NCCL_SETTING = Kind("nccl_setting", "fabric", "NCCL run took {measured}",
     doc=(
         ("warning",
@@ -53,5 +64,6 @@ NCCL_SETTING = Kind("nccl_setting", "fabric", "NCCL run took {measured}",
          "`NAME=value`. The settings NCCL logged are in `details.nccl.settings` (at most 64)"),
     ))
 
-CHECK = Check((NCCL_SOCKET_FALLBACK, NCCL_NO_GDR, NCCL_P2P_DISABLED, NCCL_RAIL_MISMATCH, NCCL_WARNING, NCCL_SETTING),
+CHECK = Check((NCCL_SOCKET_FALLBACK, NCCL_NO_GDR, NCCL_P2P_DISABLED, NCCL_RAIL_MISMATCH, NCCL_WARNING, NCCL_IB_ERROR,
+               NCCL_SETTING),
               made_by="an NCCL run", unknown=no_nccl_run)

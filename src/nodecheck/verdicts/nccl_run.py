@@ -9,8 +9,9 @@ from nodecheck.checks.nccl_conf import DISABLING, hca_shortfall
 from nodecheck.checks.roce import roce_gid_findings
 from nodecheck.core.link_types import link_family
 from nodecheck.report.findings import Finding
+from nodecheck.verdicts.nccl_ib_errors import ib_error_findings
 
-MAX_HOSTS, MAX_NET_DEVICES, MAX_SETTINGS = 1024, 64, 64
+MAX_HOSTS, MAX_NET_DEVICES, MAX_SETTINGS, MAX_IB_ERRORS = 1024, 64, 64, 64
 
 
 @dataclass
@@ -34,6 +35,11 @@ class NcclRun:
     settings: dict[str, str] = field(default_factory=dict)  # "NCCL_X set by environment to V": the job's or nccl.conf's
     ofi_provider: str | None = None  # aws-ofi-nccl's "NET/OFI Selected provider is tcp": the libfabric provider under it
     nranks: int | None = None  # the job's ranks: the largest "nranks N" a comm line names, or rank + 1 a channel names
+    # NET/IB work requests that failed ("Got completion from peer P with status=N ... hca H"), each distinct
+    # {host, peer, status, hca} with its count (at most MAX_IB_ERRORS); their WARN lines are not quoted one by one
+    ib_errors: list[dict] = field(default_factory=list)
+    ib_error_lines: int = 0
+    addresses: dict[str, str] = field(default_factory=dict)  # an address a host's Bootstrap/OOB line names -> the host
 
 
 MAX_QUOTED = 10  # NCCL warnings turned into findings, each quoted; the rest counted in the last
@@ -101,10 +107,12 @@ def nccl_findings(run: NcclRun, report) -> list:
         named = {f.subject for f in report.findings if f.kind == "roce_gid_unroutable"}
         findings += [f for f in roce_gid_findings(report, settings=run.settings, where="the NCCL run's environment")
                      if f.subject not in named]
+    findings += ib_error_findings(run.ib_errors, run.addresses)
     for text in run.warnings[:MAX_QUOTED]:
         findings.append(Finding("nccl_warning", "warning", "nccl", "NCCL WARN", "none", f"NCCL WARN {text}"[:500]))
-    if run.warning_count > MAX_QUOTED:
-        findings[-1].message += f" (+{run.warning_count - MAX_QUOTED} more NCCL WARN lines)"
+    unquoted = run.warning_count - run.ib_error_lines - MAX_QUOTED  # the IB errors are said in their own finding
+    if unquoted > 0 and run.warnings:
+        findings[-1].message += f" (+{unquoted} more NCCL WARN lines)"
     return findings
 
 
@@ -165,7 +173,20 @@ _SHAPES = {
     "net_device_names": _per_host(lambda v: isinstance(v, str)),
     "settings": lambda v: isinstance(v, dict) and len(v) <= MAX_SETTINGS and all(
         isinstance(k, str) and isinstance(x, str) and len(k) <= 80 and len(x) <= 128 for k, x in v.items()),
+    "ib_errors": lambda v: isinstance(v, list) and len(v) <= MAX_IB_ERRORS and all(_ib_error(e) for e in v),
+    "ib_error_lines": lambda v: type(v) is int and v >= 0,
+    "addresses": lambda v: isinstance(v, dict) and len(v) <= MAX_HOSTS and all(
+        isinstance(k, str) and isinstance(x, str) and len(k) <= 80 and len(x) <= 255 for k, x in v.items()),
 }
+
+
+def _ib_error(entry) -> bool:
+    """One failed-IB-transfer record of a Report read from a file (untrusted): its exact shape."""
+    return (isinstance(entry, dict) and set(entry) == {"host", "peer", "status", "hca", "count"}
+            and isinstance(entry["host"], str) and len(entry["host"]) <= 255
+            and all(entry[k] is None or (isinstance(entry[k], str) and len(entry[k]) <= 80) for k in ("peer", "hca"))
+            and type(entry["status"]) is int and 0 <= entry["status"] < 10_000 and type(entry["count"]) is int
+            and entry["count"] > 0)
 
 
 def nccl_run_from_details(data) -> NcclRun | None:

@@ -64,7 +64,8 @@ def test_each_error_source_replays_as_the_node_read_it():
 
 
 # checks declared since the capture: unknown until a test of the GPU itself has run, a series the node did not write
-CHECKS_SINCE = ("gpu_below_siblings", "gpu_result_mismatch", "bench_skipped", "nccl_topo_nvlink_missing", "nccl_topo_mismatch")
+CHECKS_SINCE = ("gpu_below_siblings", "gpu_result_mismatch", "bench_skipped", "nccl_topo_nvlink_missing", "nccl_topo_mismatch",
+                "nccl_ib_error")
 
 
 def test_the_replayed_snapshot_gives_the_live_metrics(tmp_path):
