@@ -123,9 +123,9 @@ def records(line: str) -> list[tuple[str | None, str, str]]:
             if _STAMP.fullmatch(last):
                 text = head.rstrip(" \t|")
         host = match["host"]
-        if host is None and match["pid"] is None:  # NCCL 2.3's and the IB plugin's "host:pid:tid [dev] file.c:line" head
-            before = line[starts[index - 1].end() if index else 0:match.start()].strip()
-            host = before.partition(":")[0] if _SOURCE_HEAD.fullmatch(before) else None
+        if match["pid"] is None:  # NCCL 2.3's and the IB plugin's "host:pid:tid [dev] file.c:line" head, as _leads took it
+            head = _SOURCE_HEAD.fullmatch(line[:match.start()].strip())
+            host = head[0].partition(":")[0] if head else None
         host = host if host and _HOSTNAME.match(host) else None
         out.append((host, match["level"], text.strip()))
     return out

@@ -50,15 +50,14 @@ def ib_error_findings(errors: list[dict], addresses: dict[str, str]) -> list[Fin
     by_status = Counter()
     for error in errors:
         by_status[error["status"]] += error["count"]
-    causes = [s for s, _ in by_status.most_common() if s != FLUSHED] or [FLUSHED]
-    main = causes[0]
+    main = next((s for s, _ in by_status.most_common() if s != FLUSHED), FLUSHED)
     chosen = [e for e in errors if e["status"] == main]
     peers, reporters = Counter(), Counter()
     for error in chosen:
         if error["peer"]:
             peers[error["peer"]] += error["count"]
         reporters[_reporter(error)] += error["count"]
-    subject = _shared_end(chosen, peers, reporters, addresses)
+    subject = _shared_end(main, chosen, peers, reporters, addresses)
     lines = sum(by_status.values())
     others = ", ".join(f"status {s} x{n}" for s, n in sorted(by_status.items()) if s != main)
     named_peers = ", ".join(f"{_named(p, addresses)} x{n}" for p, n in peers.most_common(MAX_NAMED))
@@ -81,18 +80,19 @@ def _named(peer: str, addresses: dict[str, str]) -> str:
     return f"{peer} ({host})" if host else peer
 
 
-def _shared_end(chosen: list[dict], peers: Counter, reporters: Counter, addresses: dict[str, str]) -> tuple[str, str]:
+def _shared_end(status: int, chosen: list[dict], peers: Counter, reporters: Counter,
+                addresses: dict[str, str]) -> tuple[str, str]:
     """(subject, sentence): the end the failed connections have in common. A peer that several reporters name is
     the likely culprit; one reporter failing with several peers points at its own NIC or link; one connection alone
     does not say which end."""
     reporter, _ = reporters.most_common(1)[0]
-    if chosen[0]["status"] in LOCAL:
+    if status in LOCAL:
         return (reporter, f"a local error: {reporter}'s own HCA or its PCIe path to the GPU is the failing end")
-    hosts_per_peer = {p: {e["host"] for e in chosen if e["peer"] == p} for p in peers}
     if peers:
         peer, _ = peers.most_common(1)[0]
-        if len(hosts_per_peer[peer]) > 1:
-            return (f"peer {_named(peer, addresses)}", f"{len(hosts_per_peer[peer])} hosts failed with the same peer, "
+        hosts = {e["host"] for e in chosen if e["peer"] == peer}
+        if len(hosts) > 1:
+            return (f"peer {_named(peer, addresses)}", f"{len(hosts)} hosts failed with the same peer, "
                     f"{_named(peer, addresses)}: its NIC, link or process is the common end")
     peers_of = {e["peer"] for e in chosen if _reporter(e) == reporter and e["peer"]}
     if len(peers_of) > 1:
