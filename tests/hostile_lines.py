@@ -27,7 +27,7 @@ def _cases() -> dict:
         "nccl-tests output": (lambda line: nccl_tests.parse_nccl_log(f"# nThread 1 nGpus 8\n{line}\n"),
                               ["#  Rank  0 Group  0 Pid 1 on ", "   8   2 float sum ", " 1", "#  Avg bus bandwidth : ",
                                " Out of bounds values : ", "# ", " 2026-07-09 16:03:21", " size  count ", "# busbw i_cv% ",
-                               "[0]", "[0] 8 2 float sum -1[0] 1.0"]),
+                               "[0]", "[0] 8 2 float sum -1[0] 1.0", "  Rank  0 Pid 1 ", " on h device 0 ", "nThread 1 "]),
         "NCCL topology XML": (lambda line: nccl_topo.parse_nccl_topo_xml(f'<system version="1"><cpu numaid="0">{line}</cpu></system>'),
                               ['<pci busid="0000:00:00.0" link_speed="32.0 GT/s PCIe" link_width="16"/>', '<gpu dev="0"><nvlink target="',
                                '<nic><net name="mlx5_0" speed="400000"/></nic>', " ", "0"]),

@@ -34,12 +34,15 @@ _RANK_TAG = re.compile(r"\[\d{1,7}\]")
 _ROW_START = re.compile(r"^\s*(\d{1,19})\s+(\d{1,19})\s+([A-Za-z_][A-Za-z0-9_]*)\b(.*)$")
 _AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
 _COLLECTIVE = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
-_CONFIG = re.compile(r"^#\s*nThread\s+(\d{1,9})\s+nGpus\s+(\d{1,9})")
+_CONFIG = re.compile(r"^#?\s*nThread\s+(\d{1,9})\s+nGpus\s+(\d{1,9})")
 _OUT_OF_BOUNDS = re.compile(r"^\s*(?:#\s*)?Out of bounds values\s*:\s*(\d{1,19})\s+(OK|FAILED)\b")
 # the first versions printed the table's headings and footer without '#' (nccl-tests#37)
-_BARE_HEADING = re.compile(r"^\s*(?:out-of-place\b|size\s+count\b|\(B\)\s|Avg bus bandwidth\s*:)")
+# and a paste outside a markdown code block loses every '#' (nccl-tests#249, nccl#583)
+_BARE_HEADING = re.compile(r"^\s*(?:out-of-place\b|size\s+count\b|\(B\)\s|Avg bus bandwidth\s*:|nThread\s+\d|Using devices\s*$"
+                           r"|Blocking Enabled\b|Rank\s+\d{1,9}\s.*\bdevice\s+\d)")
 _TIMESTAMP = re.compile(r"\s\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")  # -S 1: a row's suffix (%Y-%m-%d %H:%M:%S)
-_DEVICE = re.compile(r"^#\s+Rank\s+(\d{1,9})\b.*?\bon\s+(\S+)\s+device\s+(\d{1,9})\s+\[[^\]]*\]\s+(.+)$")
+_PID = re.compile(r"\bPid\s+(\d{1,10})\b")
+_DEVICE = re.compile(r"^#?\s*Rank\s+(\d{1,9})\b.*?\bon\s+(\S+)\s+device\s+(\d{1,9})\s+\[[^\]]*\]\s+(.+)$")
 
 
 @dataclass
@@ -78,6 +81,11 @@ class NcclLog:
     out_of_bounds: int | None = None  # "Out of bounds values : N": results nccl-tests' check failed, over its tests
     check_column: str | None = None  # "#wrong" (a count of wrong elements) or "error" (before 2.13: a difference)
     columns_per_half: int = 4  # 8 with per-iteration columns (-I 1)
+    # nccl-tests prints one '# nThread' header and one footer per run (src/util.cu), and numbers its ranks across every
+    # process of an MPI job (rank = proc x nThreads x nGpus + i): a second header, footer or owner of a rank is a second run
+    headers: int = 0
+    footers: int = 0
+    repeated_rank: str | None = None  # "rank 0 on node3 (pid 1530412) and on node2 (pid 2236260)"
 
 
 def parse_nccl_log(text: str) -> NcclLog:
@@ -86,6 +94,7 @@ def parse_nccl_log(text: str) -> NcclLog:
         return _parse_json(text)
     log = NcclLog("text", None, None, None, [], [], None)
     unparsed: list[str] = []
+    owners: dict[int, str] = {}  # rank -> the host and pid of its first device line
     for number, raw in enumerate(text.splitlines(), start=1):
         line = LAUNCHER_PREFIX.sub("", raw.rstrip("\r"), count=1)
         if tag := _RANK_TAG.match(line):
@@ -93,7 +102,7 @@ def parse_nccl_log(text: str) -> NcclLog:
         if bounds := _OUT_OF_BOUNDS.match(line):
             log.out_of_bounds = (log.out_of_bounds or 0) + int(bounds[1])
         elif line.lstrip().startswith("#") or _BARE_HEADING.match(line):
-            _header_line(log, line.strip())
+            _header_line(log, line.strip(), owners)
         elif start := _ROW_START.match(_without_timestamp(line)):
             row, note = _row(start, log.columns_per_half)
             if row is None:
@@ -110,8 +119,33 @@ def parse_nccl_log(text: str) -> NcclLog:
         log.issues.append(f"{len(unparsed)} line(s) neither a result row, a '#' line nor NCCL's own, not read: "
                           + "; ".join(unparsed[:MAX_UNPARSED_SHOWN]) + ("; ..." if len(unparsed) > MAX_UNPARSED_SHOWN else ""))
     if not log.rows and log.avg_busbw_gbytes is None:
+        if log.headers or log.devices:
+            runs = separate_runs(log)
+            raise ParseError("an nccl-tests header without result rows (cut before its table?)" + (f"; {runs}" if runs else ""))
         raise ParseError("no nccl-tests result rows and no 'Avg bus bandwidth' line: is this an nccl-tests log?")
     return _with_peak(log)
+
+
+def separate_runs(log: NcclLog) -> str | None:
+    """Why the log holds more than one nccl-tests run, or None: each process of an nccl-tests built without MPI=1
+    runs a whole test of its own under mpirun or srun, as its own rank 0 (sjeaugey in nccl-tests#182, kwen2501 in
+    nccl-tests#27), and pasted runs stack the same way. Their rows are no one job's: not judged together."""
+    said = [f"{n} {what}" for n, what in ((log.headers, "'nThread' header lines"), (log.footers, "'Avg bus bandwidth' lines"))
+            if n > 1]
+    if log.repeated_rank:
+        said.append(log.repeated_rank)
+    return f"the log holds more than one nccl-tests run ({'; '.join(said)})" if said else None
+
+
+def one_rank(log: NcclLog) -> str | None:
+    """Why the log's run had a single rank, or None: every row's busbw 0.00 while its algbw is not. busbw is algbw x
+    2(n-1)/n for all-reduce and (n-1)/n for all-gather, reduce-scatter and alltoall (nccl-tests doc/PERFORMANCE.md):
+    0 only at n = 1, where nothing crosses a link; broadcast's, reduce's and sendrecv's factor is 1 and never 0."""
+    timings = [r.out_of_place for r in log.rows if r.out_of_place and r.out_of_place.algbw_gbytes >= 1]
+    if not timings or any(t.busbw_gbytes >= ROUNDING for t in timings):
+        return None
+    return (f"every row's busbw is 0.00 while its algbw reaches {max(t.algbw_gbytes for t in timings):.2f} GB/s: busbw is "
+            "algbw x 2(n-1)/n for all-reduce ((n-1)/n for all-gather, reduce-scatter, alltoall), 0 only with one rank")
 
 
 def _without_timestamp(line: str) -> str:
@@ -126,16 +160,23 @@ def _with_peak(log: NcclLog) -> NcclLog:
     return log
 
 
-def _header_line(log: NcclLog, line: str) -> None:
+def _header_line(log: NcclLog, line: str, owners: dict[int, str]) -> None:
     if match := _AVG.match(line):
         log.avg_busbw_gbytes = _float(match[1])
+        log.footers += 1
     elif match := _COLLECTIVE.match(line):
         log.collective = match[1]
     elif match := _CONFIG.match(line):
         log.nthreads, log.ngpus = int(match[1]), int(match[2])
+        log.headers += 1
     elif match := _DEVICE.match(line):
         log.devices.append(f"rank {match[1]} {match[2]} device {match[3]}: {match[4].strip()}")
         _count_rank(log, int(match[1]), match[2])
+        pid = _PID.search(line)
+        owner = f"{match[2][:64]}" + (f" (pid {pid[1]})" if pid else "")
+        first = owners.setdefault(int(match[1]), owner)
+        if first != owner and log.repeated_rank is None:
+            log.repeated_rank = f"rank {match[1]} on {first} and on {owner}"
     elif " busbw " in line:  # the column names: what the check column holds, and how wide each half is
         words = line.split()
         log.check_column = "#wrong" if "#wrong" in words else "error" if "error" in words else log.check_column

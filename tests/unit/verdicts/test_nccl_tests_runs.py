@@ -1,0 +1,111 @@
+"""An nccl-tests log is judged only as one job's. Under mpirun or srun, an nccl-tests built without MPI=1 runs a whole
+test in every process, each its own rank 0: the log then holds several runs (a header, a footer and a rank 0 each),
+or runs of one rank whose busbw is 0.00 however fast the GPU. Published logs of both are refused with what to do
+(exit 2), never judged against NVLink or the rails; wrong data in them is still an error. Published healthy runs are
+neither."""
+
+import json
+
+import pytest
+from helpers import PUBLIC, REPO, nodecheck
+
+from nodecheck.bench import plan
+from nodecheck.bench.nccl_tests import one_rank, parse_nccl_log, separate_runs
+from nodecheck.config import Config
+from nodecheck.core.errors import ParseError
+from nodecheck.host.snapshot import SnapshotHost
+from nodecheck.pipeline import build_report
+
+FIXTURES = REPO / "tests" / "fixtures" / "nccl-tests"
+HGX = REPO / "examples" / "hgx-h100-8gpu"
+TWO_RUNS = FIXTURES / "nccltests182-testgpu1-testgpu2-two-separate-2gpu-runs.txt"
+ONE_RANK = FIXTURES / "nccltests294-2x-h100-16-processes-one-rank-each.txt"
+
+
+def test_two_hosts_separate_runs_are_no_job():
+    """nccl-tests#182: testgpu1's and testgpu2's own 2-GPU runs, one footer each. Before, their rows were one log,
+    and NCCL's lines from two hosts made it a job across nodes judged against the rails."""
+    log = parse_nccl_log(TWO_RUNS.read_text())
+    assert (log.footers, log.headers) == (2, 0)
+    assert separate_runs(log) == "the log holds more than one nccl-tests run (2 'Avg bus bandwidth' lines)"
+    result = nodecheck("bench", "--nccl-log", str(TWO_RUNS), "--from", str(HGX))
+    assert result.returncode == 2 and result.stdout == ""
+    assert "more than one nccl-tests run" in result.stderr and "make MPI=1" in result.stderr
+    assert "one run per file" in result.stderr
+
+
+def test_rows_of_one_rank_measure_no_link():
+    """nccl-tests#294: 16 processes on two H100 nodes, each alone: busbw 0.00 at algbw up to 637.23 GB/s. Before,
+    an error: '0 B/s = 0.00 of spec 450.0 GB/s' (NVLink) on an HGX node, as if its NVLink were dead."""
+    log = parse_nccl_log(ONE_RANK.read_text())
+    assert separate_runs(log) is None  # its paste kept only rows
+    assert "algbw reaches 637.23 GB/s" in one_rank(log)
+    result = nodecheck("bench", "--nccl-log", str(ONE_RANK), "--from", str(HGX), "--json")
+    assert result.returncode == 2 and result.stdout == ""
+    assert "a run of one rank" in result.stderr and "measured no link" in result.stderr and "-g N" in result.stderr
+
+
+def test_wrong_data_in_a_run_of_one_rank_is_still_an_error(tmp_path):
+    """nccl-tests#249's one-rank header (its headings say the column counts wrong elements) above nccl-tests#294's rows,
+    the first with its in-place #wrong made 12 (a mutation): the GPU computed wrong alone; the speed is not judged, the
+    data is."""
+    rows = ONE_RANK.read_text().splitlines()
+    cells = rows[0].rsplit(" 0", 1)
+    rows[0] = cells[0] + "12" + cells[1]
+    assert rows[0].split()[-1] == "12"
+    header = (FIXTURES / "nccltests249-g5-a10g-one-rank-header-without-hashes.txt").read_text()
+    (tmp_path / "log.txt").write_text(header + "\n".join(rows) + "\n")
+    result = nodecheck("bench", "--nccl-log", str(tmp_path / "log.txt"), "--from", str(HGX), "--json")
+    assert result.returncode == 1, result.stderr
+    out = json.loads(result.stdout)
+    assert [f["kind"] for f in out["findings"]] == ["bench_wrong_result"]
+    measurement = out["measurement"]
+    assert measurement["spec_bytes_per_second"] is None and measurement["ratio"] is None
+    assert measurement["details"]["spec_basis"].startswith("no spec: a run of one rank")
+
+
+def test_a_header_of_two_runs_says_so():
+    """nccl-tests#306: two headers, then ranks 0 to 7 on node3 and ranks 0 to 4 again on node2; the paste stops before
+    its table. Before: 'is this an nccl-tests log?'."""
+    with pytest.raises(ParseError) as raised:
+        parse_nccl_log((FIXTURES / "nccltests306-2x-h20-two-8-rank-runs-header.txt").read_text())
+    said = str(raised.value)
+    assert said.startswith("an nccl-tests header without result rows (cut before its table?)")
+    assert "2 'nThread' header lines; rank 0 on node3 (pid 1530412) and on node2 (pid 2236260)" in said
+
+
+def test_a_header_pasted_without_hashes_is_read():
+    """nccl-tests#249: outside a code block every '#' went; the header, devices and headings are still nccl-tests'."""
+    text = (FIXTURES / "nccltests249-g5-a10g-one-rank-header-without-hashes.txt").read_text()
+    with pytest.raises(ParseError, match="an nccl-tests header without result rows"):
+        parse_nccl_log(text)
+    row = "   134217728      33554432     float     sum      -1    631.9  212.41    0.00      0     0.51  263017.30    0.00      0\n"
+    log = parse_nccl_log(text + row)  # the header above one of nccl-tests#294's rows
+    assert (log.headers, log.nthreads, log.ngpus, log.check_column) == (1, 1, 1, "#wrong")
+    assert log.devices == ["rank 0 nccl-846b9d30a6bb6b529fb3c170f4809fea-1725464730-worker-0 device 0: NVIDIA A10G"]
+    assert log.issues == ["1 line(s) neither a result row, a '#' line nor NCCL's own, not read: line 1: "
+                          "\"Warning: Permanently added '[192.168.173.233]:2022' (RSA) to the list of known hosts.\""]
+
+
+def _published_runs():
+    names = sorted(p for p in (PUBLIC / "nccl").glob("*.txt")) if (PUBLIC / "nccl").is_dir() else []
+    return names + [p for p in sorted(FIXTURES.glob("*.txt")) if not p.name.startswith(("nccltests182", "nccltests294",
+                                                                                         "nccltests306", "nccltests249"))]
+
+
+@pytest.mark.parametrize("path", _published_runs(), ids=lambda p: p.name)
+def test_published_single_runs_are_one_job(path):
+    log = parse_nccl_log(path.read_text())
+    assert separate_runs(log) is None and one_rank(log) is None
+    assert log.headers <= 1 and log.footers <= 1
+
+
+def test_bench_says_it_where_its_own_run_had_one_rank(tmp_path):
+    """all_reduce_perf's stand-in prints nccl-tests#294's rows: bench's measurement fails with the reason, no verdict."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "all_reduce_perf").write_text(f"#!/bin/sh\ncat {ONE_RANK}\n")
+    (bin_dir / "all_reduce_perf").chmod(0o755)
+    report = build_report(SnapshotHost(HGX))
+    (m,) = plan.run(report, Config(), ["nccl_tests"], "quick", 30, {"PATH": f"{bin_dir}:/usr/bin:/bin"}, None)
+    assert not m.ok and "a run of one rank" in m.error and m.ratio is None
