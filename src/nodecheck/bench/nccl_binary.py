@@ -106,16 +106,19 @@ def measurement_from_log(log, report: Report, path: str, method: str, config=Non
                                                       "data_check": check, "spec_basis": f"no spec: {why}"})
     collective, how = collective_of(log, name)
     inferred = ranks_from_rows(log, collective)
-    ranks = _ranks(log, inferred)
+    span = _rank_span(log, inferred)
+    ranks = span[0] or None  # at least this many
     details = {"avg_busbw_gbytes": log.avg_busbw_gbytes, "rows": len(log.rows), "issues": log.issues, "devices": log.devices,
                "collective": collective, "collective_basis": how, "ranks_from_rows": list(inferred) if inferred else None}
     if check := failed_check(log):  # wrong data is wrong at any speed
         details["data_check"] = check
-    across = _across_nodes(log, run, report, nodes, ranks)
+    across = _across_nodes(log, run, report, nodes, span)
     if across:
         over_nvlink = run is not None and bool(run.inter_node_transports) and all(
             t.startswith(("P2P", "NVLS")) for t in run.inter_node_transports)  # MNNVL: NCCL's P2P between nodes
-        spec, kind, basis = _network_bound(report, config, collective, ranks, _nodes_of(log, run, nodes, ranks), over_nvlink)
+        spanned = _nodes_of(log, run, nodes)
+        ranks = _job_ranks(span, spanned, len(report.gpus))
+        spec, kind, basis = _network_bound(report, config, collective, ranks, spanned, over_nvlink, span)
         details.update(path_kind=kind, spec_basis=basis, across_nodes=across)
     else:
         spec, kind, basis, assumed = _node_bound(report, collective, run)
@@ -173,15 +176,36 @@ PLATEAU = {  # the path: (where busbw levels off, said as, the run that shows it
                      (256 << 20, 0.38))}
 
 
-def _ranks(log, inferred: tuple[int, int] | None) -> int | None:
-    """The job's rank count: what the rows' busbw/algbw give where they settle it (a paste keeps a few device lines),
-    else the device lines' highest rank + 1 (at least that many), else the rows' least."""
-    if inferred and inferred[0] == inferred[1] and inferred[0] >= (log.ranks or 0):
-        return inferred[0]
-    return max(log.ranks or 0, inferred[0] if inferred else 0) or None
+def _rank_span(log, inferred: tuple[int, int] | None) -> tuple[int, int | None]:
+    """(least, most) ranks the log allows, most None where nothing bounds it; (0, None) where nothing says. Device lines
+    that name every rank settle it; a paste that keeps a few says at least the highest + 1; the rows' busbw/algbw bound it
+    both ways, loosely where their figures are small (nccl-tests#176's 128 ranks read as 87 or more at 2.15 GB/s)."""
+    if _names_every_rank(log):
+        return log.ranks, log.ranks
+    least = max(log.ranks or 0, inferred[0] if inferred else 0)
+    return least, inferred[1] if inferred and inferred[1] >= least else None
 
 
-def _nodes_of(log, run, nodes: int | None, ranks: int | None) -> int | None:
+def _job_ranks(span: tuple[int, int | None], nodes: int | None, gpus: int) -> int | None:
+    """The job's rank count: the log's where it settles it, else the one multiple of its nodes in the span with no
+    more ranks per node than this node has GPUs; None where several fit or nothing says."""
+    least, most = span
+    if least and least == most:
+        return least
+    if not nodes or not gpus:
+        return None
+    top = nodes * gpus if most is None else min(most, nodes * gpus)
+    fits = range(-(-max(least, 1) // nodes) * nodes, top + 1, nodes)
+    return fits[0] if len(fits) == 1 else None
+
+
+def _ranks_said(span: tuple[int, int | None]) -> str:
+    least, most = span
+    return (f"{least}" if least == most else f"at least {least}" if most is None or most > 1 << 20
+            else f"{least} to {most}") if least else "an unknown number of"
+
+
+def _nodes_of(log, run, nodes: int | None) -> int | None:
     """How many nodes the job spanned: --nodes, else the hosts its lines name where they name every rank."""
     if nodes:
         return nodes
@@ -211,28 +235,29 @@ def _node_bound(report: Report, collective: str | None, run) -> tuple[float | No
     return pair.bytes_per_second, kind, pair.basis, assumed
 
 
-def _across_nodes(log, run, report: Report, nodes: int | None = None, ranks: int | None = None) -> str | None:
+def _across_nodes(log, run, report: Report, nodes: int | None = None, span: tuple[int, int | None] = (0, None)) -> str | None:
     """Why the log's job spanned nodes, or None when nothing says so: its device lines name several hosts, or its
     ranks (the device lines', else what the rows' busbw/algbw give) outnumber this node's GPUs, or NCCL's lines name
     several hosts, or the operator's --nodes. A log whose lines name every rank on one host is that host's, however
     many GPUs this node has now."""
+    ranks, most = span[0] or None, span[1]
     if nodes is not None:
         named = max(len(log.hosts), len(run.nodes) if run is not None else 0)
         if named > 1 and named != nodes:
             raise NodecheckError(f"--nodes {nodes}, but the log's lines name {named} hosts")
-        if ranks and nodes > ranks:
-            raise NodecheckError(f"--nodes {nodes}, but the log has {ranks} rank(s)")
+        if most and nodes > most:
+            raise NodecheckError(f"--nodes {nodes}, but the log has {_ranks_said(span)} rank(s)")
         if nodes == 1 and ranks and report.gpus and ranks > len(report.gpus) and named < 2:
-            raise NodecheckError(f"--nodes 1, but the log has {ranks} ranks, more than this node's {len(report.gpus)} GPUs")
+            raise NodecheckError(f"--nodes 1, but the log has {_ranks_said(span)} ranks, more than this node's "
+                                 f"{len(report.gpus)} GPUs")
         if nodes == 1:
             return None
         return f"its lines name {named} hosts" if named > 1 else f"--nodes {nodes} (said; the log does not name its hosts)"
     if len(log.hosts) > 1:
         return f"its device lines name {len(log.hosts)} hosts"
     if not _names_every_rank(log) and ranks and report.gpus and ranks > len(report.gpus):
-        said = "its device lines name rank " + str(log.ranks - 1) if log.ranks and log.ranks >= ranks else \
-            "its rows' busbw/algbw give " + str(ranks)
-        return f"{said}: {ranks} ranks, where this node has {len(report.gpus)} GPUs"
+        said = f"its device lines name rank {log.ranks - 1}: " if log.ranks and log.ranks >= ranks else "its rows' busbw/algbw give "
+        return f"{said}{_ranks_said(span)} ranks, where this node has {len(report.gpus)} GPUs"
     if run is not None and len(run.nodes) > 1:
         return f"NCCL's lines name {len(run.nodes)} hosts"
     return None
@@ -250,8 +275,8 @@ RING_BOUNDED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "redu
 NO_BOUND = "nodecheck knows what bounds all-reduce, all-gather, reduce-scatter, broadcast, reduce, alltoall and sendrecv"
 
 
-def _network_bound(report: Report, config, collective: str | None, ranks: int | None,
-                   nodes: int | None, run_over_nvlink: bool = False) -> tuple[float | None, str | None, str]:
+def _network_bound(report: Report, config, collective: str | None, ranks: int | None, nodes: int | None,
+                   run_over_nvlink: bool = False, span: tuple[int, int | None] = (0, None)) -> tuple[float | None, str | None, str]:
     """(spec, path kind, basis) of a collective across nodes judged on this node, from the rails of its ranks per node
     (as many rails as ranks where fewer, a rank's traffic leaving by its GPU's rail: the slowest of them): the ring
     bound (their sum) for all-reduce, all-gather, reduce-scatter, broadcast and reduce; for alltoall one GPU's rail x
@@ -269,9 +294,15 @@ def _network_bound(report: Report, config, collective: str | None, ranks: int | 
     rails = fabric_nics(report, {})
     if not rails:
         return None, None, "no spec: a job across nodes is bounded by the node's RDMA rails, and none is up on this node"
-    if not ranks or not nodes or ranks % nodes:
-        return None, "infiniband", (f"no spec: {ranks or 'an unknown number of'} ranks across nodes, and the log does not say how "
+    if not nodes:
+        return None, "infiniband", (f"no spec: {_ranks_said(span)} ranks across nodes, and the log does not say how "
                                     "many ran on each node: pass --nodes N to judge it against that many ranks' rails")
+    if not ranks:
+        return None, "infiniband", (f"no spec: {_ranks_said(span)} ranks on {nodes} nodes leaves the ranks per node unsettled "
+                                    f"(at most this node's {len(report.gpus)} GPUs each): the log's device lines ('# Rank N "
+                                    "... on HOST') settle how many it had")
+    if ranks % nodes:
+        return None, "infiniband", f"no spec: {ranks} ranks do not split evenly over {nodes} nodes"
     per_node = ranks // nodes
     # a rank's traffic leaves by its GPU's rails: one on an HGX node of 8 GPUs and 8 HCAs, four on a p5 (32 EFA adapters
     # for 8 GPUs, all driven by aws-ofi-nccl: AWS's own 2x p5 job reached 438 GB/s busbw, past 8 adapters' 100 GB/s)

@@ -109,3 +109,25 @@ def test_bench_says_it_where_its_own_run_had_one_rank(tmp_path):
     report = build_report(SnapshotHost(HGX))
     (m,) = plan.run(report, Config(), ["nccl_tests"], "quick", 30, {"PATH": f"{bin_dir}:/usr/bin:/bin"}, None)
     assert not m.ok and "a run of one rank" in m.error and m.ratio is None
+
+
+def test_a_rank_count_the_log_only_bounds_is_said_as_a_bound():
+    """nccl-tests#176's 128 ranks at 2.15 GB/s: its rows' busbw/algbw say 87 or more. Before, "87 ranks", and with
+    --nodes 16 still "pass --nodes N" (87 does not split over 16); a count that did split set the ranks per node, and
+    so the rails, from a lower bound. Now the count is said as a bound, and --nodes settles it only where one count fits
+    (no more ranks per node than this node's GPUs)."""
+    from nodecheck.bench.nccl_binary import _job_ranks
+
+    log = FIXTURES / "nccltests176-128gpu-all_reduce-error-column-1e-06.txt"
+    alone = nodecheck("bench", "--nccl-log", str(log), "--from", str(HGX), "--json")
+    m = json.loads(alone.stdout)["measurement"]
+    assert (m["ranks"], m["spec_bytes_per_second"]) == (None, None)
+    assert m["details"]["across_nodes"] == "its rows' busbw/algbw give at least 87 ranks, where this node has 8 GPUs"
+    assert m["details"]["spec_basis"].startswith("no spec: at least 87 ranks across nodes") and "pass --nodes N" in m["details"]["spec_basis"]
+    sixteen = json.loads(nodecheck("bench", "--nccl-log", str(log), "--from", str(HGX), "--nodes", "16", "--json").stdout)
+    basis = sixteen["measurement"]["details"]["spec_basis"]
+    assert basis.startswith("no spec: at least 87 ranks on 16 nodes leaves the ranks per node unsettled") and "--nodes" not in basis
+    assert _job_ranks((87, None), 16, 8) is None  # 96, 112 or 128
+    assert _job_ranks((87, None), 11, 8) == 88  # 11 nodes of at most 8: only 88
+    assert _job_ranks((1440, 1532), 180, 8) == 1440 and _job_ranks((16, 16), None, 8) == 16
+    assert _job_ranks((0, None), 2, 8) is None and _job_ranks((87, None), None, 8) is None
