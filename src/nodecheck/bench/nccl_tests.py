@@ -81,8 +81,9 @@ class NcclLog:
     out_of_bounds: int | None = None  # "Out of bounds values : N": results nccl-tests' check failed, over its tests
     check_column: str | None = None  # "#wrong" (a count of wrong elements) or "error" (before 2.13: a difference)
     columns_per_half: int = 4  # 8 with per-iteration columns (-I 1)
-    # nccl-tests prints one '# nThread' header and one footer per run (src/util.cu), and numbers its ranks across every
-    # process of an MPI job (rank = proc x nThreads x nGpus + i): a second header, footer or owner of a rank is a second run
+    # only process 0 of a run prints (src/util.cu: PRINT is `if (is_main_thread)`), one '# nThread' header and one footer,
+    # and it numbers the ranks across every process (rank = proc x nThreads x nGpus + i): a second header, footer or
+    # owner of a rank is a second run
     headers: int = 0
     footers: int = 0
     repeated_rank: str | None = None  # "rank 0 on node3 (pid 1530412) and on node2 (pid 2236260)"
