@@ -258,7 +258,7 @@ def _across_nodes(log, run, report: Report, nodes: int | None = None, span: tupl
     if not _names_every_rank(log) and ranks and report.gpus and ranks > len(report.gpus):
         said = f"its device lines name rank {log.ranks - 1}: " if log.ranks and log.ranks >= ranks else "its rows' busbw/algbw give "
         return f"{said}{_ranks_said(span)} ranks, where this node has {len(report.gpus)} GPUs"
-    if run is not None and len(run.nodes) > 1:
+    if run is not None and len(run.nodes) > 1 and not run.separate_hosts:
         return f"NCCL's lines name {len(run.nodes)} hosts"
     return None
 

@@ -72,6 +72,7 @@ def parse_nccl_debug(text: str) -> NcclRun:
     headed = bool(_RECORD.search(text))  # any "NCCL INFO/WARN" line: then bare lines are not read as NCCL's
     header_nodes: dict[str, None] = {}  # nccl-tests' "# Rank N ... on HOST": the same machines, maybe spelled otherwise
     nvls_channels: list[int] = []
+    comms: dict[int, dict[str, set[int]]] = {}  # a communicator's size -> per host, the ranks its lines name
     for raw in text.splitlines():
         line = LAUNCHER_PREFIX.sub("", raw.rstrip("\r"))
         if run.nccl_version is None and (version := _VERSION.search(line)):
@@ -94,7 +95,7 @@ def parse_nccl_debug(text: str) -> NcclRun:
                 if len(warnings) < MAX_WARNINGS:
                     warnings.setdefault(body, None)
                 continue
-            _read_info(body, host or "", run, inter, intra, net_names, nvls_channels)
+            _read_info(body, host or "", run, inter, intra, net_names, nvls_channels, comms)
     if run.nccl_lines == 0:
         raise ParseError("no NCCL debug line (host:pid:tid [dev] NCCL INFO ...): run with NCCL_DEBUG=INFO")
     run.inter_node_transports, run.intra_node_transports = sorted(inter), sorted(intra)
@@ -106,7 +107,26 @@ def parse_nccl_debug(text: str) -> NcclRun:
     # NCCL's own host names count the nodes; the header's only where NCCL's lines name none (a one-node run
     # printed "on localhost" by nccl-tests and "hostname:pid:tid" by NCCL: one node, not two)
     run.nodes, run.warnings = list(nodes) or list(header_nodes), list(warnings)
+    run.separate_hosts = None if inter else _separate_hosts(comms)
     return run
+
+
+MAX_COMM_SIZE, MAX_COMM_SIZES = 4096, 64  # communicators followed for _separate_hosts: past these a log is no such case
+
+
+def _separate_hosts(comms: dict[int, dict[str, set[int]]]) -> str | None:
+    """Why no communicator of the log spans its hosts, or None: every host shows whole communicators of the same sizes
+    and ranks (rank 0 to N-1 of an N-rank one on each: each host ran a job of its own, as an nccl-tests built without
+    MPI=1 does under mpirun), and no channel went through the network. A paste that shows part of a communicator on a
+    host says nothing."""
+    if not comms or any(len(hosts) < 2 for hosts in comms.values()):
+        return None
+    for size, hosts in comms.items():
+        if any(ranks != set(range(size)) for ranks in hosts.values()):
+            return None
+    size = min(comms)
+    first, second = list(comms[size])[:2]
+    return f"ranks 0 to {size - 1} of {size} on {first[:60]} and again on {second[:60]}"
 
 
 def records(line: str) -> list[tuple[str | None, str, str]]:
@@ -140,9 +160,14 @@ def _leads(before: str) -> bool:
         _STAMP.fullmatch(token) for token in before.replace("|", " ").split()[:4])
 
 
-def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_names: list, nvls_channels: list) -> None:
+def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_names: list, nvls_channels: list,
+               comms: dict) -> None:
     if ranks := _RANKS.search(body):
         run.nranks = max(run.nranks or 0, int(ranks[2]))
+        rank, size = int(ranks[1]), int(ranks[2])
+        if host and rank < size <= MAX_COMM_SIZE and (size in comms or len(comms) < MAX_COMM_SIZES) \
+                and (host in comms.get(size, {}) or len(comms.get(size, {})) < MAX_HOSTS):
+            comms.setdefault(size, {}).setdefault(host, set()).add(rank)
     _note_provider(run, body)  # a NET/OFI line: none of the lines below
     if network := _NETWORK.match(body):  # (\S.*) and rstrip: a lazy group before \s*$ is quadratic in trailing spaces
         run.network = run.network or network[1].rstrip()[:64]

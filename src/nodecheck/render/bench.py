@@ -120,6 +120,8 @@ def nccl_run_lines(run, findings, where: str, verdict_above: bool = False) -> li
              f"between nodes: {listed(run.inter_node_transports)}  (GPUDirect RDMA: {gdr})",
              f"inside a node: {listed(run.intra_node_transports)}  (NVLS: {nvls})",
              f"NCCL WARN lines: {run.warning_count}"]
+    if run.separate_hosts:
+        lines.insert(1, f"separate jobs, no communicator across the hosts: {run.separate_hosts}")
     if run.settings:
         lines.insert(-1, f"set from its environment: {listed([f'{k}={v}' for k, v in list(run.settings.items())[:8]])}"
                      + (" ..." if len(run.settings) > 8 else ""))

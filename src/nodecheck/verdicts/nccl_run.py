@@ -40,6 +40,9 @@ class NcclRun:
     ib_errors: list[dict] = field(default_factory=list)
     ib_error_lines: int = 0
     addresses: dict[str, str] = field(default_factory=dict)  # an address a host's Bootstrap/OOB line names -> the host
+    # why no communicator spans the log's hosts (each ran a job of its own), or None: then several hosts are no job
+    # across nodes
+    separate_hosts: str | None = None
 
 
 MAX_QUOTED = 10  # NCCL warnings turned into findings, each quoted; the rest counted in the last
@@ -58,7 +61,8 @@ def nccl_findings(run: NcclRun, report) -> list:
     # loopback is no fallback.
     beyond_node = bool(run.nranks and report.gpus and run.nranks > len(report.gpus))  # more ranks than this node's GPUs
     tcp_provider = run.ofi_provider in SOCKET_PROVIDERS
-    across = bool(run.inter_node_transports) or len(run.nodes) > 1 or beyond_node
+    several_hosts = len(run.nodes) > 1 and not run.separate_hosts  # hosts that each ran their own job cross no node
+    across = bool(run.inter_node_transports) or several_hosts or beyond_node
     socket_network = run.network == "Socket" or tcp_provider
     over_sockets = across and (socket_network or any(t.startswith("NET/Socket") for t in run.inter_node_transports))
     rdma_up = [n.rdma_device for n in report.rdma_nics_up()]
@@ -175,6 +179,7 @@ _SHAPES = {
         isinstance(k, str) and isinstance(x, str) and len(k) <= 80 and len(x) <= 128 for k, x in v.items()),
     "ib_errors": lambda v: isinstance(v, list) and len(v) <= MAX_IB_ERRORS and all(_ib_error(e) for e in v),
     "ib_error_lines": lambda v: type(v) is int and v >= 0,
+    "separate_hosts": lambda v: isinstance(v, str) and len(v) <= 300,
     "addresses": lambda v: isinstance(v, dict) and len(v) <= MAX_HOSTS and all(
         isinstance(k, str) and isinstance(x, str) and len(k) <= 80 and len(x) <= 255 for k, x in v.items()),
 }

@@ -131,3 +131,45 @@ def test_a_rank_count_the_log_only_bounds_is_said_as_a_bound():
     assert _job_ranks((87, None), 11, 8) == 88  # 11 nodes of at most 8: only 88
     assert _job_ranks((1440, 1532), 180, 8) == 1440 and _job_ranks((16, 16), None, 8) == 16
     assert _job_ranks((0, None), 2, 8) is None and _job_ranks((87, None), None, 8) is None
+
+
+def test_nccl_lines_of_hosts_that_each_ran_alone_are_no_job_across_nodes(tmp_path):
+    """NCCL's own lines in nccl-tests#182: testgpu1 and testgpu2 each destroy ranks 0 and 1 of a 2-rank communicator, and
+    no channel went through the network: two jobs, no communicator across the hosts. `nccl-log` says so, and the log's
+    two hosts no longer make a job across nodes: were its network sockets (a mutation: `network` set to Socket, as the
+    same hosts without IB would log), no socket fallback is claimed on an HGX node whose NDR rails are up."""
+    import dataclasses
+
+    from helpers import hgx_h100_with_ndr
+
+    from nodecheck.bench.nccl_debug import parse_nccl_debug
+    from nodecheck.verdicts.nccl_run import nccl_findings, nccl_run_from_details
+
+    run = parse_nccl_debug(TWO_RUNS.read_text())
+    assert (run.nodes, run.nranks, run.inter_node_transports) == (["testgpu1", "testgpu2"], 2, [])
+    assert run.separate_hosts == "ranks 0 to 1 of 2 on testgpu1 and again on testgpu2"
+    human = nodecheck("nccl-log", str(TWO_RUNS), "--from", str(HGX))
+    assert human.returncode == 0, human.stderr
+    assert "separate jobs, no communicator across the hosts: ranks 0 to 1 of 2 on testgpu1 and again on testgpu2" in human.stdout
+    node = hgx_h100_with_ndr(tmp_path)
+    over_sockets = dataclasses.replace(run, network="Socket")
+    assert nccl_findings(over_sockets, node) == []
+    joined = dataclasses.replace(over_sockets, separate_hosts=None)  # read as one job, it would have been
+    assert [f.kind for f in nccl_findings(joined, node)] == ["nccl_socket_fallback"]
+    back = nccl_run_from_details(dataclasses.asdict(run))
+    assert back.separate_hosts == run.separate_hosts
+    assert nccl_run_from_details(dict(dataclasses.asdict(run), separate_hosts="x" * 301)).separate_hosts is None
+
+
+def _published_multi_host_logs():
+    folder = PUBLIC / "nccl-debug"
+    return sorted(folder.glob("[24]node-*.txt")) if folder.is_dir() else []
+
+
+@pytest.mark.parametrize("path", _published_multi_host_logs(), ids=lambda p: p.name)
+def test_published_jobs_across_nodes_stay_jobs_across_nodes(path):
+    """Every published job across 2 or 4 nodes: a communicator spans the hosts (or the paste shows part of one)."""
+    from nodecheck.bench.nccl_debug import parse_nccl_debug
+
+    run = parse_nccl_debug(path.read_text())
+    assert len(run.nodes) >= 2 and run.separate_hosts is None
