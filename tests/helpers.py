@@ -413,6 +413,17 @@ def gpu_node_with_rdma(root, topo: str, nvml_gpus: list[dict], devices: list[tup
     return build_report(SnapshotHost(snap))
 
 
+def without_device_lines(log: Path, folder: Path) -> Path:
+    """A published nccl-tests log as a paste without its device lines ("# Rank N ... device D [..] NAME"): it names no
+    GPU, so it is held against whatever node a test gives it (another board's rows against a node's links). A log that
+    names its GPUs is judged only on a node of their kind."""
+    folder.mkdir(parents=True, exist_ok=True)
+    kept = [line for line in need(log).read_text().splitlines() if not re.match(r"^(?:\[\d+,\d+\]<stdout>:|\d+: )?#?\s*Rank\s+\d+\s.*\bdevice\b", line)]
+    out = folder / f"rows-of-{log.name}"
+    out.write_text("\n".join(kept) + "\n")
+    return out
+
+
 def hgx_h100_with_ndr(tmp_path, storage_nic: bool = True):
     """An HGX H100 node: the published 8-GPU/8-NIC topology (one mlx5 per GPU), every rail an ACTIVE
     400 Gb/sec (4X NDR) port, plus a 100 Gb/s storage NIC near no GPU, as such nodes are built."""

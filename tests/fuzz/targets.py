@@ -488,7 +488,8 @@ def _judged_inspector_prom(text: str) -> object:
 
 def _checked_nccl_tests(text: str):
     """An nccl-tests log read, and its own data check said and judged as `bench --nccl-log` does."""
-    from nodecheck.bench.nccl_tests import check_said, failed_check, one_rank, parse_nccl_log, separate_runs
+    from nodecheck.bench.nccl_tests import check_said, failed_check, parse_nccl_log, separate_runs
+    from nodecheck.bench.nccl_tests_job import one_rank
 
     log = parse_nccl_log(text)
     return log, failed_check(log), check_said(log), separate_runs(log), one_rank(log)

@@ -12,7 +12,8 @@ from nodecheck.bench.bounds import calibration, peer_access, slowest_pair
 from nodecheck.bench.common import ABOVE_RING_BOUND, NVLS_NOTE, staged_if_shm
 from nodecheck.bench.lifeline import environment
 from nodecheck.bench.nccl_debug import TOPOLOGY_FILE, attach, debug_env, debug_run, read_topology
-from nodecheck.bench.nccl_tests import collective_of, failed_check, one_rank, parse_nccl_log, ranks_from_rows, separate_runs
+from nodecheck.bench.nccl_tests import collective_of, failed_check, parse_nccl_log, ranks_from_rows
+from nodecheck.bench.nccl_tests_job import not_one_job
 from nodecheck.core.errors import NodecheckError
 from nodecheck.core.units import format_size
 from nodecheck.host.commands import run_command
@@ -97,7 +98,7 @@ def measurement_from_log(log, report: Report, path: str, method: str, config=Non
     if not rows:
         return None
     largest = max(rows, key=lambda r: r.size_bytes)
-    if why := _not_one_job(log):
+    if why := not_one_job(log):
         if not (check := failed_check(log)):
             raise NodecheckError(why)
         # wrong data is wrong in any run: judged alone, the speed not at all
@@ -142,22 +143,6 @@ def measurement_from_log(log, report: Report, path: str, method: str, config=Non
     if across:
         measurement.scope, measurement.ranks = "cluster", ranks
     return measurement
-
-
-def _not_one_job(log) -> str | None:
-    """Why the log's speed is no job's to judge, or None: several runs in one file, or a run of one rank."""
-    if runs := separate_runs(log):
-        return f"{runs}: their rows are no one job's and are not judged together. {SEPARATE_RUNS}"
-    if single := one_rank(log):
-        return (f"a run of one rank ({single}): it moved no data between GPUs and measured no link. To measure a node, "
-                f"run it over the node's GPUs (`-g N`, or N processes of an MPI build). {SEPARATE_RUNS}")
-    return None
-
-
-# what a log of several runs, or of one rank each, usually comes from and what to do
-SEPARATE_RUNS = ("Under mpirun or srun, an nccl-tests built without MPI=1 runs a whole test of its own in every process, "
-                 "each its own rank 0 (sjeaugey in nccl-tests#182): rebuild it with `make MPI=1` to measure one job across "
-                 "the processes; give nodecheck one run per file")
 
 
 # busbw climbs with the message size until the links, not the latency, bound it: a smaller largest row is no verdict on

@@ -138,17 +138,6 @@ def separate_runs(log: NcclLog) -> str | None:
     return f"the log holds more than one nccl-tests run ({'; '.join(said)})" if said else None
 
 
-def one_rank(log: NcclLog) -> str | None:
-    """Why the log's run had a single rank, or None: every row's busbw 0.00 while its algbw is not. busbw is algbw x
-    2(n-1)/n for all-reduce and (n-1)/n for all-gather, reduce-scatter and alltoall (nccl-tests doc/PERFORMANCE.md):
-    0 only at n = 1, where nothing crosses a link; broadcast's, reduce's and sendrecv's factor is 1 and never 0."""
-    timings = [r.out_of_place for r in log.rows if r.out_of_place and r.out_of_place.algbw_gbytes >= 1]
-    if not timings or any(t.busbw_gbytes >= ROUNDING for t in timings):
-        return None
-    return (f"every row's busbw is 0.00 while its algbw reaches {max(t.algbw_gbytes for t in timings):.2f} GB/s: busbw is "
-            "algbw x 2(n-1)/n for all-reduce ((n-1)/n for all-gather, reduce-scatter, alltoall), 0 only with one rank")
-
-
 def _without_timestamp(line: str) -> str:
     """The row without the timestamp -S 1 ends it with: only its last 20 characters are looked at."""
     line = line.rstrip()

@@ -247,6 +247,7 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
     from nodecheck.bench.nccl_binary import measurement_from_log
     from nodecheck.bench.nccl_debug import attach, parse_nccl_debug
     from nodecheck.bench.nccl_tests import parse_nccl_log
+    from nodecheck.bench.nccl_tests_job import other_gpus
     from nodecheck.core.errors import ParseError
     from nodecheck.verdicts.bandwidth import judge_measurements
     from nodecheck.verdicts.nccl_run import nccl_findings
@@ -261,6 +262,9 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
         run = parse_nccl_debug(text)
     except ParseError:
         run = None
+    where = f"snapshot {source}" if source else "this node"
+    if other := other_gpus(log, report, where):
+        fail(f"{nccl_log}: {other}")
     try:
         measurement = measurement_from_log(log, report, "nccl-log", f"nccl-tests log {nccl_log.name}", config, run, nodes,
                                            name=nccl_log.name)
@@ -270,7 +274,6 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
         (measurement,), findings = judge_measurements(report, [staged_if_shm(attach(measurement, run))], config)
     else:
         findings = nccl_findings(run, report) if run else []
-    where = f"snapshot {source}" if source else "this node"
     if as_json:
         typer.echo(json.dumps({"schema": "nodecheck.nccl_log", "schema_version": 1, "nccl_log": asdict(log), "judged_against": where,
                                "measurement": asdict(measurement) if measurement else None,

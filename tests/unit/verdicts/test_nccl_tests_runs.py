@@ -7,10 +7,11 @@ neither."""
 import json
 
 import pytest
-from helpers import PUBLIC, REPO, nodecheck
+from helpers import PUBLIC, REPO, need, nodecheck, without_device_lines
 
 from nodecheck.bench import plan
-from nodecheck.bench.nccl_tests import one_rank, parse_nccl_log, separate_runs
+from nodecheck.bench.nccl_tests import parse_nccl_log, separate_runs
+from nodecheck.bench.nccl_tests_job import one_rank
 from nodecheck.config import Config
 from nodecheck.core.errors import ParseError
 from nodecheck.host.snapshot import SnapshotHost
@@ -46,14 +47,14 @@ def test_rows_of_one_rank_measure_no_link():
 
 
 def test_wrong_data_in_a_run_of_one_rank_is_still_an_error(tmp_path):
-    """nccl-tests#249's one-rank header (its headings say the column counts wrong elements) above nccl-tests#294's rows,
-    the first with its in-place #wrong made 12 (a mutation): the GPU computed wrong alone; the speed is not judged, the
-    data is."""
+    """nccl-tests#249's one-rank header (its headings say the column counts wrong elements; its A10G device line left
+    out, which no H100 node would judge) above nccl-tests#294's rows, the first with its in-place #wrong made 12 (a
+    mutation): the GPU computed wrong alone; the speed is not judged, the data is."""
     rows = ONE_RANK.read_text().splitlines()
     cells = rows[0].rsplit(" 0", 1)
     rows[0] = cells[0] + "12" + cells[1]
     assert rows[0].split()[-1] == "12"
-    header = (FIXTURES / "nccltests249-g5-a10g-one-rank-header-without-hashes.txt").read_text()
+    header = without_device_lines(FIXTURES / "nccltests249-g5-a10g-one-rank-header-without-hashes.txt", tmp_path).read_text()
     (tmp_path / "log.txt").write_text(header + "\n".join(rows) + "\n")
     result = nodecheck("bench", "--nccl-log", str(tmp_path / "log.txt"), "--from", str(HGX), "--json")
     assert result.returncode == 1, result.stderr
@@ -116,7 +117,8 @@ def test_a_rank_count_the_log_only_bounds_is_said_as_a_bound():
     --nodes 16 still "pass --nodes N" (87 does not split over 16); a count that did split set the ranks per node, and
     so the rails, from a lower bound. Now the count is said as a bound, and --nodes settles it only where one count fits
     (no more ranks per node than this node's GPUs)."""
-    from nodecheck.bench.nccl_binary import _job_ranks
+    from nodecheck.bench.nccl_binary import _job_ranks, _rank_span
+    from nodecheck.bench.nccl_tests import ranks_from_rows
 
     log = FIXTURES / "nccltests176-128gpu-all_reduce-error-column-1e-06.txt"
     alone = nodecheck("bench", "--nccl-log", str(log), "--from", str(HGX), "--json")
@@ -128,6 +130,9 @@ def test_a_rank_count_the_log_only_bounds_is_said_as_a_bound():
     basis = sixteen["measurement"]["details"]["spec_basis"]
     assert basis.startswith("no spec: at least 87 ranks on 16 nodes leaves the ranks per node unsettled") and "--nodes" not in basis
     assert _job_ranks((87, None), 16, 8) is None  # 96, 112 or 128
+    # CoreWeave's 1440-GPU paste keeps one device line, rank 1439: at least 1440, and its rows allow up to 1532
+    rack = parse_nccl_log(need(PUBLIC / "nccl" / "coreweave-gb200-20racks-1440gpu-all_reduce_perf-partial.txt").read_text())
+    assert _rank_span(rack, ranks_from_rows(rack, "all_reduce")) == (1440, 1532)
     assert _job_ranks((87, None), 11, 8) == 88  # 11 nodes of at most 8: only 88
     assert _job_ranks((1440, 1532), 180, 8) == 1440 and _job_ranks((16, 16), None, 8) == 16
     assert _job_ranks((0, None), 2, 8) is None and _job_ranks((87, None), None, 8) is None
@@ -173,3 +178,20 @@ def test_published_jobs_across_nodes_stay_jobs_across_nodes(path):
 
     run = parse_nccl_debug(path.read_text())
     assert len(run.nodes) >= 2 and run.separate_hosts is None
+
+
+def test_a_log_of_other_gpus_is_not_judged_against_this_node():
+    """superbench's healthy 8x A100-SXM4-40GB all-reduce held against the HGX H100 example: before, an error, "235.3
+    GB/s = 0.52 of spec 450.0 GB/s: check the GPUs' NVLink state", a healthy A100 run read as a broken H100 NVLink. A log
+    whose device lines name GPUs, none of them the node's, is refused with why (exit 2). Names are the driver's one
+    string to CUDA and NVML alike, older drivers without "NVIDIA" or with "Tesla"; an unnamed board compares with none."""
+    from nodecheck.bench.nccl_tests_job import gpu_kinds
+
+    log = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")
+    run = nodecheck("bench", "--nccl-log", str(log), "--from", str(HGX), "--json")
+    assert run.returncode == 2 and run.stdout == ""
+    assert (f"the log's GPUs are A100-SXM4-40GB, snapshot {HGX}'s are NVIDIA H100 80GB HBM3: a log is judged against a "
+            "node of its own kind") in run.stderr
+    assert gpu_kinds(["A100-SXM4-40GB"]) == gpu_kinds(["NVIDIA A100-SXM4-40GB"]) == {"a100-sxm4-40gb"}
+    assert gpu_kinds(["Tesla V100-SXM2-32GB"]) == gpu_kinds(["NVIDIA  Tesla V100-SXM2-32GB "]) == {"v100-sxm2-32gb"}
+    assert gpu_kinds(["NVIDIA Graphics Device", None]) == set()

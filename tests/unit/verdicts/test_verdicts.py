@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from helpers import A100_SXM4, H100, PUBLIC, REPO, answer_key, hgx_nvml, make_snapshot, need, nodecheck
+from helpers import A100_SXM4, H100, PUBLIC, REPO, answer_key, hgx_nvml, make_snapshot, need, nodecheck, without_device_lines
 
 from nodecheck.config import Config, loads
 from nodecheck.core import specs
@@ -84,9 +84,13 @@ def test_nccl_log_is_judged_against_a_snapshots_node(tmp_path):
     assert (finding["kind"], finding["severity"], finding["subject"], finding["measured"]) == (
         "bandwidth_below_spec", "error", "nccl-log", "0.39")
 
-    # one 32 MiB message (tinybox's 4090 run): over NVLink that is latency, not the link; said, never judged
+    # tinybox's RTX 4090 run names its GPUs: on an A100 node it is no run of this node's kind, refused
     small = need(PUBLIC / "nccl" / "tinybox-6x-rtx4090-p2p-patched-all_reduce_perf-single-size.txt")
     run = nodecheck("bench", "--nccl-log", str(small), "--from", str(snap), "--json")
+    assert run.returncode == 2 and run.stdout == ""
+    assert "the log's GPUs are NVIDIA GeForce RTX 4090, snapshot " in run.stderr and "'s are NVIDIA A100-SXM4-40GB" in run.stderr
+    # its rows alone, one 32 MiB message: over NVLink that is latency, not the link; said, never judged
+    run = nodecheck("bench", "--nccl-log", str(without_device_lines(small, tmp_path / "rows")), "--from", str(snap), "--json")
     assert run.returncode == 0
     (note,) = json.loads(run.stdout)["findings"]
     assert (note["kind"], note["severity"]) == ("bandwidth_below_spec", "info")
@@ -147,11 +151,11 @@ def test_a100_all_reduce_on_an_a100_nv12_node_is_healthy_whatever_the_version_en
 
 @pytest.mark.parametrize("enum", [6, 7])  # 4.0, and 5.0 as Hopper parts have reported in the field
 def test_a100_all_reduce_on_an_h100_nv18_node_is_a_finding(tmp_path, enum):
-    """The same healthy A100 log judged against an 8x H100 NV18 node (the p5 capture): 0.52 of 450 GB/s.
+    """The same healthy A100 log's rows judged against an 8x H100 NV18 node (the p5 capture): 0.52 of 450 GB/s.
     Before, NVML's 6 or 7 had no spec row: NVLink was never judged on H100s."""
     snap = make_snapshot(tmp_path / "h100", topo="aws-p5-48xlarge-8x-h100-nv18.txt",
                          nvml_gpus=hgx_nvml(links_per_gpu=18, version=enum))
-    log = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")
+    log = without_device_lines(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt", tmp_path)
     run = nodecheck("bench", "--nccl-log", str(log), "--from", str(snap), "--json")
     out = json.loads(run.stdout)
     assert out["measurement"]["spec_bytes_per_second"] == pytest.approx(450e9)
@@ -254,7 +258,8 @@ def test_nccl_over_shm_on_a_pcie_node_is_judged_as_staged():
 def test_a_below_spec_log_gets_one_verdict(tmp_path):
     """Issue 20 (15): the finding and exit 1, then "nothing wrong for snapshot ..." from the NCCL part."""
     snap = make_snapshot(tmp_path / "h100", topo="aws-p5-48xlarge-8x-h100-nv18.txt", nvml_gpus=hgx_nvml())
-    log = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")  # holds an NCCL INFO line too
+    # the A100 log's rows (it holds an NCCL INFO line too) against the H100 node
+    log = without_device_lines(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt", tmp_path)
     run = nodecheck("bench", "--nccl-log", str(log), "--from", str(snap), env={"COLUMNS": "200"})
     assert run.returncode == 1 and "0.52 of" in run.stdout and "error:" in run.stdout
     assert "nothing wrong" not in run.stdout and "no finding in what NCCL chose" in run.stdout
@@ -288,14 +293,17 @@ def test_a_log_across_nodes_is_judged_against_the_rails_not_nvlink(tmp_path):
     multi-node A100 log on an HDR node would read as a broken NVLink. Now a log whose device lines or NCCL lines
     name several hosts, or more ranks than the node has GPUs, is judged against the ring bound of the node's rails,
     as bench judges its own all-reduce across nodes."""
-    # CoreWeave's 1440-GPU run: its one device line is rank 1439 (at least 1440 ranks; its rows' busbw/algbw allow up
-    # to 1532), and nothing says how many ran on each node: no spec until --nodes says (all 8 rails bound it only with
-    # 8 ranks per node): on 180 nodes of at most 8 GPUs, 1440 is the one count that fits
+    # CoreWeave's 1440-GPU run names its GPUs (GB200), another board than this H100 node's: refused as it stands
     rack = need(PUBLIC / "nccl" / "coreweave-gb200-20racks-1440gpu-all_reduce_perf-partial.txt")
+    refused = nodecheck("bench", "--nccl-log", str(rack), "--from", str(HGX_8_RAILS))
+    assert refused.returncode == 2 and "the log's GPUs are NVIDIA GB200, snapshot " in refused.stderr
+    # its rows: busbw/algbw give 1389 to 1532 ranks, and nothing says how many ran on each node: no spec until --nodes
+    # says (all 8 rails bound it only with 8 ranks per node): on 180 nodes of at most 8 GPUs, 1440 is the one count
+    rack = without_device_lines(rack, tmp_path / "rows")
     out, human = judged(rack, HGX_8_RAILS)
     m = out["measurement"]
     assert (m["scope"], m["ranks"], m["spec_bytes_per_second"], m["details"]["path_kind"]) == ("cluster", None, None, "infiniband")
-    assert m["details"]["across_nodes"] == "its device lines name rank 1439: 1440 to 1532 ranks, where this node has 8 GPUs"
+    assert m["details"]["across_nodes"] == "its rows' busbw/algbw give 1389 to 1532 ranks, where this node has 8 GPUs"
     assert out["findings"] == []
     assert "pass --nodes N" in human and "NVLink" not in human
     out, human = judged(rack, HGX_8_RAILS, "--nodes", "180")
@@ -344,11 +352,11 @@ def test_a_log_across_nodes_past_any_algorithm_or_without_rails_is_said(tmp_path
 
 def test_a_log_of_one_node_says_it_was_judged_as_one(tmp_path):
     log = need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_reduce_perf.txt")  # 8 device lines, one host
-    out, human = judged(log, HGX_8_RAILS)
+    out, human = judged(log, a100_node(tmp_path))
     assert out["measurement"]["scope"] is None and "across_nodes" not in out["measurement"]["details"]
     assert "judged as a run inside one node" in human
     # on a node that lists 4 GPUs now (the others fell off the bus): its 8 ranks on one host are still one node's
-    four = make_snapshot(tmp_path / "four", nvml_gpus=hgx_nvml()[:4])
+    four = make_snapshot(tmp_path / "four", nvml_gpus=hgx_nvml(links_per_gpu=12, version=5, **A100_SXM4)[:4])
     out, _ = judged(log, four)
     assert "across_nodes" not in out["measurement"]["details"]
 
