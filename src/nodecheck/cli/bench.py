@@ -168,7 +168,7 @@ def nccl_topo(
     from nodecheck.host.files import read_user_file
     from nodecheck.probes.nccl_topo import MAX_TOPO_BYTES, parse_nccl_topo_log, parse_nccl_topo_xml
     from nodecheck.report.findings import at_or_above
-    from nodecheck.verdicts.nccl_topo import topo_findings, with_bare_devices_named
+    from nodecheck.verdicts.nccl_topo import topo_findings, unmatched, with_bare_devices_named
 
     try:
         text = read_user_file(dump, MAX_TOPO_BYTES, "NCCL's topology").decode("utf-8", errors="replace")
@@ -178,15 +178,19 @@ def nccl_topo(
     except (NodecheckError, ParseError) as error:
         fail(str(error) if str(dump) in str(error) else f"{dump}: {error}")
     topo = with_bare_devices_named(topo, report)  # a file's devices without a class, as this node makes them
-    findings = topo_findings(topo, report)
     where = f"snapshot {source}" if source else "this node"
+    apart = unmatched(topo, report)
+    findings = [] if apart else topo_findings(topo, report)
     if as_json:
         typer.echo(json.dumps({"schema": "nodecheck.nccl_topo", "schema_version": 1, "form": form, "topology": asdict(topo),
-                               "judged_against": where, "findings": [asdict(f) for f in findings]}, indent=2))
+                               "judged_against": where, "not_compared": apart,
+                               "findings": [asdict(f) for f in findings]}, indent=2))
     else:
         from nodecheck.render.nccl_topo import nccl_topo_lines
 
-        typer.echo("\n".join(nccl_topo_lines(topo, form, findings, where)))
+        typer.echo("\n".join(nccl_topo_lines(topo, form, findings, where, apart)))
+    if apart:  # what NCCL saw is shown; held against nothing, it neither agrees nor disagrees
+        fail(f"{dump}: {apart.replace('the node it is held against', where)}")
     raise typer.Exit(EXIT_FINDINGS if at_or_above(findings, config.fail_severity) else EXIT_OK)
 
 

@@ -6,7 +6,7 @@ from nodecheck.probes.nccl_topo import NcclTopo
 from nodecheck.render.table import clean
 
 
-def nccl_topo_lines(topo: NcclTopo, form: str, findings: list, where: str) -> list[str]:
+def nccl_topo_lines(topo: NcclTopo, form: str, findings: list, where: str, apart: str | None = None) -> list[str]:
     what = "topology log (NCCL_DEBUG_SUBSYS=GRAPH)" if form == "log" else f"topology XML (version {topo.version})"
     lines = [f"NCCL's {what}: {len(topo.cpus)} CPU(s), {len(topo.gpus)} GPU(s), {len(topo.nics)} NIC(s)"]
     if topo.ends_early:
@@ -27,6 +27,7 @@ def nccl_topo_lines(topo: NcclTopo, form: str, findings: list, where: str) -> li
         shown = ", ".join(str(b.busid) for b in topo.unclassed[:8]) + (", ..." if len(topo.unclassed) > 8 else "")
         lines.append(clean(f"  {len(topo.unclassed)} device(s) without a class, none of them a GPU or NIC of {where} "
                            f"(NCCL reads the class from the node it runs on): {shown}"))
-    lines.append(f"Against {where}: " + ("agrees" if not findings else f"{len(findings)} finding(s)"))
+    lines.append(f"Against {where}: " + ("not compared: no device in common" if apart else "agrees" if not findings
+                                         else f"{len(findings)} finding(s)"))
     lines += [clean(f"  {f.severity}: {f.message}") for f in findings]
     return lines

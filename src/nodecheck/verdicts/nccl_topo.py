@@ -40,6 +40,22 @@ def topo_findings(topo: NcclTopo, report: Report) -> list[Finding]:
     return findings
 
 
+def unmatched(topo: NcclTopo, report: Report) -> str | None:
+    """Why NCCL's picture cannot be held against the node, or None: it names devices and none of them is one of the
+    node's GPUs or NICs (by bus id, NICs by name too): another node's picture, or a VM's, whose bus ids are its own.
+    Nothing compared is no agreement. `topo` as with_bare_devices_named left it."""
+    gpus = {normal_pci(g.pci_bus_id) for g in report.gpus if g.pci_bus_id}
+    nics = _nic_index(report)
+    named = [d.busid for d in (*topo.gpus, *topo.nics, *topo.unclassed)]
+    if not named or any(g.busid in gpus for g in topo.gpus) or any(
+            n.busid in nics or any(net.get("name") in nics for net in n.nets) for n in topo.nics):
+        return None
+    theirs = ", ".join(str(b) for b in named[:3]) + (", ..." if len(named) > 3 else "")
+    ours = ", ".join(sorted(gpus)[:3]) + (", ..." if len(gpus) > 3 else "") if gpus else "no GPU"
+    return (f"none of its {len(named)} device(s) is a GPU or NIC of the node it is held against (its {theirs}; the "
+            f"node's GPUs: {ours}): another node's picture, or a VM's whose bus ids are its own; nothing to compare")
+
+
 def with_bare_devices_named(topo: NcclTopo, report: Report) -> NcclTopo:
     """A topology file's devices without a class as NCCL will take them on this node, which reads each one's class
     from sysfs (src/graph/xml.cc ncclTopoGetXmlFromSys): the bus id of one of the node's GPUs a bare GPU, of a NIC a

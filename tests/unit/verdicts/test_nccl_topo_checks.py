@@ -92,8 +92,10 @@ def test_the_command_reads_a_dump_or_a_log_and_exits_by_what_it_found(tmp_path):
     document = json.loads(lost.stdout)
     assert lost.returncode == 1 and (document["schema"], document["schema_version"], document["form"]) == ("nodecheck.nccl_topo", 1, "xml")
     assert [f["kind"] for f in document["findings"]] == ["nccl_topo_nvlink_missing"] and len(document["topology"]["gpus"]) == 8
+    # nccl-tests#182's GRAPH log: testgpu1's GPU 0000:03:00.0, none of the example's: read and shown, not compared
     log = cli("nccl-topo", str(REPO / "tests/fixtures/nccl-topo/nccl-tests182-graph-log.txt"), "--from", str(EXAMPLE))
-    assert log.returncode == 0 and log.stdout.startswith("NCCL's topology log (NCCL_DEBUG_SUBSYS=GRAPH): 1 CPU(s), 1 GPU(s), 1 NIC(s)")
+    assert log.returncode == 2 and log.stdout.startswith("NCCL's topology log (NCCL_DEBUG_SUBSYS=GRAPH): 1 CPU(s), 1 GPU(s), 1 NIC(s)")
+    assert "Against snapshot" in log.stdout and "not compared: no device in common" in log.stdout and "agrees" not in log.stdout
     (tmp_path / "hwloc.xml").write_text('<topology version="2.0"/>')
     refused = cli("nccl-topo", str(tmp_path / "hwloc.xml"), "--from", str(EXAMPLE))
     assert refused.returncode == 2 and "not NCCL's topology XML: root element is <topology>" in refused.stderr
@@ -267,7 +269,8 @@ def test_a_flattened_vm_under_a_providers_made_up_switches_is_as_meant(tmp_path)
 def test_a_files_devices_without_a_class_are_what_the_node_says_they_are(tmp_path):
     """The g5.12xlarge file (aws-ofi-nccl#466): its four bare devices are the node's four A10Gs where the node has
     GPUs at those addresses (NCCL reads their class there), judged as GPUs: NUMA 0 as the node's, no finding. Held
-    against a node with none of them, they stay unclassed and the command says so."""
+    against a node with none of them, they stay unclassed and the command says so: nothing compared, exit 2 (before,
+    "agrees" and exit 0)."""
     import dataclasses
 
     fixture = REPO / "tests/fixtures/nccl-topo/aws-ofi-nccl466-g5-topo.xml"
@@ -281,10 +284,12 @@ def test_a_files_devices_without_a_class_are_what_the_node_says_they_are(tmp_pat
     wrong = dataclasses.replace(g5, gpus=[dataclasses.replace(g, numa_node=1) for g in g5.gpus])
     assert {(f.kind, f.subject) for f in topo_findings(topo, wrong)} == {("nccl_topo_mismatch", f"gpu{i}") for i in range(4)}
     elsewhere = cli("nccl-topo", str(fixture), "--from", str(EXAMPLE))
-    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert elsewhere.returncode == 2 and "agrees" not in elsewhere.stdout
     assert "0 GPU(s), 0 NIC(s)" in elsewhere.stdout and "4 device(s) without a class, none of them a GPU or NIC" in elsewhere.stdout
-    assert json.loads(cli("nccl-topo", str(fixture), "--from", str(EXAMPLE), "--json").stdout)["topology"]["unclassed"][0][
-        "busid"] == "0000:00:1b.0"
+    assert f"none of its 4 device(s) is a GPU or NIC of snapshot {EXAMPLE} (its 0000:00:1b.0" in elsewhere.stderr
+    document = json.loads(cli("nccl-topo", str(fixture), "--from", str(EXAMPLE), "--json").stdout)
+    assert document["topology"]["unclassed"][0]["busid"] == "0000:00:1b.0" and document["findings"] == []
+    assert document["not_compared"].startswith("none of its 4 device(s)")
 
 
 def test_a_far_end_from_a_hostile_dump_or_report_is_no_far_end():
