@@ -12,12 +12,17 @@ _DEVICE_NAME = re.compile(r"\bdevice \S{1,20}: (.{1,200})$")  # a devices entry'
 # CUDA's and NVML's name of a board are the driver's one string, spelled "Tesla V100-SXM2-32GB" or "A100-SXM4-40GB" by
 # older drivers; an unreleased board is "NVIDIA Graphics Device" to both (CoreWeave's GB200 log): no name to compare
 _VENDOR_WORDS = re.compile(r"^(?:nvidia\s+)?(?:tesla\s+)?", re.IGNORECASE)
+# a MIG instance is "<board> MIG <profile>" ("NVIDIA A100-SXM4-40GB MIG 1g.5gb" beside "A100-SXM4-40GB" on one machine in
+# HTCondor's condor_gpu_discovery manual); NVML names the board
+_MIG_SUFFIX = re.compile(r"\s+MIG\s+\S+$", re.IGNORECASE)
 
 
 def gpu_kinds(names) -> set[str]:
     """The GPU names a log's device lines or a node's GPUs give, compared as one spelling: lower case, without the
-    vendor words older drivers put before them; an unnamed board ("Graphics Device") is none."""
-    kinds = {" ".join(_VENDOR_WORDS.sub("", name.strip()).lower().split()) for name in names if isinstance(name, str)}
+    vendor words older drivers put before them or a MIG instance's profile after; an unnamed board ("Graphics
+    Device") is none."""
+    kinds = {" ".join(_MIG_SUFFIX.sub("", _VENDOR_WORDS.sub("", name.strip())).lower().split())
+             for name in names if isinstance(name, str)}
     return {k for k in kinds if k and k != "graphics device"}
 
 

@@ -195,3 +195,4 @@ def test_a_log_of_other_gpus_is_not_judged_against_this_node():
     assert gpu_kinds(["A100-SXM4-40GB"]) == gpu_kinds(["NVIDIA A100-SXM4-40GB"]) == {"a100-sxm4-40gb"}
     assert gpu_kinds(["Tesla V100-SXM2-32GB"]) == gpu_kinds(["NVIDIA  Tesla V100-SXM2-32GB "]) == {"v100-sxm2-32gb"}
     assert gpu_kinds(["NVIDIA Graphics Device", None]) == set()
+    assert gpu_kinds(["NVIDIA A100-SXM4-40GB MIG 1g.5gb"]) == {"a100-sxm4-40gb"}  # CUDA's name of a MIG instance
