@@ -31,7 +31,6 @@ _STAMP = re.compile(r"\[?(?:\d{4}-\d{2}-\d{2}(?:T[\d:.,]+(?:Z|[+-]\d{2}:?\d{2})?
 _VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
 _NETWORK = re.compile(r"^Using (?:internal )?[Nn]etwork (\S.*)$")  # NCCL 2.3: "Using internal Network Socket"
 _SOCKET = re.compile(r"^(?:Bootstrap|NET/Socket) : Using (.*)$")
-_SOCKET_IFACE = re.compile(r"(?:\[\d+\])?([A-Za-z0-9_.@-]+):[0-9a-fA-F.:%]+<\d+>")
 _IB = re.compile(r"^NET/(IB\S*) : Using (.*)$")
 _IB_DEVICE = re.compile(r"\[(\d+)\]([A-Za-z0-9_.-]+:\d+)")  # [index]HCA:port
 # "Channel 00/0 : 0[0] -> 1[1] via P2P/IPC"; NCCL before 2.7 printed "Ring 00 : 15 -> 0 [send] via NET/Socket/0"
@@ -58,7 +57,8 @@ _TESTS_HOST = re.compile(r"^#\s+Rank\s+\d+\b.*?\bon\s+(\S+)\s+device\b")
 _IB_COMPLETION = re.compile(r"NET/IB\w{0,16}(?:/GIN)? ?: ?Got completion (?:from peer (?:(?P<peer>\S{1,80}) )?)?with "
                             r"(?:error (?P<error>\d{1,4})\b|status=(?:[A-Za-z][^()\n]{0,63}\()?(?P<status>\d{1,4})\b)")
 _IB_HCA = re.compile(r" hca ([\w.-]{1,40})\s{0,8}$")
-_ADDRESS = re.compile(r"(?:\[\d+\])?[A-Za-z0-9_.@-]+:([0-9a-fA-F.:%A-Za-z]{2,64})<\d+>")  # eth0:10.0.35.1<0>
+# an interface and its address as NCCL's socket lines print them: "[0]eth0:10.0.35.1<0>", "ib0:fe80::1%ib0<0>"
+_INTERFACE = re.compile(r"(?:\[\d+\])?([A-Za-z0-9_.@-]+):([0-9a-fA-F.:%A-Za-z]{2,64})<\d+>")
 MAX_WARNINGS = 50  # quoted warnings kept; the count is always whole
 MAX_NETWORKS = 16  # network names kept (IB, Socket, a plugin's): a log naming thousands is garbage past these
 
@@ -174,7 +174,7 @@ def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_n
     elif socket := _SOCKET.match(body):
         _note_addresses(run, host, socket[1])
         for token in socket[1].split():  # one interface per token, each matched at its start: linear
-            iface = _SOCKET_IFACE.match(token)
+            iface = _INTERFACE.match(token)
             # a node has a few interfaces: past MAX_NET_DEVICES a log names garbage, and the list stays short to search
             if iface and iface[1] not in run.socket_ifaces and len(run.socket_ifaces) < MAX_NET_DEVICES:
                 run.socket_ifaces.append(iface[1])
@@ -238,8 +238,8 @@ def _note_addresses(run: NcclRun, host: str, text: str) -> None:
     if not host:
         return
     for token in text.split()[:MAX_NET_DEVICES]:
-        if (address := _ADDRESS.match(token)) and len(run.addresses) < MAX_HOSTS:
-            run.addresses.setdefault(address[1], host)
+        if (address := _INTERFACE.match(token)) and len(run.addresses) < MAX_HOSTS:
+            run.addresses.setdefault(address[2], host)
 
 
 def _note_provider(run: NcclRun, body: str) -> None:
