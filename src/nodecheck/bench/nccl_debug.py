@@ -201,6 +201,9 @@ def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_n
                 net_names.append(name)
         else:
             intra.add(via)
+            pair = [channel["src_gpu"], channel["dst_gpu"]]
+            if via.startswith("SHM") and None not in pair and pair not in run.shm_pairs and len(run.shm_pairs) < MAX_NET_DEVICES:
+                run.shm_pairs.append([g.lower() for g in pair])
     elif setting := _SET_BY.match(body):
         if setting[1] in run.settings or len(run.settings) < MAX_SETTINGS:
             # the first word, as NCCL keeps its first; ncclParam's lines end in '.' ("... set by environment to 3.")

@@ -43,6 +43,9 @@ class NcclRun:
     # why no communicator spans the log's hosts (each ran a job of its own), or None: then several hosts are no job
     # across nodes
     separate_hosts: str | None = None
+    # the GPUs of each SHM channel as its line names them ("1[1] -> 2[2]": NVML indices; "0[18000]": bus ids before NCCL
+    # 2.18.3, src/transport/shm.cc), distinct, at most MAX_NET_DEVICES
+    shm_pairs: list[list[str]] = field(default_factory=list)
 
 
 MAX_QUOTED = 10  # NCCL warnings turned into findings, each quoted; the rest counted in the last
@@ -86,14 +89,11 @@ def nccl_findings(run: NcclRun, report) -> list:
                                 "NCCL's network channels run without GPUDirect RDMA: inter-node data is staged through "
                                 "host memory; load nvidia_peermem (or use DMA-BUF), check NCCL_NET_GDR_LEVEL and the "
                                 "GPU-NIC distance"))
-    near = [l for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)
-            and link_family(l.type) in ("NV", "PIX", "PXB")]
     shm = [t for t in run.intra_node_transports if t.startswith("SHM")]
-    if shm and near:
+    if shm and (near := _shm_where_p2p_is_due(run, report)):
         findings.append(Finding("nccl_p2p_disabled", "warning", "nccl", ", ".join(shm), "P2P or NVLS",
-                                f"GPUs of one node talked over {', '.join(shm)} (host memory) although they are linked by "
-                                f"{near[0].type}: P2P is off (NCCL_P2P_DISABLE, ACS redirect, the IOMMU, or a container "
-                                "without IPC)"))
+                                f"GPUs of one node talked over {', '.join(shm)} (host memory) although {near} link them: "
+                                "P2P is off (NCCL_P2P_DISABLE, ACS redirect, the IOMMU, or a container without IPC)"))
     findings += _rail_mismatches(run, report)
     for name, value in run.settings.items():
         values, effect = DISABLING.get(name, ((), ""))
@@ -118,6 +118,27 @@ def nccl_findings(run: NcclRun, report) -> list:
     if unquoted > 0 and run.warnings:
         findings[-1].message += f" (+{unquoted} more NCCL WARN lines)"
     return findings
+
+
+# NCCL takes P2P between two GPUs up to PXB and SHM past it, PHB, NODE and SYS (src/graph/paths.cc: p2pLevel PATH_PXB
+# unless NCCL_P2P_LEVEL says otherwise; PATH_SYS only for two GPUs on an AMD CPU)
+P2P_DUE = ("NV", "PIX", "PXB")
+
+
+def _shm_where_p2p_is_due(run: NcclRun, report) -> str | None:
+    """The GPUs an SHM channel joined although NVLink or a PCIe switch links them on the node ("gpu6 and gpu7 (NV18)"),
+    or None. A log whose SHM lines name no GPUs (NCCL before 2.7) is held against the node's closest link."""
+    links = {frozenset((l.a, l.b)): l.type for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)}
+    if not run.shm_pairs:
+        near = [t for t in links.values() if link_family(t) in P2P_DUE]
+        return f"its GPUs ({near[0]})" if near else None
+    due = []
+    for a, b in run.shm_pairs:
+        ga, gb = _local_gpu(a, report.gpus), _local_gpu(b, report.gpus)
+        kind = links.get(frozenset((ga.index, gb.index))) if ga is not None and gb is not None and ga is not gb else None
+        if kind and link_family(kind) in P2P_DUE and (said := f"gpu{min(ga.index, gb.index)} and gpu{max(ga.index, gb.index)} ({kind})") not in due:
+            due.append(said)
+    return ", ".join(due[:4]) + (" ..." if len(due) > 4 else "") if due else None
 
 
 def nccl_bus_id(pci: str | None) -> int | None:
@@ -180,6 +201,8 @@ _SHAPES = {
     "ib_errors": lambda v: isinstance(v, list) and len(v) <= MAX_IB_ERRORS and all(_ib_error(e) for e in v),
     "ib_error_lines": lambda v: type(v) is int and v >= 0,
     "separate_hosts": lambda v: isinstance(v, str) and len(v) <= 300,
+    "shm_pairs": lambda v: isinstance(v, list) and len(v) <= MAX_NET_DEVICES and all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(g, str) and len(g) <= 16 for g in p) for p in v),
     "addresses": lambda v: isinstance(v, dict) and len(v) <= MAX_HOSTS and all(
         isinstance(k, str) and isinstance(x, str) and len(k) <= 80 and len(x) <= 255 for k, x in v.items()),
 }

@@ -5,7 +5,7 @@ import json
 from dataclasses import asdict
 
 import pytest
-from helpers import PUBLIC, answer_key, hgx_h100_with_ndr, hgx_nvml, make_snapshot, need, nodecheck
+from helpers import PUBLIC, REPO, answer_key, hgx_h100_with_ndr, hgx_nvml, make_snapshot, need, nodecheck
 
 from nodecheck.bench.nccl_debug import parse_nccl_debug
 from nodecheck.core.errors import ParseError
@@ -271,3 +271,28 @@ def test_a_job_selecting_fewer_rails_than_the_node_has_is_said(tmp_path):
     conf = dataclasses.replace(report, platform=Platform(None, True, nccl_conf={"NCCL_IB_HCA": "=mlx5_0,mlx5_1"}))
     assert [f for f in nccl_findings(NcclRun(settings={"NCCL_IB_HCA": "=mlx5_0,mlx5_1"}), conf)
             if f.kind == "nccl_setting"] == []
+
+
+def test_shm_is_judged_per_pair_of_gpus(tmp_path):
+    """NCCL takes P2P up to PXB and SHM past it (src/graph/paths.cc). nccl#1817's 8x L20 (PCIe-switch pairs): SHM
+    1->2, 3->4, 5->6 and 7->0, between the pairs, as NCCL's defaults do. Held against the published 4x A30 node (NV4
+    pairs 0-1 and 2-3, SYS between), the one SHM channel it can place, 1->2, crosses SYS: nothing wrong; before, a
+    warning, because NV4 linked two other GPUs. nccl#1609's H800 GPUs 6 and 7 over SHM, on an HGX node where NV18 links
+    them: P2P is off, named by pair."""
+    from nodecheck.verdicts.nccl_run import nccl_run_from_details
+
+    fixtures = REPO / "tests" / "fixtures" / "nccl-debug"
+    l20 = parse_nccl_debug((fixtures / "nccl1817-8x-l20-shm-between-switch-pairs.txt").read_text())
+    assert l20.shm_pairs == [["3", "4"], ["1", "2"], ["5", "6"], ["7", "0"]]
+    assert l20.intra_node_transports == ["P2P/direct pointer", "SHM/direct/direct"]
+    a30 = build_report(SnapshotHost(make_snapshot(tmp_path / "a30", topo="4x-a30-nvlink-bridge-pairs-1nic-xeon6342.txt",
+                                                  nvml_gpus=hgx_nvml(4, version=5, name="NVIDIA A30")[:4])))
+    assert [f.kind for f in nccl_findings(l20, a30)] == []
+    assert [f.kind for f in nccl_findings(NcclRun(intra_node_transports=["SHM/direct/direct"]), a30)] == ["nccl_p2p_disabled"]
+    h800 = parse_nccl_debug((fixtures / "nccl1609-h800-shm-between-nvlinked-gpus.txt").read_text())
+    hgx = build_report(SnapshotHost(REPO / "examples" / "hgx-h100-8gpu"))
+    (finding,) = nccl_findings(h800, hgx)
+    assert finding.kind == "nccl_p2p_disabled" and "although gpu6 and gpu7 (NV18) link them: P2P is off" in finding.message
+    back = nccl_run_from_details(json.loads(json.dumps(asdict(h800))))
+    assert back.shm_pairs == [["6", "7"], ["7", "6"]]
+    assert nccl_run_from_details(dict(asdict(h800), shm_pairs=[["6"]])).shm_pairs == []  # a hostile shape: dropped
