@@ -29,7 +29,8 @@ NCCL_P2P_DISABLED = Kind("nccl_p2p_disabled", "fabric", "NCCL over {measured} in
         ("warning",
          "two GPUs of one node talked over SHM although the topology links that pair by NVLink or a PCIe switch "
          "(PIX, PXB), where NCCL takes P2P unless told otherwise; SHM past PXB (PHB, NODE, SYS) is NCCL's default "
-         "(src/graph/paths.cc), no finding. A log whose SHM lines name no GPUs is held against the node's closest link"),
+         "(src/graph/paths.cc), no finding, as on a pair NVML says has no P2P (GeForce). A log whose SHM lines name no "
+         "GPUs is held against the node's closest link"),
     ))
 NCCL_RAIL_MISMATCH = Kind("nccl_rail_mismatch", "fabric", "{subject} NCCL on {measured}, nearest {expected}",
     doc=(

@@ -127,7 +127,8 @@ P2P_DUE = ("NV", "PIX", "PXB")
 
 def _shm_where_p2p_is_due(run: NcclRun, report) -> str | None:
     """The GPUs an SHM channel joined although NVLink or a PCIe switch links them on the node ("gpu6 and gpu7 (NV18)"),
-    or None. A log whose SHM lines name no GPUs (NCCL before 2.7) is held against the node's closest link."""
+    or None. A pair whose P2P NVML says it does not support (GeForce boards: `nvidia-smi topo -p2p r`) is no finding.
+    A log whose SHM lines name no GPUs (NCCL before 2.7) is held against the node's closest link."""
     links = {frozenset((l.a, l.b)): l.type for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)}
     if not run.shm_pairs:
         near = [t for t in links.values() if link_family(t) in P2P_DUE]
@@ -136,7 +137,9 @@ def _shm_where_p2p_is_due(run: NcclRun, report) -> str | None:
     for a, b in run.shm_pairs:
         ga, gb = _local_gpu(a, report.gpus), _local_gpu(b, report.gpus)
         kind = links.get(frozenset((ga.index, gb.index))) if ga is not None and gb is not None and ga is not gb else None
-        if kind and link_family(kind) in P2P_DUE and (said := f"gpu{min(ga.index, gb.index)} and gpu{max(ga.index, gb.index)} ({kind})") not in due:
+        refused = kind and ((ga.p2p_read or {}).get(f"gpu{gb.index}", "ok") != "ok"  # NVML: no P2P on this pair
+                            or (gb.p2p_read or {}).get(f"gpu{ga.index}", "ok") != "ok")
+        if kind and link_family(kind) in P2P_DUE and not refused and (said := f"gpu{min(ga.index, gb.index)} and gpu{max(ga.index, gb.index)} ({kind})") not in due:
             due.append(said)
     return ", ".join(due[:4]) + (" ..." if len(due) > 4 else "") if due else None
 

@@ -293,6 +293,11 @@ def test_shm_is_judged_per_pair_of_gpus(tmp_path):
     hgx = build_report(SnapshotHost(REPO / "examples" / "hgx-h100-8gpu"))
     (finding,) = nccl_findings(h800, hgx)
     assert finding.kind == "nccl_p2p_disabled" and "although gpu6 and gpu7 (NV18) link them: P2P is off" in finding.message
+    # where NVML says the pair has no P2P (as it says of GeForce boards), SHM is all NCCL can take: no finding
+    import dataclasses
+
+    refused = [dataclasses.replace(g, p2p_read={"gpu7": "GPU not supported"} if g.index == 6 else g.p2p_read) for g in hgx.gpus]
+    assert nccl_findings(h800, dataclasses.replace(hgx, gpus=refused)) == []
     back = nccl_run_from_details(json.loads(json.dumps(asdict(h800))))
     assert back.shm_pairs == [["6", "7"], ["7", "6"]]
     assert nccl_run_from_details(dict(asdict(h800), shm_pairs=[["6"]])).shm_pairs == []  # a hostile shape: dropped
