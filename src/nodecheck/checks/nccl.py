@@ -28,7 +28,8 @@ NCCL_P2P_DISABLED = Kind("nccl_p2p_disabled", "fabric", "NCCL over {measured} in
     doc=(
         ("warning",
          "two GPUs of one node talked over SHM although the topology links that pair by NVLink or a PCIe switch "
-         "(PIX, PXB), where NCCL takes P2P unless told otherwise; SHM past PXB (PHB, NODE, SYS) is NCCL's default "
+         "(PIX, PXB), where NCCL takes P2P unless told otherwise (the run's NCCL_P2P_LEVEL moves that line; "
+         "NCCL_P2P_DISABLE=1 is said as `nccl_setting`); SHM past PXB (PHB, NODE, SYS) is NCCL's default "
          "(src/graph/paths.cc), no finding, as on a pair NVML says has no P2P (GeForce). A log whose SHM lines name no "
          "GPUs is held against the node's closest link"),
     ))

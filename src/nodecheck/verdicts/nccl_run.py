@@ -93,7 +93,7 @@ def nccl_findings(run: NcclRun, report) -> list:
     if shm and (near := _shm_where_p2p_is_due(run, report)):
         findings.append(Finding("nccl_p2p_disabled", "warning", "nccl", ", ".join(shm), "P2P or NVLS",
                                 f"GPUs of one node talked over {', '.join(shm)} (host memory) although {near} link them: "
-                                "P2P is off (NCCL_P2P_DISABLE, ACS redirect, the IOMMU, or a container without IPC)"))
+                                "P2P is off (ACS redirect, the IOMMU, a container without IPC, or NCCL_P2P_DISABLE)"))
     findings += _rail_mismatches(run, report)
     for name, value in run.settings.items():
         values, effect = DISABLING.get(name, ((), ""))
@@ -123,6 +123,17 @@ def nccl_findings(run: NcclRun, report) -> list:
 # NCCL takes P2P between two GPUs up to PXB and SHM past it, PHB, NODE and SYS (src/graph/paths.cc: p2pLevel PATH_PXB
 # unless NCCL_P2P_LEVEL says otherwise; PATH_SYS only for two GPUs on an AMD CPU)
 P2P_DUE = ("NV", "PIX", "PXB")
+# how far NCCL_P2P_LEVEL (NCCL logs it by its path name: "NCCL_P2P_LEVEL set by environment to PIX") lets P2P reach, in
+# `nvidia-smi topo -m`'s words (its NODE is NCCL's PHB: through the CPU); NCCL_P2P_DISABLE=1 is LOC
+P2P_REACH = {"LOC": (), "NVL": ("NV",), "NVB": ("NV",), "C2C": ("NV",), "PIX": ("NV", "PIX"), "PXB": P2P_DUE,
+             "PXN": P2P_DUE, "P2C": P2P_DUE, "PHB": (*P2P_DUE, "PHB", "NODE"), "SYS": (*P2P_DUE, "PHB", "NODE", "SYS")}
+
+
+def _p2p_reach(settings: dict) -> tuple:
+    """The topo -m link families over which the run's NCCL takes P2P: NCCL's default, or what its environment set."""
+    if settings.get("NCCL_P2P_DISABLE", "").strip() == "1":
+        return ()
+    return P2P_REACH.get(settings.get("NCCL_P2P_LEVEL", "").strip().upper(), P2P_DUE)
 
 
 def _shm_where_p2p_is_due(run: NcclRun, report) -> str | None:
@@ -130,8 +141,9 @@ def _shm_where_p2p_is_due(run: NcclRun, report) -> str | None:
     or None. A pair whose P2P NVML says it does not support (GeForce boards: `nvidia-smi topo -p2p r`) is no finding.
     A log whose SHM lines name no GPUs (NCCL before 2.7) is held against the node's closest link."""
     links = {frozenset((l.a, l.b)): l.type for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)}
+    due_over = _p2p_reach(run.settings)
     if not run.shm_pairs:
-        near = [t for t in links.values() if link_family(t) in P2P_DUE]
+        near = [t for t in links.values() if link_family(t) in due_over]
         return f"its GPUs ({near[0]})" if near else None
     due = []
     for a, b in run.shm_pairs:
@@ -139,7 +151,7 @@ def _shm_where_p2p_is_due(run: NcclRun, report) -> str | None:
         kind = links.get(frozenset((ga.index, gb.index))) if ga is not None and gb is not None and ga is not gb else None
         refused = kind and ((ga.p2p_read or {}).get(f"gpu{gb.index}", "ok") != "ok"  # NVML: no P2P on this pair
                             or (gb.p2p_read or {}).get(f"gpu{ga.index}", "ok") != "ok")
-        if kind and link_family(kind) in P2P_DUE and not refused and (said := f"gpu{min(ga.index, gb.index)} and gpu{max(ga.index, gb.index)} ({kind})") not in due:
+        if kind and link_family(kind) in due_over and not refused and (said := f"gpu{min(ga.index, gb.index)} and gpu{max(ga.index, gb.index)} ({kind})") not in due:
             due.append(said)
     return ", ".join(due[:4]) + (" ..." if len(due) > 4 else "") if due else None
 

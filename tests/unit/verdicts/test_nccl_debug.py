@@ -293,9 +293,16 @@ def test_shm_is_judged_per_pair_of_gpus(tmp_path):
     hgx = build_report(SnapshotHost(REPO / "examples" / "hgx-h100-8gpu"))
     (finding,) = nccl_findings(h800, hgx)
     assert finding.kind == "nccl_p2p_disabled" and "although gpu6 and gpu7 (NV18) link them: P2P is off" in finding.message
-    # where NVML says the pair has no P2P (as it says of GeForce boards), SHM is all NCCL can take: no finding
+    # the run's own NCCL_P2P_LEVEL moves the line (NCCL logs it by its path name): SYS makes 1->2 due P2P on the A30 node;
+    # NCCL_P2P_DISABLE=1 leaves SHM its only way, said as that setting, not as SHM
     import dataclasses
 
+    everywhere = dataclasses.replace(l20, settings={"NCCL_P2P_LEVEL": "SYS"})
+    (due,) = nccl_findings(everywhere, a30)
+    assert "although gpu1 and gpu2 (SYS) link them" in due.message
+    disabled = [f.kind for f in nccl_findings(dataclasses.replace(h800, settings={"NCCL_P2P_DISABLE": "1"}), hgx)]
+    assert disabled == ["nccl_setting"]
+    # where NVML says the pair has no P2P (as it says of GeForce boards), SHM is all NCCL can take: no finding
     refused = [dataclasses.replace(g, p2p_read={"gpu7": "GPU not supported"} if g.index == 6 else g.p2p_read) for g in hgx.gpus]
     assert nccl_findings(h800, dataclasses.replace(hgx, gpus=refused)) == []
     back = nccl_run_from_details(json.loads(json.dumps(asdict(h800))))
