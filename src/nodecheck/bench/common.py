@@ -13,10 +13,12 @@ ABOVE_RING_BOUND = ("above the ring bound: NCCL's tree, SHARP (in-network reduct
 
 
 def staged_if_shm(measurement: Measurement) -> Measurement:
-    """An NCCL collective over PCIe whose ranks talked only through host memory (SHM: no peer access, as on
-    GeForce cards) is judged as a staged path, like a p2p copy without peer access."""
+    """An NCCL collective over PCIe whose ranks talked through host memory (SHM: no peer access, as on GeForce cards;
+    or past PXB, where NCCL takes SHM by default, between the switch or NVLink-bridge pairs of a PCIe node) is judged
+    as a staged path, like a p2p copy without peer access: a ring is as fast as its slowest hop, and one SHM hop
+    stages it."""
     transports = ((measurement.details.get("nccl") or {}).get("intra_node_transports")) or []
-    if measurement.details.get("path_kind") == "pcie" and transports and all(t.startswith("SHM") for t in transports):
+    if measurement.details.get("path_kind") == "pcie" and any(t.startswith("SHM") for t in transports):
         measurement.details["path_kind"] = "pcie-staged"
     return measurement
 

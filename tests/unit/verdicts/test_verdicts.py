@@ -251,7 +251,10 @@ def test_nccl_over_shm_on_a_pcie_node_is_judged_as_staged():
                                     {"path_kind": "pcie", "nccl": {"intra_node_transports": transports}})
 
     assert staged_if_shm(m(["SHM/direct/direct"])).details["path_kind"] == "pcie-staged"
-    assert staged_if_shm(m(["P2P/CUMEM", "SHM/direct/direct"])).details["path_kind"] == "pcie"
+    # P2P inside PCIe-switch or NVLink-bridge pairs, SHM between them (NCCL's default past PXB, nccl#1817's 8x L20):
+    # the ring's SHM hops bound it
+    assert staged_if_shm(m(["P2P/CUMEM", "SHM/direct/direct"])).details["path_kind"] == "pcie-staged"
+    assert staged_if_shm(m(["P2P/CUMEM"])).details["path_kind"] == "pcie"
     assert staged_if_shm(m([])).details["path_kind"] == "pcie"
 
 
