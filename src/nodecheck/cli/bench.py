@@ -179,7 +179,7 @@ def nccl_topo(
         fail(str(error) if str(dump) in str(error) else f"{dump}: {error}")
     topo = with_bare_devices_named(topo, report)  # a file's devices without a class, as this node makes them
     where = f"snapshot {source}" if source else "this node"
-    apart = unmatched(topo, report)
+    apart = unmatched(topo, report, where)
     findings = [] if apart else topo_findings(topo, report)
     if as_json:
         typer.echo(json.dumps({"schema": "nodecheck.nccl_topo", "schema_version": 1, "form": form, "topology": asdict(topo),
@@ -190,7 +190,7 @@ def nccl_topo(
 
         typer.echo("\n".join(nccl_topo_lines(topo, form, findings, where, apart)))
     if apart:  # what NCCL saw is shown; held against nothing, it neither agrees nor disagrees
-        fail(f"{dump}: {apart.replace('the node it is held against', where)}")
+        fail(f"{dump}: {apart}")
     raise typer.Exit(EXIT_FINDINGS if at_or_above(findings, config.fail_severity) else EXIT_OK)
 
 

@@ -22,7 +22,7 @@ CLOSE = ("PIX", "PXB")  # topo -m's links through PCIe switches only, as NCCL's 
 
 def topo_findings(topo: NcclTopo, report: Report) -> list[Finding]:
     topo = with_bare_devices_named(topo, report)
-    gpus = {normal_pci(g.pci_bus_id): g for g in report.gpus if g.pci_bus_id}
+    gpus = _gpu_index(report)
     matched = [(mine, gpus[mine.busid]) for mine in topo.gpus if mine.busid in gpus]
     findings = []
     hops = report.hops() if topo.version is not None else {}  # a GRAPH log's tree is NCCL's after it merged switches
@@ -32,28 +32,35 @@ def topo_findings(topo: NcclTopo, report: Report) -> list[Finding]:
         findings += _pcie(nccl_gpu, gpu) + _numa(topo, nccl_gpu, gpu) + _chain(f"gpu{gpu.index}", nccl_gpu.chain, hops.get(nccl_gpu.busid), hops)
     nics = _nic_index(report)
     for nccl_nic in topo.nics:
-        nic = nics.get(nccl_nic.busid) or next((nics[n["name"]] for n in nccl_nic.nets if n.get("name") in nics), None)
-        if nic is not None:
+        if (nic := _node_nic(nccl_nic, nics)) is not None:
             findings += _nic_speed(nccl_nic, nic) + _nic_gdr(nccl_nic, nic, report)
             findings += _placement(nccl_nic, nic, matched, report)
             findings += _chain(nic.rdma_device or nic.name, nccl_nic.chain, hops.get(normal_pci(nic.pci_address)), hops)
     return findings
 
 
-def unmatched(topo: NcclTopo, report: Report) -> str | None:
-    """Why NCCL's picture cannot be held against the node, or None: it names devices and none of them is one of the
-    node's GPUs or NICs (by bus id, NICs by name too): another node's picture, or a VM's, whose bus ids are its own.
-    Nothing compared is no agreement. `topo` as with_bare_devices_named left it."""
-    gpus = {normal_pci(g.pci_bus_id) for g in report.gpus if g.pci_bus_id}
-    nics = _nic_index(report)
+def unmatched(topo: NcclTopo, report: Report, where: str = "the node") -> str | None:
+    """Why NCCL's picture cannot be held against the node (`where`, as the command names it), or None: it names devices
+    and none of them is one of the node's GPUs or NICs, matched as topo_findings matches them: another node's picture,
+    or a VM's, whose bus ids are its own. Nothing compared is no agreement. `topo` as with_bare_devices_named left it."""
+    gpus, nics = _gpu_index(report), _nic_index(report)
     named = [d.busid for d in (*topo.gpus, *topo.nics, *topo.unclassed)]
-    if not named or any(g.busid in gpus for g in topo.gpus) or any(
-            n.busid in nics or any(net.get("name") in nics for net in n.nets) for n in topo.nics):
+    if not named or any(g.busid in gpus for g in topo.gpus) or any(_node_nic(n, nics) is not None for n in topo.nics):
         return None
     theirs = ", ".join(str(b) for b in named[:3]) + (", ..." if len(named) > 3 else "")
     ours = ", ".join(sorted(gpus)[:3]) + (", ..." if len(gpus) > 3 else "") if gpus else "no GPU"
-    return (f"none of its {len(named)} device(s) is a GPU or NIC of the node it is held against (its {theirs}; the "
-            f"node's GPUs: {ours}): another node's picture, or a VM's whose bus ids are its own; nothing to compare")
+    return (f"none of its {len(named)} device(s) is a GPU or NIC of {where} (its {theirs}; the node's GPUs: {ours}): "
+            "another node's picture, or a VM's whose bus ids are its own; nothing to compare")
+
+
+def _gpu_index(report: Report) -> dict[str, object]:
+    """The node's GPUs by their PCI address as NCCL writes it."""
+    return {normal_pci(g.pci_bus_id): g for g in report.gpus if g.pci_bus_id}
+
+
+def _node_nic(nccl_nic: NcclTopoNic, nics: dict[str, object]):
+    """The node's NIC an NCCL <nic> is: by its bus id, else by a <net> name (_nic_index's keys); None."""
+    return nics.get(nccl_nic.busid) or next((nics[n["name"]] for n in nccl_nic.nets if n.get("name") in nics), None)
 
 
 def with_bare_devices_named(topo: NcclTopo, report: Report) -> NcclTopo:
@@ -62,7 +69,7 @@ def with_bare_devices_named(topo: NcclTopo, report: Report) -> NcclTopo:
     bare NIC; the rest stay unclassed (another node's file, or devices NCCL does not route by)."""
     if not topo.unclassed:
         return topo
-    gpus = {normal_pci(g.pci_bus_id) for g in report.gpus if g.pci_bus_id}
+    gpus = _gpu_index(report)
     nics = {normal_pci(n.pci_address) for n in report.nics if n.pci_address and not n.virtual}
     return dataclasses.replace(
         topo, gpus=topo.gpus + [NcclTopoGpu(b.busid, b.cpu, b.chain) for b in topo.unclassed if b.busid in gpus],
