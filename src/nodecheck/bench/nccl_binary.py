@@ -168,7 +168,11 @@ def _rank_span(log, inferred: tuple[int, int] | None) -> tuple[int, int | None]:
     if _names_every_rank(log):
         return log.ranks, log.ranks
     least = max(log.ranks or 0, inferred[0] if inferred else 0)
-    return least, inferred[1] if inferred and inferred[1] >= least else None
+    return least, inferred[1] if inferred and least <= inferred[1] <= NO_JOB_BEYOND else None
+
+
+# past this many ranks the rows set no upper bound (ranks_from_rows starts from 2**30 where no row bounds it)
+NO_JOB_BEYOND = 1 << 20
 
 
 def _job_ranks(span: tuple[int, int | None], nodes: int | None, gpus: int) -> int | None:
@@ -186,7 +190,7 @@ def _job_ranks(span: tuple[int, int | None], nodes: int | None, gpus: int) -> in
 
 def _ranks_said(span: tuple[int, int | None]) -> str:
     least, most = span
-    return (f"{least}" if least == most else f"at least {least}" if most is None or most > 1 << 20
+    return (f"{least}" if least == most else f"at least {least}" if most is None
             else f"{least} to {most}") if least else "an unknown number of"
 
 
