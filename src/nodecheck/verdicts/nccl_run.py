@@ -148,12 +148,20 @@ def _shm_where_p2p_is_due(run: NcclRun, report) -> str | None:
     due = []
     for a, b in run.shm_pairs:
         ga, gb = _local_gpu(a, report.gpus), _local_gpu(b, report.gpus)
-        kind = links.get(frozenset((ga.index, gb.index))) if ga is not None and gb is not None and ga is not gb else None
-        refused = kind and ((ga.p2p_read or {}).get(f"gpu{gb.index}", "ok") != "ok"  # NVML: no P2P on this pair
-                            or (gb.p2p_read or {}).get(f"gpu{ga.index}", "ok") != "ok")
-        if kind and link_family(kind) in due_over and not refused and (said := f"gpu{min(ga.index, gb.index)} and gpu{max(ga.index, gb.index)} ({kind})") not in due:
+        if ga is None or gb is None or ga is gb:
+            continue
+        kind = links.get(frozenset((ga.index, gb.index)))
+        if not kind or link_family(kind) not in due_over or _no_p2p(ga, gb) or _no_p2p(gb, ga):
+            continue
+        said = f"gpu{min(ga.index, gb.index)} and gpu{max(ga.index, gb.index)} ({kind})"
+        if said not in due:
             due.append(said)
     return ", ".join(due[:4]) + (" ..." if len(due) > 4 else "") if due else None
+
+
+def _no_p2p(gpu, peer) -> bool:
+    """Whether NVML says `gpu` reads `peer` without P2P (`nvidia-smi topo -p2p r`: "GPU not supported" on GeForce)."""
+    return (gpu.p2p_read or {}).get(f"gpu{peer.index}", "ok") != "ok"
 
 
 def nccl_bus_id(pci: str | None) -> int | None:
