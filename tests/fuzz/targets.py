@@ -496,12 +496,20 @@ def _checked_nccl_tests(text: str):
 
 
 def _nccl_debug_judged(text: str):
-    """An NCCL debug log read, and its failed IB transfers judged as `nccl-log` judges them."""
+    """An NCCL debug log read and judged as `nccl-log --from examples/hgx-h100-8gpu` judges it."""
     from nodecheck.bench.nccl_debug import parse_nccl_debug
-    from nodecheck.verdicts.nccl_ib_errors import ib_error_findings
+    from nodecheck.verdicts.nccl_run import nccl_findings
 
     run = parse_nccl_debug(text)
-    return run, ib_error_findings(run.ib_errors, run.addresses)
+    return run, nccl_findings(run, _example_report())
+
+
+@functools.cache
+def _example_report():
+    from nodecheck.host.snapshot import SnapshotHost
+    from nodecheck.pipeline import build_report
+
+    return build_report(SnapshotHost(REPO / "examples" / "hgx-h100-8gpu"))
 
 
 def targets() -> list[Target]:

@@ -59,6 +59,17 @@ _IB_COMPLETION = re.compile(r"NET/IB\w{0,16}(?:/GIN)? ?: ?Got completion (?:from
 _IB_HCA = re.compile(r" hca ([\w.-]{1,40})\s{0,8}$")
 # an interface and its address as NCCL's socket lines print them: "[0]eth0:10.0.35.1<0>", "ib0:fe80::1%ib0<0>"
 _INTERFACE = re.compile(r"(?:\[\d+\])?([A-Za-z0-9_.@-]+):([0-9a-fA-F.:%A-Za-z]{2,64})<\d+>")
+# Why NCCL ran a NIC without GPUDirect RDMA, as it says at INFO level (NET subsystem). The NIC side, no GPUDirect on
+# that HCA at all ("NET/IB : GPU Direct RDMA Disabled for HCA 1 'mlx5_1' (no module)": no peer-memory module, no DMA-BUF;
+# NCCL 2.5 to 2.12 added "(no module)", 2.4 named the GPU first; from 2.13 every network prints its HCAs' support, and
+# NET/Socket's is always off); aws-ofi-nccl's own ("NET/OFI Could not disable CUDA API usage for HMEM, disabling GDR")
+_GDR_NIC_OFF = re.compile(r"^NET/(?P<net>[A-Za-z][\w ]{0,30}?) ?: GPU Direct RDMA Disabled for (?:GPU \d{1,4}\[\d{1,4}\] / )?"
+                          r"HCA \d{1,4} '(?P<hca>[^']{1,64})'(?P<why> \([^()]{1,60}\))?")
+_OFI_GDR_OFF = re.compile(r"^NET/OFI .{0,120}?\bdisabling GDR\b")
+# the path side, NCCL's rule: GDR only up to NCCL_NET_GDR_LEVEL (PXB by default, src/graph/paths.cc): "GPU Direct RDMA
+# Disabled for GPU 18000 / HCA 0 (distance 5 > 4)" (2.5 to 2.29; 2.4: "NET/IB : ... GPU 2[2] / HCA 0 (distance 3 >= 2)";
+# 2.29.2: "GPU/0-98304 (rank 0) - NET/0-0 (distance 9 > 5)", a PXN path's "using PXN via GPU/..., " before the distance)
+_GDR_DISTANCE = re.compile(r"^(?:NET/\w{1,30} ?: )?GPU Direct RDMA Disabled for (?P<what>GPU.{1,160}?distance \d{1,3} >=? \d{1,3}\))")
 MAX_WARNINGS = 50  # quoted warnings kept; the count is always whole
 MAX_NETWORKS = 16  # network names kept (IB, Socket, a plugin's): a log naming thousands is garbage past these
 
@@ -204,6 +215,8 @@ def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_n
             pair = [channel["src_gpu"], channel["dst_gpu"]]
             if via.startswith("SHM") and None not in pair and pair not in run.shm_pairs and len(run.shm_pairs) < MAX_NET_DEVICES:
                 run.shm_pairs.append([g.lower() for g in pair])
+    elif _note_gdr_off(run, body):
+        pass
     elif setting := _SET_BY.match(body):
         if setting[1] in run.settings or len(run.settings) < MAX_SETTINGS:
             # the first word, as NCCL keeps its first; ncclParam's lines end in '.' ("... set by environment to 3.")
@@ -214,6 +227,24 @@ def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_n
         run.nvls = False
     elif _NVLS_IN_USE.search(body) and run.nvls is None:
         run.nvls = True
+
+
+def _note_gdr_off(run: NcclRun, body: str) -> bool:
+    """Whether an INFO line says why NCCL runs without GPUDirect RDMA; if so its cause is kept (distinct, bounded)."""
+    if (nic := _GDR_NIC_OFF.match(body)) and nic["net"].strip() != "Socket":
+        _keep(run.gdr_off_nics, nic["hca"] + (nic["why"] or ""))
+    elif ofi := _OFI_GDR_OFF.match(body):
+        _keep(run.gdr_off_nics, ofi[0])
+    elif distance := _GDR_DISTANCE.match(body):
+        _keep(run.gdr_off_distance, distance["what"])
+    else:
+        return bool(nic)  # NET/Socket's HCAs: never GPUDirect, nothing to say
+    return True
+
+
+def _keep(kept: list[str], said: str) -> None:
+    if said not in kept and len(kept) < MAX_NET_DEVICES:
+        kept.append(said)
 
 
 def _note_ib_error(run: NcclRun, host: str, body: str) -> bool:

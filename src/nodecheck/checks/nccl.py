@@ -22,7 +22,15 @@ NCCL_SOCKET_FALLBACK = Kind("nccl_socket_fallback", "fabric", "NCCL over sockets
 NCCL_NO_GDR = Kind("nccl_no_gdr", "fabric", "NCCL without GPUDirect RDMA",
     doc=(
         ("warning",
-         "the log's network channels run without GPUDirect RDMA (no `/GDRDMA`): data staged through host memory"),
+         "the log's network channels run without GPUDirect RDMA (no `/GDRDMA`): data staged through host memory. The "
+         "cause NCCL printed is named: an HCA it found no GPUDirect on (\"GPU Direct RDMA Disabled for HCA 1 'mlx5_1' "
+         "(no module)\": no peer-memory module, no DMA-BUF; aws-ofi-nccl's \"disabling GDR\"), the run's "
+         "`NCCL_NET_GDR_LEVEL` below the node's GPU-NIC switch, or NCCL's distance rule (\"distance 5 > 4\") on a node "
+         "whose GPUs share a PCIe switch with an RDMA NIC (NCCL's picture of the PCI tree is not the node's)"),
+        ("info",
+         "the same on a node where no GPU shares a PCIe switch with an RDMA NIC (`topo -m` NODE, PHB or SYS: NCCL stages "
+         "through the CPU there by design, NCCL_NET_GDR_LEVEL defaulting to PXB, NVIDIA/nccl#465), or where only NCCL's "
+         "distance rule says why and the node's GPU-NIC paths are unknown"),
     ))
 NCCL_P2P_DISABLED = Kind("nccl_p2p_disabled", "fabric", "NCCL over {measured} inside the node",
     doc=(

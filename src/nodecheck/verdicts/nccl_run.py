@@ -9,6 +9,7 @@ from nodecheck.checks.nccl_conf import DISABLING, hca_shortfall
 from nodecheck.checks.roce import roce_gid_findings
 from nodecheck.core.link_types import link_family
 from nodecheck.report.findings import Finding
+from nodecheck.verdicts.nccl_gdr import gdr_finding
 from nodecheck.verdicts.nccl_ib_errors import ib_error_findings
 
 MAX_HOSTS, MAX_NET_DEVICES, MAX_SETTINGS, MAX_IB_ERRORS = 1024, 64, 64, 64
@@ -46,6 +47,11 @@ class NcclRun:
     # the GPUs of each SHM channel as its line names them ("1[1] -> 2[2]": NVML indices; "0[18000]": bus ids before NCCL
     # 2.18.3, src/transport/shm.cc), distinct, at most MAX_NET_DEVICES
     shm_pairs: list[list[str]] = field(default_factory=list)
+    # why NCCL ran without GPUDirect RDMA, as its INFO lines say (bench.nccl_debug): a NIC it found no GPUDirect on
+    # ("mlx5_1 (no module)", or aws-ofi-nccl's line), and its distance rule per GPU and NIC ("GPU 18000 / HCA 0
+    # (distance 5 > 4)"); each distinct, at most MAX_NET_DEVICES
+    gdr_off_nics: list[str] = field(default_factory=list)
+    gdr_off_distance: list[str] = field(default_factory=list)
 
 
 MAX_QUOTED = 10  # NCCL warnings turned into findings, each quoted; the rest counted in the last
@@ -85,10 +91,7 @@ def nccl_findings(run: NcclRun, report) -> list:
                                 f"({', '.join(rdma_up)}): check NCCL_IB_DISABLE, NCCL_IB_HCA, the net plugin (FI_PROVIDER, "
                                 "the EFA or CXI devices in the container), and `NCCL INFO NET/IB` in the log"))
     if run.gdr is False and not over_sockets:
-        findings.append(Finding("nccl_no_gdr", "warning", "nccl", ", ".join(run.inter_node_transports), "/GDRDMA",
-                                "NCCL's network channels run without GPUDirect RDMA: inter-node data is staged through "
-                                "host memory; load nvidia_peermem (or use DMA-BUF), check NCCL_NET_GDR_LEVEL and the "
-                                "GPU-NIC distance"))
+        findings.append(gdr_finding(run, report, lambda level: P2P_REACH.get(level, P2P_DUE)))
     shm = [t for t in run.intra_node_transports if t.startswith("SHM")]
     if shm and (near := _shm_where_p2p_is_due(run, report)):
         findings.append(Finding("nccl_p2p_disabled", "warning", "nccl", ", ".join(shm), "P2P or NVLS",
@@ -224,6 +227,8 @@ _SHAPES = {
     "ib_errors": lambda v: isinstance(v, list) and len(v) <= MAX_IB_ERRORS and all(_ib_error(e) for e in v),
     "ib_error_lines": lambda v: type(v) is int and v >= 0,
     "separate_hosts": lambda v: isinstance(v, str) and len(v) <= 300,
+    "gdr_off_nics": lambda v: _strings(v) and len(v) <= MAX_NET_DEVICES and all(len(x) <= 200 for x in v),
+    "gdr_off_distance": lambda v: _strings(v) and len(v) <= MAX_NET_DEVICES and all(len(x) <= 200 for x in v),
     "shm_pairs": lambda v: isinstance(v, list) and len(v) <= MAX_NET_DEVICES and all(
         isinstance(p, list) and len(p) == 2 and all(isinstance(g, str) and len(g) <= 16 for g in p) for p in v),
     "addresses": lambda v: isinstance(v, dict) and len(v) <= MAX_HOSTS and all(
