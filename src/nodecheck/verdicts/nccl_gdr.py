@@ -31,6 +31,11 @@ def gdr_finding(run, report, reach_of) -> Finding:
         return Finding("nccl_no_gdr", severity, "nccl", transports, "/GDRDMA",
                        "NCCL's network channels run without GPUDirect RDMA" + message)
 
+    plugin = [said for said in run.gdr_off_nics if said.startswith("NET/OFI")]
+    if plugin:  # aws-ofi-nccl's own words: the libfabric provider cannot leave CUDA calls out, or has no HMEM support
+        return finding("warning", f": the net plugin turned it off (\"{plugin[0][:120]}\"): inter-node data is staged "
+                                  "through host memory; update aws-ofi-nccl and libfabric (the EFA installer's), and check "
+                                  "that the instance type supports GPUDirect RDMA over EFA")
     if run.gdr_off_nics:
         return finding("warning", f": NCCL found none on {_named(run.gdr_off_nics)} (\"GPU Direct RDMA Disabled for HCA\"): "
                                   f"inter-node data is staged through host memory; {_module_state(report)}")

@@ -54,6 +54,15 @@ def test_what_nccl_says_of_gdr_is_read():
     assert g5.gdr_off_nics == ["NET/OFI Could not disable CUDA API usage for HMEM, disabling GDR"]
 
 
+def test_the_net_plugin_turning_gdr_off_is_quoted(tmp_path):
+    """AWS's two g5 instances: aws-ofi-nccl "Could not disable CUDA API usage for HMEM, disabling GDR": its words, and
+    the plugin and libfabric to look at, not a peer-memory module."""
+    g5 = parse_nccl_debug((PUBLIC / "nccl-debug" / "2node-g5-efa-aws-libfabric-gdr-disabled-nccl2234.txt").read_text())
+    (finding,) = no_gdr(g5, hgx_h100_with_ndr(tmp_path))
+    assert "the net plugin turned it off (\"NET/OFI Could not disable CUDA API usage for HMEM, disabling GDR\")" in finding.message
+    assert "aws-ofi-nccl and libfabric" in finding.message and "peermem" not in finding.message
+
+
 def test_a_nic_without_gpudirect_is_named(tmp_path):
     """NVIDIA/nccl#899's HCAs "(no module)" on an HGX node: a warning naming them and the peer-memory module; where
     the node has nvidia_peermem loaded, the log is another node's or the module is not registered."""
