@@ -498,10 +498,10 @@ def _checked_nccl_tests(text: str):
 def _nccl_debug_judged(text: str):
     """An NCCL debug log read and judged as `nccl-log --from examples/hgx-h100-8gpu` judges it."""
     from nodecheck.bench.nccl_debug import parse_nccl_debug
-    from nodecheck.verdicts.nccl_run import nccl_findings
+    from nodecheck.verdicts.nccl_run import nccl_findings, other_node
 
     run = parse_nccl_debug(text)
-    return run, nccl_findings(run, _example_report())
+    return run, nccl_findings(run, _example_report()), other_node(run, _example_report(), "the example")
 
 
 @functools.cache

@@ -19,7 +19,7 @@ from nodecheck.bench.nccl_tests import LAUNCHER_PREFIX
 from nodecheck.core.errors import ParseError, ProbeFailed
 from nodecheck.core.limits import MAX_COMMAND_OUTPUT
 from nodecheck.host.files import read_bounded
-from nodecheck.verdicts.nccl_run import MAX_HOSTS, MAX_IB_ERRORS, MAX_NET_DEVICES, MAX_SETTINGS, NcclRun
+from nodecheck.verdicts.nccl_run import MAX_BUS_IDS, MAX_HOSTS, MAX_IB_ERRORS, MAX_NET_DEVICES, MAX_SETTINGS, NcclRun
 
 # Where an NCCL record starts, anywhere in a line: an optional host:pid:tid (the host may be empty), an optional
 # [dev], the level. Linear: a host starts only where no name character precedes it.
@@ -37,6 +37,7 @@ _IB_DEVICE = re.compile(r"\[(\d+)\]([A-Za-z0-9_.-]+:\d+)")  # [index]HCA:port
 _CHANNEL = re.compile(r"^(?:Channel|Ring) \d{1,4}(?:/\d{1,4})? : (?P<src>\d{1,7})(?:\[(?P<src_gpu>[0-9a-fA-F]{1,16})\])? -> "
                       r"(?P<dst>\d{1,7})(?:\[(?P<dst_gpu>[0-9a-fA-F]{1,16})\])?(?: \[(?P<side>send|receive)\])? via (?P<via>\S.*)$")
 _RANKS = re.compile(r"\brank (\d{1,7}) n[Rr]anks (\d{1,7})\b")  # "comm 0x.. rank 3 nranks 16", "rank 1 nRanks 2 nNodes 1"
+_BUS_ID = re.compile(r"\bbusId ([0-9a-fA-F]{1,16})\b")  # after "rank R nranks N" in a comm's Init lines (NCCL 2.9 on)
 _OFI_PROVIDER = re.compile(r"^NET/OFI Selected [Pp]rovider is ([A-Za-z0-9_;.-]{1,40})")
 # What NCCL prints after its "host:pid:tid [dev] NCCL INFO" head, as a paste that lost the head has it (a grep, a
 # README's excerpt): read as NCCL's own lines only where the whole text holds no headed line at all
@@ -179,6 +180,8 @@ def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_n
         if host and rank < size <= MAX_COMM_SIZE and (size in comms or len(comms) < MAX_COMM_SIZES) \
                 and (host in comms.get(size, {}) or len(comms.get(size, {})) < MAX_HOSTS):
             comms.setdefault(size, {}).setdefault(host, set()).add(rank)
+        if (bus := _BUS_ID.search(body, ranks.end())) and bus[1].lower() not in run.bus_ids and len(run.bus_ids) < MAX_BUS_IDS:
+            run.bus_ids.append(bus[1].lower())
     _note_provider(run, body)  # a NET/OFI line: none of the lines below
     if network := _NETWORK.match(body):  # (\S.*) and rstrip: a lazy group before \s*$ is quadratic in trailing spaces
         run.network = run.network or network[1].rstrip()[:64]

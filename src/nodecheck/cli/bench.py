@@ -120,22 +120,26 @@ def nccl_log(
 
     from nodecheck.bench.nccl_debug import parse_nccl_debug
     from nodecheck.report.findings import at_or_above
-    from nodecheck.verdicts.nccl_run import nccl_findings
+    from nodecheck.verdicts.nccl_run import nccl_findings, other_node, without_node
 
     try:
         run = parse_nccl_debug(_read_log(log))
         report, config = load_report(source, config_path)
     except NodecheckError as error:
         fail(str(error) if str(log) in str(error) else f"{log}: {error}")
-    findings = nccl_findings(run, report)
     where = f"snapshot {source}" if source else "this node"
+    # another node's log: only what it says by itself (failed IB transfers, NCCL's warnings, its settings) is judged
+    other = other_node(run, report, where)
+    findings = nccl_findings(run, without_node(report) if other else report)
     if as_json:
         typer.echo(json.dumps({"schema": "nodecheck.nccl_debug", "schema_version": 1, "nccl": asdict(run), "judged_against": where,
-                               "findings": [asdict(f) for f in findings]}, indent=2))
+                               "not_judged": other, "findings": [asdict(f) for f in findings]}, indent=2))
     else:
         from nodecheck.render.bench import nccl_run_lines
 
-        typer.echo("\n".join(nccl_run_lines(run, findings, where)))
+        typer.echo("\n".join(nccl_run_lines(run, findings, where, not_judged=other)))
+    if other:  # what NCCL did is shown; held against another node, the log says nothing of this one
+        fail(f"{log}: {other}")
     raise typer.Exit(EXIT_FINDINGS if at_or_above(findings, config.fail_severity) else EXIT_OK)
 
 
@@ -254,7 +258,7 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
     from nodecheck.bench.nccl_tests_job import other_gpus
     from nodecheck.core.errors import ParseError
     from nodecheck.verdicts.bandwidth import judge_measurements
-    from nodecheck.verdicts.nccl_run import nccl_findings
+    from nodecheck.verdicts.nccl_run import nccl_findings, other_node
 
     try:
         text = _read_log(nccl_log)
@@ -269,11 +273,13 @@ def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config
     where = f"snapshot {source}" if source else "this node"
     if other := other_gpus(log, report, where):
         fail(f"{nccl_log}: {other}")
-    try:
+    try:  # a log of several runs, or of one rank, is refused whatever node it is held against
         measurement = measurement_from_log(log, report, "nccl-log", f"nccl-tests log {nccl_log.name}", config, run, nodes,
                                            name=nccl_log.name)
     except NodecheckError as error:
         fail(f"{nccl_log}: {error}")
+    if other := run and other_node(run, report, where):
+        fail(f"{nccl_log}: {other}")
     if measurement is not None:  # judged as bench judges it (over SHM a staged path), what NCCL chose with it
         (measurement,), findings = judge_measurements(report, [staged_if_shm(attach(measurement, run))], config)
     else:

@@ -105,9 +105,10 @@ def measurement_tables(console: Console, report: Report) -> None:
 
 
 
-def nccl_run_lines(run, findings, where: str, verdict_above: bool = False) -> list[str]:
+def nccl_run_lines(run, findings, where: str, verdict_above: bool = False, not_judged: str | None = None) -> list[str]:
     """`nodecheck nccl-log` as text: what NCCL did, then what is wrong with it on `where` (verdict_above: the
-    bandwidth verdict was printed before, so no second "nothing wrong" may contradict it)."""
+    bandwidth verdict was printed before, so no second "nothing wrong" may contradict it; not_judged: why the log was
+    not held against `where`, only what it says by itself)."""
     def listed(values) -> str:
         return ", ".join(values) if values else "-"
 
@@ -126,5 +127,8 @@ def nccl_run_lines(run, findings, where: str, verdict_above: bool = False) -> li
         lines.insert(-1, f"set from its environment: {listed([f'{k}={v}' for k, v in list(run.settings.items())[:8]])}"
                      + (" ..." if len(run.settings) > 8 else ""))
     quiet = "no finding in what NCCL chose" if verdict_above else f"nothing wrong for {where}"
+    if not_judged:
+        lines.append(f"not judged against {where}: {clean(not_judged)}")
+        quiet = "nothing wrong in what the log says by itself"
     lines += [f"{f.severity}: {clean(f.message)}" for f in findings] or [quiet]
     return lines

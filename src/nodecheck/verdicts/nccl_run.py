@@ -12,7 +12,7 @@ from nodecheck.report.findings import Finding
 from nodecheck.verdicts.nccl_gdr import gdr_finding
 from nodecheck.verdicts.nccl_ib_errors import ib_error_findings
 
-MAX_HOSTS, MAX_NET_DEVICES, MAX_SETTINGS, MAX_IB_ERRORS = 1024, 64, 64, 64
+MAX_HOSTS, MAX_NET_DEVICES, MAX_SETTINGS, MAX_IB_ERRORS, MAX_BUS_IDS = 1024, 64, 64, 64, 256
 
 
 @dataclass
@@ -52,6 +52,9 @@ class NcclRun:
     # (distance 5 > 4)"); each distinct, at most MAX_NET_DEVICES
     gdr_off_nics: list[str] = field(default_factory=list)
     gdr_off_distance: list[str] = field(default_factory=list)
+    # the bus id of each rank's GPU as NCCL's Init lines print it ("... cudaDev 0 nvmlDev 0 busId 1c000 commId ..."),
+    # distinct, at most MAX_BUS_IDS: which node's GPUs the log is of
+    bus_ids: list[str] = field(default_factory=list)
 
 
 MAX_QUOTED = 10  # NCCL warnings turned into findings, each quoted; the rest counted in the last
@@ -167,6 +170,26 @@ def _no_p2p(gpu, peer) -> bool:
     return (gpu.p2p_read or {}).get(f"gpu{peer.index}", "ok") != "ok"
 
 
+def other_node(run: NcclRun, report, where: str) -> str | None:
+    """Why the log is of another node's GPUs, or None: NCCL's Init lines name each rank's GPU by its bus id, and none
+    of them is one of the node's. Held against another board's links and NICs, a log says what is not so of this node
+    (an 8x L20 node's SHM between PCIe-switch pairs would read as P2P off across the HGX node's NVLinks)."""
+    ours = {nccl_bus_id(g.pci_bus_id) for g in report.gpus}
+    theirs = {nccl_bus_id(b) for b in run.bus_ids} - {None}
+    if not theirs or not ours or None in ours or theirs & ours:
+        return None
+    named = lambda ids: ", ".join(f"{i:x}" for i in sorted(ids)[:8]) + (" ..." if len(ids) > 8 else "")  # noqa: E731
+    return (f"the log's GPUs are at bus ids {named(theirs)} (NCCL's \"busId\"), none of {where}'s ({named(ours)}): a log "
+            "is judged against its own node (--from a snapshot of it, `nodecheck snapshot` there)")
+
+
+def without_node(report):
+    """The Report with nothing of its node's hardware: what a log says by itself is judged against it, nothing else."""
+    from dataclasses import replace
+
+    return replace(report, gpus=[], nics=[], links=[], paths=[], findings=[], platform=None, pcie_paths=None)
+
+
 def nccl_bus_id(pci: str | None) -> int | None:
     """NCCL's number for a PCI address: '0000:92:00.0' -> 0x92000 (printed "92000" in channel lines)."""
     digits = (pci or "").replace(":", "").replace(".", "")
@@ -229,6 +252,7 @@ _SHAPES = {
     "separate_hosts": lambda v: isinstance(v, str) and len(v) <= 300,
     "gdr_off_nics": lambda v: _strings(v) and len(v) <= MAX_NET_DEVICES and all(len(x) <= 200 for x in v),
     "gdr_off_distance": lambda v: _strings(v) and len(v) <= MAX_NET_DEVICES and all(len(x) <= 200 for x in v),
+    "bus_ids": lambda v: _strings(v) and len(v) <= MAX_BUS_IDS and all(len(x) <= 16 for x in v),
     "shm_pairs": lambda v: isinstance(v, list) and len(v) <= MAX_NET_DEVICES and all(
         isinstance(p, list) and len(p) == 2 and all(isinstance(g, str) and len(g) <= 16 for g in p) for p in v),
     "addresses": lambda v: isinstance(v, dict) and len(v) <= MAX_HOSTS and all(
