@@ -36,8 +36,8 @@ def gdr_finding(run, report, reach_of) -> Finding:
         return finding("warning", f": the net plugin turned it off (\"{plugin[0][:120]}\"): inter-node data is staged "
                                   "through host memory; update aws-ofi-nccl and libfabric (the EFA installer's), and check "
                                   "that the instance type supports GPUDirect RDMA over EFA")
-    if run.gdr_off_nics:
-        return finding("warning", f": NCCL found none on {_named(run.gdr_off_nics)} (\"GPU Direct RDMA Disabled for HCA\"): "
+    if nics := _used(run, [said for said in run.gdr_off_nics if not said.startswith("NET/OFI")]):
+        return finding("warning", f": NCCL found none on {_named(nics)} (\"GPU Direct RDMA Disabled for HCA\"): "
                                   f"inter-node data is staged through host memory; {_module_state(report)}")
     level = run.settings.get("NCCL_NET_GDR_LEVEL", "").strip().upper()
     level = LEGACY_LEVELS.get(level, level)
@@ -61,6 +61,15 @@ def gdr_finding(run, report, reach_of) -> Finding:
     return finding("warning", ": inter-node data is staged through host memory; load nvidia_peermem (or use DMA-BUF), "
                               "check NCCL_NET_GDR_LEVEL and the GPU-NIC distance"
                               + (f" ({reached} within its GDR level)" if reached else ""))
+
+
+def _used(run, nics: list[str]) -> list[str]:
+    """Of the HCAs NCCL found no GPUDirect on ("mlx5_1 (no module)"), those its network channels used, where the log's
+    "NET/IB : Using [N]hca:port" lines name the N of "NET/IB/N"; all of them where it does not (a storage NIC without
+    GPUDirect is not why the rails ran without it)."""
+    indexes = {t.split("/")[2] for t in run.inter_node_transports if len(t.split("/")) > 2}
+    used = {name.split(":")[0] for names in run.net_device_names.values() for index, name in names.items() if index in indexes}
+    return [said for said in nics if said.split(" ")[0] in used] if used else nics
 
 
 def _gpu_nic_paths(report, reach: tuple) -> tuple[str, str]:

@@ -148,3 +148,21 @@ def test_the_nccl_log_command_says_the_cause(tmp_path):
     assert document["nccl"]["gdr_off_nics"][0] == "mlx5_1 (no module)"
     (finding,) = [f for f in document["findings"] if f["kind"] == "nccl_no_gdr"]
     assert "mlx5_1 (no module)" in finding["message"]
+
+
+def test_an_hca_the_channels_did_not_use_is_not_the_cause(tmp_path):
+    """NCCL 2.13+ says each HCA's GPUDirect support (NVIDIA/nccl#1537's form): a storage NIC without it is not why the
+    rails' channels ran without GDR when the log maps NET/IB/N to its HCAs."""
+    lines = ["h1:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_8:1/RoCE ; OOB ib0:10.0.0.1<0>",
+             "h1:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'",
+             "h1:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 1 'mlx5_8'",
+             "h1:1:1 [0] NCCL INFO Channel 00/0 : 0[18000] -> 8[18000] [send] via NET/IB/0",
+             "h2:1:1 [0] NCCL INFO Channel 00/0 : 0[18000] -> 8[18000] [receive] via NET/IB/0"]
+    hgx = hgx_h100_with_ndr(tmp_path)
+    run = parse_nccl_debug("\n".join(lines))
+    assert run.gdr_off_nics == ["mlx5_8"]
+    (finding,) = no_gdr(run, hgx)
+    assert "mlx5_8" not in finding.message and "load nvidia_peermem" in finding.message
+    over_it = parse_nccl_debug("\n".join(lines).replace("via NET/IB/0", "via NET/IB/1"))
+    (finding,) = no_gdr(over_it, hgx)
+    assert "NCCL found none on mlx5_8" in finding.message
