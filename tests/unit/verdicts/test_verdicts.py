@@ -37,6 +37,15 @@ def test_healthy_published_copy_baselines_give_no_finding():
     bandwidth_test = p2p["bandwidthTest-asus-esc8000a-rtx6000ada-dev0.txt"]
     assert verdict("h2d", bandwidth_test["h2d_GBps"] * 1e9, PCIE4_X16, "pcie") == []
     assert verdict("d2h", bandwidth_test["d2h_GBps"] * 1e9, PCIE4_X16, "pcie") == []
+    # NVIDIA/nvbandwidth#15's healthy 8x RTX 4090, each GPU's host copy alone: the slowest passes with 5% margin
+    rtx4090 = need(PUBLIC / "nvbandwidth" / "nvbandwidth-v0.2-8x-rtx4090-h2d-d2h-ce-fragment-nvbw15.txt").read_text()
+    h2d, d2h = ([float(x) for x in rows.split()[1:]] for rows in re.findall(r"^0((?:\s+[0-9.]+){8})$", rtx4090, re.M))
+    assert min(h2d) == 23.90 and min(d2h) == 26.25
+    assert min(h2d) * 1e9 / PCIE4_X16 >= 1.05 * specs.table()["thresholds"]["h2d.pcie"]["ratio"]
+    assert min(d2h) * 1e9 / PCIE4_X16 >= 1.05 * specs.table()["thresholds"]["d2h.pcie"]["ratio"]
+    assert all(verdict("h2d", gbs * 1e9, PCIE4_X16, "pcie") == [] for gbs in h2d)
+    assert all(verdict("d2h", gbs * 1e9, PCIE4_X16, "pcie") == [] for gbs in d2h)
+    assert verdict("h2d", min(h2d) / 2 * 1e9, PCIE4_X16, "pcie") != []  # the same GPU on a link trained to x8
     a100 = nvb["nvbandwidth-1x-a100-sxm4-40gb-h2d-sm-512mib.txt"]["sum_GBps"] * 1e9
     assert a100 / PCIE4_X16 < 0.8  # the plain 80% rule would call this healthy A100 slow ...
     assert verdict("h2d", a100, PCIE4_X16, "pcie") == []  # ... the calibrated one does not
@@ -49,7 +58,7 @@ def test_healthy_published_copy_baselines_give_no_finding():
 def test_degraded_paths_give_a_finding_naming_the_path():
     # a PCIe link trained at x8: about 0.43 of the x16 spec
     (finding,) = verdict("h2d", 0.43 * PCIE5_X16, PCIE5_X16, "pcie")
-    assert finding.subject == "path" and finding.expected == ">= 0.75"
+    assert finding.subject == "path" and finding.expected == ">= 0.72"
     # a NIC at a quarter of its rate
     assert verdict("allreduce", 0.25 * 50e9, 50e9, "infiniband")
     # an operator's own threshold for the test beats the calibrated default
