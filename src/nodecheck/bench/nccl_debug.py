@@ -15,7 +15,7 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
-from nodecheck.bench.nccl_tests import LAUNCHER_PREFIX
+from nodecheck.bench.nccl_tests import DEVICE_LINE, LAUNCHER_PREFIX
 from nodecheck.core.errors import ParseError, ProbeFailed
 from nodecheck.core.limits import MAX_COMMAND_OUTPUT
 from nodecheck.host.files import read_bounded
@@ -49,7 +49,6 @@ _NVLS_UNAVAILABLE = re.compile(r"NVLS (?:multicast support is not available|disa
 _NVLS_IN_USE = re.compile(r"\bNVLS (?:comm|multicast support is available)", re.I)
 _STAMP_HEAD = re.compile(r"^(?:\[[\d\-T:.,Z ]{8,40}\]\s*)")  # "[2026-01-15 02:30:45] NET/OFI ..."
 _SOURCE_HEAD = re.compile(r"[\w.-]{0,64}:\d{1,10}:\d{1,10}(?: \[\d{1,4}\])? [\w./-]{1,80}:\d{1,6}")
-_TESTS_HOST = re.compile(r"^#\s+Rank\s+\d+\b.*?\bon\s+(\S+)\s+device\b")
 # NCCL's IB transport reporting a failed work request (transport/net_ib.cc, and the HPC-X plugin's ib_plugin.c): "NET/IB :
 # Got completion with error 12, opcode 0, len 0, vendor err 129" (older NCCL), "... from peer 10.0.35.1<49189> with
 # error 4, ..." , "... from peer 10.216.210.236<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv) ...", later
@@ -89,8 +88,8 @@ def parse_nccl_debug(text: str) -> NcclRun:
         line = LAUNCHER_PREFIX.sub("", raw.rstrip("\r"))
         if run.nccl_version is None and (version := _VERSION.search(line)):
             run.nccl_version = version[1]
-        if tests_host := _TESTS_HOST.match(line):
-            header_nodes.setdefault(tests_host[1], None)
+        if tests_host := DEVICE_LINE.match(line):  # nccl-tests' "# Rank N ... on HOST device D [bus] NAME"
+            header_nodes.setdefault(tests_host[2], None)
             continue
         found = records(line)
         if not found and not headed and _BARE.match(bare := _STAMP_HEAD.sub("", line.strip())):

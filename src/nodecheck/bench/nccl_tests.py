@@ -42,7 +42,7 @@ _BARE_HEADING = re.compile(r"^\s*(?:out-of-place\b|size\s+count\b|\(B\)\s|Avg bu
                            r"|Blocking Enabled\b|Rank\s+\d{1,9}\s.*\bdevice\s+\d)")
 _TIMESTAMP = re.compile(r"\s\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")  # -S 1: a row's suffix (%Y-%m-%d %H:%M:%S)
 _PID = re.compile(r"\bPid\s+(\d{1,10})\b")
-_DEVICE = re.compile(r"^#?\s*Rank\s+(\d{1,9})\b.*?\bon\s+(\S+)\s+device\s+(\d{1,9})\s+\[[^\]]*\]\s+(.+)$")
+DEVICE_LINE = re.compile(r"^#?\s*Rank\s+(\d{1,9})\b.*?\bon\s+(\S+)\s+device\s+(\d{1,9})\s+\[[^\]]*\]\s+(.+)$")
 
 
 @dataclass
@@ -159,7 +159,7 @@ def _header_line(log: NcclLog, line: str, owners: dict[int, str]) -> None:
     elif match := _CONFIG.match(line):
         log.nthreads, log.ngpus = int(match[1]), int(match[2])
         log.headers += 1
-    elif match := _DEVICE.match(line):
+    elif match := DEVICE_LINE.match(line):
         log.devices.append(f"rank {match[1]} {match[2]} device {match[3]}: {match[4].strip()}")
         _count_rank(log, int(match[1]), match[2])
         pid = _PID.search(line)
