@@ -49,6 +49,8 @@ def _nic_speed(name: str, spec, expected_mbps: int) -> list[Finding]:
 def far_nics(report: Report, config: Config) -> list[Finding]:
     findings = []
     for gpu in report.gpus:
+        if gpu.on_grace():  # its own Grace's NICs read SYS too: topo -m cannot tell them from the other socket's
+            continue
         types = [l.type for l in report.links if l.a == gpu.index and isinstance(l.b, str) and l.b in gpu.nearest_nics]
         if types and all(link_family(t) in ("SYS", "SOC") for t in types):
             findings.append(Finding("nic_far_from_gpu", "warning", f"gpu{gpu.index}", "SYS", "NODE or closer",
@@ -81,7 +83,9 @@ NIC_SPEED_UNKNOWN = Kind("nic_speed_unknown", "fabric", "{subject} speed unknown
 NIC_FAR_FROM_GPU = Kind("nic_far_from_gpu", "fabric", "{head}",
     doc=(
         ("warning",
-         "a GPU's nearest NIC is across the socket interconnect (SYS)"),
+         "a GPU's nearest NIC is across the socket interconnect (SYS); not on a Grace GPU (GH200, GB200, GB300: NVML's "
+         "C2C links, or a `GPU NUMA ID` in `topo -m`), whose every NIC reads SYS though its own Grace's are one C2C hop "
+         "away"),
     ))
 
 EXPECTED = Check((NIC_MISSING, NIC_DOWN, NIC_SLOW, NIC_SPEED_UNKNOWN), expected_nics, needs="nics")

@@ -67,6 +67,12 @@ class Gpu:
         elif self.p2p_read:
             self.p2p_read = {str(k)[:12]: str(v)[:40] for k, v in list(self.p2p_read.items())[:MAX_GPUS]}
 
+    def on_grace(self) -> bool:
+        """A GPU on NVLink-C2C to a Grace CPU (GH200, GB200, GB300): NVML's C2C links, or the memory NUMA node `topo -m`
+        gives coherent platforms only. `topo -m` says SYS to every NIC there (sgl-project/sglang#11208's GB200 tray),
+        though its own Grace's NICs are one C2C hop away, where NCCL takes GPUDirect RDMA (NCCL_NET_GDR_C2C)."""
+        return bool(self.c2c) or self.gpu_numa_id is not None
+
 
 @dataclass
 class InaccessibleGpu:

@@ -51,7 +51,7 @@ def gdr_finding(run, report, reach_of) -> Finding:
         return finding("warning", f": NCCL placed the NICs past its GDR level{said}, while on this node {reached} are "
                                   "within it: NCCL's picture of the PCI tree is not the node's (a VM's flattened tree: "
                                   "`nodecheck nccl-topo`)")
-    if far and not reached and not _c2c(report):
+    if far and not reached and not any(gpu.on_grace() for gpu in report.gpus):
         return finding("info", f"{said}, as NCCL chooses on this node: no GPU shares a PCIe switch with an RDMA NIC "
                                f"({far}), so NCCL stages through the CPU by design (NCCL_NET_GDR_LEVEL defaults to PXB); in "
                                "a VM whose PCI tree is flattened, `nodecheck nccl-topo --write` gives NCCL the host's tree")
@@ -84,12 +84,6 @@ def _gpu_nic_paths(report, reach: tuple) -> tuple[str, str]:
             closest[a] = (link_distance(kind), f"gpu{a}-{b} {kind}")
     far = [said for _, said in (closest[a] for a in sorted(closest))]
     return _named(near), _named(far)
-
-
-def _c2c(report) -> bool:
-    """A Grace node (NVML's C2C links, or the GPU memory NUMA node `topo -m` gives coherent platforms only): NCCL takes
-    GDR through the CPU there (NCCL_NET_GDR_C2C, on by default since 2.26: the P2C level), though topo -m says SYS."""
-    return any(gpu.c2c or gpu.gpu_numa_id is not None for gpu in report.gpus)
 
 
 def _module_state(report) -> str:

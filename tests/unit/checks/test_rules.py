@@ -257,6 +257,22 @@ def test_nearest_nic_across_sockets(tmp_path):
     assert far == {"gpu0", "gpu1"}  # GPU2 (PXB) and GPU3 (PIX) sit next to mlx5_0
 
 
+def test_a_grace_gpus_nics_all_read_sys_and_that_is_no_finding(tmp_path):
+    """A GB200 tray's topo -m gives each GPU its memory's NUMA node and SYS to every NIC, its own Grace's included
+    (sgl-project/sglang#11208: GPU NUMA ID 2, 10, 18 ...; NVIDIA/NVSentinel#1221: on Grace the topology "can't
+    distinguish"): the A30 node's far GPUs, made Grace GPUs, give no nic_far_from_gpu."""
+    import dataclasses
+
+    from nodecheck.checks.nics import far_nics
+
+    report = report_of(tmp_path, topo="4x-a30-nvlink-bridge-pairs-1nic-xeon6342.txt")
+    assert {f.subject for f in far_nics(report, Config())} == {"gpu0", "gpu1"}
+    coherent = [dataclasses.replace(g, gpu_numa_id=2 + 8 * g.index) for g in report.gpus]
+    assert far_nics(dataclasses.replace(report, gpus=coherent), Config()) == []
+    c2c = [dataclasses.replace(g, c2c={"links": 10, "link_mbps": 44712}) for g in report.gpus]
+    assert far_nics(dataclasses.replace(report, gpus=c2c), Config()) == []
+
+
 def test_link_type_changed_from_golden(tmp_path):
     config = Config(links={(0, 1): "NV18", (0, 2): "NV18"})
     report = report_of(tmp_path, config=config, topo="8gpu-pcie-all-sys-2socket-tabs.txt")
