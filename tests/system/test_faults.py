@@ -116,6 +116,7 @@ def test_absurd_gpu_count_from_nvml_is_refused(tmp_path, monkeypatch):
 
 
 def test_commands_still_running_end_with_nodecheck(tmp_path):
+    """A hung command run_command started ends when nodecheck stops (kill_running_commands), with its process."""
     pidfile = tmp_path / "pid"
     hung = fake_binary(tmp_path, "nvidia-smi", f"echo $$ > {pidfile}; exec sleep 60")
     errors = []
@@ -128,6 +129,31 @@ def test_commands_still_running_end_with_nodecheck(tmp_path):
     kill_running_commands()
     worker.join(10)
     assert not worker.is_alive() and not alive(int(pidfile.read_text()))
+
+
+def test_a_command_stopped_as_it_starts_is_not_missed(tmp_path, monkeypatch):
+    """kill_running_commands() in the moment between a command's start and run_command's record of it (a daemon
+    stopping then; once in a loaded suite run the test above stopped there): the command is killed, not left to run.
+    The moment is widened to half a second by a Popen that returns late."""
+    import subprocess
+
+    started = threading.Event()
+
+    class ReturnsLate(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.set()
+            time.sleep(0.5)
+
+    monkeypatch.setattr(subprocess, "Popen", ReturnsLate)
+    hung = fake_binary(tmp_path, "nvidia-smi", "exec sleep 60")
+    raised = []
+    worker = threading.Thread(target=lambda: raised.append(pytest.raises(ProbeFailed, run_command, [hung], 60)))
+    worker.start()
+    assert started.wait(10)
+    kill_running_commands()
+    worker.join(10)
+    assert not worker.is_alive() and len(raised) == 1
 
 
 def test_runner_records_raising_and_hanging_probes():

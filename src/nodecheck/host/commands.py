@@ -118,16 +118,18 @@ def run_command(argv: list[str], timeout: float, env: dict[str, str] | None = No
     what = what or " ".join(argv)
     env = dict(os.environ if env is None else env, LC_ALL="C")
     try:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=env, start_new_session=True,
-        )
+        # started and registered under the lock: a command that has started (and may already have done something
+        # visible) is one kill_running_commands sees, never one it misses between Popen and the registration
+        with _running_lock:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=env, start_new_session=True,
+            )
+            _running.add(proc)
     except FileNotFoundError:
         raise NoData(f"{argv[0]} not found on PATH") from None
     except OSError as error:
         raise ProbeFailed(f"cannot run {argv[0]}: {error}") from None
-    with _running_lock:
-        _running.add(proc)
     try:
         out, err = _bounded_communicate(proc, timeout, max_output)
     except subprocess.TimeoutExpired as expired:
