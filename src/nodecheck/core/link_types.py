@@ -35,3 +35,20 @@ def link_distance(link_type: str) -> int:
 
 def nvlink_count(link_type: str) -> int | None:
     return int(link_type[2:]) if link_type.startswith("NV") else None
+
+
+# How far each of NCCL's path levels reaches, in topo -m's families (its NODE is NCCL's PHB: through the CPU), as
+# NCCL_P2P_LEVEL and NCCL_NET_GDR_LEVEL name them ("NCCL_P2P_LEVEL set by environment to PIX"). PXB is NCCL's default
+# for both (src/graph/paths.cc: p2pLevel and netGdrLevel PATH_PXB): P2P and GPUDirect RDMA up to a PCIe switch, SHM
+# and staging through the CPU past it (PHB, NODE, SYS).
+NCCL_DEFAULT_REACH = ("NV", "PIX", "PXB")
+NCCL_LEVEL_REACH = {
+    "LOC": (), "NVL": ("NV",), "NVB": ("NV",), "C2C": ("NV",), "PIX": ("NV", "PIX"), "PXB": NCCL_DEFAULT_REACH,
+    "PXN": NCCL_DEFAULT_REACH, "P2C": NCCL_DEFAULT_REACH, "PHB": (*NCCL_DEFAULT_REACH, "PHB", "NODE"),
+    "SYS": (*NCCL_DEFAULT_REACH, "PHB", "NODE", "SYS"),
+}
+
+
+def nccl_reach(level: str) -> tuple:
+    """The topo -m link families an NCCL path level reaches; NCCL's default (PXB) for one it does not name."""
+    return NCCL_LEVEL_REACH.get(level.strip().upper(), NCCL_DEFAULT_REACH)

@@ -10,21 +10,20 @@ CPU "may not give you better performance" (NVIDIA/nccl#1151)."""
 
 from __future__ import annotations
 
-from nodecheck.core.link_types import link_distance, link_family
+from nodecheck.core.link_types import NCCL_DEFAULT_REACH, link_distance, link_family, nccl_reach
 from nodecheck.report.findings import Finding
 
 # NCCL_NET_GDR_LEVEL's legacy numbers (NCCL's env documentation: 0 never, 1 same PCI switch, 2 through PCI switches,
-# 3 same root complex, 4 same NUMA node, 5 across the SMP interconnect), as the level names P2P_REACH reads
+# 3 same root complex, 4 same NUMA node, 5 across the SMP interconnect), as the level names nccl_reach reads
 LEGACY_LEVELS = {"0": "LOC", "1": "PIX", "2": "PXB", "3": "PHB", "4": "PHB", "5": "SYS"}
 MAX_NAMED = 4
 
 
-def gdr_finding(run, report, reach_of) -> Finding:
+def gdr_finding(run, report) -> Finding:
     """The finding for a run whose network channels lack GPUDirect RDMA (run.gdr False), naming its cause: the NIC
     side (NCCL found no GPUDirect on the HCA: a warning); the run's NCCL_NET_GDR_LEVEL, or NCCL's distance rule, where
     the node has a GPU and an RDMA NIC on one PCIe switch (a warning: NCCL's picture is not the node's); the node's
-    layout, where no GPU shares a PCIe switch with an RDMA NIC (NCCL's design: info). `reach_of` maps a level name to
-    the topo -m families it reaches (nccl_run.P2P_REACH)."""
+    layout, where no GPU shares a PCIe switch with an RDMA NIC (NCCL's design: info)."""
     transports = ", ".join(run.inter_node_transports)
 
     def finding(severity: str, message: str) -> Finding:
@@ -41,8 +40,10 @@ def gdr_finding(run, report, reach_of) -> Finding:
                                   f"inter-node data is staged through host memory; {_module_state(report)}")
     level = run.settings.get("NCCL_NET_GDR_LEVEL", "").strip().upper()
     level = LEGACY_LEVELS.get(level, level)
-    switch, far = _gpu_nic_paths(report, reach_of("PXB"))  # NCCL's default reach: one PCIe switch
-    reached = _gpu_nic_paths(report, reach_of(level))[0] if level else switch  # the run's own reach
+    paths = _gpu_nic_paths(report)
+    switch = _within(paths, NCCL_DEFAULT_REACH)  # NCCL's default reach: one PCIe switch
+    reached = _within(paths, nccl_reach(level)) if level else switch  # the run's own reach
+    far = _closest(paths)
     said = f" (NCCL: {_named(run.gdr_off_distance)})" if run.gdr_off_distance else ""
     if switch and not reached:
         return finding("warning", f": the run's NCCL_NET_GDR_LEVEL={level} keeps it off{said}, although {switch} share a "
@@ -72,18 +73,24 @@ def _used(run, nics: list[str]) -> list[str]:
     return [said for said in nics if said.split(" ")[0] in used] if used else nics
 
 
-def _gpu_nic_paths(report, reach: tuple) -> tuple[str, str]:
-    """The node's GPU-to-RDMA-NIC paths (topo -m) within GDR's reach ("gpu0 and mlx5_0 (PIX)"), and, where none is,
-    each GPU's closest one ("gpu0-mlx5_0 NODE"); "" for either when there is none."""
+def _gpu_nic_paths(report) -> list[tuple[int, str, str]]:
+    """The node's GPU-to-RDMA-NIC links (topo -m): (GPU index, NIC name, link type)."""
     names = {name for nic in report.rdma_nics_up() for name in (nic.name, nic.rdma_device) if name}
-    paths = [(l.a, l.b, l.type) for l in report.links if isinstance(l.a, int) and isinstance(l.b, str) and l.b in names]
-    near = [f"gpu{a} and {b} ({kind})" for a, b, kind in paths if link_family(kind) in reach]
+    return [(l.a, l.b, l.type) for l in report.links if isinstance(l.a, int) and isinstance(l.b, str) and l.b in names]
+
+
+def _within(paths: list, reach: tuple) -> str:
+    """Those paths GDR takes at this reach ("gpu0 and mlx5_0 (PIX)"); "" for none."""
+    return _named([f"gpu{a} and {b} ({kind})" for a, b, kind in paths if link_family(kind) in reach])
+
+
+def _closest(paths: list) -> str:
+    """Each GPU's closest RDMA NIC ("gpu0-mlx5_0 NODE"); "" for none."""
     closest: dict[int, tuple] = {}
     for a, b, kind in paths:
         if a not in closest or link_distance(kind) < closest[a][0]:
             closest[a] = (link_distance(kind), f"gpu{a}-{b} {kind}")
-    far = [said for _, said in (closest[a] for a in sorted(closest))]
-    return _named(near), _named(far)
+    return _named([closest[a][1] for a in sorted(closest)])
 
 
 def _module_state(report) -> str:

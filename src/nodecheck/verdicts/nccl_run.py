@@ -3,11 +3,11 @@ measurement's details) and what is wrong with that on a node like the Report's. 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from nodecheck.checks.nccl_conf import DISABLING, hca_shortfall
 from nodecheck.checks.roce import roce_gid_findings
-from nodecheck.core.link_types import link_family
+from nodecheck.core.link_types import link_family, nccl_reach
 from nodecheck.report.findings import Finding
 from nodecheck.verdicts.nccl_gdr import gdr_finding
 from nodecheck.verdicts.nccl_ib_errors import ib_error_findings
@@ -94,7 +94,7 @@ def nccl_findings(run: NcclRun, report) -> list:
                                 f"({', '.join(rdma_up)}): check NCCL_IB_DISABLE, NCCL_IB_HCA, the net plugin (FI_PROVIDER, "
                                 "the EFA or CXI devices in the container), and `NCCL INFO NET/IB` in the log"))
     if run.gdr is False and not over_sockets:
-        findings.append(gdr_finding(run, report, lambda level: P2P_REACH.get(level, P2P_DUE)))
+        findings.append(gdr_finding(run, report))
     shm = [t for t in run.intra_node_transports if t.startswith("SHM")]
     if shm and (near := _shm_where_p2p_is_due(run, report)):
         findings.append(Finding("nccl_p2p_disabled", "warning", "nccl", ", ".join(shm), "P2P or NVLS",
@@ -126,20 +126,12 @@ def nccl_findings(run: NcclRun, report) -> list:
     return findings
 
 
-# NCCL takes P2P between two GPUs up to PXB and SHM past it, PHB, NODE and SYS (src/graph/paths.cc: p2pLevel PATH_PXB
-# unless NCCL_P2P_LEVEL says otherwise; PATH_SYS only for two GPUs on an AMD CPU)
-P2P_DUE = ("NV", "PIX", "PXB")
-# how far NCCL_P2P_LEVEL (NCCL logs it by its path name: "NCCL_P2P_LEVEL set by environment to PIX") lets P2P reach, in
-# `nvidia-smi topo -m`'s words (its NODE is NCCL's PHB: through the CPU); NCCL_P2P_DISABLE=1 is LOC
-P2P_REACH = {"LOC": (), "NVL": ("NV",), "NVB": ("NV",), "C2C": ("NV",), "PIX": ("NV", "PIX"), "PXB": P2P_DUE,
-             "PXN": P2P_DUE, "P2C": P2P_DUE, "PHB": (*P2P_DUE, "PHB", "NODE"), "SYS": (*P2P_DUE, "PHB", "NODE", "SYS")}
-
-
 def _p2p_reach(settings: dict) -> tuple:
-    """The topo -m link families over which the run's NCCL takes P2P: NCCL's default, or what its environment set."""
+    """The topo -m link families over which the run's NCCL takes P2P (SHM past them; PATH_SYS only for two GPUs on an
+    AMD CPU): NCCL's default, or what its environment set; NCCL_P2P_DISABLE=1 is LOC."""
     if settings.get("NCCL_P2P_DISABLE", "").strip() == "1":
         return ()
-    return P2P_REACH.get(settings.get("NCCL_P2P_LEVEL", "").strip().upper(), P2P_DUE)
+    return nccl_reach(settings.get("NCCL_P2P_LEVEL", ""))
 
 
 def _shm_where_p2p_is_due(run: NcclRun, report) -> str | None:
@@ -162,7 +154,11 @@ def _shm_where_p2p_is_due(run: NcclRun, report) -> str | None:
         said = f"gpu{min(ga.index, gb.index)} and gpu{max(ga.index, gb.index)} ({kind})"
         if said not in due:
             due.append(said)
-    return ", ".join(due[:4]) + (" ..." if len(due) > 4 else "") if due else None
+    return _first(due, 4) if due else None
+
+
+def _first(items: list[str], count: int) -> str:
+    return ", ".join(items[:count]) + (" ..." if len(items) > count else "")
 
 
 def _no_p2p(gpu, peer) -> bool:
@@ -178,15 +174,13 @@ def other_node(run: NcclRun, report, where: str) -> str | None:
     theirs = {nccl_bus_id(b) for b in run.bus_ids} - {None}
     if not theirs or not ours or None in ours or theirs & ours:
         return None
-    named = lambda ids: ", ".join(f"{i:x}" for i in sorted(ids)[:8]) + (" ..." if len(ids) > 8 else "")  # noqa: E731
-    return (f"the log's GPUs are at bus ids {named(theirs)} (NCCL's \"busId\"), none of {where}'s ({named(ours)}): a log "
+    said_theirs, said_ours = (_first([f"{i:x}" for i in sorted(ids)], 8) for ids in (theirs, ours))
+    return (f"the log's GPUs are at bus ids {said_theirs} (NCCL's \"busId\"), none of {where}'s ({said_ours}): a log "
             "is judged against its own node (--from a snapshot of it, `nodecheck snapshot` there)")
 
 
 def without_node(report):
     """The Report with nothing of its node's hardware: what a log says by itself is judged against it, nothing else."""
-    from dataclasses import replace
-
     return replace(report, gpus=[], nics=[], links=[], paths=[], findings=[], platform=None, pcie_paths=None)
 
 
