@@ -27,7 +27,8 @@ def _cases() -> dict:
         "nccl-tests output": (lambda line: nccl_tests.parse_nccl_log(f"# nThread 1 nGpus 8\n{line}\n"),
                               ["#  Rank  0 Group  0 Pid 1 on ", "   8   2 float sum ", " 1", "#  Avg bus bandwidth : ",
                                " Out of bounds values : ", "# ", " 2026-07-09 16:03:21", " size  count ", "# busbw i_cv% ",
-                               "[0]", "[0] 8 2 float sum -1[0] 1.0", "  Rank  0 Pid 1 ", " on h device 0 ", "nThread 1 "]),
+                               "[0]", "[0] 8 2 float sum -1[0] 1.0", "  Rank  0 Pid 1 ", " on h device 0 ", "nThread 1 ",
+                               "   8   2 float sum -1h:1:1 [0] NCCL INFO ", " 1 NCCL INFO ", "1 2 3 4h:1:1 [0] NCCL WARN "]),
         "NCCL topology XML": (lambda line: nccl_topo.parse_nccl_topo_xml(f'<system version="1"><cpu numaid="0">{line}</cpu></system>'),
                               ['<pci busid="0000:00:00.0" link_speed="32.0 GT/s PCIe" link_width="16"/>', '<gpu dev="0"><nvlink target="',
                                '<nic><net name="mlx5_0" speed="400000"/></nic>', " ", "0"]),
@@ -142,6 +143,7 @@ def shapes(unit: str) -> list[tuple[str, str]]:
 def _many() -> dict:
     """name of a parser -> [(label, text, parse)]: many lines, each naming something new."""
     from nodecheck.bench import nccl_debug
+    from nodecheck.bench.nccl_tests import parse_nccl_log as nccl_tests_log
     from nodecheck.probes import kernel_log
     from nodecheck.slurm.scontrol import parse_node as slurm_parse
 
@@ -173,6 +175,11 @@ def _many() -> dict:
                            ("failed IB transfers, each with a new peer",
                             lines(lambda i: f"h{i}:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.{i}<1> with status=12\n"),
                             nccl_debug.parse_nccl_debug)],
+        "nccl-tests output": [("a row's start, then its figures a line each", "   8   2 float sum -1h:1:1 [0] NCCL INFO x\n"
+                               + lines(lambda i: f"  {i}.0  0.00  0.00  0\n"), nccl_tests_log),
+                              ("rows, each split by a record", lines(lambda i: f"  {i}  2 float sum -1h:1:1 [0] NCCL INFO x\n"
+                                                                                 f"  1.0  0.00  0.00  0h:1:1 [0] NCCL INFO y\n")
+                               + "  1.0  0.00  0.00  0\n", nccl_tests_log)],
         "scontrol show node": [("Reason= then spaces", "NodeName=n1 State=IDLE Reason=" + " " * MB + "x [u@t]\n",
                                 lambda text: slurm_parse("n1", text))],
         "fleet (node types)": [("8,000 node types, a node each", "", lambda _: _fleet_of_types(8000)),

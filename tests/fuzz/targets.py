@@ -486,6 +486,13 @@ def _judged_inspector_prom(text: str) -> object:
     return judge_peers(parse_inspector_prom(text)[0])
 
 
+def _split_rows() -> list[str]:
+    """Real rows that NCCL's real debug records split, with MPICH's tags and glued (tests/nccl_split_rows.py)."""
+    from nccl_split_rows import split_log
+
+    return [split_log(tagged=True), split_log(tagged=False)]
+
+
 def _checked_nccl_tests(text: str):
     """An nccl-tests log read, and its own data check said and judged as `bench --nccl-log` does."""
     from nodecheck.bench.nccl_tests import check_said, failed_check, parse_nccl_log, separate_runs
@@ -553,8 +560,9 @@ def targets() -> list[Target]:
         Target("proc_route", lambda: [(REPO / "tests/fixtures/cpu-vm-2core/fs/proc/net/route").read_text()],
                parse_proc_route, (ParseError,)),
         Target("nccl_tests", lambda: _texts("captures/public/nccl/*.txt") + [
-            p.read_text() for p in sorted((TESTS / "fixtures/nccl-tests").glob("*.txt"))], _checked_nccl_tests, (ParseError,)),
-        Target("nccl_debug", lambda: _texts("captures/public/nccl-debug/*.txt")
+            p.read_text() for p in sorted((TESTS / "fixtures/nccl-tests").glob("*.txt"))] + _split_rows(),
+               _checked_nccl_tests, (ParseError,)),
+        Target("nccl_debug", lambda: _texts("captures/public/nccl-debug/*.txt") + _split_rows()
                + [p.read_text() for p in sorted((TESTS / "fixtures/nccl-debug").glob("*.txt"))], _nccl_debug_judged, (ParseError,)),
         Target("lspci", lambda: _texts("captures/public/lspci/*.txt"), parse_lspci, (ParseError,)),
         Target("kernel_log", _kernel_log_seeds, _kernel_log_words, (ParseError,)),

@@ -9,10 +9,11 @@ import tempfile
 
 from nodecheck.assemble.rails import fabric_nics, nic_rate, rail_rates, ring_bound
 from nodecheck.bench.bounds import calibration, peer_access, slowest_pair
+from nodecheck.bench.collective_rows import collective_of, ranks_from_rows
 from nodecheck.bench.common import ABOVE_RING_BOUND, NVLS_NOTE, staged_if_shm
 from nodecheck.bench.lifeline import environment
 from nodecheck.bench.nccl_debug import TOPOLOGY_FILE, attach, debug_env, debug_run, read_topology
-from nodecheck.bench.nccl_tests import collective_of, failed_check, parse_nccl_log, ranks_from_rows
+from nodecheck.bench.nccl_tests import failed_check, parse_nccl_log
 from nodecheck.bench.nccl_tests_job import not_one_job
 from nodecheck.core.errors import NodecheckError
 from nodecheck.core.units import format_size

@@ -15,6 +15,7 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
+from nodecheck.bench.nccl_interleaved import split_record
 from nodecheck.bench.nccl_tests import DEVICE_LINE, LAUNCHER_PREFIX
 from nodecheck.core.errors import ParseError, ProbeFailed
 from nodecheck.core.limits import MAX_COMMAND_OUTPUT
@@ -86,6 +87,8 @@ def parse_nccl_debug(text: str) -> NcclRun:
     comms: dict[int, dict[str, set[int]]] = {}  # a communicator's size -> per host, the ranks its lines name
     for raw in text.splitlines():
         line = LAUNCHER_PREFIX.sub("", raw.rstrip("\r"))
+        if split := split_record(line):  # an nccl-tests row's piece, then a record: the record, its host unglued
+            line = split[1]
         if run.nccl_version is None and (version := _VERSION.search(line)):
             run.nccl_version = version[1]
         if tests_host := DEVICE_LINE.match(line):  # nccl-tests' "# Rank N ... on HOST device D [bus] NAME"

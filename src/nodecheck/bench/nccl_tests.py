@@ -17,10 +17,10 @@ trailing timestamp (`-S 1`, 2.17: %Y-%m-%d %H:%M:%S).
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
+from nodecheck.bench.nccl_interleaved import is_tail, split_record
 from nodecheck.core import typed_json
 from nodecheck.core.errors import ParseError
 
@@ -87,6 +87,7 @@ class NcclLog:
     headers: int = 0
     footers: int = 0
     repeated_rank: str | None = None  # "rank 0 on node3 (pid 1530412) and on node2 (pid 2236260)"
+    split_rows: int = 0  # rows NCCL's debug records split that never came whole
 
 
 def parse_nccl_log(text: str) -> NcclLog:
@@ -96,35 +97,88 @@ def parse_nccl_log(text: str) -> NcclLog:
     log = NcclLog("text", None, None, None, [], [], None)
     unparsed: list[str] = []
     owners: dict[int, str] = {}  # rank -> the host and pid of its first device line
+    pending: _Pending | None = None  # a row whose pieces NCCL's debug records split, read once whole
     for number, raw in enumerate(text.splitlines(), start=1):
         line = LAUNCHER_PREFIX.sub("", raw.rstrip("\r"), count=1)
+        split = split_record(line)
+        if split:
+            line = split[0]
         if tag := _RANK_TAG.match(line):
             line = line.replace(tag[0], " ")
+        if pending is not None:
+            if is_tail(_without_timestamp(line)):
+                pending.text += " " + line
+                pending.split, pending.pieces = pending.split or bool(split), pending.pieces + 1
+                if pending.pieces == _MAX_PIECES or _row_whole(pending.text, log.columns_per_half):
+                    pending = _take_row(log, pending)
+                continue
+            if not line.strip() or (not split and _NCCL_DEBUG.search(line)):
+                continue  # NCCL's own records between a row's pieces
+            pending = _take_row(log, pending)
         if bounds := _OUT_OF_BOUNDS.match(line):
             log.out_of_bounds = (log.out_of_bounds or 0) + int(bounds[1])
         elif line.lstrip().startswith("#") or _BARE_HEADING.match(line):
             _header_line(log, line.strip(), owners)
-        elif start := _ROW_START.match(_without_timestamp(line)):
-            row, note = _row(start, log.columns_per_half)
-            if row is None:
-                log.issues.append(f"line {number}: unreadable result row: {line.strip()[:100]!r}")
-                continue
-            log.rows.append(row)
-            if note:
-                log.issues.append(f"line {number}: {note}")
+        elif _ROW_START.match(_without_timestamp(line)):
+            pending = _Pending(number, line, bool(split))
+            if _row_whole(line, log.columns_per_half):
+                pending = _take_row(log, pending)
         elif line.strip() in ("...", "[...]", "…"):
             log.issues.append(f"line {number}: '{line.strip()}': lines were cut from the log here (rows may be missing)")
         elif line.strip() and not _NCCL_DEBUG.search(line):
             unparsed.append(f"line {number}: {line.strip()[:100]!r}")
+    if pending is not None:
+        _take_row(log, pending)
     if unparsed:
         log.issues.append(f"{len(unparsed)} line(s) neither a result row, a '#' line nor NCCL's own, not read: "
                           + "; ".join(unparsed[:MAX_UNPARSED_SHOWN]) + ("; ..." if len(unparsed) > MAX_UNPARSED_SHOWN else ""))
     if not log.rows and log.avg_busbw_gbytes is None:
+        if log.split_rows:
+            raise ParseError(f"{log.split_rows} result row(s) split by NCCL's debug records (NCCL_DEBUG=INFO writes them "
+                             "to nccl-tests' stdout), and no row came whole: the log was cut between a row's pieces. Give "
+                             "the whole log, or send NCCL's records to a file of their own (NCCL_DEBUG_FILE)")
         if log.headers or log.devices:
             runs = separate_runs(log)
             raise ParseError("an nccl-tests header without result rows (cut before its table?)" + (f"; {runs}" if runs else ""))
         raise ParseError("no nccl-tests result rows and no 'Avg bus bandwidth' line: is this an nccl-tests log?")
     return _with_peak(log)
+
+
+@dataclass
+class _Pending:
+    number: int  # the line the row starts on
+    text: str  # its pieces so far
+    split: bool  # NCCL's debug records came between them
+    pieces: int = 1
+
+
+_MAX_PIECES = 3  # the start, then each half's figures: nccl-tests writes no more (a 4th is another row's)
+
+
+def _row_whole(text: str, width: int) -> bool:
+    """Whether the text reads as a whole row: both halves, or an in-place half that nccl-tests padded on purpose."""
+    start = _ROW_START.match(_without_timestamp(text))
+    row, note = _row(start, width) if start else (None, None)
+    return row is not None and note is None
+
+
+def _take_row(log: NcclLog, pending: _Pending) -> None:
+    """The row as its pieces read, or why it cannot be read; None: no row pending any more."""
+    start = _ROW_START.match(_without_timestamp(pending.text))
+    row, note = _row(start, log.columns_per_half) if start else (None, None)
+    where = f"line {pending.number}"
+    if row is None:
+        if pending.split:
+            log.split_rows += 1
+            log.issues.append(f"{where}: a result row NCCL's debug records split, whose figures never followed (cut?): "
+                              f"{pending.text.strip()[:100]!r}")
+        else:
+            log.issues.append(f"{where}: unreadable result row: {pending.text.strip()[:100]!r}")
+        return None
+    log.rows.append(row)
+    if note:
+        log.issues.append(f"{where}: {note}")
+    return None
 
 
 def separate_runs(log: NcclLog) -> str | None:
@@ -313,65 +367,3 @@ MAX_WRONG_ROWS = 64  # a Report keeps this many; a sweep of 8 B..16 GiB has 32 s
 
 def _int(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-# busbw = algbw x this factor of the rank count n (nccl-tests doc/PERFORMANCE.md): 2(n-1)/n for all-reduce,
-# (n-1)/n for all-gather, reduce-scatter and alltoall, 1 for broadcast, reduce and sendrecv (no n in it)
-_TWO_RING = ("all_reduce",)
-# alltoallv (nccl-tests 2.18.5): algbw is the busiest rank's bytes over the time, busbw that x (n-1)/n; its traffic is
-# uneven by design (NCCL_TESTS_ALLTOALLV_SPREAD), so no link bounds it as it bounds alltoall
-_ONE_RING = ("all_gather", "reduce_scatter", "alltoall", "alltoallv", "gather", "scatter", "hypercube")
-COLLECTIVES = (*_TWO_RING, *_ONE_RING, "broadcast", "reduce", "sendrecv")
-_COLLECTIVE_NAME = re.compile(r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all_?v|all_?to_?all|broadcast|reduce|sendrecv|gather|scatter"
-                              r"|hypercube)(?:_perf)?", re.IGNORECASE)
-ROUNDING = 0.005  # nccl-tests prints algbw and busbw with two decimals
-
-
-def collective_name(text: str | None) -> str | None:
-    """"all_reduce_perf", "AllReduce", "alltoall_perf.txt" -> the canonical name (all_reduce, alltoall ...); None."""
-    match = _COLLECTIVE_NAME.search((text or "")[:300])
-    if not match:
-        return None
-    word = match[1].lower().replace("_", "")
-    return next(c for c in COLLECTIVES if c.replace("_", "") == word)
-
-
-def collective_of(log: NcclLog, hint: str | None = None) -> tuple[str | None, str]:
-    """(the collective, how it is known): the log's own words, else the file's name (`alltoall_perf.txt`), else its
-    rows: a reduction (a redop) whose busbw is below its algbw is a reduce-scatter ((n-1)/n), else an all-reduce
-    (2(n-1)/n, equal at 2 ranks, where a reduce is bounded alike); rows without a redop do not tell all-gather from
-    alltoall: (None, why)."""
-    if named := collective_name(log.collective):
-        return named, "named in the log"
-    if named := collective_name(hint):
-        return named, f"from the file name {hint[:80]!r}"
-    timings = [r.out_of_place for r in log.rows if r.out_of_place and r.out_of_place.algbw_gbytes >= 1]
-    if timings and any(r.redop for r in log.rows):
-        if all(t.busbw_gbytes < t.algbw_gbytes - 2 * ROUNDING for t in timings):
-            return "reduce_scatter", "its rows reduce (a redop) and their busbw is below algbw"
-        return "all_reduce", "its rows reduce (a redop) and their busbw is algbw x 2(n-1)/n"
-    return None, "not named in the log or its file name, and its rows do not settle it"
-
-
-def ranks_from_rows(log: NcclLog, collective: str | None) -> tuple[int, int] | None:
-    """The rank count n the rows' busbw/algbw ratio gives (busbw = algbw x 2(n-1)/n for all-reduce, (n-1)/n for
-    all-gather, reduce-scatter and alltoall), as (least, most) over the rows' two-decimal rounding, narrowed over the
-    largest rows; None where the collective's factor has no n or no row is large enough to say."""
-    if collective not in _TWO_RING + _ONE_RING:
-        return None
-    scale = 2.0 if collective in _TWO_RING else 1.0
-    timings = sorted((r.out_of_place for r in log.rows if r.out_of_place and r.out_of_place.algbw_gbytes >= 1),
-                     key=lambda t: -t.algbw_gbytes)[:8]
-    if scale == 1.0 and timings and timings[0].algbw_gbytes >= 100 and timings[0].busbw_gbytes == timings[0].algbw_gbytes:
-        # nccl-tests before 2020 (ec1b5e2) wrote all-gather's and reduce-scatter's busbw as their algbw (factor 1):
-        # equal at 100 GB/s, today's (n-1)/n would mean 20,000 ranks (nccl-tests#37: 8 V100, 129.05 and 129.05)
-        return None
-    least, most = 1, 1 << 30
-    for t in timings:
-        low = (t.busbw_gbytes - ROUNDING) / (t.algbw_gbytes + ROUNDING) / scale
-        high = (t.busbw_gbytes + ROUNDING) / (t.algbw_gbytes - ROUNDING) / scale
-        if low >= 1:
-            return None  # busbw/algbw past the factor's limit: not this collective's rows
-        least = max(least, math.ceil(1 / (1 - low) - 1e-9))
-        most = min(most, math.floor(1 / (1 - high) + 1e-9) if high < 1 else most)
-    return (least, most) if timings and least <= most else None

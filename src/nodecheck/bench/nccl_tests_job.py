@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from nodecheck.bench.nccl_tests import ROUNDING, NcclLog, separate_runs
+from nodecheck.bench.collective_rows import ROUNDING
+from nodecheck.bench.nccl_tests import NcclLog, separate_runs
 from nodecheck.report.model import Report
 
 _DEVICE_NAME = re.compile(r"\bdevice \S{1,20}: (.{1,200})$")  # a devices entry's GPU name, as _header_line wrote it

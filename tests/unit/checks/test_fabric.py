@@ -75,7 +75,8 @@ def test_published_aws_efa_runs_read_as_healthy(tmp_path):
         m, findings = judged(report, log, ranks=16)
         assert m.ratio == pytest.approx(expected, abs=0.01) and 1 < m.ratio < algorithm_bound(m) == 1.875, (log, m.ratio)
         assert findings == [], (log, findings)
-    from nodecheck.bench.nccl_tests import parse_nccl_log, ranks_from_rows
+    from nodecheck.bench.collective_rows import ranks_from_rows
+    from nodecheck.bench.nccl_tests import parse_nccl_log
 
     batch = parse_nccl_log(need(PUBLIC / "nccl" / "aws-batch-p5-all_reduce_perf-mpirun-tagged.txt").read_text())
     assert ranks_from_rows(batch, "all_reduce") == (8, 8)

@@ -8,8 +8,9 @@ import pytest
 from helpers import PUBLIC, REPO, h100_nvml_records, hgx_nvml, make_snapshot, need, nodecheck, without_device_lines
 
 from nodecheck.bench.bounds import peer_access, slowest_pair
+from nodecheck.bench.collective_rows import collective_of, ranks_from_rows
 from nodecheck.bench.nccl_binary import _network_bound, measurement_from_log
-from nodecheck.bench.nccl_tests import collective_of, parse_nccl_log, ranks_from_rows
+from nodecheck.bench.nccl_tests import parse_nccl_log
 from nodecheck.config import Config
 from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report

@@ -9,8 +9,9 @@ import re
 import pytest
 from helpers import PUBLIC, REPO, json_report, need, nodecheck
 
+from nodecheck.bench.collective_rows import collective_name, ranks_from_rows
 from nodecheck.bench.nccl_binary import measurement_from_log
-from nodecheck.bench.nccl_tests import collective_name, failed_check, parse_nccl_log, ranks_from_rows
+from nodecheck.bench.nccl_tests import failed_check, parse_nccl_log
 from nodecheck.config import Config
 from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report

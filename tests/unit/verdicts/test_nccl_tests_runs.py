@@ -91,7 +91,8 @@ def test_a_header_pasted_without_hashes_is_read():
 def _published_runs():
     names = sorted(p for p in (PUBLIC / "nccl").glob("*.txt")) if (PUBLIC / "nccl").is_dir() else []
     return names + [p for p in sorted(FIXTURES.glob("*.txt")) if not p.name.startswith(("nccltests182", "nccltests294",
-                                                                                         "nccltests306", "nccltests249"))]
+                                                                                         "nccltests306", "nccltests249",
+                                                                                         "nccl1453-turn2"))]
 
 
 @pytest.mark.parametrize("path", _published_runs(), ids=lambda p: p.name)
@@ -117,8 +118,8 @@ def test_a_rank_count_the_log_only_bounds_is_said_as_a_bound():
     --nodes 16 still "pass --nodes N" (87 does not split over 16); a count that did split set the ranks per node, and
     so the rails, from a lower bound. Now the count is said as a bound, and --nodes settles it only where one count fits
     (no more ranks per node than this node's GPUs)."""
+    from nodecheck.bench.collective_rows import ranks_from_rows
     from nodecheck.bench.nccl_binary import _job_ranks, _rank_span
-    from nodecheck.bench.nccl_tests import ranks_from_rows
 
     log = FIXTURES / "nccltests176-128gpu-all_reduce-error-column-1e-06.txt"
     alone = nodecheck("bench", "--nccl-log", str(log), "--from", str(HGX), "--json")
