@@ -7,6 +7,7 @@ import re
 
 from nodecheck.bench.collective_rows import ROUNDING
 from nodecheck.bench.nccl_tests import NcclLog, separate_runs
+from nodecheck.core.units import first_of
 from nodecheck.report.model import Report
 
 _DEVICE_NAME = re.compile(r"\bdevice \S{1,20}: (.{1,200})$")  # a devices entry's GPU name, as _header_line wrote it
@@ -53,7 +54,7 @@ def other_gpus(log, report: Report, where: str) -> str | None:
 
 
 def _listed(names) -> str:
-    return ", ".join(sorted(set(names))[:3])
+    return first_of(sorted(set(names)), 3)
 
 
 def not_one_job(log) -> str | None:

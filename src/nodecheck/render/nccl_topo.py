@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nodecheck.core.units import first_of
 from nodecheck.probes.nccl_topo import NcclTopo
 from nodecheck.render.table import clean
 
@@ -24,7 +25,7 @@ def nccl_topo_lines(topo: NcclTopo, form: str, findings: list, where: str, apart
         names = ", ".join(f"{n.get('name')} {n.get('speed')} Mb/s" for n in nic.nets) or "no <net> (a topology file's bare device)"
         lines.append(clean(f"  NIC {nic.busid}: {names}"))
     if topo.unclassed:
-        shown = ", ".join(str(b.busid) for b in topo.unclassed[:8]) + (", ..." if len(topo.unclassed) > 8 else "")
+        shown = first_of((b.busid for b in topo.unclassed), 8)
         lines.append(clean(f"  {len(topo.unclassed)} device(s) without a class, none of them a GPU or NIC of {where} "
                            f"(NCCL reads the class from the node it runs on): {shown}"))
     lines.append(f"Against {where}: " + ("not compared: no device in common" if apart else "agrees" if not findings

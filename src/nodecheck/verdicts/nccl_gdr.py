@@ -11,6 +11,7 @@ CPU "may not give you better performance" (NVIDIA/nccl#1151)."""
 from __future__ import annotations
 
 from nodecheck.core.link_types import NCCL_DEFAULT_REACH, link_distance, link_family, nccl_reach
+from nodecheck.core.units import first_of
 from nodecheck.report.findings import Finding
 
 # NCCL_NET_GDR_LEVEL's legacy numbers (NCCL's env documentation: 0 never, 1 same PCI switch, 2 through PCI switches,
@@ -106,4 +107,4 @@ def _module_state(report) -> str:
 
 
 def _named(items: list[str]) -> str:
-    return ", ".join(items[:MAX_NAMED]) + (f" (+{len(items) - MAX_NAMED} more)" if len(items) > MAX_NAMED else "")
+    return first_of(items, MAX_NAMED)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 from nodecheck.checks.nccl_conf import DISABLING, hca_shortfall
 from nodecheck.checks.roce import roce_gid_findings
 from nodecheck.core.link_types import link_family, nccl_reach
+from nodecheck.core.units import first_of
 from nodecheck.report.findings import Finding
 from nodecheck.verdicts.nccl_gdr import gdr_finding
 from nodecheck.verdicts.nccl_ib_errors import ib_error_findings
@@ -154,11 +155,7 @@ def _shm_where_p2p_is_due(run: NcclRun, report) -> str | None:
         said = f"gpu{min(ga.index, gb.index)} and gpu{max(ga.index, gb.index)} ({kind})"
         if said not in due:
             due.append(said)
-    return _first(due, 4) if due else None
-
-
-def _first(items: list[str], count: int) -> str:
-    return ", ".join(items[:count]) + (" ..." if len(items) > count else "")
+    return first_of(due, 4) if due else None
 
 
 def _no_p2p(gpu, peer) -> bool:
@@ -174,7 +171,7 @@ def other_node(run: NcclRun, report, where: str) -> str | None:
     theirs = {nccl_bus_id(b) for b in run.bus_ids} - {None}
     if not theirs or not ours or None in ours or theirs & ours:
         return None
-    said_theirs, said_ours = (_first([f"{i:x}" for i in sorted(ids)], 8) for ids in (theirs, ours))
+    said_theirs, said_ours = (first_of([f"{i:x}" for i in sorted(ids)], 8) for ids in (theirs, ours))
     return (f"the log's GPUs are at bus ids {said_theirs} (NCCL's \"busId\"), none of {where}'s ({said_ours}): a log "
             "is judged against its own node (--from a snapshot of it, `nodecheck snapshot` there)")
 

@@ -13,6 +13,7 @@ from collections import Counter
 from nodecheck.core.link_types import link_distance
 from nodecheck.core.pci import normal_pci
 from nodecheck.core.specs import pcie_generation
+from nodecheck.core.units import first_of
 from nodecheck.probes.nccl_topo import NcclTopo, NcclTopoGpu, NcclTopoNic
 from nodecheck.report.findings import Finding
 from nodecheck.report.model import Report
@@ -47,8 +48,8 @@ def unmatched(topo: NcclTopo, report: Report, where: str = "the node") -> str | 
     named = [d.busid for d in (*topo.gpus, *topo.nics, *topo.unclassed)]
     if not named or any(g.busid in gpus for g in topo.gpus) or any(_node_nic(n, nics) is not None for n in topo.nics):
         return None
-    theirs = ", ".join(str(b) for b in named[:3]) + (", ..." if len(named) > 3 else "")
-    ours = ", ".join(sorted(gpus)[:3]) + (", ..." if len(gpus) > 3 else "") if gpus else "no GPU"
+    theirs = first_of(named, 3)
+    ours = first_of(sorted(gpus), 3) if gpus else "no GPU"
     return (f"none of its {len(named)} device(s) is a GPU or NIC of {where} (its {theirs}; the node's GPUs: {ours}): "
             "another node's picture, or a VM's whose bus ids are its own; nothing to compare")
 
