@@ -1,7 +1,8 @@
 """One kernel-log line split into the kernel's message and its time since boot, whatever wrote it: /dev/kmsg
 records (`6,1234,8312000001,-;msg`), `dmesg` (`[ 8312.000001] msg`, `--ctime`, `--time-format iso`, `-r`, `-x`,
 `-t`), `journalctl -k` (short, short-precise, short-iso, short-full, short-monotonic), rsyslog's kern.log
-(`Nov 29 09:06:40 gpu017 kernel: [ 8312.000001] msg`) and RFC 3339 syslog. A line that carries none of these
+(`Nov 29 09:06:40 gpu017 kernel: [ 8312.000001] msg`) and RFC 3339 syslog, each also as a ticket or e-mail quotes
+it (`> `). A line that carries none of these
 prefixes is still a kernel message when it starts like one nodecheck reads (`NVRM: ...`: `dmesg -t`); anything
 else (prose, a config, a README quoting a log line mid-sentence) is not a kernel-log line, so not an event.
 
@@ -11,6 +12,9 @@ from __future__ import annotations
 
 import re
 
+# a log pasted into a ticket, an e-mail or a markdown quote: "> [ 8312.000001] NVRM: ...", "> > ..." (no kernel
+# message starts with '>')
+_QUOTE = re.compile(r"[ \t]{0,3}>(?:[ \t]{0,3}>){0,7}[ \t]?")
 _PRIORITY = re.compile(r"<\d{1,3}>")  # dmesg -r, syslog on the wire
 _KMSG = re.compile(r"\d{1,3},\d{1,20},(\d{1,20}),[^;\n]{0,64};")  # /dev/kmsg: prio,seq,usec,flags;message
 _SYSLOG_TIME = re.compile(  # journalctl short/-precise, short-iso, short-full; syslog BSD and RFC 3339
@@ -32,6 +36,8 @@ def kernel_message(line: str) -> tuple[str, int | None, bool]:
     """(the message, microseconds since boot or None, whether the line carried a kernel-log prefix). A line
     with no prefix is returned whole, unstamped: the caller decides whether it starts like a message."""
     at, usec, timed = 0, None, False
+    if match := _QUOTE.match(line):
+        at = match.end()
     if match := _PRIORITY.match(line, at):
         at = match.end()
     if facility := _FACILITY.match(line, at):  # dmesg -x: before the stamp
@@ -57,7 +63,7 @@ def _usec(stamp: re.Match) -> int:
 
 # a line a kernel log holds: a stamped message, or an unstamped one that starts like a message nodecheck reads;
 # one search over the whole text (a log of a million empty lines costs no Python loop)
-_KERNEL_LINE = re.compile(f"^(?:{_PRIORITY.pattern})?(?:" + "|".join(
+_KERNEL_LINE = re.compile(f"^(?:{_QUOTE.pattern})?(?:{_PRIORITY.pattern})?(?:" + "|".join(
     p.pattern for p in (_FACILITY, _KMSG, _SYSLOG_TIME, _DMESG_ISO, _MONOTONIC, _CTIME)) +
     f"|(?:{_HOST_KERNEL.pattern})?(?:{BARE_MESSAGE.pattern}))", re.MULTILINE)
 

@@ -114,6 +114,17 @@ def test_every_log_form_gives_the_event_and_its_time(line, usec):
     assert has_kernel_line(line)
 
 
+@pytest.mark.parametrize("quote", ["> ", ">", "> > ", "  >  > "], ids=["quote", "tight", "nested", "indented"])
+def test_a_log_quoted_in_a_ticket_gives_the_same_events(tmp_path, real_log, quote):
+    """The XE9680's real dmesg as a ticket, an e-mail or a markdown quote carries it: before, "holds no kernel-log
+    line" and exit 2; now the five drain-now Xid 119, as from the plain log."""
+    quoted = b"".join(quote.encode() + line + b"\n" for line in real_log.splitlines())
+    run = judged(tmp_path, "ticket.txt", b"From the customer:\n```\n" + quoted + b"```\n")
+    assert run.returncode == EXIT_FINDINGS and xid119_count(run) == 5, run.stderr
+    plain = [(e.pci, e.code, e.usec) for e in parse_kernel_log(real_log.decode())]
+    assert [(e.pci, e.code, e.usec) for e in parse_kernel_log(quoted.decode())] == plain
+
+
 def test_prose_and_configs_hold_no_kernel_line():
     assert not has_kernel_line((REPO / "pyproject.toml").read_text())
     assert not has_kernel_line("the kernel: it logs NVRM: Xid lines\nLinux kernel: a word\n")
