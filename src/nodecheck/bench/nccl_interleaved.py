@@ -30,7 +30,7 @@ _FEWEST_CELLS = 4  # a half's time, algbw, busbw and #wrong; a row's start has f
 def split_record(line: str) -> tuple[str, str] | None:
     """(the table's text, NCCL's record) of a line where an nccl-tests row or tail runs into an NCCL debug record;
     None for any other line (a record of its own, a row, anything else)."""
-    if not _TABLE_START.match(line) or _LINE_HEAD.match(line):
+    if "NCCL " not in line or not _TABLE_START.match(line) or _LINE_HEAD.match(line):
         return None
     for tried, level in enumerate(_LEVEL.finditer(line)):
         if tried == _MAX_LEVELS_TRIED:

@@ -109,7 +109,7 @@ def parse_nccl_log(text: str) -> NcclLog:
             if is_tail(_without_timestamp(line)):
                 pending.text += " " + line
                 pending.split, pending.pieces = pending.split or bool(split), pending.pieces + 1
-                if pending.pieces == _MAX_PIECES or _row_whole(pending.text, log.columns_per_half):
+                if _read(pending, log.columns_per_half) or pending.pieces == _MAX_PIECES:
                     pending = _take_row(log, pending)
                 continue
             if not line.strip() or (not split and _NCCL_DEBUG.search(line)):
@@ -121,7 +121,7 @@ def parse_nccl_log(text: str) -> NcclLog:
             _header_line(log, line.strip(), owners)
         elif _ROW_START.match(_without_timestamp(line)):
             pending = _Pending(number, line, bool(split))
-            if _row_whole(line, log.columns_per_half):
+            if _read(pending, log.columns_per_half):
                 pending = _take_row(log, pending)
         elif line.strip() in ("...", "[...]", "…"):
             log.issues.append(f"line {number}: '{line.strip()}': lines were cut from the log here (rows may be missing)")
@@ -150,22 +150,23 @@ class _Pending:
     text: str  # its pieces so far
     split: bool  # NCCL's debug records came between them
     pieces: int = 1
+    read: tuple = (None, None)  # (row, note) as its pieces so far read
 
 
 _MAX_PIECES = 3  # the start, then each half's figures: nccl-tests writes no more (a 4th is another row's)
 
 
-def _row_whole(text: str, width: int) -> bool:
-    """Whether the text reads as a whole row: both halves, or an in-place half that nccl-tests padded on purpose."""
-    start = _ROW_START.match(_without_timestamp(text))
-    row, note = _row(start, width) if start else (None, None)
-    return row is not None and note is None
+def _read(pending: _Pending, width: int) -> bool:
+    """Read the pending row's pieces so far (kept in `pending.read`); whether they make a whole row: both halves, or an
+    in-place half that nccl-tests padded on purpose."""
+    start = _ROW_START.match(_without_timestamp(pending.text))
+    pending.read = _row(start, width) if start else (None, None)
+    return pending.read[0] is not None and pending.read[1] is None
 
 
 def _take_row(log: NcclLog, pending: _Pending) -> None:
     """The row as its pieces read, or why it cannot be read; None: no row pending any more."""
-    start = _ROW_START.match(_without_timestamp(pending.text))
-    row, note = _row(start, log.columns_per_half) if start else (None, None)
+    row, note = pending.read
     where = f"line {pending.number}"
     if row is None:
         if pending.split:
