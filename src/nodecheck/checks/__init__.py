@@ -44,6 +44,7 @@ CHECKS: tuple[Check, ...] = (
     gpu_presence.INACCESSIBLE,
     gpu.CHECK,
     links.CHECK,
+    links.MESH,
     nics.EXPECTED,
     nics.FAR,
     rail.MTU,

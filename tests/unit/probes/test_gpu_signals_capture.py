@@ -66,11 +66,14 @@ def test_each_error_source_replays_as_the_node_read_it():
 # checks declared since the capture: unknown until a test of the GPU itself has run, a series the node did not write
 CHECKS_SINCE = ("gpu_below_siblings", "gpu_result_mismatch", "bench_skipped", "nccl_topo_nvlink_missing", "nccl_topo_mismatch",
                 "nccl_ib_error")
+# checks declared since the capture that judge what it holds (its topology): healthy, a series the node did not write
+JUDGED_SINCE = ("gpu_off_nvlink",)
 
 
 def test_the_replayed_snapshot_gives_the_live_metrics(tmp_path):
     replayed, live = replayed_and_live_metrics(FIXTURE, tmp_path, VOLATILE_METRICS)
     assert [replayed.pop(("nodecheck_check_unknown", (("check", kind),))) for kind in CHECKS_SINCE] == [1] * len(CHECKS_SINCE)
+    assert [replayed.pop(("nodecheck_check_healthy", (("check", kind),))) for kind in JUDGED_SINCE] == [1] * len(JUDGED_SINCE)
     assert replayed == live
     # NVML refused the NVLink counters: no series and the check unknown, never a healthy 0
     assert not any(name.startswith("nodecheck_gpu_nvlink_errors") for name, _ in replayed)
