@@ -55,13 +55,15 @@ def test_the_same_board_whole_is_quiet_and_mig_or_a_config_s_links_take_over():
 
 
 def _published_topologies():
-    return sorted((PUBLIC / "topo").glob("*.txt")) if (PUBLIC / "topo").is_dir() else []
+    shared = sorted((PUBLIC / "topo").glob("*.txt")) if (PUBLIC / "topo").is_dir() else []
+    return shared + sorted(p for p in B200_ROWS.parent.glob("*.txt") if p != B200_ROWS)  # 4-GPU meshes: three siblings
 
 
 @pytest.mark.parametrize("path", _published_topologies(), ids=lambda p: p.name)
 def test_no_published_healthy_topology_reads_off_the_mesh(path):
     """Every GPU of each published matrix given one model, so that every GPU is every other's sibling: bridged pairs
-    (4x A30), the hybrid cube mesh (DGX-1), PCIe-only nodes and NVSwitch boards raise nothing."""
+    (4x A30), the hybrid cube mesh (DGX-1), PCIe-only nodes, NVSwitch boards and 4-GPU full meshes (a GPU and its
+    three siblings: the fewest judged) raise nothing."""
     topo = parse_topo_matrix(need(path).read_text())
     pairs = [(l.a, l.b, l.type) for l in topo.links if isinstance(l.a, int) and isinstance(l.b, int)]
     assert left_out_of_mesh(_report(pairs, len(topo.gpus), name="one model"), Config()) == []
@@ -94,3 +96,12 @@ def test_inspect_and_the_prolog_name_it_on_the_hgx_example(tmp_path):
     assert [(f["subject"], f["measured"], f["expected"]) for f in found] == [("gpu2", "NODE, SYS", "NV18")]
     prolog = nodecheck("prolog", "--dry-run", "--from", str(node))
     assert prolog.returncode == 1 and "gpu2 off the NVLink mesh (NODE, SYS)" in prolog.stdout + prolog.stderr
+
+
+def test_one_gpu_of_a_published_4_gpu_mesh_off_it_is_caught():
+    """nccl#1617's four H100 (NV6 each pair) with GPU3's links read as its NICs' SYS: the fewest siblings judged."""
+    topo = parse_topo_matrix((B200_ROWS.parent / "nccl1617-4x-h100-nv6-full-mesh-4nic.txt").read_text())
+    pairs = [(l.a, l.b, "SYS" if 3 in (l.a, l.b) else l.type) for l in topo.links
+             if isinstance(l.a, int) and isinstance(l.b, int)]
+    (finding,) = left_out_of_mesh(_report(pairs, 4, name="NVIDIA H100 80GB HBM3"), Config())
+    assert (finding.subject, finding.measured, finding.expected) == ("gpu3", "SYS", "NV6")
