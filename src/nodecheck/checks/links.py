@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nodecheck.assemble.nvlinks import nvlink_pairs
 from nodecheck.checks.base import Check, Kind
 from nodecheck.config import Config
 from nodecheck.core.link_types import link_family
@@ -10,7 +11,7 @@ from nodecheck.report.model import Report
 
 
 def changed_links(report: Report, config: Config) -> list[Finding]:
-    seen = {tuple(sorted((l.a, l.b))): l.type for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)}
+    seen = nvlink_pairs(report)
     in_mig = {g.index for g in report.gpus if g.mig_enabled}
     findings = []
     for (a, b), expected in sorted(config.links.items()):
@@ -38,14 +39,14 @@ def left_out_of_mesh(report: Report, config: Config) -> list[Finding]:
     `[links]` judges pairs itself (gpu_link_changed)."""
     if config.links:
         return []
-    pairs = {frozenset((l.a, l.b)): l.type for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)}
+    pairs = nvlink_pairs(report)
     findings = []
     for gpu in report.gpus:
         siblings = [g.index for g in report.gpus if g.name == gpu.name and g.index != gpu.index and not g.mig_enabled]
         if gpu.mig_enabled or not gpu.name or len(siblings) < MESH_AT_LEAST:
             continue
-        mesh = [t for i, a in enumerate(siblings) for b in siblings[i + 1:] if (t := pairs.get(frozenset((a, b))))]
-        own = [t for s in siblings if (t := pairs.get(frozenset((gpu.index, s))))]
+        mesh = [t for i, a in enumerate(siblings) for b in siblings[i + 1:] if (t := pairs.get((min(a, b), max(a, b))))]
+        own = [t for s in siblings if (t := pairs.get((min(gpu.index, s), max(gpu.index, s))))]
         if min(len(mesh), len(own)) < MESH_AT_LEAST or any(link_family(t) != "NV" for t in mesh) \
                 or any(link_family(t) == "NV" for t in own):
             continue

@@ -3,6 +3,7 @@ every node (a typo there drains the fleet); the CLI adds what the Slurm prolog w
 
 from __future__ import annotations
 
+from nodecheck.assemble.nvlinks import nvlink_pairs
 from nodecheck.config import Config
 from nodecheck.config.init import nic_mbps
 from nodecheck.core.units import format_figure, natural_key
@@ -33,8 +34,7 @@ def expectation_rows(config: Config, report: Report) -> list[tuple[str, str, str
     if config.mig is not None:
         rows.append(("gpus.mig", str(config.mig).lower(), spread(str(g.mig_enabled).lower() for g in gpus
                                                                   if g.mig_enabled is not None)))
-    links = {(min(link.a, link.b), max(link.a, link.b)): link.type for link in report.links
-             if isinstance(link.a, int) and isinstance(link.b, int)}
+    links = nvlink_pairs(report)
     differing = [(pair, expected) for pair, expected in sorted(config.links.items()) if links.get(pair) != expected]
     if config.links and not differing:  # 28 equal rows on an 8-GPU board say less than one
         kinds = ", ".join(sorted(set(config.links.values())))
