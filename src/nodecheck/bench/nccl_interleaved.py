@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+# MPICH's and Intel MPI's -prepend-rank: "[0]" before each write, so mid-line too ("-1[0]    1626.5": nccl#1453)
+RANK_TAG = re.compile(r"\[\d{1,7}\]")
 _LEVEL = re.compile(r"\bNCCL (?:INFO|WARN)\b")
 # NCCL's head before the level, read backwards from it: "[dev] " (optional), "tid:pid:" and the host (reversed)
 _HEAD_REVERSED = re.compile(r"\s{1,8}(?:\]\d{1,5}\[\s{1,8})?\d{1,10}:\d{1,10}:(?P<host>[\w.-]{0,255})")
@@ -71,7 +73,7 @@ def _is_piece(tokens: list[str]) -> bool:
 
 
 def _tokens(text: str) -> list[str]:
-    return re.sub(r"\[\d{1,7}\]", " ", text).split()
+    return RANK_TAG.sub(" ", text).split()
 
 
 def _is_cell(cell: str) -> bool:

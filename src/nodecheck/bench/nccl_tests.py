@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nodecheck.bench.nccl_interleaved import is_tail, split_record
+from nodecheck.bench.nccl_interleaved import RANK_TAG, is_tail, split_record
 from nodecheck.core import typed_json
 from nodecheck.core.errors import ParseError
 
@@ -28,8 +28,6 @@ _NCCL_DEBUG = re.compile(r" NCCL (?:INFO|WARN)\b")  # NCCL_DEBUG lines mixed int
 MAX_UNPARSED_SHOWN = 5
 # mpirun --tag-output, srun -l, torchrun's --tee/--redirects ("[default0]:", "[rank12]:")
 LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: |\[(?:default|rank)\d{1,7}\]: ?)")
-# MPICH's and Intel MPI's -prepend-rank: "[0]" before each write, so mid-line too ("-1[0]    1626.5": nccl#1453)
-_RANK_TAG = re.compile(r"\[\d{1,7}\]")
 # numbers of at most 19 digits (int64): a 5,000-digit "size" is no row (int() refuses past 4,300 digits)
 _ROW_START = re.compile(r"^\s*(\d{1,19})\s+(\d{1,19})\s+([A-Za-z_][A-Za-z0-9_]*)\b(.*)$")
 _AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
@@ -103,18 +101,20 @@ def parse_nccl_log(text: str) -> NcclLog:
         split = split_record(line)
         if split:
             line = split[0]
-        if tag := _RANK_TAG.match(line):
+        if tag := RANK_TAG.match(line):
             line = line.replace(tag[0], " ")
         if pending is not None:
             if is_tail(_without_timestamp(line)):
                 pending.text += " " + line
                 pending.split, pending.pieces = pending.split or bool(split), pending.pieces + 1
                 if _read(pending, log.columns_per_half) or pending.pieces == _MAX_PIECES:
-                    pending = _take_row(log, pending)
+                    _take_row(log, pending)
+                    pending = None
                 continue
             if not line.strip() or (not split and _NCCL_DEBUG.search(line)):
                 continue  # NCCL's own records between a row's pieces
-            pending = _take_row(log, pending)
+            _take_row(log, pending)
+            pending = None
         if bounds := _OUT_OF_BOUNDS.match(line):
             log.out_of_bounds = (log.out_of_bounds or 0) + int(bounds[1])
         elif line.lstrip().startswith("#") or _BARE_HEADING.match(line):
@@ -122,7 +122,8 @@ def parse_nccl_log(text: str) -> NcclLog:
         elif _ROW_START.match(_without_timestamp(line)):
             pending = _Pending(number, line, bool(split))
             if _read(pending, log.columns_per_half):
-                pending = _take_row(log, pending)
+                _take_row(log, pending)
+                pending = None
         elif line.strip() in ("...", "[...]", "…"):
             log.issues.append(f"line {number}: '{line.strip()}': lines were cut from the log here (rows may be missing)")
         elif line.strip() and not _NCCL_DEBUG.search(line):
@@ -165,7 +166,7 @@ def _read(pending: _Pending, width: int) -> bool:
 
 
 def _take_row(log: NcclLog, pending: _Pending) -> None:
-    """The row as its pieces read, or why it cannot be read; None: no row pending any more."""
+    """Keep the row as its pieces read, or say why it cannot be read."""
     row, note = pending.read
     where = f"line {pending.number}"
     if row is None:
@@ -175,11 +176,10 @@ def _take_row(log: NcclLog, pending: _Pending) -> None:
                               f"{pending.text.strip()[:100]!r}")
         else:
             log.issues.append(f"{where}: unreadable result row: {pending.text.strip()[:100]!r}")
-        return None
+        return
     log.rows.append(row)
     if note:
         log.issues.append(f"{where}: {note}")
-    return None
 
 
 def separate_runs(log: NcclLog) -> str | None:
