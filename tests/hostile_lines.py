@@ -43,7 +43,9 @@ def _cases() -> dict:
                             "h:1:1 [0] ib_plugin.c:1 NCCL WARN NET/IB : Got completion from peer a<1> with status=12 ",
                             "GPU Direct RDMA Disabled for GPU ", "GPU Direct RDMA Disabled for GPU 1 / HCA 0 (distance 5 > ",
                             "NET/IB : GPU Direct RDMA Disabled for HCA 0 '", "NET/a : GPU Direct RDMA Disabled for HCA 0 'a' (",
-                            "NET/OFI a disabling GD"]),
+                            "NET/OFI a disabling GD", "MNNVL busId 0x", "MNNVL busId 0x1 fabric UUID 1.",
+                            "MNNVL busId 0x1 fabric UUID 1.1 cliqueId 0x1 state 3 healthMask 0x",
+                            "comm 0x1 rank 0 nRanks 1 nNodes 2 localRanks 1 localRank 0 MNNVL "]),
         "NCCL debug log (WARN)": (lambda line: nccl_debug.parse_nccl_debug(f"h:1:1 [0] NCCL WARN {line}\n"),
                                   ["NET/IB : Got completion from peer ", "NET/IB: Got completion from peer a<1> with status=a",
                                    "NET/IB : Got completion with error 4, opcode 1, len 0, vendor err 81 hca ",
@@ -172,6 +174,12 @@ def _many() -> dict:
                            ("NET/IB : Using lines", lines(lambda i: f"h{i}:1:1 [0] NCCL INFO NET/IB{i} : Using [0]mlx5_{i}:1/IB\n"),
                             nccl_debug.parse_nccl_debug),
                            ("NET channels", lines(lambda i: f"h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via NET/N{i}/0\n"),
+                            nccl_debug.parse_nccl_debug),
+                           ("fabric lines, each a new GPU", lines(lambda i: f"h{i}:1:1 [0] NCCL INFO MNNVL busId 0x{i:x} "
+                                                                              f"fabric UUID {i:x}.1 cliqueId 0x1 state 3 healthMask 0xaa\n"),
+                            nccl_debug.parse_nccl_debug),
+                           ("communicators, each a new node count", lines(lambda i: f"h:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 9 "
+                                                                                    f"nNodes {i} localRanks 1 localRank 0 MNNVL 0\n"),
                             nccl_debug.parse_nccl_debug),
                            ("failed IB transfers, each with a new peer",
                             lines(lambda i: f"h{i}:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.{i}<1> with status=12\n"),

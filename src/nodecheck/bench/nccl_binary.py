@@ -13,6 +13,7 @@ from nodecheck.bench.collective_rows import collective_of, ranks_from_rows
 from nodecheck.bench.common import ABOVE_RING_BOUND, NVLS_NOTE, staged_if_shm
 from nodecheck.bench.lifeline import environment
 from nodecheck.bench.nccl_debug import TOPOLOGY_FILE, attach, debug_env, debug_run, read_topology
+from nodecheck.bench.nccl_mnnvl import ran_mnnvl_across_nodes
 from nodecheck.bench.nccl_tests import failed_check, parse_nccl_log
 from nodecheck.bench.nccl_tests_job import not_one_job
 from nodecheck.core.errors import NodecheckError
@@ -116,8 +117,7 @@ def measurement_from_log(log, report: Report, path: str, method: str, config=Non
         details["data_check"] = check
     across = _across_nodes(log, run, report, nodes, span)
     if across:
-        over_nvlink = run is not None and bool(run.inter_node_transports) and all(
-            t.startswith(("P2P", "NVLS")) for t in run.inter_node_transports)  # MNNVL: NCCL's P2P between nodes
+        over_nvlink = run is not None and ran_mnnvl_across_nodes(run)
         spanned = _nodes_of(log, run, nodes)
         ranks = _job_ranks(span, spanned, len(report.gpus))
         spec, kind, basis = _network_bound(report, config, collective, ranks, spanned, over_nvlink, span)

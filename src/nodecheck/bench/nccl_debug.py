@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from nodecheck.bench.nccl_interleaved import split_record
+from nodecheck.bench.nccl_mnnvl import note_mnnvl
 from nodecheck.bench.nccl_tests import DEVICE_LINE, LAUNCHER_PREFIX
 from nodecheck.core.errors import ParseError, ProbeFailed
 from nodecheck.core.limits import MAX_COMMAND_OUTPUT
@@ -85,6 +86,7 @@ def parse_nccl_debug(text: str) -> NcclRun:
     header_nodes: dict[str, None] = {}  # nccl-tests' "# Rank N ... on HOST": the same machines, maybe spelled otherwise
     nvls_channels: list[int] = []
     comms: dict[int, dict[str, set[int]]] = {}  # a communicator's size -> per host, the ranks its lines name
+    fabric_seen: set = set()  # (host, bus id) of the GPUs whose fabric NCCL's lines gave
     for raw in text.splitlines():
         line = LAUNCHER_PREFIX.sub("", raw.rstrip("\r"))
         if split := split_record(line):  # an nccl-tests row's piece, then a record: the record, its host unglued
@@ -109,7 +111,8 @@ def parse_nccl_debug(text: str) -> NcclRun:
                 if len(warnings) < MAX_WARNINGS:
                     warnings.setdefault(body, None)
                 continue
-            _read_info(body, host or "", run, inter, intra, net_names, nvls_channels, comms)
+            if not note_mnnvl(run, host or "", body, fabric_seen):
+                _read_info(body, host or "", run, inter, intra, net_names, nvls_channels, comms)
     if run.nccl_lines == 0:
         raise ParseError("no NCCL debug line (host:pid:tid [dev] NCCL INFO ...): run with NCCL_DEBUG=INFO")
     run.inter_node_transports, run.intra_node_transports = sorted(inter), sorted(intra)

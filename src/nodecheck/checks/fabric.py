@@ -79,14 +79,18 @@ def _judge(subject: str, fabric) -> list[Finding]:
     return _health(subject, fabric)
 
 
+def is_grave(conditions: list[str]) -> bool:
+    """Whether fabric health conditions put NVLink traffic at risk (an error), not only its bandwidth (a warning)."""
+    return any(c in GRAVE or c.startswith("incorrect configuration") for c in conditions)
+
+
 def _health(subject: str, fabric) -> list[Finding]:
     conditions = list(fabric.health)
     if fabric.health_summary in ("unhealthy", "limited_capacity"):
         conditions.insert(0, fabric.health_summary.replace("_", " "))
     if not conditions:
         return []
-    grave = fabric.health_summary == "unhealthy" or any(c in GRAVE or c.startswith("incorrect configuration")
-                                                          for c in conditions)
+    grave = fabric.health_summary == "unhealthy" or is_grave(conditions)
     advice = (f"NVLink traffic through the fabric is at risk: {WHERE_TO_LOOK}, and `nvidia-smi nvlink -s`" if grave else
               "NVLink bandwidth may be below spec until it recovers: `nvidia-smi nvlink -s`; the bandwidth tests judge it")
     return [Finding("gpu_fabric_unhealthy", "error" if grave else "warning", subject,

@@ -64,6 +64,34 @@ NCCL_IB_ERROR = Kind("nccl_ib_error", "fabric", "NCCL IB transfers failed: {meas
          "Bootstrap or OOB lines name it), the host (and HCA) that failed with several peers or logged a local error, or "
          "`host -> peer` for one connection; measured `status N (name) xCOUNT`. Each record is in `details.nccl.ib_errors`"),
     ))
+NCCL_FABRIC_NOT_READY = Kind("nccl_fabric_not_ready", "fabric", "{subject} NVLink fabric {measured}",
+    doc=(
+        ("error",
+         "the log's `MNNVL busId ... state S` line (NCCL 2.20 on: what NVML's fabric info told it at init) gives a GPU's "
+         "NVLink fabric registration as not started (1), in progress (2) or a state this nodecheck does not know: that GPU "
+         "takes no part in NVLink peer traffic, and NCCL keeps multi-node NVLink off for every communicator with it in "
+         "(src/mnnvl.cc), so their traffic between nodes takes the network; subject the host, measured its GPUs' bus ids "
+         "and the state. Each GPU's reading is in `details.nccl.fabric`"),
+    ))
+NCCL_FABRIC_UNHEALTHY = Kind("nccl_fabric_unhealthy", "fabric", "{subject} NVLink fabric {measured}",
+    doc=(
+        ("error, warning",
+         "the `healthMask` of a registered GPU's `MNNVL busId` line raises a fabric health condition (NVML's "
+         "NVML_GPU_FABRIC_HEALTH_MASK_* bits, two per condition: 1 raised, 2 not, 0 not reported; 0xaa, every "
+         "condition not raised, is healthy): an unhealthy route, an incorrect configuration or a disconnected global "
+         "fabric manager is an error, degraded bandwidth or a recovery in progress a warning, as for the node's own "
+         "`gpu_fabric_unhealthy`; subject the host"),
+    ))
+NCCL_MNNVL_OFF = Kind("nccl_mnnvl_off", "fabric", "NCCL {measured}",
+    doc=(
+        ("warning",
+         "a communicator across nodes printed `MNNVL 0` (\"comm ... nNodes 2 ... MNNVL 0\") while the log's GPUs on two "
+         "hosts or more all report one NVLink domain and clique (one non-zero fabric UUID), each registered: its traffic "
+         "between the nodes took the network instead of NVLink. The cause the log holds is named: the run's "
+         "`NCCL_MNNVL_ENABLE=0`, `NCCL_CUMEM_ENABLE=0` (MNNVL needs cuMem), `NCCL_P2P_DISABLE=1` or `NCCL_P2P_LEVEL=LOC`; "
+         "else NCCL's other conditions (the driver's fabric handles, IMEX). GPUs in several domains or cliques (a job "
+         "across racks or partitions), or fabric lines from one host only, are no finding"),
+    ))
 NCCL_SETTING = Kind("nccl_setting", "fabric", "NCCL run took {measured}",
     doc=(
         ("warning",
@@ -77,5 +105,5 @@ NCCL_SETTING = Kind("nccl_setting", "fabric", "NCCL run took {measured}",
     ))
 
 CHECK = Check((NCCL_SOCKET_FALLBACK, NCCL_NO_GDR, NCCL_P2P_DISABLED, NCCL_RAIL_MISMATCH, NCCL_WARNING, NCCL_IB_ERROR,
-               NCCL_SETTING),
+               NCCL_FABRIC_NOT_READY, NCCL_FABRIC_UNHEALTHY, NCCL_MNNVL_OFF, NCCL_SETTING),
               made_by="an NCCL run", unknown=no_nccl_run)

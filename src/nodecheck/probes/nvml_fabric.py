@@ -79,6 +79,14 @@ _INCORRECT_CONFIGURATION = {2: "incorrect system GUID", 3: "incorrect chassis se
 _FABRIC_SUMMARY = {1: "healthy", 2: "unhealthy", 3: "limited_capacity"}  # NVML_GPU_FABRIC_HEALTH_SUMMARY_*; 0 not said
 
 
+def health_conditions(mask: int) -> list[str]:
+    """The conditions a GPU's fabric health mask raises (NVML_GPU_FABRIC_HEALTH_MASK_*: two bits each, 1 raised, 2
+    not; 0 not reported; four bits of incorrect configuration at shift 8): 0xaa, every condition "not", is healthy."""
+    health = [name for shift, raised, name in _FABRIC_CONDITIONS if (mask >> shift) & 0x3 == raised]
+    incorrect = _INCORRECT_CONFIGURATION.get((mask >> 8) & 0xF)
+    return health + ([f"incorrect configuration: {incorrect}"] if incorrect else [])
+
+
 def parse_fabric(index: int, refused: str | None, raw: dict | None) -> dict | None:
     """{state, status, clique_id, cluster_uuid, health_summary, health} from a dump_fabric() answer: the state
     by name (FABRIC_STATES, or "unknown (N)"); the status (NVML's words) only once the state is completed, as
@@ -103,10 +111,7 @@ def parse_fabric(index: int, refused: str | None, raw: dict | None) -> dict | No
     status = None
     if named == "completed" and values["status"] is not None:
         status = "Success" if values["status"] == 0 else text[:80] if isinstance(text, str) and text else f"NVML error {values['status']}"
-    mask = values["health_mask"] or 0
-    health = [name for shift, raised, name in _FABRIC_CONDITIONS if (mask >> shift) & 0x3 == raised]
-    incorrect = _INCORRECT_CONFIGURATION.get((mask >> 8) & 0xF)
-    health += [f"incorrect configuration: {incorrect}"] if incorrect else []
+    health = health_conditions(values["health_mask"] or 0)
     return {"state": named, "status": status, "clique_id": values["clique_id"],
             "cluster_uuid": "-".join((uuid[:8], uuid[8:12], uuid[12:16], uuid[16:20], uuid[20:])) if uuid and uuid.strip("0") else None,
             "health_summary": _FABRIC_SUMMARY.get(values["health_summary"]), "health": health}

@@ -105,6 +105,26 @@ def measurement_tables(console: Console, report: Report) -> None:
 
 
 
+def _fabric_line(run) -> str:
+    """NCCL's reading of its GPUs' NVLink fabric and whether its communicators ran multi-node NVLink, in one line."""
+    count = len(run.fabric), len({e["host"] for e in run.fabric})
+    gpus, hosts = (f"{n} {word}{'' if n == 1 else 's'}" for n, word in zip(count, ("GPU", "host"), strict=True))
+    domains = {(e["uuid"], e["clique_id"]) for e in run.fabric}
+    if not domains:
+        where = "no GPU's fabric line"
+    elif len(domains) > 1:
+        where = f"{gpus} on {hosts} in {len(domains)} NVLink domains or cliques"
+    else:
+        uuid, clique = next(iter(domains))
+        where = (f"{gpus} on {hosts}, " + (f"NVLink domain {uuid} clique 0x{clique:x}" if uuid else
+                                                        "in no multi-node NVLink domain (fabric UUID 0.0)"))
+    pending = sum(1 for e in run.fabric if e["state"] != 3)
+    said = {on for _, on in run.comm_mnnvl}
+    mnnvl = {frozenset({1}): "on", frozenset({0}): "off", frozenset({0, 1}): "on in some communicators"}.get(frozenset(said), "-")
+    return (f"NVLink fabric: {where}" + (f", {pending} not registered" if pending else "")
+            + f"  (multi-node NVLink: {mnnvl})")
+
+
 def nccl_run_lines(run, findings, where: str, verdict_above: bool = False, not_judged: str | None = None) -> list[str]:
     """`nodecheck nccl-log` as text: what NCCL did, then what is wrong with it on `where` (verdict_above: the
     bandwidth verdict was printed before, so no second "nothing wrong" may contradict it; not_judged: why the log was
@@ -121,6 +141,8 @@ def nccl_run_lines(run, findings, where: str, verdict_above: bool = False, not_j
              f"between nodes: {listed(run.inter_node_transports)}  (GPUDirect RDMA: {gdr})",
              f"inside a node: {listed(run.intra_node_transports)}  (NVLS: {nvls})",
              f"NCCL WARN lines: {run.warning_count}"]
+    if run.fabric or run.comm_mnnvl:
+        lines.insert(-1, _fabric_line(run))
     if run.separate_hosts:
         lines.insert(1, f"separate jobs, no communicator across the hosts: {run.separate_hosts}")
     if run.settings:

@@ -12,6 +12,7 @@ from nodecheck.core.units import first_of
 from nodecheck.report.findings import Finding
 from nodecheck.verdicts.nccl_gdr import gdr_finding
 from nodecheck.verdicts.nccl_ib_errors import ib_error_findings
+from nodecheck.verdicts.nccl_mnnvl import mnnvl_findings
 
 MAX_HOSTS, MAX_NET_DEVICES, MAX_SETTINGS, MAX_IB_ERRORS, MAX_BUS_IDS = 1024, 64, 64, 64, 256
 
@@ -56,6 +57,11 @@ class NcclRun:
     # the bus id of each rank's GPU as NCCL's Init lines print it ("... cudaDev 0 nvmlDev 0 busId 1c000 commId ..."),
     # distinct, at most MAX_BUS_IDS: which node's GPUs the log is of
     bus_ids: list[str] = field(default_factory=list)
+    # NCCL's reading of each rank's GPU fabric ("MNNVL busId 0x801000 fabric UUID u0.u1 cliqueId 0x2786 state 3 healthMask
+    # 0xaa", bench.nccl_mnnvl): {host, bus_id, uuid (null: 0.0, no multi-node NVLink domain), clique_id, state,
+    # health_mask}, one per host and bus id, at most 1024; and each communicator's [nNodes, MNNVL] ("... MNNVL 0"), distinct
+    fabric: list[dict] = field(default_factory=list)
+    comm_mnnvl: list[list[int]] = field(default_factory=list)
 
 
 MAX_QUOTED = 10  # NCCL warnings turned into findings, each quoted; the rest counted in the last
@@ -118,7 +124,7 @@ def nccl_findings(run: NcclRun, report) -> list:
         named = {f.subject for f in report.findings if f.kind == "roce_gid_unroutable"}
         findings += [f for f in roce_gid_findings(report, settings=run.settings, where="the NCCL run's environment")
                      if f.subject not in named]
-    findings += ib_error_findings(run.ib_errors, run.addresses)
+    findings += ib_error_findings(run.ib_errors, run.addresses) + mnnvl_findings(run)
     for text in run.warnings[:MAX_QUOTED]:
         findings.append(Finding("nccl_warning", "warning", "nccl", "NCCL WARN", "none", f"NCCL WARN {text}"[:500]))
     unquoted = run.warning_count - run.ib_error_lines - MAX_QUOTED  # the IB errors are said in their own finding
@@ -246,6 +252,9 @@ _SHAPES = {
     "bus_ids": lambda v: _strings(v) and len(v) <= MAX_BUS_IDS and all(len(x) <= 16 for x in v),
     "shm_pairs": lambda v: isinstance(v, list) and len(v) <= MAX_NET_DEVICES and all(
         isinstance(p, list) and len(p) == 2 and all(isinstance(g, str) and len(g) <= 16 for g in p) for p in v),
+    "fabric": lambda v: isinstance(v, list) and len(v) <= 1024 and all(_fabric_entry(e) for e in v),
+    "comm_mnnvl": lambda v: isinstance(v, list) and len(v) <= 16 and all(
+        isinstance(p, list) and len(p) == 2 and all(type(x) is int and 0 <= x < 1 << 24 for x in p) for p in v),
     "addresses": lambda v: isinstance(v, dict) and len(v) <= MAX_HOSTS and all(
         isinstance(k, str) and isinstance(x, str) and len(k) <= 80 and len(x) <= 255 for k, x in v.items()),
 }
@@ -258,6 +267,14 @@ def _ib_error(entry) -> bool:
             and all(entry[k] is None or (isinstance(entry[k], str) and len(entry[k]) <= 80) for k in ("peer", "hca"))
             and type(entry["status"]) is int and 0 <= entry["status"] < 10_000 and type(entry["count"]) is int
             and entry["count"] > 0)
+
+
+def _fabric_entry(entry) -> bool:
+    """One GPU's fabric reading of a Report read from a file (untrusted): its exact shape."""
+    return (isinstance(entry, dict) and set(entry) == {"host", "bus_id", "uuid", "clique_id", "state", "health_mask"}
+            and isinstance(entry["host"], str) and len(entry["host"]) <= 255 and isinstance(entry["bus_id"], str)
+            and len(entry["bus_id"]) <= 16 and (entry["uuid"] is None or isinstance(entry["uuid"], str) and len(entry["uuid"]) <= 33)
+            and all(type(entry[k]) is int and 0 <= entry[k] < 1 << 32 for k in ("clique_id", "state", "health_mask")))
 
 
 def nccl_run_from_details(data) -> NcclRun | None:
