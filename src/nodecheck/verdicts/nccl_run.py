@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
+from nodecheck.assemble.nvlinks import nvlink_pairs
 from nodecheck.checks.nccl_conf import DISABLING, hca_shortfall
 from nodecheck.checks.roce import roce_gid_findings
 from nodecheck.core.link_types import link_family, nccl_reach
@@ -145,7 +146,7 @@ def _shm_where_p2p_is_due(run: NcclRun, report) -> str | None:
     """The GPUs an SHM channel joined although NVLink or a PCIe switch links them on the node ("gpu6 and gpu7 (NV18)"),
     or None. A pair whose P2P NVML says it does not support (GeForce boards: `nvidia-smi topo -p2p r`) is no finding.
     A log whose SHM lines name no GPUs (NCCL before 2.7) is held against the node's closest link."""
-    links = {frozenset((l.a, l.b)): l.type for l in report.links if isinstance(l.a, int) and isinstance(l.b, int)}
+    links = nvlink_pairs(report)
     due_over = _p2p_reach(run.settings)
     if not run.shm_pairs:
         near = [t for t in links.values() if link_family(t) in due_over]
@@ -155,7 +156,7 @@ def _shm_where_p2p_is_due(run: NcclRun, report) -> str | None:
         ga, gb = _local_gpu(a, report.gpus), _local_gpu(b, report.gpus)
         if ga is None or gb is None or ga is gb:
             continue
-        kind = links.get(frozenset((ga.index, gb.index)))
+        kind = links.get(tuple(sorted((ga.index, gb.index))))
         if not kind or link_family(kind) not in due_over or _no_p2p(ga, gb) or _no_p2p(gb, ga):
             continue
         said = f"gpu{min(ga.index, gb.index)} and gpu{max(ga.index, gb.index)} ({kind})"
