@@ -87,7 +87,10 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
             lines.append(f"  {device}: NVSwitch SXid {code} {switch.name or '(not in the catalog)'} x{n} ({switch.klass})")
             continue
         entry = xid_entry(code)
-        lines.append(f"  {device}: Xid {code} {entry.name} x{n} ({'drain' if (kind, pci, code) in drains else 'watch'})")
+        asked = [a for e in log.events if (e.kind, e.pci, e.code) == (kind, pci, code) and (a := recovery_asked(e))]
+        what = ("drain" if (kind, pci, code) in drains else  # Xid 154: its last line's action is what the driver asks now
+                f"the driver asks: {asked[-1][1]}" if asked and asked[-1][0] else "the driver asks nothing now" if asked else "watch")
+        lines.append(f"  {device}: Xid {code} {entry.name} x{n} ({what})")
     return lines
 
 

@@ -308,7 +308,7 @@ def test_nvml_reading_no_action_now_outranks_the_logs_last_154():
 
 def test_an_xid_154_whose_words_are_not_read_is_watched():
     (finding,) = judged([xid_line(154, tail="GPU recovery action changed")])[1]
-    assert (finding.severity, finding.measured) == ("warning", "Xid 154 not in nodecheck's catalog")
+    assert (finding.severity, finding.measured) == ("warning", "Xid 154 GPU Recovery Action Changed")
 
 
 def test_kernel_log_json_says_each_154_by_the_action_it_changes_to(tmp_path):
@@ -317,6 +317,10 @@ def test_kernel_log_json_says_each_154_by_the_action_it_changes_to(tmp_path):
                               xid_line(154, 95.0, tail=RECOVERY_NONE)]) + "\n")
     document = json.loads(cli("kernel-log", str(log), "--json").stdout)
     assert [(e["xid"], e["severity"]) for e in document["events"]] == [(79, "error"), (154, "error"), (154, "info")]
+    text = cli("kernel-log", str(log)).stdout  # the summary says what the last 154 asks, not the row's watch
+    assert "Xid 154 GPU Recovery Action Changed x2 (the driver asks nothing now)" in text
+    log.write_text(xid_line(154, 91.0, tail=RECOVERY_RESET) + "\n")
+    assert "x1 (the driver asks: " in cli("kernel-log", str(log)).stdout
 
 
 def test_a_users_own_page_faults_do_not_drain_but_a_gpu_reset_asked_does():

@@ -109,7 +109,7 @@ def test_the_catalog_drains_what_the_issue_lists_and_watches_the_rest():
     110, 136, 151, 155, 156, 158), which were watched as Xids nodecheck had no row for."""
     catalog_reset = [46, 54, 109, 110, 136, 151, 155, 156, 158]
     drain = [48, 62, 64, 74, 79, 92, 95, 119, 120, 140, 143, *range(144, 151), *catalog_reset, 167, 169, 171, 172]
-    watch = [13, 31, 43, 45, 63, 94, 121, 137]
+    watch = [13, 31, 43, 45, 63, 94, 121, 137, 154]
     assert [xid_entry(code).action for code in drain] == ["drain"] * len(drain)
     assert [xid_entry(code).action for code in watch] == ["watch"] * len(watch)
     assert sorted(drain + watch) == listed_codes()
