@@ -105,6 +105,14 @@ def measurement_tables(console: Console, report: Report) -> None:
 
 
 
+def _over_nvlink(run) -> list[str]:
+    """The P2P transports over the NVLink fabric ("P2P/MNNVL") of a run whose communicators crossed nodes on it: NCCL's
+    channels between the nodes' GPUs, as between one node's."""
+    from nodecheck.bench.nccl_mnnvl import ran_mnnvl_across_nodes
+
+    return [t for t in run.intra_node_transports if "MNNVL" in t] if ran_mnnvl_across_nodes(run) else []
+
+
 def _fabric_line(run) -> str:
     """NCCL's reading of its GPUs' NVLink fabric and whether its communicators ran multi-node NVLink, in one line."""
     count = len(run.fabric), len({e["host"] for e in run.fabric})
@@ -138,7 +146,7 @@ def nccl_run_lines(run, findings, where: str, verdict_above: bool = False, not_j
     lines = [f"NCCL {run.nccl_version or '(version not in the log)'} on {nodes}: {listed(run.nodes[:8])}"
              + (" ..." if len(run.nodes) > 8 else ""),
              f"network: {run.network or '-'}  HCAs: {listed(run.ib_devices)}  socket interfaces: {listed(run.socket_ifaces)}",
-             f"between nodes: {listed(run.inter_node_transports)}  (GPUDirect RDMA: {gdr})",
+             f"between nodes: {listed(run.inter_node_transports + _over_nvlink(run))}  (GPUDirect RDMA: {gdr})",
              f"inside a node: {listed(run.intra_node_transports)}  (NVLS: {nvls})",
              f"NCCL WARN lines: {run.warning_count}"]
     if run.fabric or run.comm_mnnvl:

@@ -112,7 +112,9 @@ def two_trays(comm: str, second_uuid: str = "a44167d15423d758.7d6b24c07d32e7b3")
 
 
 def test_a_job_across_trays_of_one_domain_kept_off_mnnvl_is_named_with_its_cause():
-    assert judged(two_trays("MNNVL 1"))[1] == []
+    run, findings = judged(two_trays("MNNVL 1"))
+    assert findings == [] and "between nodes: P2P/MNNVL  (GPUDirect RDMA: -)" in nccl_run_lines(run, [], "this node")
+    assert "between nodes: -  (GPUDirect RDMA: -)" in nccl_run_lines(parse_nccl_debug(text_of(TRAY)), [], "this node")  # one tray
     cumem_off = two_trays("MNNVL 0").replace("NCCL_CUMEM_ENABLE set by environment to 1.", "NCCL_CUMEM_ENABLE set by environment to 0.")
     run, findings = judged(cumem_off)
     assert run.comm_mnnvl == [[2, 0]]
