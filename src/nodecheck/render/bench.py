@@ -149,7 +149,7 @@ def nccl_run_lines(run, findings, where: str, verdict_above: bool = False, not_j
              f"between nodes: {listed(run.inter_node_transports + _over_nvlink(run))}  (GPUDirect RDMA: {gdr})",
              f"inside a node: {listed(run.intra_node_transports)}  (NVLS: {nvls})",
              f"NCCL WARN lines: {run.warning_count}"]
-    if run.fabric or run.comm_mnnvl:
+    if run.fabric or any(on for _, on in run.comm_mnnvl):  # "MNNVL 0" alone: any node without an NVLink fabric
         lines.insert(-1, _fabric_line(run))
     if run.separate_hosts:
         lines.insert(1, f"separate jobs, no communicator across the hosts: {run.separate_hosts}")

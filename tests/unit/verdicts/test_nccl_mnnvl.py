@@ -44,6 +44,17 @@ def test_a_gb200_tray_on_mnnvl_is_read_and_healthy():
                                 "clique 0x2786  (multi-node NVLink: on)")
 
 
+def test_no_fabric_line_for_a_node_without_one():
+    """A g5's log (A10G, no NVLink: ../shared's nccl2234 capture) prints "MNNVL 0" in every communicator line: no
+    fabric line, no finding from it."""
+    from helpers import PUBLIC, need
+
+    run = parse_nccl_debug(need(PUBLIC / "nccl-debug" / "2node-g5-efa-aws-libfabric-gdr-disabled-nccl2234.txt").read_text())
+    assert run.comm_mnnvl == [[2, 0]] and run.fabric == []
+    assert not any(line.startswith("NVLink fabric") for line in nccl_run_lines(run, [], "this node"))
+    assert not [f for f in nccl_findings(run, Report.from_dict({})) if "mnnvl" in f.kind or "fabric" in f.kind]
+
+
 def test_mnnvl_off_on_one_node_is_no_finding():
     """nccl#2303 run B: NCCL_MNNVL_ENABLE=0 on one tray. NCCL asks for MNNVL only across nodes (src/init.cc: nNodes > 1)."""
     run, findings = judged(text_of("nccl2303-gb200-tray-mnnvl-enable-0.txt"))
