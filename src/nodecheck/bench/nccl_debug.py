@@ -44,8 +44,10 @@ _OFI_PROVIDER = re.compile(r"^NET/OFI Selected [Pp]rovider is ([A-Za-z0-9_;.-]{1
 # What NCCL prints after its "host:pid:tid [dev] NCCL INFO" head, as a paste that lost the head has it (a grep, a
 # README's excerpt): read as NCCL's own lines only where the whole text holds no headed line at all
 _BARE = re.compile(r"^(?:NET/OFI |NET/IB ?: |NET/Socket ?: |NET/Plugin|Using network |Channel \d{1,4}/\d{1,4} : \d|NCCL version \d)")
-# a parameter NCCL took from its environment, where /etc/nccl.conf's values land too (src/misc/param.cc)
-_SET_BY = re.compile(r"^(NCCL_[A-Z0-9_]{1,64}) set by environment to (.{0,128})$")
+# a parameter NCCL took from its environment, where /etc/nccl.conf's values land too (src/misc/param.cc: "NCCL_PROTO set
+# by environment to simple"); the HCA and interface selections say it shorter (src/transport/net_ib/init.cc: "NCCL_IB_HCA
+# set to mlx5_2:1,mlx5_0:1", src/misc/socket.cc: "NCCL_SOCKET_IFNAME set to eth0")
+_SET_BY = re.compile(r"^(NCCL_[A-Z0-9_]{1,64}) set (?:by environment )?to (.{0,128})$")
 _NVLS_CHANNELS = re.compile(r"\b(\d+) nvls channels\b")
 _NVLS_UNAVAILABLE = re.compile(r"NVLS (?:multicast support is not available|disabled)", re.I)
 _NVLS_IN_USE = re.compile(r"\bNVLS (?:comm|multicast support is available)", re.I)

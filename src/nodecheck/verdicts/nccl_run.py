@@ -119,8 +119,8 @@ def nccl_findings(run: NcclRun, report) -> list:
     shortfall = hca_shortfall(report, run.settings.get("NCCL_IB_HCA"))
     if shortfall and run.settings.get("NCCL_IB_HCA") != (report.nccl_conf() or {}).get("NCCL_IB_HCA"):  # else nccl_config
         findings.append(Finding("nccl_setting", "warning", "nccl", f"NCCL_IB_HCA={shortfall[0][:40]}", shortfall[1],
-                                f"the NCCL run took {shortfall[2]} (from its environment: the job's); its bandwidth is "
-                                "judged against the rails it selects, so a slow job can pass here"))
+                                f"the NCCL run took its NCCL_IB_HCA from its environment (the job's): {shortfall[2]}; its "
+                                "bandwidth is judged against the rails it selects, so a slow job can pass here"))
     if any(name in run.settings for name in GID_SETTINGS):  # the job pinned how NCCL picks its RoCE GID
         named = {f.subject for f in report.findings if f.kind == "roce_gid_unroutable"}
         findings += [f for f in roce_gid_findings(report, settings=run.settings, where="the NCCL run's environment")

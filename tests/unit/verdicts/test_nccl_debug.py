@@ -273,6 +273,21 @@ def test_a_job_selecting_fewer_rails_than_the_node_has_is_said(tmp_path):
             if f.kind == "nccl_setting"] == []
 
 
+def test_the_hca_selection_nccl_printed_is_read_from_a_published_log(tmp_path):
+    """NCCL prints the job's HCA selection shorter than its other parameters (src/transport/net_ib/init.cc: "NCCL_IB_HCA
+    set to %s", not "... set by environment to"): nccl-tests#228's eight ranks took mlx5_2:1,mlx5_0:1. The selection was
+    never read from a real log, so the shortfall above could not be said of one; held against the eight-rail HGX node
+    it is."""
+    text = (REPO / "tests" / "fixtures" / "nccl-debug" / "nccltests228-ib-hca-set-to-two-hcas.txt").read_text()
+    run = parse_nccl_debug(text)
+    assert run.settings == {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "mlx5_2:1,mlx5_0:1"}
+    (finding,) = [f for f in nccl_findings(run, hgx_h100_with_ndr(tmp_path)) if f.kind == "nccl_setting"]
+    assert (finding.measured, finding.expected) == ("NCCL_IB_HCA=mlx5_2:1,mlx5_0:1", "every rail (8)")
+    assert "took its NCCL_IB_HCA from its environment (the job's): NCCL_IB_HCA=mlx5_2:1,mlx5_0:1 leaves out mlx5_1," in finding.message
+    socket = parse_nccl_debug("h:1:1 [0] NCCL INFO NCCL_SOCKET_IFNAME set to eth0\n")  # src/misc/socket.cc's form
+    assert socket.settings == {"NCCL_SOCKET_IFNAME": "eth0"}
+
+
 def test_shm_is_judged_per_pair_of_gpus(tmp_path):
     """NCCL takes P2P up to PXB and SHM past it (src/graph/paths.cc). nccl#1817's 8x L20 (PCIe-switch pairs): SHM
     1->2, 3->4, 5->6 and 7->0, between the pairs, as NCCL's defaults do. Held against the published 4x A30 node (NV4
