@@ -32,7 +32,7 @@ _HOSTNAME = re.compile(r"[\w.-]*[A-Za-z_-]")  # a host name holds a letter, '-' 
 _STAMP = re.compile(r"\[?(?:\d{4}-\d{2}-\d{2}(?:T[\d:.,]+(?:Z|[+-]\d{2}:?\d{2})?)?|\d{10,13}|\d{2}:\d{2}:\d{2}(?:[.,]\d+)?Z?)\]?|\[\d+\]")
 _VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
 _NETWORK = re.compile(r"^Using (?:internal )?[Nn]etwork (\S.*)$")  # NCCL 2.3: "Using internal Network Socket"
-_SOCKET = re.compile(r"^(?:Bootstrap|NET/Socket) : Using (.*)$")
+_SOCKET = re.compile(r"^(?:Bootstrap ?|NET/Socket ): Using (.*)$")  # NCCL 2.24.3 on: "Bootstrap: Using eth0:10.0.0.1<0>"
 _IB = re.compile(r"^NET/(IB\S*) : Using (.*)$")
 _IB_DEVICE = re.compile(r"\[(\d+)\]([A-Za-z0-9_.-]+:\d+)")  # [index]HCA:port
 # "Channel 00/0 : 0[0] -> 1[1] via P2P/IPC"; NCCL before 2.7 printed "Ring 00 : 15 -> 0 [send] via NET/Socket/0"
@@ -43,7 +43,7 @@ _BUS_ID = re.compile(r"\bbusId ([0-9a-fA-F]{1,16})\b")  # after "rank R nranks N
 _OFI_PROVIDER = re.compile(r"^NET/OFI Selected [Pp]rovider is ([A-Za-z0-9_;.-]{1,40})")
 # What NCCL prints after its "host:pid:tid [dev] NCCL INFO" head, as a paste that lost the head has it (a grep, a
 # README's excerpt): read as NCCL's own lines only where the whole text holds no headed line at all
-_BARE = re.compile(r"^(?:NET/OFI |NET/IB ?: |NET/Socket ?: |NET/Plugin|Using network |Channel \d{1,4}/\d{1,4} : \d|NCCL version \d)")
+_BARE = re.compile(r"^(?:NET/OFI |NET/IB ?: |NET/Socket ?: |NET/Plugin|Using network |Channel \d{1,4}/\d{1,4} : \d|NCCL version \d|MNNVL busId 0x|Bootstrap ?: Using )")
 # a parameter NCCL took from its environment, where /etc/nccl.conf's values land too (src/misc/param.cc: "NCCL_PROTO set
 # by environment to simple"); the HCA and interface selections say it shorter (src/transport/net_ib/init.cc: "NCCL_IB_HCA
 # set to mlx5_2:1,mlx5_0:1", src/misc/socket.cc: "NCCL_SOCKET_IFNAME set to eth0")

@@ -67,6 +67,19 @@ def test_a_local_protection_error_names_the_reporting_node_and_acs():
     assert finding.subject == "kolyoz2" and "10.0.35.1 (kolyoz1)" in finding.message
 
 
+def test_a_peer_is_named_by_the_bootstrap_line_of_nccl_2_24_on():
+    """NCCL 2.24.3 prints "Bootstrap: Using enp3s0:10.42.0.4<0>" (no space before the colon; before: "Bootstrap :
+    Using"). nccl-tests#284's two hosts (NCCL 2.25.1): both interfaces and addresses are read, so a failed transfer to
+    10.42.0.4 (nccl#1405's line, re-addressed) names agzen-master; before, only the worker's NET/Socket line was."""
+    start = text_of("nccltests284-bootstrap-2.25-two-hosts-socket.txt")
+    run = parse_nccl_debug(start)
+    assert run.socket_ifaces == ["enp3s0", "eno2"]
+    assert run.addresses == {"10.42.0.4": "agzen-master", "10.42.0.2": "agzen-worker"}
+    failed = text_of("nccl1405-ib-status12-recv-one-peer.txt").replace("10.216.210.236", "10.42.0.4")
+    finding = only_ib_error(judged(start + failed.replace("kp-ddp-worker-0:", "agzen-worker:"))[1])
+    assert "10.42.0.4 (agzen-master)" in finding.message
+
+
 def test_the_shared_end_of_many_failed_connections():
     """nccl#1405's lines as two reporters would print them (a second host's copy) name one peer: the peer is the
     common end. One reporter failing with three peers (its lines re-addressed) is itself the common end."""

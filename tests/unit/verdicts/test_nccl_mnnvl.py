@@ -90,6 +90,15 @@ def test_boards_in_no_nvlink_domain_are_no_finding_across_nodes():
     assert run.comm_mnnvl == [[2, 0]] and len({e["host"] for e in run.fabric}) == 2 and findings == []
 
 
+def test_a_log_without_heads_gives_its_fabric_line():
+    """nccl#1584: rank 0 of an H100 job under PyTorch, every line without NCCL's head (NCCL 2.24.3): its fabric line
+    (UUID 0.0) and its bootstrap interface are read as from a headed log."""
+    run, findings = judged(text_of("nccl1584-no-prefix-h100-fabric-uuid-0.txt"))
+    assert run.fabric == [{"host": "", "bus_id": "1a000", "uuid": None, "clique_id": 0, "state": 3, "health_mask": 0}]
+    assert (run.nccl_version, run.network, run.socket_ifaces) == ("2.24.3", "IBext_v8", ["eth0"])
+    assert len(run.ib_devices) == 8 and findings == []
+
+
 def test_a_gpu_whose_registration_is_not_complete_is_named():
     """nccl#1769's lines with GPU 0x1801000 at state 2 (in progress), as NCCL prints a GPU Fabric Manager has not yet
     registered: an error naming the host and the GPU; NCCL keeps MNNVL off for its communicators, said in the same one."""
