@@ -72,6 +72,7 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
     counts = Counter((e.kind, e.pci, e.code) for e in log.events)
     drains = {(e.kind, e.pci, e.code) for e in log.events  # a code drains where one of its events does (NVLink 5)
               if e.kind == "xid" and xid_entry(e.code).action_of(e.driver_word) == "drain"}
+    last_asked = {(e.kind, e.pci, e.code): asked for e in log.events if (asked := recovery_asked(e))}
     remembered = sum(e.remembered for e in log.events)
     held = (f", {remembered} of them remembered from earlier runs (the ring buffer no longer holds them: dmesg does not "
             "show them)") if remembered else ""
@@ -87,9 +88,9 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
             lines.append(f"  {device}: NVSwitch SXid {code} {switch.name or '(not in the catalog)'} x{n} ({switch.klass})")
             continue
         entry = xid_entry(code)
-        asked = [a for e in log.events if (e.kind, e.pci, e.code) == (kind, pci, code) and (a := recovery_asked(e))]
-        what = ("drain" if (kind, pci, code) in drains else  # Xid 154: its last line's action is what the driver asks now
-                f"the driver asks: {asked[-1][1]}" if asked and asked[-1][0] else "the driver asks nothing now" if asked else "watch")
+        asked = last_asked.get((kind, pci, code))  # Xid 154: its last line's action is what the driver asks now
+        what = ("drain" if (kind, pci, code) in drains else
+                f"the driver asks: {asked[1]}" if asked and asked[0] else "the driver asks nothing now" if asked else "watch")
         lines.append(f"  {device}: Xid {code} {entry.name} x{n} ({what})")
     return lines
 
