@@ -6,10 +6,12 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
+from nodecheck.bench.nccl_mnnvl import ran_mnnvl_across_nodes
 from nodecheck.bench.nccl_tests import check_said
 from nodecheck.core.units import format_figure, format_rate
 from nodecheck.render.table import IDENTITY, SEVERITY_STYLE, TEXT, cell, clean, esc, fitted_table, new_console, render_findings
 from nodecheck.report.model import Report
+from nodecheck.verdicts.nccl_mnnvl import COMPLETED
 
 
 def render_nccl_log(log, name: str, console: Console | None = None) -> None:
@@ -108,8 +110,6 @@ def measurement_tables(console: Console, report: Report) -> None:
 def _over_nvlink(run) -> list[str]:
     """The P2P transports over the NVLink fabric ("P2P/MNNVL") of a run whose communicators crossed nodes on it: NCCL's
     channels between the nodes' GPUs, as between one node's."""
-    from nodecheck.bench.nccl_mnnvl import ran_mnnvl_across_nodes
-
     return [t for t in run.intra_node_transports if "MNNVL" in t] if ran_mnnvl_across_nodes(run) else []
 
 
@@ -126,7 +126,7 @@ def _fabric_line(run) -> str:
         uuid, clique = next(iter(domains))
         where = (f"{gpus} on {hosts}, " + (f"NVLink domain {uuid} clique 0x{clique:x}" if uuid else
                                                         "in no multi-node NVLink domain (fabric UUID 0.0)"))
-    pending = sum(1 for e in run.fabric if e["state"] != 3)
+    pending = sum(1 for e in run.fabric if e["state"] != COMPLETED)
     said = {on for _, on in run.comm_mnnvl}
     mnnvl = {frozenset({1}): "on", frozenset({0}): "off", frozenset({0, 1}): "on in some communicators"}.get(frozenset(said), "-")
     return (f"NVLink fabric: {where}" + (f", {pending} not registered" if pending else "")
