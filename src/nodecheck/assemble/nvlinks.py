@@ -27,6 +27,17 @@ def pair_nvlinks(pairs: dict[tuple[int, int], str], index: int) -> int:
     return sum(nvlink_count(t) or 0 for (a, b), t in pairs.items() if index in (a, b))
 
 
+def gpu_nvlinks_of_pairs(pairs: dict[tuple[int, int], str], index: int, slots: int) -> int:
+    """How many NVLinks `nvidia-smi topo -m`'s NV# pairs give GPU `index`, of the `slots` NVML lists: their sum on a mesh
+    of direct links (a DGX-1's NV1 and NV2 pairs, four H100 at NV6 each); on an NVSwitch board, where every pair reads
+    all of the GPU's links (NV18 to each of seven peers on HGX H100, NV8 on H800 and A800 boards: NVIDIA/nccl#933),
+    so that their sum passes the slots, the largest pair's."""
+    total = pair_nvlinks(pairs, index)
+    if total <= slots:
+        return total
+    return min(slots, max((nvlink_count(t) or 0 for (a, b), t in pairs.items() if index in (a, b)), default=0))
+
+
 def wired_nvlinks(report: Report, config: Config) -> dict[int, tuple[int, str]]:
     """GPU index -> (how many of its NVLinks should be up, what says so), for the GPUs something says it of. NVML
     lists every NVLink slot of the chip and answers NVML_FEATURE_DISABLED for a slot no bridge is wired to as for a
@@ -51,9 +62,9 @@ def wired_nvlinks(report: Report, config: Config) -> dict[int, tuple[int, str]]:
         if config.nvlinks_per_gpu:
             said.append((config.nvlinks_per_gpu, "[gpus] nvlinks_per_gpu"))
         for links, where in ((config.links, "the config's [links]"), (pairs, "`nvidia-smi topo -m`")):
-            total = pair_nvlinks(links, gpu.index)
+            total = gpu_nvlinks_of_pairs(links, gpu.index, slots)
             if total and slots:
-                said.append((min(total, slots), f"{where} NV# pairs"))
+                said.append((total, f"{where} NV# pairs"))
         board = nvlink_board(gpu.name)
         bridged = (board or {}).get("bridged_links")
         if bridged and active:

@@ -6,7 +6,7 @@ PCIe/NVL with its 3 bridges has links 4, 5, 10, 11, 16, 17 inactive by design (A
 A100 80GB PCIe without a bridge reports all 12 links down (NVIDIA/NVSentinel#1481, DCGM's false NVLINK_DOWN)."""
 
 import pytest
-from helpers import A100_SXM4, h100_nvml_records, hgx_nvml, make_snapshot
+from helpers import A100_SXM4, PUBLIC, h100_nvml_records, hgx_nvml, make_snapshot, need
 
 from nodecheck.assemble.paths import pair_spec
 from nodecheck.config import Config
@@ -81,6 +81,27 @@ def test_an_hgx_gpu_whose_links_all_went_down_is_still_an_error(tmp_path):
     """No bridges on an SXM board: a GPU with none of its 18 links up, beside siblings with 18, is broken."""
     report = report_of(tmp_path, hgx_nvml(inactive={5: list(range(18))}), topo="hgx-h100-8gpu-8nic-sglang30401.txt")
     assert nvlink_findings(report) == [("nvlink_inactive", "gpu5", "error", 0, 18)]
+
+
+@pytest.mark.parametrize("model,slots", [("NVIDIA H800", 18), ("NVIDIA A800-SXM4-80GB", 12)])
+def test_an_nv8_switch_board_is_not_drained_for_the_slots_its_chip_lists(tmp_path, model, slots):
+    """H800 and A800 boards wire 8 NVLinks per GPU to their NVSwitches (400 GB/s bidirectional), and `topo -m` reads
+    NV8 to each peer (NVIDIA/nccl#933's H800 rows). Summed over seven peers, 56 NVLinks passed the slots the chip lists,
+    so every GPU with its 8 up read "8 of 18 (or 12) active", an error that drained the node. On a switch board a
+    pair's NV# is all of the GPU's links: 8 should be up, and a GPU with 7 is still named. The HGX H100 topology
+    sglang#30401 published, with NV18 turned NV8 as on nccl#933's board."""
+    topo = need(PUBLIC / "topo" / "hgx-h100-8gpu-8nic-sglang30401.txt").read_text().replace("NV18", "NV8")
+    arch = 9 if "H800" in model else 8
+    down = {i: list(range(8, slots)) for i in range(8)}
+    snapshot = make_snapshot(tmp_path / "snap", nvml_gpus=hgx_nvml(slots, 6 if arch == 9 else 5, down, name=model, arch=arch))
+    (snapshot / "nvidia-smi-topo-m.txt").write_text(topo)
+    report = build_report(SnapshotHost(snapshot))
+    assert nvlink_findings(report) == [] and not drains(report)
+    assert {g.nvlinks_wired for g in report.gpus} == {8}
+    down[3] = [0, *range(8, slots)]
+    snapshot = make_snapshot(tmp_path / "broken", nvml_gpus=hgx_nvml(slots, 6 if arch == 9 else 5, down, name=model, arch=arch))
+    (snapshot / "nvidia-smi-topo-m.txt").write_text(topo)
+    assert ("nvlink_inactive", "gpu3", "error", 7, 8) in nvlink_findings(build_report(SnapshotHost(snapshot)))
 
 
 def test_the_golden_topology_says_what_is_wired_when_siblings_cannot(tmp_path):
