@@ -28,7 +28,8 @@ NCCL_NO_GDR = Kind("nccl_no_gdr", "fabric", "NCCL without GPUDirect RDMA",
          "`NCCL_NET_GDR_LEVEL` below the node's GPU-NIC switch, or NCCL's distance rule (\"distance 5 > 4\") on a node "
          "whose GPUs share a PCIe switch with an RDMA NIC (NCCL's picture of the PCI tree is not the node's)"),
         ("info",
-         "the same on a node where no GPU shares a PCIe switch with an RDMA NIC (`topo -m` NODE, PHB or SYS: NCCL stages "
+         "the same on a node whose GPUs give NICs no GPUDirect RDMA by design (DGX Spark's GB10, NVIDIA's DGX Spark porting "
+         "guide: unified memory; specs.toml `[[no_gpudirect_rdma]]`), or on a node where no GPU shares a PCIe switch with an RDMA NIC (`topo -m` NODE, PHB or SYS: NCCL stages "
          "through the CPU there by design, NCCL_NET_GDR_LEVEL defaulting to PXB, NVIDIA/nccl#465), or where only NCCL's "
          "distance rule says why and the node's GPU-NIC paths are unknown"),
     ))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from nodecheck.checks.base import Check, Kind
 from nodecheck.config import Config
 from nodecheck.core.pci import normal_pci
+from nodecheck.core.specs import no_gpudirect_rdma
 from nodecheck.probes.platform import TRANSLATED
 from nodecheck.report.findings import Finding
 from nodecheck.report.model import Report
@@ -17,7 +18,9 @@ def platform_findings(report: Report, config: Config) -> list[Finding]:
     facts = report.platform
     findings = []
     rdma = report.rdma_nics_up()
-    if report.gpus and rdma and facts and facts.modules_known and not facts.peer_memory and facts.dma_buf is not True:
+    designed = report.gpus and all(no_gpudirect_rdma(g.name) for g in report.gpus)  # DGX Spark: nothing to load
+    if report.gpus and rdma and facts and facts.modules_known and not facts.peer_memory and facts.dma_buf is not True \
+            and not designed:
         why = "and the driver's proprietary kernel modules" if facts.open_kernel_modules is False else \
             f"and kernel {facts.kernel} is older than 5.12" if facts.dma_buf is False else \
             "and DMA-BUF support is unknown"
@@ -53,7 +56,8 @@ GPUDIRECT_RDMA_UNAVAILABLE = Kind("gpudirect_rdma_unavailable", "fabric", "no GP
         ("warning",
          "GPUs and an ACTIVE RDMA NIC, neither `nvidia_peermem` nor `nv_peer_mem` loaded (`/sys/module`), and DMA-BUF not known"
          " to be possible (proprietary kernel modules, Linux older than 5.12, or unknown): inter-node data bounces through host"
-         " memory"),
+         " memory. Not on a node whose GPUs give NICs no GPUDirect RDMA by design (DGX Spark's GB10: specs.toml "
+         "`[[no_gpudirect_rdma]]`), where nothing loaded would change it"),
     ))
 IOMMU_TRANSLATED = Kind("iommu_translated", "fabric", "{subject} IOMMU {measured}",
     doc=(

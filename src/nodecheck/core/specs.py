@@ -90,6 +90,14 @@ def nvlink_board(gpu_name: str | None) -> dict | None:
     return None
 
 
+def no_gpudirect_rdma(gpu_name: str | None) -> str | None:
+    """Why a GPU gives NICs no GPUDirect RDMA by design (specs.toml [[no_gpudirect_rdma]]: DGX Spark's GB10), or None."""
+    for row in table().get("no_gpudirect_rdma", []):
+        if gpu_name and re.search(row["pattern"], gpu_name[:200]):
+            return row["source"]
+    return None
+
+
 def gpu_model(gpu_name: str | None, memory_bytes: int | None = None) -> dict | None:
     """The specs.toml [[gpu_models]] row of a GPU by its NVML name (and its memory, where one name covers two
     sizes), or None for a model the table does not know."""

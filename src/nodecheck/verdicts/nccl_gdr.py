@@ -11,6 +11,7 @@ CPU "may not give you better performance" (NVIDIA/nccl#1151)."""
 from __future__ import annotations
 
 from nodecheck.core.link_types import NCCL_DEFAULT_REACH, link_distance, link_family, nccl_reach
+from nodecheck.core.specs import no_gpudirect_rdma
 from nodecheck.core.units import first_of
 from nodecheck.report.findings import Finding
 
@@ -31,6 +32,9 @@ def gdr_finding(run, report) -> Finding:
         return Finding("nccl_no_gdr", severity, "nccl", transports, "/GDRDMA",
                        "NCCL's network channels run without GPUDirect RDMA" + message)
 
+    if report.gpus and all(no_gpudirect_rdma(g.name) for g in report.gpus):
+        return finding("info", f", as on every node of {report.gpus[0].name}: its GPU gives NICs no GPUDirect RDMA by "
+                               f"design ({no_gpudirect_rdma(report.gpus[0].name)}); NCCL stages through pinned host memory")
     plugin = [said for said in run.gdr_off_nics if said.startswith("NET/OFI")]
     if plugin:  # aws-ofi-nccl's own words: the libfabric provider cannot leave CUDA calls out, or has no HMEM support
         return finding("warning", f": the net plugin turned it off (\"{plugin[0][:120]}\"): inter-node data is staged "

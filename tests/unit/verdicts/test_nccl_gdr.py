@@ -166,3 +166,32 @@ def test_an_hca_the_channels_did_not_use_is_not_the_cause(tmp_path):
     over_it = parse_nccl_debug("\n".join(lines).replace("via NET/IB/0", "via NET/IB/1"))
     (finding,) = no_gdr(over_it, hgx)
     assert "NCCL found none on mlx5_8" in finding.message
+
+
+def dgx_spark(tmp_path: Path):
+    """A DGX Spark as its NVML and sysfs show it: one "NVIDIA GB10" (Blackwell) and its ConnectX-7's two RoCE
+    functions at 200G (the names NCCL's lines give them: rocep1s0f1, roceP2p1s0f1)."""
+    devices = [(name, "200 Gb/sec (4X HDR)", "Ethernet") for name in ("rocep1s0f1", "roceP2p1s0f1")]
+    return gpu_node_with_rdma(tmp_path / "spark", None, hgx_nvml(0, name="NVIDIA GB10", arch=10)[:1], devices)
+
+
+def test_a_dgx_spark_without_gdrdma_is_its_design_not_a_module_to_load(tmp_path):
+    """NVIDIA's DGX Spark porting guide: GB10's unified memory gives PCIe devices no GPUDirect RDMA, nvidia-peermem and
+    dma-buf do not work. vllm-dgx-spark#1's two Sparks (HPC-X's IBext_v10 says "GPU Direct RDMA (DMABUF) enabled", the
+    channels run without /GDRDMA): info naming the guide, never "load nvidia_peermem"; the peer-memory check stays
+    silent there. The same log held against the HGX H100 example still warns."""
+    from nodecheck.checks.platform import platform_findings
+    from nodecheck.config import Config
+    from nodecheck.report.model import Platform
+
+    run = parse_nccl_debug((FIXTURES / "vllmdgxspark1-gb10-ray-ibext-dmabuf-no-gdrdma.txt").read_text())
+    assert (run.gdr, run.nodes, run.inter_node_transports) == (False, ["spark-3995"], ["NET/IBext_v10/0", "NET/IBext_v10/1"])
+    spark = dgx_spark(tmp_path)
+    findings = nccl_findings(run, spark)
+    assert [(f.kind, f.severity) for f in findings] == [("nccl_no_gdr", "info")]
+    assert "DGX Spark porting guide" in findings[0].message and "load nvidia_peermem" not in findings[0].message
+    bare = dataclasses.replace(spark, platform=Platform(None, True, open_kernel_modules=False, dma_buf=False))
+    assert [f.kind for f in platform_findings(bare, Config())] == []
+    hgx = dataclasses.replace(bare, gpus=hgx_h100_with_ndr(tmp_path / "hgx").gpus)
+    assert [f.kind for f in platform_findings(hgx, Config())] == ["gpudirect_rdma_unavailable"]
+    assert [f.severity for f in no_gdr(run, hgx_h100_with_ndr(tmp_path / "hgx2"))] == ["warning"]
