@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import re
 
-MAX_FABRIC_GPUS = 1024  # GPUs kept: an NVL576 domain's; a log naming more is garbage past these
-MAX_COMM_KINDS = 16  # distinct (nNodes, MNNVL) pairs kept
+from nodecheck.verdicts.nccl_run import MAX_COMM_KINDS, MAX_FABRIC_GPUS
 
 _FABRIC = re.compile(r"^MNNVL busId 0x([0-9a-fA-F]{1,16}) fabric UUID ([0-9a-fA-F]{1,16})\.([0-9a-fA-F]{1,16}) "
                      r"cliqueId 0x([0-9a-fA-F]{1,8}) state (\d{1,3}) healthMask 0x([0-9a-fA-F]{1,8})\b")

@@ -53,9 +53,11 @@ def _not_ready(entries: list[dict]) -> list[Finding]:
 
 
 def _unhealthy(entries: list[dict]) -> list[Finding]:
-    raised = [e for e in entries if e["state"] == COMPLETED and health_conditions(e["health_mask"])]
+    registered = [e for e in entries if e["state"] == COMPLETED]
     findings = []
-    for (host, conditions), group in _by_host(raised, lambda e: tuple(health_conditions(e["health_mask"]))).items():
+    for (host, conditions), group in _by_host(registered, lambda e: tuple(health_conditions(e["health_mask"]))).items():
+        if not conditions:
+            continue
         where, said = host[:60] or "a host the log does not name", ", ".join(conditions)
         grave = is_grave(list(conditions))
         findings.append(Finding(

@@ -16,6 +16,8 @@ from nodecheck.verdicts.nccl_ib_errors import ib_error_findings
 from nodecheck.verdicts.nccl_mnnvl import mnnvl_findings
 
 MAX_HOSTS, MAX_NET_DEVICES, MAX_SETTINGS, MAX_IB_ERRORS, MAX_BUS_IDS = 1024, 64, 64, 64, 256
+MAX_FABRIC_GPUS = 1024  # GPUs whose fabric reading is kept: an NVL576 domain's; a log naming more is garbage past these
+MAX_COMM_KINDS = 16  # distinct (nNodes, MNNVL) pairs kept
 
 
 @dataclass
@@ -253,8 +255,8 @@ _SHAPES = {
     "bus_ids": lambda v: _strings(v) and len(v) <= MAX_BUS_IDS and all(len(x) <= 16 for x in v),
     "shm_pairs": lambda v: isinstance(v, list) and len(v) <= MAX_NET_DEVICES and all(
         isinstance(p, list) and len(p) == 2 and all(isinstance(g, str) and len(g) <= 16 for g in p) for p in v),
-    "fabric": lambda v: isinstance(v, list) and len(v) <= 1024 and all(_fabric_entry(e) for e in v),
-    "comm_mnnvl": lambda v: isinstance(v, list) and len(v) <= 16 and all(
+    "fabric": lambda v: isinstance(v, list) and len(v) <= MAX_FABRIC_GPUS and all(_fabric_entry(e) for e in v),
+    "comm_mnnvl": lambda v: isinstance(v, list) and len(v) <= MAX_COMM_KINDS and all(
         isinstance(p, list) and len(p) == 2 and all(type(x) is int and 0 <= x < 1 << 24 for x in p) for p in v),
     "addresses": lambda v: isinstance(v, dict) and len(v) <= MAX_HOSTS and all(
         isinstance(k, str) and isinstance(x, str) and len(k) <= 80 and len(x) <= 255 for k, x in v.items()),
