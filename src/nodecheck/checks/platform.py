@@ -18,7 +18,7 @@ def platform_findings(report: Report, config: Config) -> list[Finding]:
     facts = report.platform
     findings = []
     rdma = report.rdma_nics_up()
-    designed = report.gpus and all(no_gpudirect_rdma(g.name) for g in report.gpus)  # DGX Spark: nothing to load
+    designed = no_gpudirect_rdma([g.name for g in report.gpus])  # DGX Spark: nothing to load
     if report.gpus and rdma and facts and facts.modules_known and not facts.peer_memory and facts.dma_buf is not True \
             and not designed:
         why = "and the driver's proprietary kernel modules" if facts.open_kernel_modules is False else \

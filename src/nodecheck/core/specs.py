@@ -90,12 +90,12 @@ def nvlink_board(gpu_name: str | None) -> dict | None:
     return None
 
 
-def no_gpudirect_rdma(gpu_name: str | None) -> str | None:
-    """Why a GPU gives NICs no GPUDirect RDMA by design (specs.toml [[no_gpudirect_rdma]]: DGX Spark's GB10), or None."""
-    for row in table().get("no_gpudirect_rdma", []):
-        if gpu_name and re.search(row["pattern"], gpu_name[:200]):
-            return row["source"]
-    return None
+def no_gpudirect_rdma(gpu_names: list[str | None]) -> str | None:
+    """Why a node's GPUs, every one of them, give NICs no GPUDirect RDMA by design (specs.toml [[no_gpudirect_rdma]]:
+    DGX Spark's GB10), or None: no GPU, or one that can."""
+    sources = [next((row["source"] for row in table().get("no_gpudirect_rdma", [])
+                     if name and re.search(row["pattern"], name[:200])), None) for name in gpu_names]
+    return sources[0] if sources and all(sources) else None
 
 
 def gpu_model(gpu_name: str | None, memory_bytes: int | None = None) -> dict | None:

@@ -32,9 +32,9 @@ def gdr_finding(run, report) -> Finding:
         return Finding("nccl_no_gdr", severity, "nccl", transports, "/GDRDMA",
                        "NCCL's network channels run without GPUDirect RDMA" + message)
 
-    if report.gpus and all(no_gpudirect_rdma(g.name) for g in report.gpus):
+    if designed := no_gpudirect_rdma([g.name for g in report.gpus]):
         return finding("info", f", as on every node of {report.gpus[0].name}: its GPU gives NICs no GPUDirect RDMA by "
-                               f"design ({no_gpudirect_rdma(report.gpus[0].name)}); NCCL stages through pinned host memory")
+                               f"design ({designed}); NCCL stages through pinned host memory")
     plugin = [said for said in run.gdr_off_nics if said.startswith("NET/OFI")]
     if plugin:  # aws-ofi-nccl's own words: the libfabric provider cannot leave CUDA calls out, or has no HMEM support
         return finding("warning", f": the net plugin turned it off (\"{plugin[0][:120]}\"): inter-node data is staged "
