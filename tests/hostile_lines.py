@@ -183,7 +183,9 @@ def _many() -> dict:
                             nccl_debug.parse_nccl_debug),
                            ("failed IB transfers, each with a new peer",
                             lines(lambda i: f"h{i}:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.{i}<1> with status=12\n"),
-                            nccl_debug.parse_nccl_debug)],
+                            nccl_debug.parse_nccl_debug),
+                           ("a WARN head, then a megabyte of function name", "h:1:1 [0] transport/net_ib.cc:1 (" + "f" * MB
+                            + " NCCL WARN NET/IB : Got completion with error 12\n", nccl_debug.parse_nccl_debug)],
         "nccl-tests output": [("a row's start, then its figures a line each", "   8   2 float sum -1h:1:1 [0] NCCL INFO x\n"
                                + lines(lambda i: f"  {i}.0  0.00  0.00  0\n"), nccl_tests_log),
                               ("rows, each split by a record", lines(lambda i: f"  {i}  2 float sum -1h:1:1 [0] NCCL INFO x\n"

@@ -52,7 +52,10 @@ _NVLS_CHANNELS = re.compile(r"\b(\d+) nvls channels\b")
 _NVLS_UNAVAILABLE = re.compile(r"NVLS (?:multicast support is not available|disabled)", re.I)
 _NVLS_IN_USE = re.compile(r"\bNVLS (?:comm|multicast support is available)", re.I)
 _STAMP_HEAD = re.compile(r"^(?:\[[\d\-T:.,Z ]{8,40}\]\s*)")  # "[2026-01-15 02:30:45] NET/OFI ..."
-_SOURCE_HEAD = re.compile(r"[\w.-]{0,64}:\d{1,10}:\d{1,10}(?: \[\d{1,4}\])? [\w./-]{1,80}:\d{1,6}")
+# NCCL's WARN head: "host:pid:tid [dev] file:line", from 2.30 with the function after it ("transport/nvls.cc:379
+# (nvlsAllocateMem)", src/debug.cc); from 2.26 a WARN line starts with its time ("[2025-07-21 19:05:29] ", _STAMP_HEAD)
+_SOURCE_HEAD = re.compile(r"[\w.-]{0,64}:\d{1,10}:\d{1,10}(?: \[\d{1,4}\])? (?P<source>[\w./-]{1,80}:\d{1,6})"
+                          r"(?: \((?:[^()\s]|\(\)){1,120}\))?")
 # NCCL's IB transport reporting a failed work request (transport/net_ib.cc, and the HPC-X plugin's ib_plugin.c): "NET/IB :
 # Got completion with error 12, opcode 0, len 0, vendor err 129" (older NCCL), "... from peer 10.0.35.1<49189> with
 # error 4, ..." , "... from peer 10.216.210.236<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv) ...", later
@@ -100,8 +103,8 @@ def parse_nccl_debug(text: str) -> NcclRun:
             continue
         found = records(line)
         if not found and not headed and _BARE.match(bare := _STAMP_HEAD.sub("", line.strip())):
-            found = [(None, "INFO", bare.rstrip())]
-        for host, level, body in found:
+            found = [(None, "INFO", bare.rstrip(), None)]
+        for host, level, body, _source in found:  # the source a WARN head names: judged by what it says
             run.nccl_lines += 1
             if host:
                 nodes.setdefault(host, None)
@@ -148,8 +151,9 @@ def _separate_hosts(comms: dict[int, dict[str, set[int]]]) -> str | None:
     return f"ranks 0 to {size - 1} of {size} on {first[:60]} and again on {second[:60]}"
 
 
-def records(line: str) -> list[tuple[str | None, str, str]]:
-    """The NCCL records in one line of a log as pasted: (host or None, INFO or WARN, text)."""
+def records(line: str) -> list[tuple[str | None, str, str, str | None]]:
+    """The NCCL records in one line of a log as pasted: (host or None, INFO or WARN, text, the source file:line a WARN
+    head names or None)."""
     # a record without its host:pid:tid head counts only where it starts the line (after time stamps and a table's
     # '|'): "NCCL WARN lines" in a README's sentence is prose, not NCCL's
     starts = [m for m in _RECORD.finditer(line) if m["pid"] is not None or _leads(line[:m.start()])]
@@ -161,12 +165,12 @@ def records(line: str) -> list[tuple[str | None, str, str]]:
             head, _, last = text.rpartition(" ")
             if _STAMP.fullmatch(last):
                 text = head.rstrip(" \t|")
-        host = match["host"]
-        if match["pid"] is None:  # NCCL 2.3's and the IB plugin's "host:pid:tid [dev] file.c:line" head, as _leads took it
-            head = _SOURCE_HEAD.fullmatch(line[:match.start()].strip())
-            host = head[0].partition(":")[0] if head else None
+        host, source = match["host"], None
+        if match["pid"] is None:  # a WARN's "host:pid:tid [dev] file.c:line" head (NCCL 2.3's INFO too), as _leads took it
+            head = _SOURCE_HEAD.fullmatch(_STAMP_HEAD.sub("", line[:match.start()].strip()))
+            host, source = (head[0].partition(":")[0], head["source"]) if head else (None, None)
         host = host if host and _HOSTNAME.match(host) else None
-        out.append((host, match["level"], text.strip()))
+        out.append((host, match["level"], text.strip(), source))
     return out
 
 
@@ -175,7 +179,7 @@ def _leads(before: str) -> bool:
     2.3's head with the source line between it and the level ("host:91:91 [0] misc/ibvwrap.cu:63 NCCL WARN")."""
     if len(before) >= 160:
         return False
-    return bool(_SOURCE_HEAD.fullmatch(before.strip())) or all(
+    return bool(_SOURCE_HEAD.fullmatch(_STAMP_HEAD.sub("", before.strip()))) or all(
         _STAMP.fullmatch(token) for token in before.replace("|", " ").split()[:4])
 
 

@@ -115,3 +115,18 @@ def test_a_saved_report_s_ib_errors_are_untrusted():
     for bad in ([good | {"count": 0}], [good | {"status": "12"}], [good | {"peer": 5}], [good | {"extra": 1}],
                 [good] * 65, {"a": good}, [good | {"hca": "x" * 81}]):
         assert nccl_run_from_details({"ib_errors": bad}).ib_errors == []
+
+
+def test_a_warn_behind_nccl_2_26s_time_stamp_or_with_2_30s_function_is_read():
+    """From NCCL 2.26 every WARN line starts with its time (src/debug.cc, NCCL_DEBUG_TIMESTAMP_LEVELS=WARN by default:
+    "[2025-07-21 19:05:29] node004:27907:27907 [1] transport/nvls.cc:254 NCCL WARN ...", NVIDIA/nccl#1788), and from
+    2.30 its head names the function after file:line ("[%d] %s:%d (%s) NCCL WARN"). No head was read behind either:
+    NVIDIA/nccl#1698's IB failures, printed so, read as a log without a failure."""
+    plain = text_of("nccl1698-ib-status12-hca-named.txt")
+    stamped = "\n".join(f"[2025-08-01 12:00:00] {line}" if "NCCL WARN" in line else line for line in plain.splitlines())
+    named = plain.replace(" NCCL WARN", " (ncclIbTest) NCCL WARN")
+    assert plain != stamped and plain != named and "transport/net_ib.cc" in plain
+    for text in (stamped, named):
+        run, findings = judged(text)
+        assert run.ib_errors == parse_nccl_debug(plain).ib_errors != [] and run.warnings == []
+        assert only_ib_error(findings).measured == "status 12 (transport retry counter exceeded) x2"
