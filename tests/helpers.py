@@ -675,3 +675,19 @@ def acs_findings(tmp_path, text: str | None):
         (snap / "lspci-vvv.txt").write_text(text)
         report = switch_node(tmp_path, uplink_width=16)
     return report, [f for f in report.findings if f.kind == "pcie_acs_redirect"]
+
+
+NCCL_FORMS = REPO / "tests" / "fixtures" / "nccl-debug"  # published NCCL debug excerpts, each with its source (SOURCES.md)
+
+
+def nccl_form(name: str) -> str:
+    return (NCCL_FORMS / name).read_text()
+
+
+def nccl_judged_alone(text: str):
+    """A debug log's NcclRun and what it says by itself (held against a node with nothing of its own)."""
+    from nodecheck.bench.nccl_debug import parse_nccl_debug
+    from nodecheck.verdicts.nccl_run import nccl_findings
+
+    run = parse_nccl_debug(text)
+    return run, nccl_findings(run, Report.from_dict({}))

@@ -184,6 +184,9 @@ def _many() -> dict:
                            ("failed IB transfers, each with a new peer",
                             lines(lambda i: f"h{i}:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.{i}<1> with status=12\n"),
                             nccl_debug.parse_nccl_debug),
+                           ("NVLS failures behind time stamps, each a new host",
+                            lines(lambda i: f"[2025-07-21 19:05:29] h{i}:1:1 [0] transport/nvls.cc:{i % 999} (f{i}) NCCL WARN "
+                                            f"Cuda failure {i % 999} 'e{i}'\n"), nccl_debug.parse_nccl_debug),
                            ("a WARN head, then a megabyte of function name", "h:1:1 [0] transport/net_ib.cc:1 (" + "f" * MB
                             + " NCCL WARN NET/IB : Got completion with error 12\n", nccl_debug.parse_nccl_debug)],
         "nccl-tests output": [("a row's start, then its figures a line each", "   8   2 float sum -1h:1:1 [0] NCCL INFO x\n"

@@ -110,7 +110,7 @@ def test_the_exact_requests_of_a_first_round(tls, api, reports):
          "message": "gpu3 17 of 18 NVLinks active (gpu0, a sibling of the same model, has 18 up); slot(s) 7 inactive: check `nvidia-smi nvlink -s`, the NVLink bridges, fabric manager, and the NVSwitch tray",
          "lastHeartbeatTime": now, "lastTransitionTime": now},
         {"type": "NodecheckFabricProblem", "status": "False", "reason": "NodecheckFabricOk",
-         "message": "fabric: ok (20 check(s) unknown)", "lastHeartbeatTime": now, "lastTransitionTime": now},
+         "message": "fabric: ok (21 check(s) unknown)", "lastHeartbeatTime": now, "lastTransitionTime": now},
         {"type": "NodecheckBandwidthProblem", "status": "Unknown", "reason": "NodecheckBandwidthUnknown",
          "message": "bandwidth: unknown (made by `nodecheck prolog`/`healthcheck` only)", "lastHeartbeatTime": now,
          "lastTransitionTime": now}]}}

@@ -17,9 +17,11 @@ from pathlib import Path
 
 from nodecheck.bench.nccl_interleaved import split_record
 from nodecheck.bench.nccl_mnnvl import note_mnnvl
+from nodecheck.bench.nccl_nvls import note_nvls_failure
 from nodecheck.bench.nccl_tests import DEVICE_LINE, LAUNCHER_PREFIX
 from nodecheck.core.errors import ParseError, ProbeFailed
 from nodecheck.core.limits import MAX_COMMAND_OUTPUT
+from nodecheck.core.units import tally
 from nodecheck.host.files import read_bounded
 from nodecheck.verdicts.nccl_run import MAX_BUS_IDS, MAX_HOSTS, MAX_IB_ERRORS, MAX_NET_DEVICES, MAX_SETTINGS, NcclRun
 
@@ -104,15 +106,15 @@ def parse_nccl_debug(text: str) -> NcclRun:
         found = records(line)
         if not found and not headed and _BARE.match(bare := _STAMP_HEAD.sub("", line.strip())):
             found = [(None, "INFO", bare.rstrip(), None)]
-        for host, level, body, _source in found:  # the source a WARN head names: judged by what it says
+        for host, level, body, source in found:
             run.nccl_lines += 1
             if host:
                 nodes.setdefault(host, None)
             if level == "WARN":
                 _note_provider(run, body)  # aws-ofi-nccl warns it when no RDMA provider was found
                 run.warning_count += 1
-                if _note_ib_error(run, host or "", body):  # judged together, not quoted one by one
-                    continue
+                if _note_ib_error(run, host or "", body) or note_nvls_failure(run, host or "", body, source):
+                    continue  # judged together, not quoted one by one
                 if len(warnings) < MAX_WARNINGS:
                     warnings.setdefault(body, None)
                 continue
@@ -271,12 +273,7 @@ def _note_ib_error(run: NcclRun, host: str, body: str) -> bool:
     peer = failed["peer"].rpartition("<")[0] or failed["peer"] if failed["peer"] else None
     hca = _IB_HCA.search(body, failed.end())
     key = {"host": host[:255], "peer": peer, "status": int(failed["error"] or failed["status"]), "hca": hca[1] if hca else None}
-    for entry in run.ib_errors:
-        if all(entry[k] == v for k, v in key.items()):
-            entry["count"] += 1
-            return True
-    if len(run.ib_errors) < MAX_IB_ERRORS:
-        run.ib_errors.append(key | {"count": 1})
+    tally(run.ib_errors, key, MAX_IB_ERRORS)
     return True
 
 

@@ -93,6 +93,19 @@ NCCL_MNNVL_OFF = Kind("nccl_mnnvl_off", "fabric", "NCCL {measured}",
          "else NCCL's other conditions (the driver's fabric handles, IMEX). GPUs in several domains or cliques (a job "
          "across racks or partitions), or fabric lines from one host only, are no finding"),
     ))
+NCCL_NVLS_FAILED = Kind("nccl_nvls_failed", "fabric", "{subject} NCCL NVLS {measured}",
+    doc=(
+        ("error",
+         "NCCL's NVLink SHARP transport failed a CUDA call while setting up a communicator (its WARN lines from "
+         "`transport/nvls.cc`, \"Cuda failure 401 'the operation cannot be performed in the present state'\", or \"Failed "
+         "to bind NVLink SHARP (NVLS) Multicast memory ... : CUDA error N\"): the communicator failed to initialise, and so "
+         "does every job NCCL gives NVLS on that node (its default on an NVSwitch board of Hopper or later). NCCL: "
+         "\"usually caused by a system or configuration error in the Fabric Manager or NVSwitches\"; NVIDIA on H800 "
+         "(NVIDIA/nccl#1338): typically Fabric Manager not restarted correctly, the GPUs to be reset after it is "
+         "(#1488). Judged together instead of quoted: subject the host(s), measured the commonest CUDA error and its "
+         "count; each record in `details.nccl.nvls_errors`. \"NVLS multicast support is not available\" is no finding "
+         "(NCCL's choice on a board without NVLink SHARP)"),
+    ))
 NCCL_SETTING = Kind("nccl_setting", "fabric", "NCCL run took {measured}",
     doc=(
         ("warning",
@@ -106,5 +119,5 @@ NCCL_SETTING = Kind("nccl_setting", "fabric", "NCCL run took {measured}",
     ))
 
 CHECK = Check((NCCL_SOCKET_FALLBACK, NCCL_NO_GDR, NCCL_P2P_DISABLED, NCCL_RAIL_MISMATCH, NCCL_WARNING, NCCL_IB_ERROR,
-               NCCL_FABRIC_NOT_READY, NCCL_FABRIC_UNHEALTHY, NCCL_MNNVL_OFF, NCCL_SETTING),
+               NCCL_FABRIC_NOT_READY, NCCL_FABRIC_UNHEALTHY, NCCL_MNNVL_OFF, NCCL_NVLS_FAILED, NCCL_SETTING),
               made_by="an NCCL run", unknown=no_nccl_run)

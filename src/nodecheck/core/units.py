@@ -32,6 +32,17 @@ def first_of(items, limit: int) -> str:
     return ", ".join(map(str, items[:limit])) + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
+def tally(records: list[dict], key: dict, limit: int) -> None:
+    """Count one more of the record `key` names in `records` (each `key | {"count": n}`); a new one is kept while fewer
+    than `limit` are: a hostile log naming millions stays bounded, and the search stays short."""
+    for entry in records:
+        if all(entry[k] == v for k, v in key.items()):
+            entry["count"] += 1
+            return
+    if len(records) < limit:
+        records.append(key | {"count": 1})
+
+
 def to_int(text: str | None) -> int | None:
     """'42' -> 42, '-1' -> -1; None for anything else (str.isdigit() accepts '²', which int() refuses)."""
     # 30 characters: more than any count a source reports, and int() of thousands of digits is slow

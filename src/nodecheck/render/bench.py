@@ -141,7 +141,7 @@ def nccl_run_lines(run, findings, where: str, verdict_above: bool = False, not_j
         return ", ".join(values) if values else "-"
 
     gdr = {True: "yes", False: "no", None: "-"}[run.gdr]
-    nvls = {True: "in use", False: "not in use", None: "-"}[run.nvls]
+    nvls = "failed to set up" if run.nvls_errors else {True: "in use", False: "not in use", None: "-"}[run.nvls]
     nodes = f"{len(run.nodes)} node{'' if len(run.nodes) == 1 else 's'}"
     lines = [f"NCCL {run.nccl_version or '(version not in the log)'} on {nodes}: {listed(run.nodes[:8])}"
              + (" ..." if len(run.nodes) > 8 else ""),

@@ -14,10 +14,12 @@ from nodecheck.report.findings import Finding
 from nodecheck.verdicts.nccl_gdr import gdr_finding
 from nodecheck.verdicts.nccl_ib_errors import ib_error_findings
 from nodecheck.verdicts.nccl_mnnvl import mnnvl_findings
+from nodecheck.verdicts.nccl_nvls import nvls_findings
 
 MAX_HOSTS, MAX_NET_DEVICES, MAX_SETTINGS, MAX_IB_ERRORS, MAX_BUS_IDS = 1024, 64, 64, 64, 256
 MAX_FABRIC_GPUS = 1024  # GPUs whose fabric reading is kept: an NVL576 domain's; a log naming more is garbage past these
 MAX_COMM_KINDS = 16  # distinct (nNodes, MNNVL) pairs kept
+MAX_NVLS_ERRORS = 64  # distinct (host, CUDA error) NVLS failures kept; the lines are always counted
 
 
 @dataclass
@@ -65,6 +67,10 @@ class NcclRun:
     # health_mask}, one per host and bus id, at most 1024; and each communicator's [nNodes, MNNVL] ("... MNNVL 0"), distinct
     fabric: list[dict] = field(default_factory=list)
     comm_mnnvl: list[list[int]] = field(default_factory=list)
+    # NCCL's NVLS transport failing a CUDA call ("transport/nvls.cc:254 NCCL WARN Cuda failure 401 '...'", bench.nccl_nvls):
+    # {host, code (null: NCCL before 2.19 printed none), error, count}, per host and error; their WARN lines not quoted
+    nvls_errors: list[dict] = field(default_factory=list)
+    nvls_error_lines: int = 0
 
 
 MAX_QUOTED = 10  # NCCL warnings turned into findings, each quoted; the rest counted in the last
@@ -127,10 +133,11 @@ def nccl_findings(run: NcclRun, report) -> list:
         named = {f.subject for f in report.findings if f.kind == "roce_gid_unroutable"}
         findings += [f for f in roce_gid_findings(report, settings=run.settings, where="the NCCL run's environment")
                      if f.subject not in named]
-    findings += ib_error_findings(run.ib_errors, run.addresses) + mnnvl_findings(run)
+    findings += ib_error_findings(run.ib_errors, run.addresses) + mnnvl_findings(run) + nvls_findings(run)
     for text in run.warnings[:MAX_QUOTED]:
         findings.append(Finding("nccl_warning", "warning", "nccl", "NCCL WARN", "none", f"NCCL WARN {text}"[:500]))
-    unquoted = run.warning_count - run.ib_error_lines - MAX_QUOTED  # the IB errors are said in their own finding
+    # the IB and NVLS errors are said in their own findings
+    unquoted = run.warning_count - run.ib_error_lines - run.nvls_error_lines - MAX_QUOTED
     if unquoted > 0 and run.warnings:
         findings[-1].message += f" (+{unquoted} more NCCL WARN lines)"
     return findings
@@ -249,6 +256,8 @@ _SHAPES = {
         isinstance(k, str) and isinstance(x, str) and len(k) <= 80 and len(x) <= 128 for k, x in v.items()),
     "ib_errors": lambda v: isinstance(v, list) and len(v) <= MAX_IB_ERRORS and all(_ib_error(e) for e in v),
     "ib_error_lines": lambda v: type(v) is int and v >= 0,
+    "nvls_errors": lambda v: isinstance(v, list) and len(v) <= MAX_NVLS_ERRORS and all(_nvls_error(e) for e in v),
+    "nvls_error_lines": lambda v: type(v) is int and v >= 0,
     "separate_hosts": lambda v: isinstance(v, str) and len(v) <= 300,
     "gdr_off_nics": lambda v: _strings(v) and len(v) <= MAX_NET_DEVICES and all(len(x) <= 200 for x in v),
     "gdr_off_distance": lambda v: _strings(v) and len(v) <= MAX_NET_DEVICES and all(len(x) <= 200 for x in v),
@@ -270,6 +279,14 @@ def _ib_error(entry) -> bool:
             and all(entry[k] is None or (isinstance(entry[k], str) and len(entry[k]) <= 80) for k in ("peer", "hca"))
             and type(entry["status"]) is int and 0 <= entry["status"] < 10_000 and type(entry["count"]) is int
             and entry["count"] > 0)
+
+
+def _nvls_error(entry) -> bool:
+    """One NVLS failure record of a Report read from a file (untrusted): its exact shape."""
+    return (isinstance(entry, dict) and set(entry) == {"host", "code", "error", "count"}
+            and isinstance(entry["host"], str) and len(entry["host"]) <= 255 and isinstance(entry["error"], str)
+            and len(entry["error"]) <= 80 and (entry["code"] is None or type(entry["code"]) is int and 0 <= entry["code"] < 100_000)
+            and type(entry["count"]) is int and entry["count"] > 0)
 
 
 def _fabric_entry(entry) -> bool:

@@ -65,7 +65,8 @@ def test_each_error_source_replays_as_the_node_read_it():
 
 # checks declared since the capture: unknown until a test of the GPU itself has run, a series the node did not write
 CHECKS_SINCE = ("gpu_below_siblings", "gpu_result_mismatch", "bench_skipped", "nccl_topo_nvlink_missing", "nccl_topo_mismatch",
-                "nccl_ib_error", "nccl_fabric_not_ready", "nccl_fabric_unhealthy", "nccl_mnnvl_off")
+                "nccl_ib_error", "nccl_fabric_not_ready", "nccl_fabric_unhealthy", "nccl_mnnvl_off",
+                "nccl_nvls_failed")
 # checks declared since the capture that judge what it holds (its topology): healthy, a series the node did not write
 JUDGED_SINCE = ("gpu_off_nvlink",)
 

@@ -2,23 +2,13 @@
 them across NCCL's versions (tests/fixtures/nccl-debug/SOURCES.md): one judged finding naming the status, what it
 means and the end the failed connections share, instead of each line quoted."""
 
-from helpers import PUBLIC, REPO, need
+from helpers import PUBLIC, need
+from helpers import nccl_form as text_of
+from helpers import nccl_judged_alone as judged
 
 from nodecheck.bench.nccl_debug import parse_nccl_debug
-from nodecheck.report.model import Report
 from nodecheck.verdicts.nccl_ib_errors import WC_STATUS
-from nodecheck.verdicts.nccl_run import nccl_findings, nccl_run_from_details
-
-FORMS = REPO / "tests" / "fixtures" / "nccl-debug"
-
-
-def text_of(name: str) -> str:
-    return (FORMS / name).read_text()
-
-
-def judged(text: str):
-    run = parse_nccl_debug(text)
-    return run, nccl_findings(run, Report.from_dict({}))
+from nodecheck.verdicts.nccl_run import nccl_run_from_details
 
 
 def only_ib_error(findings):

@@ -7,7 +7,10 @@ import subprocess
 import sys
 from dataclasses import asdict
 
+from helpers import NCCL_FORMS as FORMS
 from helpers import REPO
+from helpers import nccl_form as text_of
+from helpers import nccl_judged_alone as judged
 
 from nodecheck.bench.nccl_debug import parse_nccl_debug
 from nodecheck.probes.nvml_fabric import health_conditions
@@ -15,18 +18,8 @@ from nodecheck.render.bench import nccl_run_lines
 from nodecheck.report.model import Report
 from nodecheck.verdicts.nccl_run import nccl_findings, nccl_run_from_details
 
-FORMS = REPO / "tests" / "fixtures" / "nccl-debug"
 TRAY = "nccl2303-gb200-tray-mnnvl-1-p2p-mnnvl.txt"
 FOUR = "nccl1769-gb200-4gpu-fabric-healthmask-0xaa.txt"
-
-
-def text_of(name: str) -> str:
-    return (FORMS / name).read_text()
-
-
-def judged(text: str):
-    run = parse_nccl_debug(text)
-    return run, nccl_findings(run, Report.from_dict({}))
 
 
 def fabric_line(run) -> str:
