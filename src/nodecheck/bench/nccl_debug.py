@@ -15,6 +15,7 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
+from nodecheck.bench.nccl_hosts import MAX_COMM_SIZE, MAX_COMM_SIZES, host_split, note_local_ranks, separate_hosts
 from nodecheck.bench.nccl_interleaved import split_record
 from nodecheck.bench.nccl_mnnvl import note_mnnvl
 from nodecheck.bench.nccl_nvls import note_nvls_failure
@@ -93,6 +94,7 @@ def parse_nccl_debug(text: str) -> NcclRun:
     header_nodes: dict[str, None] = {}  # nccl-tests' "# Rank N ... on HOST": the same machines, maybe spelled otherwise
     nvls_channels: list[int] = []
     comms: dict[int, dict[str, set[int]]] = {}  # a communicator's size -> per host, the ranks its lines name
+    local_ranks: dict[int, int] = {}  # a communicator's size -> NCCL's count of its ranks per node (localRanks)
     fabric_seen: set = set()  # (host, bus id) of the GPUs whose fabric NCCL's lines gave
     for raw in text.splitlines():
         line = LAUNCHER_PREFIX.sub("", raw.rstrip("\r"))
@@ -119,7 +121,7 @@ def parse_nccl_debug(text: str) -> NcclRun:
                     warnings.setdefault(body, None)
                 continue
             if not note_mnnvl(run, host or "", body, fabric_seen):
-                _read_info(body, host or "", run, inter, intra, net_names, nvls_channels, comms)
+                _read_info(body, host or "", run, inter, intra, net_names, nvls_channels, comms, local_ranks)
     if run.nccl_lines == 0:
         raise ParseError("no NCCL debug line (host:pid:tid [dev] NCCL INFO ...): run with NCCL_DEBUG=INFO")
     run.inter_node_transports, run.intra_node_transports = sorted(inter), sorted(intra)
@@ -131,26 +133,9 @@ def parse_nccl_debug(text: str) -> NcclRun:
     # NCCL's own host names count the nodes; the header's only where NCCL's lines name none (a one-node run
     # printed "on localhost" by nccl-tests and "hostname:pid:tid" by NCCL: one node, not two)
     run.nodes, run.warnings = list(nodes) or list(header_nodes), list(warnings)
-    run.separate_hosts = None if inter else _separate_hosts(comms)
+    run.separate_hosts = None if inter else separate_hosts(comms)
+    run.host_split, run.local_ranks_fit = host_split(comms, local_ranks)
     return run
-
-
-MAX_COMM_SIZE, MAX_COMM_SIZES = 4096, 64  # communicators followed for _separate_hosts: past these a log is no such case
-
-
-def _separate_hosts(comms: dict[int, dict[str, set[int]]]) -> str | None:
-    """Why no communicator of the log spans its hosts, or None: every host shows whole communicators of the same sizes
-    and ranks (rank 0 to N-1 of an N-rank one on each: each host ran a job of its own, as an nccl-tests built without
-    MPI=1 does under mpirun), and no channel went through the network. A paste that shows part of a communicator on a
-    host says nothing."""
-    if not comms or any(len(hosts) < 2 for hosts in comms.values()):
-        return None
-    for size, hosts in comms.items():
-        if any(ranks != set(range(size)) for ranks in hosts.values()):
-            return None
-    size = min(comms)
-    first, second = list(comms[size])[:2]
-    return f"ranks 0 to {size - 1} of {size} on {first[:60]} and again on {second[:60]}"
 
 
 def records(line: str) -> list[tuple[str | None, str, str, str | None]]:
@@ -186,13 +171,14 @@ def _leads(before: str) -> bool:
 
 
 def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_names: list, nvls_channels: list,
-               comms: dict) -> None:
+               comms: dict, local_ranks: dict) -> None:
     if ranks := _RANKS.search(body):
         run.nranks = max(run.nranks or 0, int(ranks[2]))
         rank, size = int(ranks[1]), int(ranks[2])
         if host and rank < size <= MAX_COMM_SIZE and (size in comms or len(comms) < MAX_COMM_SIZES) \
                 and (host in comms.get(size, {}) or len(comms.get(size, {})) < MAX_HOSTS):
             comms.setdefault(size, {}).setdefault(host, set()).add(rank)
+        note_local_ranks(local_ranks, size, body, ranks.end())
         if (bus := _BUS_ID.search(body, ranks.end())) and bus[1].lower() not in run.bus_ids and len(run.bus_ids) < MAX_BUS_IDS:
             run.bus_ids.append(bus[1].lower())
     _note_provider(run, body)  # a NET/OFI line: none of the lines below

@@ -40,7 +40,12 @@ NCCL_P2P_DISABLED = Kind("nccl_p2p_disabled", "fabric", "NCCL over {measured} in
          "(PIX, PXB), where NCCL takes P2P unless told otherwise (the run's NCCL_P2P_LEVEL moves that line; "
          "NCCL_P2P_DISABLE=1 is said as `nccl_setting`); SHM past PXB (PHB, NODE, SYS) is NCCL's default "
          "(src/graph/paths.cc), no finding, as on a pair NVML says has no P2P (GeForce). A log whose SHM lines name no "
-         "GPUs is held against the node's closest link"),
+         "GPUs is held against the node's closest link; also channels through the network in a log naming one host whose "
+         "ranks fit the node, where that host printed more ranks of a communicator than NCCL counted per node "
+         "(`localRanks`): NCCL took its ranks for different hosts"),
+        ("info",
+         "the same channels through the network where NCCL printed no per-node count (before 2.19): that, or a paste of one "
+         "host's lines of a job across nodes. Where every rank the host printed fits NCCL's count, no finding"),
     ))
 NCCL_RAIL_MISMATCH = Kind("nccl_rail_mismatch", "fabric", "{subject} NCCL on {measured}, nearest {expected}",
     doc=(

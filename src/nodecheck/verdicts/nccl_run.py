@@ -51,6 +51,11 @@ class NcclRun:
     # why no communicator spans the log's hosts (each ran a job of its own), or None: then several hosts are no job
     # across nodes
     separate_hosts: str | None = None
+    # why NCCL took one host for several (its lines hold more ranks of a communicator than NCCL's "localRanks" for it),
+    # or None; and whether NCCL's per-node counts hold every rank each host printed (the log is part of a job across
+    # nodes, as NCCL counted them); both from bench.nccl_hosts
+    host_split: str | None = None
+    local_ranks_fit: bool = False
     # the GPUs of each SHM channel as its line names them ("1[1] -> 2[2]": NVML indices; "0[18000]": bus ids before NCCL
     # 2.18.3, src/transport/shm.cc), distinct, at most MAX_NET_DEVICES
     shm_pairs: list[list[str]] = field(default_factory=list)
@@ -96,13 +101,12 @@ def nccl_findings(run: NcclRun, report) -> list:
     rdma_up = [n.rdma_device for n in report.rdma_nics_up()]
     # every line names one host, its ranks fit this node's GPUs, yet channels went through the network (a host name
     # shared by two machines, "ubuntu", names more ranks than one node holds)
-    one_host = len(run.nodes) == 1 and bool(run.inter_node_transports) and bool(run.nranks and report.gpus) and not beyond_node
+    # NCCL's own per-node count settles it where it gives one: more ranks on the host than it counted per node is a host
+    # it split; every rank within it is one host's part of a job across nodes (a paste of that host's lines)
+    one_host = (len(run.nodes) == 1 and bool(run.inter_node_transports) and bool(run.nranks and report.gpus)
+                and not beyond_node and (run.host_split is not None or not run.local_ranks_fit))
     if one_host:  # every line names one host, yet channels went through the network: NCCL saw several hosts
-        findings.append(Finding("nccl_p2p_disabled", "warning", "nccl", ", ".join(run.inter_node_transports[:3]), "P2P or SHM",
-                                f"NCCL's channels between GPUs of one host ({run.nodes[0][:60]}) went through the network "
-                                f"({', '.join(run.inter_node_transports[:3])}): NCCL took its ranks for different hosts "
-                                "(NCCL_HOSTID, containers with their own hostname or /dev/shm, a rank that sees only its own "
-                                "GPU), so they do not use NVLink or PCIe peer-to-peer"))
+        findings.append(_one_host(run))
     elif (over_sockets or tcp_provider) and rdma_up:  # the plugin found no RDMA device
         under = f" (aws-ofi-nccl on libfabric's {run.ofi_provider} provider)" if tcp_provider else ""
         findings.append(Finding("nccl_socket_fallback", "warning", "nccl", f"NET/Socket{under}", ", ".join(rdma_up),
@@ -141,6 +145,25 @@ def nccl_findings(run: NcclRun, report) -> list:
     if unquoted > 0 and run.warnings:
         findings[-1].message += f" (+{unquoted} more NCCL WARN lines)"
     return findings
+
+
+def _one_host(run: NcclRun) -> Finding:
+    """Channels of a log naming one host went through the network: NCCL took its ranks for different hosts where its
+    own counts show it (a warning), else said as the question it is (info): an excerpt of one host of a job across
+    nodes reads the same where NCCL printed no per-node count."""
+    host, via = run.nodes[0][:60], ", ".join(run.inter_node_transports[:3])
+    causes = ("(NCCL_HOSTID, containers with their own hostname or /dev/shm, a rank that sees only its own GPU; or two "
+              "machines share the name)")
+    if run.host_split:
+        return Finding("nccl_p2p_disabled", "warning", "nccl", via, "P2P or SHM",
+                       f"NCCL's channels between GPUs of one host ({host}) went through the network ({via}): "
+                       f"{run.host_split}, so NCCL took its ranks for different hosts {causes}, and they do not use "
+                       "NVLink or PCIe peer-to-peer")
+    return Finding("nccl_p2p_disabled", "info", "nccl", via, "P2P or SHM",
+                   f"every line of the log names one host ({host}), yet channels went through the network ({via}) and "
+                   "its ranks fit this node: if the job ran on that host alone, NCCL took its ranks for different hosts "
+                   f"{causes} and they do not use NVLink or PCIe peer-to-peer; if it spanned nodes, the log holds one "
+                   "host's lines: give every host's")
 
 
 def _p2p_reach(settings: dict) -> tuple:
@@ -259,6 +282,8 @@ _SHAPES = {
     "nvls_errors": lambda v: isinstance(v, list) and len(v) <= MAX_NVLS_ERRORS and all(_nvls_error(e) for e in v),
     "nvls_error_lines": lambda v: type(v) is int and v >= 0,
     "separate_hosts": lambda v: isinstance(v, str) and len(v) <= 300,
+    "host_split": lambda v: isinstance(v, str) and len(v) <= 300,
+    "local_ranks_fit": lambda v: isinstance(v, bool),
     "gdr_off_nics": lambda v: _strings(v) and len(v) <= MAX_NET_DEVICES and all(len(x) <= 200 for x in v),
     "gdr_off_distance": lambda v: _strings(v) and len(v) <= MAX_NET_DEVICES and all(len(x) <= 200 for x in v),
     "bus_ids": lambda v: _strings(v) and len(v) <= MAX_BUS_IDS and all(len(x) <= 16 for x in v),

@@ -3,13 +3,15 @@ an anonymised or container host, two machines sharing a host name, NCCL 2.3's wo
 lines, aws-ofi-nccl on libfabric's tcp provider, lines that lost NCCL's head, and torchrun's, mpirun's and srun's
 rank tags. Each is judged against a node like the one it ran on."""
 
+from dataclasses import asdict
+
 import pytest
-from helpers import REPO, h100_nvml_records, hgx_h100_with_ndr, make_snapshot
+from helpers import PUBLIC, REPO, h100_nvml_records, hgx_h100_with_ndr, make_snapshot, need
 
 from nodecheck.bench.nccl_debug import parse_nccl_debug
 from nodecheck.host.snapshot import SnapshotHost
 from nodecheck.pipeline import build_report
-from nodecheck.verdicts.nccl_run import nccl_findings
+from nodecheck.verdicts.nccl_run import nccl_findings, nccl_run_from_details
 
 FORMS = REPO / "tests" / "fixtures" / "nccl-debug"
 
@@ -55,7 +57,42 @@ def test_ranks_of_one_host_over_the_network_are_named(tmp_path):
     sixteen = build_report(SnapshotHost(make_snapshot(tmp_path / "sixteen", nvml_gpus=gpus)), None)
     (finding,) = nccl_findings(run, sixteen)
     assert finding.kind == "nccl_p2p_disabled" and "NCCL took its ranks for different hosts" in finding.message
+    # NCCL before 2.19 printed no per-node count, and an excerpt of one host of a job across nodes reads the same:
+    # the question, not a verdict
+    assert finding.severity == "info" and "if it spanned nodes" in finding.message
     assert kinds(run, hgx_h100_with_ndr(tmp_path)) == ["nccl_socket_fallback"]
+
+
+G5 = "2node-g5-efa-aws-libfabric-gdr-disabled-nccl2234.txt"  # ../shared: two g5 hosts, "nNodes 2 localRanks 1"
+
+
+def one_hosts_lines(text: str, host: str) -> str:
+    return "\n".join(line for line in text.splitlines() if line.startswith(host))
+
+
+def test_one_hosts_lines_of_a_job_across_nodes_are_not_a_host_nccl_split(tmp_path):
+    """A paste of one host's lines of a two-node job, judged against a node whose GPUs its ranks fit: NCCL's own count
+    ("nRanks 2 nNodes 2 localRanks 1") says the job spanned nodes; no finding. vllm-dgx-spark#1's excerpt, one Spark's
+    eight lines without that count, is said as the question (info), never a warning."""
+    g5 = one_hosts_lines(need(PUBLIC / "nccl-debug" / G5).read_text(), "compute-gpu-st-distributed-ml-1")
+    run = parse_nccl_debug(g5)
+    assert (run.nodes, run.nranks, run.host_split, run.local_ranks_fit) == (["compute-gpu-st-distributed-ml-1"], 2, None, True)
+    hgx = hgx_h100_with_ndr(tmp_path)
+    assert "nccl_p2p_disabled" not in kinds(run, hgx)
+    spark = run_of("vllmdgxspark1-gb10-ray-ibext-dmabuf-no-gdrdma.txt")
+    assert [(f.kind, f.severity) for f in nccl_findings(spark, hgx) if f.kind == "nccl_p2p_disabled"] \
+        == [("nccl_p2p_disabled", "info")]
+
+
+def test_more_ranks_on_a_host_than_nccl_counted_per_node_is_a_host_it_split(tmp_path):
+    """The g5 job's two ranks printed under one host name (containers sharing a hostname): NCCL counted one rank per
+    node, the host printed two, and their channels went through the network: a warning that says so."""
+    text = need(PUBLIC / "nccl-debug" / G5).read_text().replace("compute-gpu-st-distributed-ml-2", "compute-gpu-st-distributed-ml-1")
+    run = parse_nccl_debug(text)
+    assert run.host_split.startswith("compute-gpu-st-distributed-ml-1 printed 2 ranks of a 2-rank communicator")
+    (finding,) = [f for f in nccl_findings(run, hgx_h100_with_ndr(tmp_path)) if f.kind == "nccl_p2p_disabled"]
+    assert finding.severity == "warning" and "1 per node (localRanks)" in finding.message
+    assert nccl_run_from_details(asdict(run)).host_split == run.host_split
 
 
 def test_nccls_own_one_node_count_and_a_healthy_pair(tmp_path):
