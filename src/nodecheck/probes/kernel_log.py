@@ -32,7 +32,11 @@ COMMANDS = (("journalctl-k.txt", ["journalctl", "-k", "-b", "--no-pager", "-o", 
 MAX_EVENTS = 10_000  # the newest kept: a log that repeats one Xid forever costs bounded memory
 _KMSG_SEQ = re.compile(r"^\d{1,3},(\d{1,20}),(\d{1,20}),")
 _ADDRESS = r"([0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2})"  # the driver drops the function: 0000:9b:00
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?" + _ADDRESS + r"(?:\.[0-7])?\): (\d{1,6}),")
+# on a MIG GPU the driver names the GPU instance, and the compute instance, it attributes the Xid to (open-gpu-kernel-modules
+# src/nvidia/src/kernel/gpu/rc/kernel_rc.c: "NVRM: Xid (PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u): %d, pid=..."; NVIDIA's
+# A100 memory error management guide: "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: ...")
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?" + _ADDRESS + r"(?:\.[0-7])?(?: (?P<instance>GPU-I:\d{1,3}(?: GPU-CI:\d{1,3})?))?\): "
+                  r"(?P<code>\d{1,6}),")
 _SXID = re.compile(r"nvidia-nvswitch(\d{1,4}): SXid \(PCI:" + _ADDRESS + r"(?:\.[0-7])?\): (\d{1,6}),")
 _OFF_BUS_ONE_LINE = re.compile(r"NVRM: GPU " + _ADDRESS + r"\.[0-7]: GPU has fallen off the bus")
 # older drivers' one line: "NVRM: GPU at 0000:01:00.0 has fallen off the bus." (also "GPU at PCI:0000:01:00")
@@ -85,7 +89,8 @@ def parse_kernel_log(text: str) -> list[XidEvent]:
         elif xid := _XID.match(message):
             nvlink5 = NVLINK5_XID.match(message, xid.end())
             link = int(nvlink5[2]) if nvlink5 and int(nvlink5[2]) >= 0 else None  # -1: an error of no one link
-            events.append(_event("xid", xid[1], xid[2], message, xid.end(), number, usec, link=link))
+            events.append(_event("xid", xid[1], xid["code"], message, xid.end(), number, usec, link=link,
+                                 instance=xid["instance"]))
         elif sxid := _SXID.match(message):
             if _SXID_MORE.match(message, sxid.end()) and _continues(events, int(sxid[1]), int(sxid[3]), number):
                 continue

@@ -7,6 +7,7 @@ from collections import Counter
 
 from nodecheck.assemble.open_events import NIC_EVENT_NAMES, nic_names, recovery_asked
 from nodecheck.core.pci import normal_pci
+from nodecheck.core.units import first_of
 from nodecheck.core.xid_catalog import sxid_entry, xid_entry
 from nodecheck.render.table import SEVERITY_STYLE, esc, new_console
 from nodecheck.report.events import KernelLog, XidEvent
@@ -41,7 +42,8 @@ def event_record(event: XidEvent) -> dict:
             "sxid": event.code if event.kind == "sxid" else None,
             "pci_bus_id": event.printed or (event.pci.rsplit(".", 1)[0] if event.pci else None), "device": event.pci, "count": 1,
             "severity": severity, "caused_by": event.caused_by, "name": xid_entry(event.code).name if event.kind == "xid" else sxid_entry(event.code).name or None,
-            "switch": event.switch, "link": event.link, "line": event.line, "usec": event.usec, "message": event.message}
+            "switch": event.switch, "link": event.link, "line": event.line, "usec": event.usec, "message": event.message,
+            "instance": event.instance}
 
 
 def render_kernel_log(log: KernelLog, findings: list) -> None:
@@ -91,7 +93,8 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
         asked = last_asked.get((kind, pci, code))  # Xid 154: its last line's action is what the driver asks now
         what = ("drain" if (kind, pci, code) in drains else
                 f"the driver asks: {asked[1]}" if asked and asked[0] else "the driver asks nothing now" if asked else "watch")
-        lines.append(f"  {device}: Xid {code} {entry.name} x{n} ({what})")
+        mig = sorted({e.instance for e in log.events if (e.kind, e.pci, e.code) == (kind, pci, code) and e.instance})
+        lines.append(f"  {device}: Xid {code} {entry.name} x{n} ({what})" + (f" on MIG {first_of(mig, 4)}" if mig else ""))
     return lines
 
 

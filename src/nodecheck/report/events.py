@@ -34,6 +34,7 @@ class XidEvent:
     printed: str | None = None  # the address as the line prints it ("0000:9b:00", "00000000:3B:00.0")
     link: int | None = None  # the port an SXid's first line names ("Fatal, Link 30 LTSSM Fault Up"), an NVLink 5 Xid's link
     remembered: bool = False  # read by an earlier run of this boot: the log no longer holds it (src/nodecheck/assemble/open_events.py)
+    instance: str | None = None  # a MIG GPU's instance the driver attributes an Xid to, as printed ("GPU-I:05 GPU-CI:02")
 
     @property
     def driver_word(self) -> str | None:

@@ -5,6 +5,7 @@ and NVSwitch SXid forms as NVIDIA's driver prints them (quoted from gpud's parse
 
 import json
 import subprocess
+import sys
 
 import pytest
 from helpers import PUBLIC, may_write_the_real_kernel_log, need, raised_as_unit_user
@@ -291,3 +292,31 @@ def test_a_context_switch_timeout_drains_as_nvidias_catalog_asks_a_reset():
     assert (finding.severity, finding.measured, finding.expected) == ("error", "Xid 109 context switch timeout", "no Xid")
     assert "drain now" in finding.message and "reset the GPU" in finding.message
     assert xid_entry(136).path == "nvlink" and xid_entry(54).advice("gpu0").startswith("check the GPU board's auxiliary power")
+
+
+def test_an_xid_a_mig_gpu_attributes_to_an_instance_is_read(tmp_path):
+    """On a MIG GPU the driver puts the GPU instance, and the compute instance, in the Xid's parenthesis
+    (open-gpu-kernel-modules src/nvidia/src/kernel/gpu/rc/kernel_rc.c, "PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u").
+    Read only bare, every Xid of a MIG GPU was lost: a drain-now Xid 48 read as a clean log."""
+    from helpers import make_gpu, make_report
+
+    from nodecheck.render.kernel_log import event_record, kernel_log_lines
+    from nodecheck.report.events import KernelLog
+
+    # NVIDIA's A100 GPU memory error management guide, its contained error on a MIG GPU
+    (contained,) = parse_kernel_log("NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). "
+                                    "RST: No, D-RST: No")
+    assert (contained.pci, contained.code, contained.instance) == ("0000:01:00.0", 94, "GPU-I:05")
+    assert contained.message == "pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No"
+    # gcm's Xid 48 line as the driver prints it for a compute instance of a MIG GPU
+    line = need(XID / "gcm-test-xid-31-48.log").read_text().splitlines()[1].replace("000d:00:00)", "000d:00:00 GPU-I:01 GPU-CI:00)")
+    (dbe,) = parse_kernel_log(line)
+    assert (dbe.code, dbe.instance, dbe.pci) == (48, "GPU-I:01 GPU-CI:00", "000d:00:00.0")
+    assert event_record(dbe)["instance"] == "GPU-I:01 GPU-CI:00" and event_record(dbe)["severity"] == "error"
+    report = make_report(gpus=[make_gpu(0, pci_bus_id="0000000D:00:00.0")], kernel_log=KernelLog(True, None, "dmesg", [dbe]))
+    assert kernel_log_lines(report)[1].endswith("x1 (drain) on MIG GPU-I:01 GPU-CI:00")
+    log = tmp_path / "dmesg.txt"
+    log.write_text(line + "\n")
+    result = subprocess.run([sys.executable, "-m", "nodecheck", "kernel-log", str(log)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 1 and "Xid 48" in result.stdout, result.stdout + result.stderr
