@@ -30,7 +30,7 @@ def topo_findings(topo: NcclTopo, report: Report) -> list[Finding]:
     names = {busid: f"gpu{gpu.index}" for busid, gpu in gpus.items()}
     for nccl_gpu, gpu in matched:
         findings += _nvlinks(nccl_gpu, gpu, topo.version is None) + _nvlink_targets(nccl_gpu, gpu, names) + _c2c(nccl_gpu, gpu)
-        findings += _pcie(nccl_gpu, gpu) + _numa(topo, nccl_gpu, gpu) + _chain(f"gpu{gpu.index}", nccl_gpu.chain, hops.get(nccl_gpu.busid), hops)
+        findings += _pcie(nccl_gpu, gpu, hops.get(nccl_gpu.busid)) + _numa(topo, nccl_gpu, gpu) + _chain(f"gpu{gpu.index}", nccl_gpu.chain, hops.get(nccl_gpu.busid), hops)
     nics = _nic_index(report)
     for nccl_nic in topo.nics:
         if (nic := _node_nic(nccl_nic, nics)) is not None:
@@ -175,24 +175,42 @@ def _c2c(nccl_gpu: NcclTopoGpu, gpu) -> list[Finding]:
                     "memory by what it sees")]
 
 
-def _pcie(nccl_gpu: NcclTopoGpu, gpu) -> list[Finding]:
-    """NCCL reads the GPU's maximum link speed and width from sysfs (max_link_speed, max_link_width): a VM's emulated
-    bridge (2.5 GT/s x1) makes it rate the GPU's PCIe path far below what it is."""
+def _pcie(nccl_gpu: NcclTopoGpu, gpu, hops: list | None) -> list[Finding]:
+    """A GPU's PCIe link as NCCL wrote it against NVML's maximum. Before 2.30.7 NCCL wrote the lower of the GPU's and
+    its upstream port's max_link_speed and max_link_width (sysfs): a VM's emulated bridge (2.5 GT/s x1) makes it rate
+    the GPU's PCIe path far below what it is (a warning). From 2.30.7 it writes NVML's current generation and width at
+    its init (src/graph/xml.cc, ncclNvmlDeviceGetCurrPcieLinkGeneration): where the node's sysfs hops show the value
+    is not that lower maximum, it is what the link ran at then, a GPU still at its idle link speed or a link trained
+    down, which nodecheck's own PCIe checks judge: said, as info."""
     own = nccl_gpu.chain[-1] if nccl_gpu.chain else None
     pcie = gpu.pcie or {}
+    device, port = (hops[0], hops[1]) if hops and len(hops) > 1 else (None, None)
     out = []
     if own is not None and own.link_width and pcie.get("width_max") and own.link_width != pcie["width_max"]:
-        out.append(Finding("nccl_topo_mismatch", "warning", f"gpu{gpu.index}", f"x{own.link_width}", f"x{pcie['width_max']}",
-                           f"NCCL reads gpu{gpu.index}'s PCIe link as x{own.link_width}; NVML: x{pcie['width_max']} at most: "
-                           "NCCL rates the path by what it read"))
+        sysfs = min(device.width_max, port.width_max) if device and device.width_max and port.width_max else None
+        out.append(_read_otherwise(gpu, f"x{own.link_width}", f"x{pcie['width_max']}", "width", sysfs is None or sysfs == own.link_width,
+                                   f"NCCL reads gpu{gpu.index}'s PCIe link as x{own.link_width}; NVML: x{pcie['width_max']} at most"))
     generation = pcie_generation(f"{own.link_gts:g} GT/s") if own is not None and own.link_gts else None
     wanted = pcie.get("gen_max") or pcie.get("gen_gpu_max")
     if generation and wanted and generation != wanted:
-        out.append(Finding("nccl_topo_mismatch", "warning", f"gpu{gpu.index}", f"{own.link_gts:g} GT/s (Gen{generation})",
-                           f"Gen{wanted}", f"NCCL reads gpu{gpu.index}'s PCIe link at {own.link_gts:g} GT/s (Gen{generation}); "
-                           f"NVML: Gen{wanted}: in a VM an emulated bridge says so; a topology file (NCCL_TOPO_FILE) with the "
-                           "host's figures corrects NCCL's picture"))
+        maxima = [pcie_generation(h.speed_max) for h in (device, port) if h is not None and h.speed_max]
+        sysfs = min(maxima) if len(maxima) == 2 and None not in maxima else None
+        out.append(_read_otherwise(gpu, f"{own.link_gts:g} GT/s (Gen{generation})", f"Gen{wanted}", "generation",
+                                   sysfs is None or sysfs == generation,
+                                   f"NCCL reads gpu{gpu.index}'s PCIe link at {own.link_gts:g} GT/s (Gen{generation}); "
+                                   f"NVML: Gen{wanted}"))
     return out
+
+
+def _read_otherwise(gpu, measured: str, expected: str, what: str, as_sysfs: bool, said: str) -> Finding:
+    if as_sysfs:  # the lower of the GPU's and its port's maxima, as NCCL before 2.30.7 reads sysfs
+        return Finding("nccl_topo_mismatch", "warning", f"gpu{gpu.index}", measured, expected,
+                       f"{said}: NCCL rates the path by what it read; in a VM an emulated bridge says so, and a topology "
+                       "file (NCCL_TOPO_FILE) with the host's figures corrects NCCL's picture")
+    return Finding("nccl_topo_mismatch", "info", f"gpu{gpu.index}", measured, expected,
+                   f"{said}, and sysfs gives the GPU and its port more: NCCL 2.30.7 on writes the link's current "
+                   f"{what} as NVML gave it at NCCL's init, so the link then ran below its maximum (a GPU not yet up "
+                   "from its idle link speed, or a link trained down: nodecheck's PCIe checks judge the link itself)")
 
 
 def _numa(topo: NcclTopo, nccl_gpu: NcclTopoGpu, gpu) -> list[Finding]:

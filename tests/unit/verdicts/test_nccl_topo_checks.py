@@ -83,6 +83,30 @@ def test_a_nics_speed_nccl_reads_otherwise_than_its_port(node):
         ("nccl_topo_mismatch", f"mlx5_{n}", "200000 Mb/s", "400000 Mb/s") for n in range(8)}
 
 
+def test_a_gpu_link_read_below_its_maximum_is_a_vms_bridge_or_nccl_2_30_7s_current_reading(node):
+    """Before 2.30.7 NCCL wrote the lower of the GPU's and its port's max_link_speed (sysfs); from 2.30.7 NVML's current
+    generation at its init (src/graph/xml.cc, v2.30.7-1). Where the node's hops show a port that can do no more, the
+    low figure is NCCL's sysfs reading of a VM's emulated bridge (a warning); where GPU and port can do Gen5, it is the
+    link's state at NCCL's init, which nodecheck's PCIe checks judge themselves (info, never a warning on a healthy
+    node whose GPU was still at its idle link speed)."""
+    import dataclasses
+
+    from nodecheck.core.pci import Hop
+
+    slow = dump().replace('<pci busid="0000:18:00.0" class="0x030200" link_speed="32.0 GT/s PCIe"',
+                          '<pci busid="0000:18:00.0" class="0x030200" link_speed="2.5 GT/s PCIe"')
+
+    def judged(port_max: str):
+        hops = {"0000:18:00.0": [Hop("0000:18:00.0", 16, 16, "32.0 GT/s PCIe", "32.0 GT/s PCIe"),
+                                 Hop("0000:17:00.0", 16, 16, "32.0 GT/s PCIe", port_max)]}
+        found = topo_findings(parse_nccl_topo_xml(slow), dataclasses.replace(node, pcie_paths=hops))
+        return [(f.subject, f.severity, f.measured) for f in found if "GT/s" in f.measured]  # not the made-up hops' levels
+
+    assert judged("32.0 GT/s PCIe") == [("gpu0", "info", "2.5 GT/s (Gen1)")]
+    assert judged("2.5 GT/s PCIe") == [("gpu0", "warning", "2.5 GT/s (Gen1)")]
+    assert [(f.severity, f.measured) for f in topo_findings(parse_nccl_topo_xml(slow), node)] == [("warning", "2.5 GT/s (Gen1)")]
+
+
 def test_the_command_reads_a_dump_or_a_log_and_exits_by_what_it_found(tmp_path):
     (tmp_path / "ok.xml").write_text(dump())
     (tmp_path / "lost.xml").write_text(dump(nvlinks={1: 0}))
