@@ -41,6 +41,26 @@ def test_the_same_lines_as_kmsg_journalctl_and_monotonic_dmesg_print_them():
     assert parse_kernel_log(kmsg)[1].message.startswith("pid=3234, Graphics SM Global Exception")
 
 
+def test_the_same_lines_as_dmesg_h_and_dmesg_d_print_them():
+    """`dmesg -H` / `--reltime` stamps a minute's first record "[Oct14 14:56] " and the next ones "[  +0.000012] " (the
+    time since the record before), `dmesg -d` adds "<    0.000012>" (util-linux sys-utils/dmesg.c: "%b%e %H:%M",
+    "[  %+8.06f] ", "[%5ld.%06ld <%12.06f>] "). Read only bare, such a paste held no kernel-log line at all. As pasted
+    in rwth-i6/returnn#1500: "[  +0.000844] nvidia 0000:03:00.0: AER: can't recover ..."."""
+    from nodecheck.probes.kernel_lines import has_kernel_line, kernel_message
+
+    lines = [line.split("] ", 1)[1] for line in need(XID / "gcm-test-xid-31-48.log").read_text().splitlines() if line]
+    human = "\n".join([f"[Oct14 14:56] {lines[0]}", *[f"[  +0.{i:06d}] {line}" for i, line in enumerate(lines[1:], 12)]])
+    delta = "\n".join(f"[ 8312.{i:06d} <    0.{i:06d}>] {line}" for i, line in enumerate(lines))
+    ctime_delta = "\n".join(f"[Fri Oct 14 14:56:49 2022 <    0.{i:06d}>] {line}" for i, line in enumerate(lines))
+    for text in (human, delta, ctime_delta, human.replace("[Oct14 ", "[Oct 4 ")):
+        assert has_kernel_line(text)
+        assert [(e.pci, e.code) for e in parse_kernel_log(text)] == [("000d:00:00.0", 31), ("000d:00:00.0", 48)]
+    assert [e.usec for e in parse_kernel_log(delta)] == [8312000000, 8312000001]
+    assert [e.usec for e in parse_kernel_log(human)] == [None, None]  # neither stamp is the time since boot
+    assert kernel_message("[  +0.000844] nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)") == (
+        "nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)", None, True)
+
+
 def test_fallen_off_the_bus_without_an_xid_line_is_an_xid_79_once():
     one_line = "[ 512.1] NVRM: GPU 0000:18:00.0: GPU has fallen off the bus.\n"
     multi = ("[ 512.1] NVRM: The NVIDIA GPU 0000:18:00.0\n"
