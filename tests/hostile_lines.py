@@ -71,6 +71,10 @@ def _cases() -> dict:
                               "1", "<4>", "gpu017 kernel: ", "[Sun Dec  1 14:54:40 2024] ", "kern  :err   : ",
                               "mlx5_core 0000:1a:00.0: ", "Port module event[error]: module 0, ", "2026-11-29T09:06:40,",
                               "> ", "   >"]),
+        "kernel log (AER)": (lambda line: _aer(f"{line}\n"),
+                             ["[ 1.0] pcieport 0000:00:03.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=",
+                              "[ 1.0] pcieport 0000:00:03.0:    [", "[  +0.000001] nvidia 0000:03:00.0: AER: ", "[Oct14 14:56] ",
+                              "[<    0.000001>] ", "[ 1.0 <"]),
         "kernel log lines (is one a log line?)": (kernel_lines.has_kernel_line,
                                                    ["<4>", "Nov 29 09:06:40 ", "[ 1.", "1,", " ", "\n", "2026-11-29T09:06:40,",
                                                     "[Sun Dec  1 14:54:40 2024] ", "gpu017 kernel: "]),
@@ -143,6 +147,13 @@ def shapes(unit: str) -> list[tuple[str, str]]:
     return [(repr(unit[:28]), repeated(unit))] + [(f"{unit[:16]!r}+{run!r}*", unit + run * MB + "x") for run in RUNS]
 
 
+def _aer(text: str):
+    from nodecheck.checks.aer_log import aer_log_findings
+    from nodecheck.probes.kernel_aer import parse_aer_events
+
+    return aer_log_findings(parse_aer_events(text))
+
+
 def _many() -> dict:
     """name of a parser -> [(label, text, parse)]: many lines, each naming something new."""
     from nodecheck.bench import nccl_debug
@@ -161,7 +172,12 @@ def _many() -> dict:
     return {
         "kernel log (Xid)": [("GPUs begun, then fallen off the bus", begun + "NVRM: fallen off the bus.\n" * begun.count("\n"),
                               kernel_log.parse_kernel_log),
-                             ("a GPU begun, fallen, begun ...", lines(lambda i: f"NVRM: The NVIDIA GPU {i:08x}:01:00.0\n"
+                             ("uncorrected AER errors, each on a new device, each with its bits",
+                            lines(lambda i: f"[ 1.0] pcieport 0000:{i % 256:02x}:{i % 32:02x}.{i % 8}: PCIe Bus Error: "
+                                            f"severity=Uncorrected (Fatal), type=Transaction Layer, (Requester ID)\n"
+                                            f"[ 1.0] pcieport 0000:{i % 256:02x}:{i % 32:02x}.{i % 8}:    [ 5] SDES{i}\n"),
+                            _aer),
+                           ("a GPU begun, fallen, begun ...", lines(lambda i: f"NVRM: The NVIDIA GPU {i:08x}:01:00.0\n"
                                                                                 "NVRM: x fallen off the bus\n"), kernel_log.parse_kernel_log),
                              ("a record's further lines, indented", "[ 1.0] NVRM: The NVIDIA GPU 0000:18:00.0\n"
                               + lines(lambda i: f"               NVRM: line {i}\n"), kernel_log.parse_kernel_log),

@@ -249,14 +249,19 @@ OFF_BUS_RECORD = (
 
 
 def _kernel_log_seeds() -> list[str]:
-    return _texts("captures/public/health/xid/*.log") + [GB200_NVLINK5_LINES, MLX5_LINES, OFF_BUS_RECORD]
+    return (_texts("captures/public/health/xid/*.log") + [GB200_NVLINK5_LINES, MLX5_LINES, OFF_BUS_RECORD]
+            + [p.read_text() for p in sorted((TESTS / "fixtures/kernel-log").glob("*.txt"))])
 
 
 def _kernel_log_words(text: str):
-    """The events, and what each one's line says of itself (the NVLink 5 severity and link read from it)."""
+    """The events, and what each one's line says of itself (the NVLink 5 severity and link read from it); a pasted
+    log's AER lines, judged as `kernel-log` judges them."""
+    from nodecheck.checks.aer_log import aer_log_findings
+    from nodecheck.probes.kernel_aer import parse_aer_events
     from nodecheck.probes.kernel_log import parse_kernel_log
 
-    return [(event, event.driver_word, event.link) for event in parse_kernel_log(text)]
+    aer = parse_aer_events(text)
+    return [(event, event.driver_word, event.link) for event in parse_kernel_log(text)], aer, aer_log_findings(aer)
 
 
 def _kernel_log_source(text: str):

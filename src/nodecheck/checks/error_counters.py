@@ -194,7 +194,12 @@ PCIE_AER_FATAL = Kind("pcie_aer_fatal", "fabric", "{subject} {measured}", signal
     doc=(
         ("error",
          "a device on a GPU's or NIC's PCIe path (the device, a switch port, the root port) counted fatal AER errors since boot"
-         " (`aer_dev_fatal`) that no `nodecheck clear pcie_aer_fatal` acknowledged: drain now"),
+         " (`aer_dev_fatal`) that no `nodecheck clear pcie_aer_fatal` acknowledged: drain now; in a log given to `nodecheck "
+         "kernel-log`, an uncorrected fatal AER line (\"PCIe Bus Error: severity=Uncorrected (Fatal)\") of a device the log "
+         "ties to a GPU or ConnectX NIC (its driver is theirs, or one of theirs logged \"can't recover (no error_detected "
+         "callback)\": NVIDIA's driver has no AER recovery, so the GPU stays lost), or such a GPU's line alone"),
+        ("warning",
+         "in a log given to `nodecheck kernel-log`, an uncorrected fatal AER line of a device the log ties to no GPU or NIC"),
     ))
 PCIE_LINK_ERRORS = Kind("pcie_link_errors", "fabric", "{subject} {measured} > {expected}", signal=True, tempered=True,
     doc=(
@@ -202,6 +207,9 @@ PCIE_LINK_ERRORS = Kind("pcie_link_errors", "fabric", "{subject} {measured} > {e
          "since the previous sample, AER nonfatal errors rose on a hop of a GPU's or NIC's path, or its AER correctable errors "
          "ran faster than the link's limit (BER 1e-12 x lane rate x 60 s x width per minute, as DCGM derives its replay watch: "
          "gen4 x16 16/min, gen5 x16 31/min). Unknown (first sample) until a previous run's counters are in the state file"),
+        ("warning",
+         "in a log given to `nodecheck kernel-log`, an uncorrected non-fatal AER line (\"severity=Uncorrected (Non-Fatal)\"): "
+         "errors the link recovered from"),
     ))
 IB_LINK_DOWNED = Kind("ib_link_downed", "fabric", "{subject} {measured}", signal=True,
     doc=(

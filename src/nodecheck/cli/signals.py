@@ -25,13 +25,15 @@ def kernel_log(
     as_json: bool = typer.Option(False, "--json", help="Print events and findings as JSON (schema nodecheck.kernel_log)."),
     config_path: Optional[Path] = CONFIG_OPTION,
 ) -> None:
-    """Judge a kernel log's NVIDIA Xid and SXid events by NVIDIA's catalog, and its ConnectX NICs' module and slot
-    power events, as nodecheck judges its own."""
+    """Judge a kernel log's NVIDIA Xid and SXid events by NVIDIA's catalog, its ConnectX NICs' module and slot
+    power events, as nodecheck judges its own, and its uncorrectable PCIe (AER) errors."""
     from nodecheck import config as config_module
+    from nodecheck.checks.aer_log import aer_log_findings
     from nodecheck.checks.nic_events import nic_events
     from nodecheck.checks.signals import gpu_xids, switch_xids
     from nodecheck.core.limits import MAX_COMMAND_OUTPUT
     from nodecheck.host.log_file import read_log_file
+    from nodecheck.probes.kernel_aer import parse_aer_events
     from nodecheck.probes.kernel_lines import has_kernel_line
     from nodecheck.probes.kernel_log import parse_kernel_log
     from nodecheck.report.events import KernelLog
@@ -44,12 +46,13 @@ def kernel_log(
         if not has_kernel_line(text):  # judged, prose would read as a clean log
             raise NodecheckError(f"{path}: holds no kernel-log line (dmesg, journalctl -k, kern.log or /dev/kmsg "
                                  "records; dmesg -t lines count only where they are NVIDIA's or mlx5's): nothing judged")
-        log = KernelLog(True, None, str(path), parse_kernel_log(text))
+        events = sorted(parse_kernel_log(text) + parse_aer_events(text), key=lambda e: e.line)
+        log = KernelLog(True, None, str(path), events)
     except NodecheckError as error:
         fail(str(error))
     report = Report.from_dict({})
     report.kernel_log = log
-    findings = gpu_xids(report, config) + switch_xids(report, config) + nic_events(report, config)
+    findings = gpu_xids(report, config) + switch_xids(report, config) + nic_events(report, config) + aer_log_findings(events)
     if as_json:
         from dataclasses import asdict
 

@@ -9,6 +9,7 @@ from nodecheck.assemble.open_events import NIC_EVENT_NAMES, nic_names, recovery_
 from nodecheck.core.pci import normal_pci
 from nodecheck.core.units import first_of
 from nodecheck.core.xid_catalog import sxid_entry, xid_entry
+from nodecheck.probes.kernel_aer import AER_FATAL, AER_NO_RECOVERY, AER_NONFATAL, JUDGED_DRIVERS
 from nodecheck.render.table import SEVERITY_STYLE, esc, new_console
 from nodecheck.report.events import KernelLog, XidEvent
 from nodecheck.report.model import Report
@@ -26,6 +27,10 @@ def event_record(event: XidEvent) -> dict:
     NIC's module error or slot power event, kind nic: warning, nic_event_rules);
     `pci_bus_id` as the line prints it (the driver: domain:bus:device), `device` normalized (0000:9b:00.0)."""
     kind = "fallen_off_bus" if event.implied else event.kind
+    if event.kind == "aer":
+        return {"kind": "aer", "xid": None, "sxid": None, "pci_bus_id": event.printed, "device": event.pci, "count": 1,
+                "severity": _aer_severity(event), "caused_by": None, "name": AER_NAMES.get(event.code), "switch": None,
+                "link": None, "line": event.line, "usec": event.usec, "message": event.message, "instance": None}
     if event.kind == "nic":
         return {"kind": "nic", "xid": None, "sxid": None, "pci_bus_id": event.printed, "device": event.pci, "count": 1,
                 "severity": "warning", "caused_by": None, "name": NIC_EVENT_NAMES.get(event.code), "switch": None,
@@ -44,6 +49,18 @@ def event_record(event: XidEvent) -> dict:
             "severity": severity, "caused_by": event.caused_by, "name": xid_entry(event.code).name if event.kind == "xid" else sxid_entry(event.code).name or None,
             "switch": event.switch, "link": event.link, "line": event.line, "usec": event.usec, "message": event.message,
             "instance": event.instance}
+
+
+AER_NAMES = {AER_FATAL: "PCIe uncorrectable error (fatal)", AER_NONFATAL: "PCIe uncorrectable error (non-fatal)",
+             AER_NO_RECOVERY: "no AER recovery"}
+
+
+def _aer_severity(event: XidEvent) -> str:
+    """What one AER line calls for by itself: a fatal error, or a GPU or NIC that could not recover, is an error;
+    a non-fatal one a warning; another device that could not recover (a GPU's audio function) is said."""
+    if event.code == AER_NO_RECOVERY:
+        return "error" if event.message.split(":", 1)[0] in JUDGED_DRIVERS else "info"
+    return "error" if event.code == AER_FATAL else "warning"
 
 
 def render_kernel_log(log: KernelLog, findings: list) -> None:
@@ -78,12 +95,18 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
     remembered = sum(e.remembered for e in log.events)
     held = (f", {remembered} of them remembered from earlier runs (the ring buffer no longer holds them: dmesg does not "
             "show them)") if remembered else ""
-    lines = [f"Kernel log ({log.source}): {len(log.events)} NVIDIA event(s) {since}{held}"] + lost
+    aer = sum(e.kind == "aer" for e in log.events)  # a pasted log's AER lines (kernel-log): the PCIe tree's, not NVIDIA's
+    also = f", and {aer} uncorrectable PCIe (AER) line(s)" if aer else ""
+    lines = [f"Kernel log ({log.source}): {len(log.events) - aer} NVIDIA event(s) {since}{held}{also}"] + lost
     names.update(nic_names(report))
     for (kind, pci, code), n in counts.items():
         device = f"{names[pci]} ({pci})" if pci in names else (pci or "unknown device")
         if kind == "nic":
             lines.append(f"  {device}: NIC {NIC_EVENT_NAMES.get(code, 'event')} x{n} (watch)")
+            continue
+        if kind == "aer":
+            driver = next(e.message.split(":", 1)[0] for e in log.events if (e.kind, e.pci, e.code) == (kind, pci, code))
+            lines.append(f"  {device} ({driver}): {AER_NAMES.get(code, 'AER event')} x{n}")
             continue
         if kind == "sxid":
             switch = sxid_entry(code)
