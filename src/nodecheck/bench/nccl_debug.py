@@ -54,7 +54,9 @@ _SET_BY = re.compile(r"^(NCCL_[A-Z0-9_]{1,64}) set (?:by environment )?to (.{0,1
 _NVLS_CHANNELS = re.compile(r"\b(\d+) nvls channels\b")
 _NVLS_UNAVAILABLE = re.compile(r"NVLS (?:multicast support is not available|disabled)", re.I)
 _NVLS_IN_USE = re.compile(r"\bNVLS (?:comm|multicast support is available)", re.I)
-_STAMP_HEAD = re.compile(r"^(?:\[[\d\-T:.,Z ]{8,40}\]\s*)")  # "[2026-01-15 02:30:45] NET/OFI ..."
+# a time stamp before a line: "[2026-01-15 02:30:45] NET/OFI ...", and RFC 3339 as `kubectl logs --timestamps` and
+# `docker logs -t` print it ("2026-01-15T02:30:45.123456789Z host:1:2 [0] transport/nvls.cc:254 NCCL WARN ...")
+_STAMP_HEAD = re.compile(r"^(?:(?:\[[\d\-T:.,Z ]{8,40}\]|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\s*){1,2}")
 # NCCL's WARN head: "host:pid:tid [dev] file:line", from 2.30 with the function after it ("transport/nvls.cc:379
 # (nvlsAllocateMem)", src/debug.cc); from 2.26 a WARN line starts with its time ("[2025-07-21 19:05:29] ", _STAMP_HEAD)
 _SOURCE_HEAD = re.compile(r"[\w.-]{0,64}:\d{1,10}:\d{1,10}(?: \[\d{1,4}\])? (?P<source>[\w./-]{1,80}:\d{1,6})"

@@ -46,6 +46,15 @@ def test_a_warn_line_with_nccl_2_26s_time_stamp_is_read():
     assert "CUDA_ERROR_ILLEGAL_STATE" in finding.message
 
 
+def test_warn_lines_behind_kubectls_or_dockers_time_stamps_are_read():
+    """`kubectl logs --timestamps` and `docker logs -t` put an RFC 3339 time before every line, before NCCL 2.26's own
+    stamp where it has one: NVIDIA/nccl#1338's and #1788's lines so."""
+    for name, pre in ((H800, "2024-07-03T10:00:00.123456789Z "), (STAMPED, "2025-07-21T19:05:29.000000001+00:00 ")):
+        text = "\n".join(pre + line if line.strip() else line for line in text_of(name).splitlines())
+        run, findings = judged(text)
+        assert run.nvls_errors == judged(text_of(name))[0].nvls_errors != [] and only_nvls(findings).severity == "error"
+
+
 def test_nccl_2_30s_head_with_the_function_and_the_bind_failure():
     """NCCL 2.30 names the function after file:line in a WARN head (src/debug.cc: "[%d] %s:%d (%s) NCCL WARN"), and
     nvlsAllocateMem's own words for a failed bind run over three lines (src/transport/nvls.cc)."""
