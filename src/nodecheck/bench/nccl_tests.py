@@ -27,7 +27,9 @@ from nodecheck.core.errors import ParseError
 _NCCL_DEBUG = re.compile(r" NCCL (?:INFO|WARN)\b")  # NCCL_DEBUG lines mixed into the output: nccl-log reads those
 MAX_UNPARSED_SHOWN = 5
 # mpirun --tag-output, srun -l, torchrun's --tee/--redirects ("[default0]:", "[rank12]:")
-LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: |\[(?:default|rank)\d{1,7}\]: ?)")
+# `kubectl logs --timestamps` and `docker logs -t` add an RFC 3339 time before any of these
+LAUNCHER_PREFIX = re.compile(r"^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d) )?"
+                             r"(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: |\[(?:default|rank)\d{1,7}\]: ?)?")
 # numbers of at most 19 digits (int64): a 5,000-digit "size" is no row (int() refuses past 4,300 digits)
 _ROW_START = re.compile(r"^\s*(\d{1,19})\s+(\d{1,19})\s+([A-Za-z_][A-Za-z0-9_]*)\b(.*)$")
 _AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")

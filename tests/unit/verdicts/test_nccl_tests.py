@@ -29,6 +29,18 @@ def test_public_logs_match_answer_key(name):
     assert all(r.in_place is not None for r in log.rows)
 
 
+@pytest.mark.parametrize("name", sorted(KEY) or ["(captures absent)"])
+def test_public_logs_behind_kubectls_time_stamps_read_the_same(name):
+    """`kubectl logs --timestamps` (an MPIJob's launcher pod) and `docker logs -t` put an RFC 3339 time before every
+    line, before mpirun's or srun's own prefix where the log has one: every log reads as it does without."""
+    KEY.get(name) or pytest.skip("../shared/captures/public/nccl is absent")
+    text = need(PUBLIC / "nccl" / name).read_text()
+    stamped = "\n".join(f"2026-08-10T10:37:28.{i:09d}Z {line}" for i, line in enumerate(text.splitlines()))
+    plain, read = parse_nccl_log(text), parse_nccl_log(stamped)
+    assert (read.rows, read.peak_busbw_gbytes, read.avg_busbw_gbytes, read.devices) == (
+        plain.rows, plain.peak_busbw_gbytes, plain.avg_busbw_gbytes, plain.devices)
+
+
 def test_layouts_of_other_collectives():
     gather = parse_nccl_log(need(PUBLIC / "nccl" / "superbench-8x-a100-sxm4-40gb-all_gather_perf.txt").read_text())
     assert gather.ngpus == 8 and len(gather.devices) == 8 and gather.rows[-1].redop is None
