@@ -59,8 +59,9 @@ _NVLS_IN_USE = re.compile(r"\bNVLS (?:comm|multicast support is available)", re.
 _STAMP_HEAD = re.compile(r"^(?:(?:\[[\d\-T:.,Z ]{8,40}\]|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\s*){1,2}")
 # NCCL's WARN head: "host:pid:tid [dev] file:line", from 2.30 with the function after it ("transport/nvls.cc:379
 # (nvlsAllocateMem)", src/debug.cc); from 2.26 a WARN line starts with its time ("[2025-07-21 19:05:29] ", _STAMP_HEAD)
-_SOURCE_HEAD = re.compile(r"[\w.-]{0,64}:\d{1,10}:\d{1,10}(?: \[\d{1,4}\])? (?P<source>[\w./-]{1,80}:\d{1,6})"
+_SOURCE_HEAD = re.compile(r"(?P<host>[\w.-]{0,64}):\d{1,10}:\d{1,10}(?: \[\d{1,4}\])? (?P<source>[\w./-]{1,80}:\d{1,6})"
                           r"(?: \((?:[^()\s]|\(\)){1,120}\))?")
+_SOURCE_TAIL = re.compile(r"(?<=[\s)\]>|])" + _SOURCE_HEAD.pattern + r"$")
 # NCCL's IB transport reporting a failed work request (transport/net_ib.cc, and the HPC-X plugin's ib_plugin.c): "NET/IB :
 # Got completion with error 12, opcode 0, len 0, vendor err 129" (older NCCL), "... from peer 10.0.35.1<49189> with
 # error 4, ..." , "... from peer 10.216.210.236<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv) ...", later
@@ -156,20 +157,33 @@ def records(line: str) -> list[tuple[str | None, str, str, str | None]]:
                 text = head.rstrip(" \t|")
         host, source = match["host"], None
         if match["pid"] is None:  # a WARN's "host:pid:tid [dev] file.c:line" head (NCCL 2.3's INFO too), as _leads took it
-            head = _SOURCE_HEAD.fullmatch(_STAMP_HEAD.sub("", line[:match.start()].strip()))
-            host, source = (head[0].partition(":")[0], head["source"]) if head else (None, None)
+            head = _source_head(line[:match.start()])
+            host, source = (head["host"], head["source"]) if head else (None, None)
         host = host if host and _HOSTNAME.match(host) else None
         out.append((host, match["level"], text.strip(), source))
     return out
 
 
 def _leads(before: str) -> bool:
-    """Whether the text before a headless record is nothing a sentence would hold: stamps, '|', spaces, or NCCL
-    2.3's head with the source line between it and the level ("host:91:91 [0] misc/ibvwrap.cu:63 NCCL WARN")."""
-    if len(before) >= 160:
+    """Whether the text before a headless record is nothing a sentence would hold: stamps, '|', spaces, or a WARN's
+    head with the source line between it and the level ("host:91:91 [0] misc/ibvwrap.cu:63 NCCL WARN"; NCCL 2.3's
+    INFO too), behind what a launcher puts before a process's lines where it does."""
+    if len(before) >= MAX_LEAD:
         return False
-    return bool(_SOURCE_HEAD.fullmatch(_STAMP_HEAD.sub("", before.strip()))) or all(
-        _STAMP.fullmatch(token) for token in before.replace("|", " ").split()[:4])
+    return bool(_source_head(before)) or all(_STAMP.fullmatch(token) for token in before.replace("|", " ").split()[:4])
+
+
+MAX_LEAD = 240  # characters before a headless record: a launcher's prefix, stamps and a WARN's head fit in this
+
+
+def _source_head(before: str) -> re.Match | None:
+    """A WARN's "host:pid:tid [dev] file:line" head ending the text before its level: the whole text after its stamps,
+    or its end after a prefix a launcher writes, ending in a space or a bracket (Ray's "(WorkerDict pid=3569860) ",
+    pdsh's and mpirun's "host: ", vLLM's "(VllmWorker rank=1 pid=2345) ")."""
+    text = _STAMP_HEAD.sub("", before.strip())
+    if len(text) >= MAX_LEAD:
+        return None
+    return _SOURCE_HEAD.fullmatch(text) or _SOURCE_TAIL.search(text)
 
 
 def _read_info(body: str, host: str, run: NcclRun, inter: set, intra: set, net_names: list, nvls_channels: list,

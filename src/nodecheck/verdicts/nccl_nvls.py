@@ -32,5 +32,5 @@ def nvls_findings(run) -> list[Finding]:
     return [Finding("nccl_nvls_failed", "error", first_of(hosts, 3), f"{said} x{top['count']}", "NVLS set up",
                     f"NCCL could not set up NVLink SHARP (NVLS) multicast on {first_of(hosts, 3)} ({said}{name}, {lines} "
                     "WARN line(s) of its NVLS transport): the communicator failed to initialise, and so does every job "
-                    "given NVLS there. NCCL: \"usually caused by a system or configuration error in the Fabric Manager "
-                    f"or NVSwitches\". On that node: {RECOVERY}")]
+                    "given NVLS there. NCCL, of a multicast bind that fails: \"usually caused by a system or configuration "
+                    f"error in the Fabric Manager or NVSwitches\". On that node: {RECOVERY}")]

@@ -74,6 +74,18 @@ def test_nccl_2_30s_head_with_the_function_and_the_bind_failure():
     assert only_nvls(bare).subject == "h100-a"
 
 
+def test_warn_lines_behind_a_launchers_prefix_are_read():
+    """NVIDIA/nccl#1029: every line behind pdsh's "host: ", the WARN's head after it; and #1788's line behind Ray's
+    and vLLM's worker prefixes. Before, a WARN's head was read only at the start of the line: these were lost."""
+    run, findings = judged(text_of("nccl1029-pdsh-prefix-nvls-initialization-error.txt"))
+    assert run.nvls_errors == [{"host": "rdma-test-gpu-worker-1", "code": None, "error": "initialization error", "count": 1}]
+    assert only_nvls(findings).subject == "rdma-test-gpu-worker-1" and run.nvls is False
+    for prefix in ("(RayWorkerWrapper pid=2981, ip=169.254.28.198) ", "(VllmWorker rank=1 pid=2345) ",
+                   "(EngineCore_DP0 pid=2301) (RayWorkerWrapper pid=2981, ip=169.254.28.198) "):
+        text = "\n".join(prefix + line for line in text_of(STAMPED).splitlines())
+        assert judged(text)[0].nvls_errors == judged(text_of(STAMPED))[0].nvls_errors != []
+
+
 def test_other_warnings_of_the_nvls_file_stay_quoted():
     """NCCL_NVLS_ENABLE=1 with two ranks on one GPU (src/transport/nvls.cc) is the job's usage, not the node's fault."""
     line = ("host-a:1:1 [0] transport/nvls.cc:254 NCCL WARN NCCL_NVLS_ENABLE has been set to \"1\" and communicator has "
