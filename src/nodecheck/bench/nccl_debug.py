@@ -146,7 +146,7 @@ def records(line: str) -> list[tuple[str | None, str, str, str | None]]:
     head names or None)."""
     # a record without its host:pid:tid head counts only where it starts the line (after time stamps and a table's
     # '|'): "NCCL WARN lines" in a README's sentence is prose, not NCCL's
-    starts = [m for m in _RECORD.finditer(line) if m["pid"] is not None or _leads(line[:m.start()])]
+    starts = [m for m in _RECORD.finditer(line) if m["pid"] is not None or (m.start() < MAX_LEAD and _leads(line[:m.start()]))]
     out = []
     for index, match in enumerate(starts):
         following = index + 1 < len(starts)
