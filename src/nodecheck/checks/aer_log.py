@@ -17,20 +17,26 @@ def _driver(event: XidEvent) -> str:
     return event.message.split(":", 1)[0]
 
 
+NEAR = 20  # lines between a link's fatal error and a device's "can't recover" that the kernel's recovery prints for it
+
+
 def aer_log_findings(events: list[XidEvent]) -> list[Finding]:
     aer = [e for e in events if e.kind == "aer"]
-    lost = list(dict.fromkeys(e.pci for e in aer if e.code == AER_NO_RECOVERY and _driver(e) in JUDGED_DRIVERS))
-    gone = (f"; {first_of([f'pci:{p}' for p in lost], 4)} could not recover (its driver has no AER recovery): lost "
-            "until the node is reset") if lost else ""
+    unrecovered = [e for e in aer if e.code == AER_NO_RECOVERY and _driver(e) in JUDGED_DRIVERS]
     by_device: dict[str, list[XidEvent]] = {}
     for event in aer:
         if event.code != AER_NO_RECOVERY:
             by_device.setdefault(event.pci, []).append(event)
-    findings = []
+    findings, explained = [], set()
     for pci, logged in by_device.items():
         fatal, last = [e for e in logged if e.code == AER_FATAL], logged[-1]
         what = last.message.split(": ", 1)[-1]
         if fatal:
+            # the GPUs and NICs the kernel's recovery of this error reached: their lines near its own
+            lost = list(dict.fromkeys(e.pci for e in unrecovered if any(abs(e.line - f.line) <= NEAR for f in fatal)))
+            explained.update(lost)
+            gone = (f"; {first_of([f'pci:{p}' for p in lost], 4)} could not recover (its driver has no AER recovery): "
+                    "lost until the node is reset") if lost else ""
             tied = _driver(last) in JUDGED_DRIVERS or bool(lost)
             findings.append(Finding("pcie_aer_fatal", "error" if tied else "warning", f"pci:{pci}",
                                     f"AER fatal x{len(fatal)} (kernel log)", "none",
@@ -42,9 +48,10 @@ def aer_log_findings(events: list[XidEvent]) -> list[Finding]:
                                     "none", f"pci:{pci} ({_driver(last)}) logged {len(logged)} uncorrectable non-fatal "
                                     f"PCIe error(s) in this log, last: {what}: errors the link recovered from; check the "
                                     "card's seating and the riser"))
-    if lost and not any(f.kind == "pcie_aer_fatal" for f in findings):  # a paste cut before the port's lines
-        findings += [Finding("pcie_aer_fatal", "error", f"pci:{pci}", "no AER recovery (kernel log)", "none",
-                             f"pci:{pci} could not recover from an uncorrectable PCIe error on its link (the kernel's "
-                             "AER recovery, which its driver cannot join): lost until the node is reset; reseat or "
-                             "replace it, and read the port's lines before these") for pci in lost]
+    # a GPU or NIC whose recovery failed far from any fatal line the log holds (a paste cut before the port's lines)
+    alone = [pci for pci in dict.fromkeys(e.pci for e in unrecovered) if pci not in explained]
+    findings += [Finding("pcie_aer_fatal", "error", f"pci:{pci}", "no AER recovery (kernel log)", "none",
+                         f"pci:{pci} could not recover from an uncorrectable PCIe error on its link (the kernel's AER "
+                         "recovery, which its driver cannot join): lost until the node is reset; reseat or replace it, "
+                         "and read the port's lines before these") for pci in alone]
     return findings

@@ -70,3 +70,14 @@ def test_a_non_fatal_error_is_a_warning():
     nonfatal = "\n".join(line for line in nonfatal.splitlines() if "recover" not in line)
     (finding,) = aer_log_findings(parse_aer_events(nonfatal))
     assert (finding.kind, finding.severity, finding.measured) == ("pcie_link_errors", "warning", "AER nonfatal x1 (kernel log)")
+
+
+def test_a_lost_gpu_is_named_by_the_fatal_error_its_recovery_followed():
+    """Two ports' fatal errors far apart in one log: the GPU whose recovery failed beside the first is that one's; the
+    other port, tied to no GPU or NIC by the log, is a warning."""
+    hang = HANG.read_text()
+    other = "\n".join(line.replace("0000:00:03.0", "0000:00:01.0") for line in hang.splitlines() if "pcieport" in line)
+    findings = {f.subject: f for f in aer_log_findings(parse_aer_events(hang + "\n" * 40 + other))}
+    assert (findings["pci:0000:00:03.0"].severity, findings["pci:0000:00:01.0"].severity) == ("error", "warning")
+    assert "0000:03:00.0 could not recover" in findings["pci:0000:00:03.0"].message
+    assert "could not recover" not in findings["pci:0000:00:01.0"].message
