@@ -238,11 +238,12 @@ def _busids(report, paired: dict) -> dict[str, set[str]]:
 
 
 def _read_log(path: Path) -> str:
-    """A log's text, bounded (MAX_COMMAND_OUTPUT); bytes that are not UTF-8 replaced."""
+    """A log's text, bounded (MAX_COMMAND_OUTPUT) once decompressed: gzip, xz or bzip2 as job logs are kept, UTF-8 or
+    UTF-16 (host/log_file.py, as kernel-log reads its logs); bytes that decode to nothing replaced."""
     from nodecheck.core.limits import MAX_COMMAND_OUTPUT
-    from nodecheck.host.files import read_user_file
+    from nodecheck.host.log_file import read_log_file
 
-    return read_user_file(path, MAX_COMMAND_OUTPUT, "the log").decode("utf-8", errors="replace")
+    return read_log_file(path, MAX_COMMAND_OUTPUT, "log")
 
 
 def _read_nccl_log(nccl_log: Path, as_json: bool, source: Optional[Path], config_path: Optional[Path],

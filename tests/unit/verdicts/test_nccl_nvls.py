@@ -114,6 +114,16 @@ def test_the_records_survive_a_report_and_bad_shapes_do_not():
 
 
 def test_nccl_log_exits_1_on_the_h800_log(tmp_path):
+    """As written, and compressed as a job's logs are kept (gzip, xz: read as kernel-log reads its logs)."""
+    import gzip
+    import lzma
+
+    (tmp_path / "nccl.log.gz").write_bytes(gzip.compress((FORMS / H800).read_bytes()))
+    (tmp_path / "nccl.log.xz").write_bytes(lzma.compress((FORMS / H800).read_bytes()))
+    for path in (tmp_path / "nccl.log.gz", tmp_path / "nccl.log.xz"):
+        result = subprocess.run([sys.executable, "-m", "nodecheck", "nccl-log", str(path)], capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 1 and "node2" in result.stdout, result.stdout + result.stderr
     result = subprocess.run([sys.executable, "-m", "nodecheck", "nccl-log", str(FORMS / H800), "--from",
                              str(REPO / "tests/fixtures/cpu-vm-2core")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 1, result.stdout + result.stderr
