@@ -24,7 +24,8 @@ def event_record(event: XidEvent) -> dict:
     the driver's line calls Nonfatal: warning; sympathetic: info;
     an Xid 154: error when the recovery action it changes to is not none, else info;
     an SXid: error when fatal by the Fabric Manager guide and the driver's word, signal_rules.switch_xids; a ConnectX
-    NIC's module error or slot power event, kind nic: warning, nic_event_rules);
+    NIC's module error or slot power event, kind nic: warning, nic_event_rules; an uncorrectable PCIe error, kind
+    aer: error when fatal, warning when not, and a device that could not recover: error for a GPU or NIC, else info);
     `pci_bus_id` as the line prints it (the driver: domain:bus:device), `device` normalized (0000:9b:00.0)."""
     kind = "fallen_off_bus" if event.implied else event.kind
     if event.kind == "aer":
