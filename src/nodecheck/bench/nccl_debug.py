@@ -145,44 +145,46 @@ def records(line: str) -> list[tuple[str | None, str, str, str | None]]:
     """The NCCL records in one line of a log as pasted: (host or None, INFO or WARN, text, the source file:line a WARN
     head names or None)."""
     # a record without its host:pid:tid head counts only where it starts the line (after time stamps and a table's
-    # '|'): "NCCL WARN lines" in a README's sentence is prose, not NCCL's
-    starts = [m for m in _RECORD.finditer(line) if m["pid"] is not None or (m.start() < MAX_LEAD and _leads(line[:m.start()]))]
+    # '|') or follows a WARN's head: "NCCL WARN lines" in a README's sentence is prose, not NCCL's
+    starts = []
+    for match in _RECORD.finditer(line):
+        head = None
+        if match["pid"] is None:
+            if match.start() >= MAX_LEAD:  # judged without copying a long line's text before it: linear
+                continue
+            before = line[:match.start()]
+            if (head := _source_head(before)) is None and not _only_stamps(before):
+                continue
+        starts.append((match, head))
     out = []
-    for index, match in enumerate(starts):
+    for index, (match, head) in enumerate(starts):
         following = index + 1 < len(starts)
-        text = line[match.end():starts[index + 1].start() if following else len(line)].rstrip(" \t|")
+        text = line[match.end():starts[index + 1][0].start() if following else len(line)].rstrip(" \t|")
         for _ in range(2 if following else 0):  # "2024-06-01 12:00:00.123": a date and a time
-            head, _, last = text.rpartition(" ")
+            rest, _, last = text.rpartition(" ")
             if _STAMP.fullmatch(last):
-                text = head.rstrip(" \t|")
-        host, source = match["host"], None
-        if match["pid"] is None:  # a WARN's "host:pid:tid [dev] file.c:line" head (NCCL 2.3's INFO too), as _leads took it
-            head = _source_head(line[:match.start()])
-            host, source = (head["host"], head["source"]) if head else (None, None)
+                text = rest.rstrip(" \t|")
+        # a WARN's "host:pid:tid [dev] file.c:line" head (NCCL 2.3's INFO too) names the host of a record without one
+        host, source = (match["host"], None) if head is None else (head["host"], head["source"])
         host = host if host and _HOSTNAME.match(host) else None
         out.append((host, match["level"], text.strip(), source))
     return out
 
 
-def _leads(before: str) -> bool:
-    """Whether the text before a headless record is nothing a sentence would hold: stamps, '|', spaces, or a WARN's
-    head with the source line between it and the level ("host:91:91 [0] misc/ibvwrap.cu:63 NCCL WARN"; NCCL 2.3's
-    INFO too), behind what a launcher puts before a process's lines where it does."""
-    if len(before) >= MAX_LEAD:
-        return False
-    return bool(_source_head(before)) or all(_STAMP.fullmatch(token) for token in before.replace("|", " ").split()[:4])
-
-
 MAX_LEAD = 240  # characters before a headless record: a launcher's prefix, stamps and a WARN's head fit in this
 
 
+def _only_stamps(before: str) -> bool:
+    """Whether the text before a headless record is nothing a sentence would hold: stamps, '|' and spaces."""
+    return all(_STAMP.fullmatch(token) for token in before.replace("|", " ").split()[:4])
+
+
 def _source_head(before: str) -> re.Match | None:
-    """A WARN's "host:pid:tid [dev] file:line" head ending the text before its level: the whole text after its stamps,
-    or its end after a prefix a launcher writes, ending in a space or a bracket (Ray's "(WorkerDict pid=3569860) ",
-    pdsh's and mpirun's "host: ", vLLM's "(VllmWorker rank=1 pid=2345) ")."""
+    """A WARN's "host:pid:tid [dev] file:line" head ending the text before its level ("host:91:91 [0]
+    misc/ibvwrap.cu:63 NCCL WARN"; NCCL 2.3's INFO too): the whole text after its stamps, or its end after a prefix a
+    launcher writes, ending in a space or a bracket (Ray's "(WorkerDict pid=3569860) ", pdsh's and mpirun's "host: ",
+    vLLM's "(VllmWorker rank=1 pid=2345) ")."""
     text = _STAMP_HEAD.sub("", before.strip())
-    if len(text) >= MAX_LEAD:
-        return None
     return _SOURCE_HEAD.fullmatch(text) or _SOURCE_TAIL.search(text)
 
 
