@@ -29,8 +29,9 @@ def topo_findings(topo: NcclTopo, report: Report) -> list[Finding]:
     hops = report.hops() if topo.version is not None else {}  # a GRAPH log's tree is NCCL's after it merged switches
     names = {busid: f"gpu{gpu.index}" for busid, gpu in gpus.items()}
     for nccl_gpu, gpu in matched:
+        own_hops = hops.get(nccl_gpu.busid)
         findings += _nvlinks(nccl_gpu, gpu, topo.version is None) + _nvlink_targets(nccl_gpu, gpu, names) + _c2c(nccl_gpu, gpu)
-        findings += _pcie(nccl_gpu, gpu, hops.get(nccl_gpu.busid)) + _numa(topo, nccl_gpu, gpu) + _chain(f"gpu{gpu.index}", nccl_gpu.chain, hops.get(nccl_gpu.busid), hops)
+        findings += _pcie(nccl_gpu, gpu, own_hops) + _numa(topo, nccl_gpu, gpu) + _chain(f"gpu{gpu.index}", nccl_gpu.chain, own_hops, hops)
     nics = _nic_index(report)
     for nccl_nic in topo.nics:
         if (nic := _node_nic(nccl_nic, nics)) is not None:
