@@ -53,6 +53,16 @@ def parse_aer_events(text: str) -> list[XidEvent]:
     return list(events)
 
 
+def driver_of(event: XidEvent) -> str:
+    """The driver an AER event's line was printed by (its message starts "pcieport: ...", "nvidia: ...")."""
+    return event.message.split(":", 1)[0]
+
+
+def unrecovered(event: XidEvent) -> bool:
+    """A GPU or ConnectX NIC that could not recover from an uncorrectable error on its link."""
+    return event.code == AER_NO_RECOVERY and driver_of(event) in JUDGED_DRIVERS
+
+
 def _event(match: re.Match, code: int, said: str, line: int, usec: int | None) -> XidEvent:
     return XidEvent("aer", normal_pci(match["bdf"]), code, f"{match['driver']}: {said}"[:200], line, usec,
                     printed=match["bdf"])

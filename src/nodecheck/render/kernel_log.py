@@ -9,7 +9,7 @@ from nodecheck.assemble.open_events import NIC_EVENT_NAMES, nic_names, recovery_
 from nodecheck.core.pci import normal_pci
 from nodecheck.core.units import first_of
 from nodecheck.core.xid_catalog import sxid_entry, xid_entry
-from nodecheck.probes.kernel_aer import AER_FATAL, AER_NO_RECOVERY, AER_NONFATAL, JUDGED_DRIVERS
+from nodecheck.probes.kernel_aer import AER_FATAL, AER_NO_RECOVERY, AER_NONFATAL, driver_of, unrecovered
 from nodecheck.render.table import SEVERITY_STYLE, esc, new_console
 from nodecheck.report.events import KernelLog, XidEvent
 from nodecheck.report.model import Report
@@ -60,7 +60,7 @@ def _aer_severity(event: XidEvent) -> str:
     """What one AER line calls for by itself: a fatal error, or a GPU or NIC that could not recover, is an error;
     a non-fatal one a warning; another device that could not recover (a GPU's audio function) is said."""
     if event.code == AER_NO_RECOVERY:
-        return "error" if event.message.split(":", 1)[0] in JUDGED_DRIVERS else "info"
+        return "error" if unrecovered(event) else "info"
     return "error" if event.code == AER_FATAL else "warning"
 
 
@@ -93,6 +93,11 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
     drains = {(e.kind, e.pci, e.code) for e in log.events  # a code drains where one of its events does (NVLink 5)
               if e.kind == "xid" and xid_entry(e.code).action_of(e.driver_word) == "drain"}
     last_asked = {(e.kind, e.pci, e.code): asked for e in log.events if (asked := recovery_asked(e))}
+    drivers = {(e.kind, e.pci, e.code): driver_of(e) for e in log.events if e.kind == "aer"}
+    instances: dict[tuple, set[str]] = {}  # the MIG instances each GPU's Xid was attributed to, in one pass
+    for e in log.events:
+        if e.instance:
+            instances.setdefault((e.kind, e.pci, e.code), set()).add(e.instance)
     remembered = sum(e.remembered for e in log.events)
     held = (f", {remembered} of them remembered from earlier runs (the ring buffer no longer holds them: dmesg does not "
             "show them)") if remembered else ""
@@ -106,8 +111,7 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
             lines.append(f"  {device}: NIC {NIC_EVENT_NAMES.get(code, 'event')} x{n} (watch)")
             continue
         if kind == "aer":
-            driver = next(e.message.split(":", 1)[0] for e in log.events if (e.kind, e.pci, e.code) == (kind, pci, code))
-            lines.append(f"  {device} ({driver}): {AER_NAMES.get(code, 'AER event')} x{n}")
+            lines.append(f"  {device} ({drivers[kind, pci, code]}): {AER_NAMES.get(code, 'AER event')} x{n}")
             continue
         if kind == "sxid":
             switch = sxid_entry(code)
@@ -117,7 +121,7 @@ def kernel_log_lines(report: Report, log: KernelLog | None = None) -> list[str]:
         asked = last_asked.get((kind, pci, code))  # Xid 154: its last line's action is what the driver asks now
         what = ("drain" if (kind, pci, code) in drains else
                 f"the driver asks: {asked[1]}" if asked and asked[0] else "the driver asks nothing now" if asked else "watch")
-        mig = sorted({e.instance for e in log.events if (e.kind, e.pci, e.code) == (kind, pci, code) and e.instance})
+        mig = sorted(instances.get((kind, pci, code), ()))
         lines.append(f"  {device}: Xid {code} {entry.name} x{n} ({what})" + (f" on MIG {first_of(mig, 4)}" if mig else ""))
     return lines
 
