@@ -24,7 +24,12 @@ def nvlink_pairs(report: Report) -> dict[tuple[int, int], str]:
 
 def pair_nvlinks(pairs: dict[tuple[int, int], str], index: int) -> int:
     """The NVLinks of GPU `index` summed over its NV# pairs (an NVSwitch board's NV18 to each peer sums past its slots)."""
-    return sum(nvlink_count(t) or 0 for (a, b), t in pairs.items() if index in (a, b))
+    return sum(_pair_counts(pairs, index))
+
+
+def _pair_counts(pairs: dict[tuple[int, int], str], index: int) -> list[int]:
+    """The NV# count of each pair GPU `index` is in (0 for a pair that is not NVLink)."""
+    return [nvlink_count(t) or 0 for (a, b), t in pairs.items() if index in (a, b)]
 
 
 def gpu_nvlinks_of_pairs(pairs: dict[tuple[int, int], str], index: int, slots: int) -> int:
@@ -32,10 +37,8 @@ def gpu_nvlinks_of_pairs(pairs: dict[tuple[int, int], str], index: int, slots: i
     of direct links (a DGX-1's NV1 and NV2 pairs, four H100 at NV6 each); on an NVSwitch board, where every pair reads
     all of the GPU's links (NV18 to each of seven peers on HGX H100, NV8 on H800 and A800 boards: NVIDIA/nccl#933),
     so that their sum passes the slots, the largest pair's."""
-    total = pair_nvlinks(pairs, index)
-    if total <= slots:
-        return total
-    return min(slots, max((nvlink_count(t) or 0 for (a, b), t in pairs.items() if index in (a, b)), default=0))
+    counts = _pair_counts(pairs, index)
+    return sum(counts) if sum(counts) <= slots else min(slots, max(counts))
 
 
 def wired_nvlinks(report: Report, config: Config) -> dict[int, tuple[int, str]]:
